@@ -1,0 +1,84 @@
+"""Degraded turns handed to people: a capped Redis stream, newest last."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+
+from budgets.errors import InvalidNameError
+from budgets.keys import BudgetKeys, check_name, check_tenant
+
+__all__ = ["Handoff", "Handoffs"]
+
+MAX_PAYLOAD_CHARS = 256_000
+
+
+@dataclass(frozen=True, slots=True)
+class Handoff:
+    """One turn waiting for a person; `at_ms` is when it was pushed (server time, from the id)."""
+
+    id: str
+    tenant: str
+    turn_id: str
+    reason: str
+    payload: str
+    at_ms: int
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class Handoffs:
+    """The hand-off stream under `namespace`, trimmed to about `maxlen` entries."""
+
+    def __init__(self, redis: Redis, *, namespace: str = "relevo", maxlen: int = 10_000) -> None:
+        if maxlen < 1:
+            raise ValueError("maxlen must be at least 1")
+        self._redis = redis
+        self._key = BudgetKeys(namespace).handoffs()
+        self.maxlen = maxlen
+
+    async def push(self, tenant: str, turn_id: str, reason: str, payload: str) -> str:
+        """Append a turn for people to pick up; returns the stream entry id."""
+        check_tenant(tenant)
+        check_name("reason", reason)
+        if not isinstance(turn_id, str) or not turn_id or len(turn_id) > 128:
+            raise InvalidNameError("turn id must be a non-empty string of at most 128 characters")
+        if len(payload) > MAX_PAYLOAD_CHARS:
+            raise ValueError(f"payload is {len(payload)} characters; at most {MAX_PAYLOAD_CHARS}")
+        fields: dict[Any, Any] = {
+            "tenant": tenant,
+            "turn_id": turn_id,
+            "reason": reason,
+            "payload": payload,
+        }
+        entry = await self._redis.xadd(self._key, fields, maxlen=self.maxlen, approximate=True)
+        return _text(entry)
+
+    async def list(self, count: int = 50) -> list[Handoff]:
+        """The newest `count` hand-offs, newest first."""
+        if count < 1:
+            raise ValueError("count must be at least 1")
+        entries = await self._redis.xrevrange(self._key, count=count)
+        result = []
+        for entry_id, raw in entries or ():
+            fields = {_text(k): _text(v) for k, v in (raw or {}).items()}
+            ident = _text(entry_id)
+            result.append(
+                Handoff(
+                    id=ident,
+                    tenant=fields.get("tenant", ""),
+                    turn_id=fields.get("turn_id", ""),
+                    reason=fields.get("reason", ""),
+                    payload=fields.get("payload", ""),
+                    at_ms=int(ident.split("-", 1)[0]),
+                )
+            )
+        return result
+
+    async def length(self) -> int:
+        """How many hand-offs the stream holds."""
+        return int(await self._redis.xlen(self._key))

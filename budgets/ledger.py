@@ -1,0 +1,305 @@
+"""The per-tenant ledger: reserve before an attempt, settle or release after it.
+
+Every decision runs in one Lua script (one EVALSHA, one round trip) on the
+Redis server's clock, so concurrent workers cannot race past a limit and the
+UTC day and month do not depend on a pod's clock. Each operation also comes in
+an `*_on(pipe, ...)` form that queues the EVALSHA on a caller's pipeline and
+returns a parser for its raw reply, so a worker can send a reservation and a
+breaker check together.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from functools import partial
+from typing import Any, TypeVar
+
+from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
+from redis.exceptions import NoScriptError
+
+from budgets.errors import InvalidAmountError
+from budgets.keys import (
+    CHARGE_TTL_S,
+    DAY_TTL_S,
+    HOLD_GRACE_S,
+    MONTH_TTL_S,
+    BudgetKeys,
+    check_charge_id,
+    check_provider,
+)
+from budgets.money import check_micros
+from budgets.records import BudgetReport, Limits, Refusal, Release, Reservation, Settlement
+from budgets.replies import (
+    parse_release,
+    parse_report,
+    parse_reservation,
+    parse_settlement,
+    text,
+)
+from budgets.scripts import SCRIPTS
+
+__all__ = ["Ledger"]
+
+T = TypeVar("T")
+Parser = Callable[[Any], T]
+MAX_HOLD_TTL_S = 86_400
+
+
+class Ledger:
+    """Per-tenant spend in Redis under `namespace`.
+
+    `default_limits` applies to tenants without configured limits; None (the
+    default) refuses them with `unknown_tenant`. `clock_ms` replaces the Redis
+    server's clock, for tests only (see `budgets.testing.ManualClock`).
+    """
+
+    def __init__(
+        self,
+        redis: Redis,
+        *,
+        namespace: str = "relevo",
+        default_limits: Limits | None = None,
+        charge_ttl_s: int = CHARGE_TTL_S,
+        clock_ms: Callable[[], int] | None = None,
+    ) -> None:
+        if charge_ttl_s < MAX_HOLD_TTL_S:
+            raise ValueError(f"charge_ttl_s must be at least {MAX_HOLD_TTL_S} (the longest hold)")
+        self._redis = redis
+        self.keys = BudgetKeys(namespace)
+        self.default_limits = default_limits
+        self._charge_ttl_ms = charge_ttl_s * 1000
+        self._clock_ms = clock_ms
+        self._loaded = False
+
+    async def load_scripts(self) -> None:
+        """Load the Lua scripts into Redis in one round trip.
+
+        The async methods do it lazily; a worker using the `*_on` forms calls it at
+        start-up, and again after a `NoScriptError` from its pipeline.
+        """
+        pipe = self._redis.pipeline(transaction=False)
+        for script in SCRIPTS.values():
+            pipe.script_load(script.body)
+        await pipe.execute()
+        self._loaded = True
+
+    def _common(self, tenant: str) -> list[str]:
+        now = "" if self._clock_ms is None else str(int(self._clock_ms()))
+        return [self.keys.prefix(tenant), tenant, now, str(HOLD_GRACE_S * 1000)]
+
+    def _default_args(self) -> list[str]:
+        limits = self.default_limits
+        if limits is None:
+            return ["", "", ""]
+        cap = limits.fallback_cap_micros
+        return [
+            str(limits.daily_micros),
+            str(limits.monthly_micros),
+            "" if cap is None else str(cap),
+        ]
+
+    def _queue(self, pipe: Pipeline, script: str, keys: list[str], args: list[str]) -> None:
+        pipe.evalsha(SCRIPTS[script].sha, len(keys), *keys, *args)
+
+    async def _run(self, queue: Callable[[Pipeline], Parser[T]]) -> T:
+        if not self._loaded:
+            await self.load_scripts()
+        for attempt in range(2):
+            pipe = self._redis.pipeline(transaction=False)
+            parse = queue(pipe)
+            try:
+                (raw,) = await pipe.execute()
+            except NoScriptError:
+                # The server lost its script cache (restart, SCRIPT FLUSH): load and retry once.
+                if attempt:
+                    raise
+                await self.load_scripts()
+                continue
+            return parse(raw)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def reserve_on(
+        self,
+        pipe: Pipeline,
+        tenant: str,
+        charge_id: str,
+        *,
+        provider: str,
+        micros: int,
+        fallback: bool,
+        ttl_s: float,
+    ) -> Parser[Reservation | Refusal]:
+        """Queue a reservation on `pipe`; the returned function parses its reply."""
+        keys = self.keys
+        check_provider(provider)
+        check_micros("micros", micros)
+        if not 0 < ttl_s <= MAX_HOLD_TTL_S:
+            raise InvalidAmountError(
+                f"ttl_s must be in (0, {MAX_HOLD_TTL_S}] seconds (got {ttl_s})"
+            )
+        args = [
+            *self._common(tenant),
+            charge_id,
+            str(micros),
+            "1" if fallback else "0",
+            provider,
+            str(math.ceil(ttl_s * 1000)),
+            str(self._charge_ttl_ms),
+            *self._default_args(),
+        ]
+        self._queue(
+            pipe,
+            "reserve",
+            [
+                keys.limits(tenant),
+                keys.held(tenant),
+                keys.holds(tenant),
+                keys.charge(tenant, charge_id),
+                keys.tenants(),
+            ],
+            args,
+        )
+        return partial(parse_reservation, tenant, charge_id, micros)
+
+    async def reserve(
+        self,
+        tenant: str,
+        charge_id: str,
+        *,
+        provider: str,
+        micros: int,
+        fallback: bool,
+        ttl_s: float,
+    ) -> Reservation | Refusal:
+        """Hold `micros` for `charge_id` if the day, month and (for fallback) cap allow it.
+
+        Idempotent by charge id: a live hold or a settled charge is returned as it
+        is (`replayed=True`); a released or expired one is held afresh.
+        """
+        return await self._run(
+            lambda pipe: self.reserve_on(
+                pipe,
+                tenant,
+                charge_id,
+                provider=provider,
+                micros=micros,
+                fallback=fallback,
+                ttl_s=ttl_s,
+            )
+        )
+
+    def settle_on(
+        self,
+        pipe: Pipeline,
+        tenant: str,
+        charge_id: str,
+        actual_micros: int,
+        *,
+        provider: str | None = None,
+        fallback: bool | None = None,
+    ) -> Parser[Settlement]:
+        """Queue a settlement on `pipe`; the returned function parses its reply.
+
+        `provider` and `fallback` are used only when no reservation record exists
+        (never reserved, or reserved longer ago than the charge record's TTL).
+        """
+        check_micros("actual_micros", actual_micros)
+        if provider is not None:
+            check_provider(provider)
+        if fallback and provider is None:
+            raise ValueError("a fallback charge needs its provider")
+        keys = self.keys
+        args = [
+            *self._common(tenant),
+            charge_id,
+            str(actual_micros),
+            "" if fallback is None else "1" if fallback else "0",
+            provider or "",
+            str(self._charge_ttl_ms),
+            str(DAY_TTL_S * 1000),
+            str(MONTH_TTL_S * 1000),
+        ]
+        self._queue(
+            pipe,
+            "settle",
+            [keys.held(tenant), keys.holds(tenant), keys.charge(tenant, charge_id), keys.tenants()],
+            args,
+        )
+        return partial(parse_settlement, tenant, charge_id)
+
+    async def settle(
+        self,
+        tenant: str,
+        charge_id: str,
+        actual_micros: int,
+        *,
+        provider: str | None = None,
+        fallback: bool | None = None,
+    ) -> Settlement:
+        """Charge `actual_micros` for `charge_id` once, whatever was reserved, and drop its hold.
+
+        A charge id already settled is never charged again (`replayed=True`,
+        `charged_micros=0`), even when two settlements race.
+        """
+        return await self._run(
+            lambda pipe: self.settle_on(
+                pipe, tenant, charge_id, actual_micros, provider=provider, fallback=fallback
+            )
+        )
+
+    def release_on(self, pipe: Pipeline, tenant: str, charge_id: str) -> Parser[Release]:
+        """Queue a release on `pipe`; the returned function parses its reply."""
+        keys = self.keys
+        check_charge_id(charge_id)
+        self._queue(
+            pipe,
+            "release",
+            [keys.held(tenant), keys.holds(tenant), keys.charge(tenant, charge_id)],
+            [*self._common(tenant), charge_id],
+        )
+        return partial(parse_release, tenant, charge_id)
+
+    async def release(self, tenant: str, charge_id: str) -> Release:
+        """Drop the hold of `charge_id` without charging it; a settled charge stays charged."""
+        return await self._run(lambda pipe: self.release_on(pipe, tenant, charge_id))
+
+    async def set_limits(
+        self,
+        tenant: str,
+        daily_micros: int,
+        monthly_micros: int,
+        fallback_cap_micros: int | None = None,
+    ) -> Limits:
+        """Configure a tenant's limits (fallback cap per UTC day; None removes it)."""
+        limits = Limits(daily_micros, monthly_micros, fallback_cap_micros)
+        key = self.keys.limits(tenant)
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.hset(key, mapping={"daily": daily_micros, "monthly": monthly_micros})
+        if fallback_cap_micros is None:
+            pipe.hdel(key, "fallback_cap")
+        else:
+            pipe.hset(key, "fallback_cap", fallback_cap_micros)
+        pipe.sadd(self.keys.tenants(), tenant)
+        await pipe.execute()
+        return limits
+
+    async def tenants(self) -> list[str]:
+        """Tenants with configured limits or recorded spend, sorted."""
+        members = await self._redis.smembers(self.keys.tenants())
+        return sorted(text(m) for m in members)
+
+    async def report(self, tenant: str) -> BudgetReport:
+        """Limits, spend, holds and what remains in the current UTC day and month.
+
+        Raises `UnknownTenantError` for a tenant with neither configured limits nor spend.
+        """
+        keys = self.keys
+        key_list = [keys.limits(tenant), keys.held(tenant), keys.holds(tenant), keys.tenants()]
+
+        def queue(pipe: Pipeline) -> Parser[BudgetReport]:
+            self._queue(pipe, "report", key_list, self._common(tenant)[:3])
+            return partial(parse_report, tenant, self.default_limits)
+
+        return await self._run(queue)

@@ -1,0 +1,135 @@
+"""Turning the Lua scripts' raw replies into records (str or bytes replies alike)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from budgets.errors import UnknownTenantError
+from budgets.records import (
+    BudgetReport,
+    Limits,
+    PeriodReport,
+    Refusal,
+    RefusalReason,
+    Release,
+    Reservation,
+    Settlement,
+)
+
+__all__ = ["parse_release", "parse_report", "parse_reservation", "parse_settlement", "reply"]
+
+LimitsSource = Literal["configured", "default", "none"]
+
+
+def text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def reply(raw: Any) -> list[Any]:
+    """The script's reply as a list; an error a pipeline handed over as the reply is raised."""
+    if isinstance(raw, Exception):
+        raise raw
+    return list(raw)
+
+
+def parse_reservation(tenant: str, charge_id: str, micros: int, raw: Any) -> Reservation | Refusal:
+    state, replayed, held, expires, fb, prov, reclaimed, reason, period, left, _ = reply(raw)
+    if text(state) == "refused":
+        where = text(period)
+        return Refusal(
+            reason=RefusalReason(text(reason)),
+            tenant=tenant,
+            charge_id=charge_id,
+            micros=micros,
+            period="day" if where == "day" else "month" if where else None,
+            remaining_micros=int(left),
+            reclaimed=int(reclaimed),
+        )
+    return Reservation(
+        tenant=tenant,
+        charge_id=charge_id,
+        state="settled" if text(state) == "settled" else "reserved",
+        micros=int(held),
+        expires_at_ms=int(expires),
+        fallback=text(fb) == "1",
+        provider=text(prov),
+        replayed=bool(int(replayed)),
+        reclaimed=int(reclaimed),
+    )
+
+
+def parse_settlement(tenant: str, charge_id: str, raw: Any) -> Settlement:
+    replayed, charged, settled, released, fb, prov, day, month, reclaimed, _ = reply(raw)
+    return Settlement(
+        tenant=tenant,
+        charge_id=charge_id,
+        charged_micros=int(charged),
+        settled_micros=int(settled),
+        released_hold_micros=int(released),
+        fallback=text(fb) == "1",
+        provider=text(prov),
+        day=text(day),
+        month=text(month),
+        replayed=bool(int(replayed)),
+        reclaimed=int(reclaimed),
+    )
+
+
+def parse_release(tenant: str, charge_id: str, raw: Any) -> Release:
+    released, micros, reclaimed, _ = reply(raw)
+    return Release(tenant, charge_id, bool(int(released)), int(micros), int(reclaimed))
+
+
+def parse_report(tenant: str, default: Limits | None, raw: Any) -> BudgetReport:
+    now, day, month, known, lim, held, held_fb, reclaimed, day_flat, month_flat, _ = reply(raw)
+    limits, source = _limits(tenant, default, lim, bool(int(known)))
+    held, held_fb = int(held), int(held_fb)
+    day_report = _period(text(day), limits.daily_micros, _pairs(day_flat), held)
+    month_report = _period(text(month), limits.monthly_micros, _pairs(month_flat), held)
+    cap = limits.fallback_cap_micros
+    return BudgetReport(
+        tenant=tenant,
+        limits=limits,
+        limits_source=source,
+        day=day_report,
+        month=month_report,
+        reserved_micros=held,
+        reserved_fallback_micros=held_fb,
+        fallback_remaining_micros=(
+            None if cap is None else max(0, cap - day_report.fallback_spent_micros - held_fb)
+        ),
+        reclaimed_total=int(reclaimed),
+        now_ms=int(now),
+    )
+
+
+def _limits(
+    tenant: str, default: Limits | None, lim: list[Any], known: bool
+) -> tuple[Limits, LimitsSource]:
+    daily, monthly, cap = lim
+    if daily is not None:
+        return Limits(int(daily), int(monthly), None if cap is None else int(cap)), "configured"
+    if not known:
+        raise UnknownTenantError(
+            f"tenant {tenant!r} has no configured limits and no recorded spend"
+        )
+    if default is not None:
+        return default, "default"
+    return Limits(0, 0), "none"
+
+
+def _pairs(flat: list[Any]) -> dict[str, int]:
+    return {text(flat[i]): int(flat[i + 1]) for i in range(0, len(flat), 2)}
+
+
+def _period(period: str, limit: int, spend: dict[str, int], held: int) -> PeriodReport:
+    spent = spend.get("spent", 0)
+    return PeriodReport(
+        period=period,
+        limit_micros=limit,
+        spent_micros=spent,
+        reserved_micros=held,
+        remaining_micros=max(0, limit - spent - held),
+        fallback_spent_micros=spend.get("fallback", 0),
+        fallback_by_provider={k[3:]: v for k, v in sorted(spend.items()) if k.startswith("fb:")},
+    )
