@@ -1,0 +1,198 @@
+"""Anthropic Messages."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from worker.adapters.base import Completion, Event, ProviderCall, TextDelta, ToolCallDelta
+from worker.adapters.http import (
+    HttpAdapter,
+    HttpRequest,
+    StreamDecoder,
+    as_int,
+    as_object,
+    as_str,
+    parse_arguments,
+)
+from worker.adapters.sse import SseEvent
+from worker.errors import ConnectionFailed
+from worker.models import Message, ToolCall, Usage
+from worker.policy import classify_stream_error
+
+__all__ = ["ANTHROPIC_VERSION", "AnthropicAdapter"]
+
+ANTHROPIC_VERSION = "2023-06-01"
+
+
+class AnthropicAdapter(HttpAdapter):
+    """POST /v1/messages with `x-api-key` and `anthropic-version`."""
+
+    kind = "anthropic"
+
+    def request(self, call: ProviderCall) -> HttpRequest:
+        headers = {
+            "accept": "text/event-stream" if call.stream else "application/json",
+            "anthropic-version": ANTHROPIC_VERSION,
+        }
+        if self._secret:
+            headers["x-api-key"] = self._secret
+        body: dict[str, Any] = {
+            "model": call.model_id,
+            "max_tokens": call.max_tokens,
+            "messages": _messages(call.messages),
+        }
+        system = "\n\n".join(m.content for m in call.messages if m.role == "system")
+        if system:
+            body["system"] = system
+        if call.tools:
+            body["tools"] = [
+                {"name": t.name, "description": t.description, "input_schema": t.parameters}
+                for t in call.tools
+            ]
+        if call.stream:
+            body["stream"] = True
+        url = f"{self._provider.base_url.rstrip('/')}/v1/messages"
+        return HttpRequest(url=url, headers=headers, body=body)
+
+    def parse(self, body: Any) -> Completion:
+        message = as_object(body)
+        text: list[str] = []
+        calls: list[ToolCall] = []
+        for raw in message["content"]:
+            block = as_object(raw)
+            if block.get("type") == "text":
+                text.append(as_str(block.get("text")))
+            elif block.get("type") == "tool_use":
+                calls.append(
+                    ToolCall(
+                        id=as_str(block["id"]),
+                        name=as_str(block["name"]),
+                        arguments=as_object(block.get("input") or {}),
+                    )
+                )
+        return Completion(
+            text="".join(text),
+            tool_calls=tuple(calls),
+            usage=_usage(as_object(message.get("usage") or {}), Usage()),
+            finish_reason=as_str(message.get("stop_reason")) or None,
+        )
+
+    def decoder(self) -> StreamDecoder:
+        return _EventDecoder()
+
+
+def _messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    results: list[dict[str, Any]] | None = None  # the open user message of tool results
+    for message in messages:
+        if message.role == "system":
+            continue
+        if message.role == "tool":
+            if results is None:
+                results = []
+                out.append({"role": "user", "content": results})
+            results.append(
+                {
+                    "type": "tool_result",
+                    "tool_use_id": message.tool_call_id,
+                    "content": message.content,
+                }
+            )
+            continue
+        results = None
+        if message.role == "assistant" and message.tool_calls:
+            blocks: list[dict[str, Any]] = []
+            if message.content:
+                blocks.append({"type": "text", "text": message.content})
+            blocks.extend(
+                {"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments}
+                for c in message.tool_calls
+            )
+            out.append({"role": "assistant", "content": blocks})
+        else:
+            out.append({"role": message.role, "content": message.content})
+    return out
+
+
+def _usage(raw: dict[str, Any], before: Usage) -> Usage:
+    # Cache reads and writes are input too; with no cache_control they are 0.
+    cached = as_int(raw.get("cache_creation_input_tokens")) + as_int(
+        raw.get("cache_read_input_tokens")
+    )
+    return Usage(
+        input_tokens=as_int(raw.get("input_tokens")) + cached or before.input_tokens,
+        output_tokens=as_int(raw.get("output_tokens")) or before.output_tokens,
+    )
+
+
+class _EventDecoder:
+    """message_start, content blocks with their deltas, message_delta, message_stop."""
+
+    def __init__(self) -> None:
+        self.finished = False
+        self._text: list[str] = []
+        self._tools: dict[int, int] = {}  # content block index -> tool-call index
+        self._calls: list[tuple[str, str, list[str]]] = []  # id, name, argument pieces
+        self._usage = Usage()
+        self._stop_reason: str | None = None
+
+    def feed(self, event: SseEvent) -> list[Event]:
+        if event.event in ("ping", "content_block_stop"):
+            return []
+        data = as_object(json.loads(event.data))
+        kind = event.event if event.event != "message" else as_str(data.get("type"))
+        if kind == "error":
+            raise classify_stream_error("anthropic", data)
+        if kind == "message_start":
+            usage = as_object(as_object(data["message"]).get("usage") or {})
+            self._usage = _usage(usage, self._usage)
+        elif kind == "content_block_start":
+            return self._block_start(as_int(data["index"]), as_object(data["content_block"]))
+        elif kind == "content_block_delta":
+            return self._block_delta(as_int(data["index"]), as_object(data["delta"]))
+        elif kind == "message_delta":
+            self._stop_reason = as_str(as_object(data["delta"]).get("stop_reason")) or None
+            self._usage = _usage(as_object(data.get("usage") or {}), self._usage)
+        elif kind == "message_stop":
+            self.finished = True
+        return []
+
+    def _block_start(self, index: int, block: dict[str, Any]) -> list[Event]:
+        if block.get("type") == "text" and as_str(block.get("text")):
+            self._text.append(block["text"])
+            return [TextDelta(block["text"])]
+        if block.get("type") != "tool_use":
+            return []
+        position = len(self._calls)
+        self._tools[index] = position
+        name = as_str(block["name"])
+        self._calls.append((as_str(block["id"]), name, []))
+        return [ToolCallDelta(index=position, name=name)]
+
+    def _block_delta(self, index: int, delta: dict[str, Any]) -> list[Event]:
+        kind = delta.get("type")
+        if kind == "text_delta":
+            text = as_str(delta.get("text"))
+            self._text.append(text)
+            return [TextDelta(text)] if text else []
+        if kind == "input_json_delta" and index in self._tools:
+            position = self._tools[index]
+            piece = as_str(delta.get("partial_json"))
+            self._calls[position][2].append(piece)
+            return [ToolCallDelta(index=position, arguments=piece)] if piece else []
+        return []  # thinking and signature deltas are not content the turn returns
+
+    def completion(self) -> Completion:
+        if not self.finished:
+            raise ConnectionFailed("stream ended before message_stop")
+        calls = tuple(
+            ToolCall(id=id_, name=name, arguments=parse_arguments("".join(pieces)))
+            for id_, name, pieces in self._calls
+        )
+        return Completion(
+            text="".join(self._text),
+            tool_calls=calls,
+            usage=self._usage,
+            finish_reason=self._stop_reason,
+        )

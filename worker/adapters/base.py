@@ -1,0 +1,70 @@
+"""The one-method provider interface, and what flows through it.
+
+An adapter translates one `ProviderCall` into one HTTP request and the answer
+back into `Event`s. It never retries, never falls back and never sleeps: the
+chain wraps adapters, it does not subclass them. Every failure leaves an
+adapter as a `worker.errors.ProviderError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from worker.models import Message, Tool, ToolCall, Usage
+
+__all__ = ["Adapter", "Completion", "Event", "ProviderCall", "TextDelta", "ToolCallDelta"]
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderCall:
+    """One request to one model on one provider."""
+
+    model_id: str
+    messages: tuple[Message, ...]
+    tools: tuple[Tool, ...]
+    max_tokens: int
+    stream: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    """A piece of the answer's text, as streamed."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    """A piece of a tool call, as streamed (the name arrives first, arguments later)."""
+
+    index: int
+    name: str = ""
+    arguments: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """The whole answer. Always the last event of a successful call."""
+
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    usage: Usage = field(default_factory=Usage)
+    finish_reason: str | None = None
+
+
+Event = TextDelta | ToolCallDelta | Completion
+
+
+class Adapter(Protocol):
+    """Speaks one provider API."""
+
+    def send(self, call: ProviderCall) -> AsyncGenerator[Event, None]:
+        """Yield content deltas (when streaming), then one `Completion`.
+
+        Only content is yielded: keep-alives and bookkeeping events are consumed
+        inside, so the first event marks the first content. Closing the iterator
+        early closes the HTTP response.
+        """
+        ...

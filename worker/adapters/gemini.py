@@ -1,0 +1,162 @@
+"""Google Gemini generateContent / streamGenerateContent."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+from urllib.parse import quote
+
+from worker.adapters.base import Completion, Event, ProviderCall, TextDelta, ToolCallDelta
+from worker.adapters.http import (
+    HttpAdapter,
+    HttpRequest,
+    StreamDecoder,
+    as_int,
+    as_object,
+    as_str,
+)
+from worker.adapters.sse import SseEvent
+from worker.errors import ConnectionFailed
+from worker.models import Message, ToolCall, Usage
+from worker.policy import classify_stream_error
+
+__all__ = ["GeminiAdapter"]
+
+
+class GeminiAdapter(HttpAdapter):
+    """POST /v1beta/models/{model}:generateContent (or :streamGenerateContent?alt=sse)."""
+
+    kind = "gemini"
+
+    def request(self, call: ProviderCall) -> HttpRequest:
+        base = self._provider.base_url.rstrip("/")
+        method = "streamGenerateContent?alt=sse" if call.stream else "generateContent"
+        url = f"{base}/v1beta/models/{quote(call.model_id, safe='')}:{method}"
+        headers = {"accept": "text/event-stream" if call.stream else "application/json"}
+        if self._secret:
+            headers["x-goog-api-key"] = self._secret
+        body: dict[str, Any] = {
+            "contents": _contents(call.messages),
+            "generationConfig": {"maxOutputTokens": call.max_tokens},
+        }
+        system = "\n\n".join(m.content for m in call.messages if m.role == "system")
+        if system:
+            body["systemInstruction"] = {"parts": [{"text": system}]}
+        if call.tools:
+            body["tools"] = [
+                {
+                    "functionDeclarations": [
+                        {"name": t.name, "description": t.description, "parameters": t.parameters}
+                        for t in call.tools
+                    ]
+                }
+            ]
+        return HttpRequest(url=url, headers=headers, body=body)
+
+    def parse(self, body: Any) -> Completion:
+        response = as_object(body)
+        if "candidates" not in response and "promptFeedback" not in response:
+            raise KeyError("candidates")
+        decoder = _ChunkDecoder()
+        decoder.absorb(response)
+        decoder.finished = True
+        return decoder.completion()
+
+    def decoder(self) -> StreamDecoder:
+        return _ChunkDecoder()
+
+
+def _contents(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
+    names = {call.id: call.name for m in messages for call in m.tool_calls}
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        if message.role == "system":
+            continue
+        parts: list[dict[str, Any]] = []
+        if message.role == "tool":
+            # Gemini matches a response to its call by name (and order), not by id.
+            name = names.get(message.tool_call_id or "", message.tool_call_id or "")
+            response = {"name": name, "response": {"content": message.content}}
+            parts.append({"functionResponse": response})
+        elif message.content or not message.tool_calls:
+            parts.append({"text": message.content})
+        parts.extend(
+            {"functionCall": {"name": c.name, "args": c.arguments}} for c in message.tool_calls
+        )
+        role = "model" if message.role == "assistant" else "user"
+        # One turn per role change: parallel function responses must share one turn.
+        if out and out[-1]["role"] == role:
+            out[-1]["parts"].extend(parts)
+        else:
+            out.append({"role": role, "parts": parts})
+    return out
+
+
+class _ChunkDecoder:
+    """Each `data:` is a whole GenerateContentResponse; the last one carries finishReason."""
+
+    def __init__(self) -> None:
+        self.finished = False
+        self._text: list[str] = []
+        self._calls: list[ToolCall] = []
+        self._usage = Usage()
+        self._finish_reason: str | None = None
+
+    def feed(self, event: SseEvent) -> list[Event]:
+        return self.absorb(as_object(json.loads(event.data)))
+
+    def absorb(self, chunk: dict[str, Any]) -> list[Event]:
+        """Take in one response (or stream chunk); return its content deltas."""
+        if chunk.get("error") is not None:
+            raise classify_stream_error("gemini", chunk)
+        if chunk.get("usageMetadata") is not None:
+            meta = as_object(chunk["usageMetadata"])
+            self._usage = Usage(
+                input_tokens=as_int(meta.get("promptTokenCount")),
+                # Thinking tokens are billed as output.
+                output_tokens=as_int(meta.get("candidatesTokenCount"))
+                + as_int(meta.get("thoughtsTokenCount")),
+            )
+        candidates = chunk.get("candidates") or ()
+        if not candidates:
+            feedback = as_object(chunk.get("promptFeedback") or {})
+            if feedback.get("blockReason") is not None:
+                self._finish_reason = as_str(feedback["blockReason"])
+            return []
+        candidate = as_object(candidates[0])
+        if candidate.get("finishReason") is not None:
+            self._finish_reason = as_str(candidate["finishReason"])
+        events: list[Event] = []
+        for raw in as_object(candidate.get("content") or {}).get("parts") or ():
+            part = as_object(raw)
+            if part.get("thought"):
+                continue
+            if "functionCall" in part:
+                events.extend(self._call(as_object(part["functionCall"])))
+            elif as_str(part.get("text")):
+                self._text.append(part["text"])
+                events.append(TextDelta(part["text"]))
+        return events
+
+    def _call(self, call: dict[str, Any]) -> list[Event]:
+        arguments = as_object(call.get("args") or {})
+        index = len(self._calls)
+        self._calls.append(
+            ToolCall(
+                id=as_str(call.get("id")) or f"call_{uuid.uuid4().hex[:24]}",
+                name=as_str(call["name"]),
+                arguments=arguments,
+            )
+        )
+        return [ToolCallDelta(index=index, name=call["name"], arguments=json.dumps(arguments))]
+
+    def completion(self) -> Completion:
+        if not self.finished and self._finish_reason is None:
+            raise ConnectionFailed("stream ended before a finishReason")
+        return Completion(
+            text="".join(self._text),
+            tool_calls=tuple(self._calls),
+            usage=self._usage,
+            finish_reason=self._finish_reason,
+        )

@@ -1,0 +1,308 @@
+"""The shared HTTP client and the one POST every adapter makes.
+
+`HttpAdapter.send` owns everything the three APIs have in common: the request
+timeout backstop, status and content-type checks, capped reads of untrusted
+bodies, the SSE loop, and the one place where httpx and aiohttp exceptions
+become `ProviderError`s with the API key scrubbed out. Subclasses only map
+requests and responses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from abc import ABC, abstractmethod
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
+from urllib.parse import quote
+
+import aiohttp
+import httpx
+from httpx_aiohttp import AiohttpTransport
+
+from worker.adapters.base import Completion, Event, ProviderCall
+from worker.adapters.sse import SseEvent, SseParser
+from worker.errors import (
+    ConnectionFailed,
+    FirstByteTimeout,
+    MalformedResponse,
+    ProviderError,
+)
+from worker.policy import classify_response
+from worker.settings import ProviderSettings
+
+__all__ = [
+    "MAX_BODY_BYTES",
+    "MAX_ERROR_BODY_BYTES",
+    "MAX_STREAM_BYTES",
+    "HttpAdapter",
+    "HttpRequest",
+    "StreamDecoder",
+    "as_int",
+    "as_object",
+    "as_str",
+    "make_client",
+    "parse_arguments",
+    "scrub",
+]
+
+MAX_BODY_BYTES = 8 * 1024 * 1024
+MAX_STREAM_BYTES = 64 * 1024 * 1024
+MAX_ERROR_BODY_BYTES = 64 * 1024
+_DRAIN_S = 0.5  # how long a finished stream may take to reach EOF before we drop the connection
+_REDACTED = "[redacted]"
+
+
+def make_client(*, max_connections: int = 1000) -> httpx.AsyncClient:
+    """An httpx client over aiohttp's connection pool, sized for ~1,000 turns in flight.
+
+    No retries anywhere: httpx has none by default, the transport ignores its
+    `retries`, and aiohttp only re-sends idempotent methods (we only POST).
+    Timeouts here are a backstop; each request passes its provider's own.
+    """
+    limits = httpx.Limits(
+        max_connections=max_connections,
+        max_keepalive_connections=max_connections,
+        keepalive_expiry=30.0,
+    )
+    return httpx.AsyncClient(
+        transport=AiohttpTransport(limits=limits, retries=0),
+        timeout=httpx.Timeout(300.0, connect=10.0),
+        follow_redirects=False,
+        headers={"user-agent": "relevo"},
+        # Env proxies would make httpx mount its own (slow) pool beside aiohttp's.
+        trust_env=False,
+    )
+
+
+def scrub(text: str, secret: str | None) -> str:
+    """`text` without `secret` (raw or URL-encoded) in it."""
+    if not secret:
+        return text
+    for form in {secret, quote(secret, safe="")}:
+        text = text.replace(form, _REDACTED)
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class HttpRequest:
+    """What an adapter sends: a JSON POST."""
+
+    url: str
+    headers: Mapping[str, str]
+    body: Mapping[str, Any]
+
+
+class StreamDecoder(Protocol):
+    """Turns one API's SSE events into content events and, at the end, a `Completion`."""
+
+    @property
+    def finished(self) -> bool:
+        """The API's end-of-stream marker was seen."""
+        ...
+
+    def feed(self, event: SseEvent) -> list[Event]:
+        """The content deltas in `event`; raises `ProviderError` for an error event."""
+        ...
+
+    def completion(self) -> Completion:
+        """The whole answer; raises `ProviderError` if the stream ended too early."""
+        ...
+
+
+class HttpAdapter(ABC):
+    """One provider API over a shared `httpx.AsyncClient`."""
+
+    kind: ClassVar[str]
+
+    def __init__(self, provider: ProviderSettings, client: httpx.AsyncClient) -> None:
+        self._provider = provider
+        self._client = client
+        self._secret = provider.api_key()
+        self._timeout = httpx.Timeout(
+            provider.total_timeout_s, connect=min(10.0, provider.first_byte_timeout_s)
+        )
+
+    @abstractmethod
+    def request(self, call: ProviderCall) -> HttpRequest:
+        """The HTTP request for `call`."""
+
+    @abstractmethod
+    def parse(self, body: Any) -> Completion:
+        """The `Completion` in a non-streaming response's decoded JSON."""
+
+    @abstractmethod
+    def decoder(self) -> StreamDecoder:
+        """A fresh decoder for one streaming response."""
+
+    async def send(self, call: ProviderCall) -> AsyncGenerator[Event, None]:
+        """Yield content deltas (when streaming), then one `Completion`."""
+        request = self.request(call)
+        started = False
+        try:
+            async with self._client.stream(
+                "POST",
+                request.url,
+                headers={**request.headers, "content-type": "application/json"},
+                content=json.dumps(request.body, ensure_ascii=False).encode(),
+                timeout=self._timeout,
+            ) as response:
+                await self._check(response, streaming=call.stream)
+                if not call.stream:
+                    body = await _read_capped(response, MAX_BODY_BYTES)
+                    with self._malformed():
+                        completion = self.parse(json.loads(body))
+                else:
+                    decoder = self.decoder()
+                    parser = SseParser()
+                    async with contextlib.aclosing(_capped(response, MAX_STREAM_BYTES)) as chunks:
+                        async for chunk in chunks:
+                            for sse in parser.feed(chunk):
+                                with self._malformed():
+                                    events = decoder.feed(sse)
+                                for event in events:
+                                    started = True
+                                    yield event
+                            if decoder.finished:
+                                await _drain(chunks)
+                                break
+                    with self._malformed():
+                        completion = decoder.completion()
+        except ProviderError as exc:
+            raise self._scrubbed(exc) from None
+        except (httpx.HTTPError, aiohttp.ClientError, OSError) as exc:
+            raise self._scrubbed(_translate(exc, started=started)) from None
+        yield completion
+
+    async def _check(self, response: httpx.Response, *, streaming: bool) -> None:
+        if not response.is_success:
+            body = await _read_capped(response, MAX_ERROR_BODY_BYTES, truncate=True)
+            if self._secret:
+                body = scrub(body.decode("utf-8", "replace"), self._secret).encode()
+            raise classify_response(self.kind, response.status_code, response.headers, body)
+        media = response.headers.get("content-type", "").partition(";")[0].strip().lower()
+        wanted = "text/event-stream" if streaming else "application/json"
+        if media != wanted and not (wanted == "application/json" and media.endswith("+json")):
+            raise MalformedResponse(f"expected {wanted}, got content type {media or 'none'!r}")
+
+    @contextlib.contextmanager
+    def _malformed(self) -> Iterator[None]:
+        """Untrusted JSON of the wrong shape becomes `MalformedResponse`, nothing else."""
+        try:
+            yield
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+            detail = str(exc).splitlines()[0][:200] if str(exc) else ""
+            raise MalformedResponse(
+                f"unexpected {self.kind} response: {type(exc).__name__} {detail}".rstrip()
+            ) from None
+
+    def _scrubbed(self, exc: ProviderError) -> ProviderError:
+        if self._secret:
+            exc.message = scrub(exc.message, self._secret)
+            exc.args = (exc.message,)
+            if exc.provider_code is not None:
+                exc.provider_code = scrub(exc.provider_code, self._secret)
+        return exc
+
+
+async def _read_capped(response: httpx.Response, limit: int, *, truncate: bool = False) -> bytes:
+    """At most `limit` bytes of the body; past it, cut (`truncate`) or `MalformedResponse`."""
+    declared = response.headers.get("content-length", "")
+    if not truncate and declared.isdigit() and int(declared) > limit:
+        raise MalformedResponse(f"response body of {declared} bytes exceeds {limit}")
+    buffer = bytearray()
+    async for chunk in response.aiter_bytes():
+        buffer += chunk
+        if len(buffer) > limit:
+            if truncate:
+                return bytes(buffer[:limit])
+            raise MalformedResponse(f"response body larger than {limit} bytes")
+    return bytes(buffer)
+
+
+async def _capped(response: httpx.Response, limit: int) -> AsyncGenerator[bytes, None]:
+    total = 0
+    async for chunk in response.aiter_bytes():
+        total += len(chunk)
+        if total > limit:
+            raise MalformedResponse(f"stream larger than {limit} bytes")
+        yield chunk
+
+
+async def _drain(chunks: AsyncIterator[bytes]) -> None:
+    """Read to EOF after the end marker so the connection goes back to the pool."""
+    with contextlib.suppress(TimeoutError, httpx.HTTPError, aiohttp.ClientError, OSError):
+        async with asyncio.timeout(_DRAIN_S):
+            async for _ in chunks:
+                pass
+
+
+def _root(exc: BaseException) -> BaseException:
+    # httpx-aiohttp re-raises aiohttp errors as httpx ones chosen oddly (a refused
+    # connection becomes ConnectTimeout); the original is the cause, so judge by it.
+    while isinstance(exc, httpx.HTTPError) and isinstance(
+        exc.__cause__, (aiohttp.ClientError, OSError)
+    ):
+        exc = exc.__cause__
+    return exc
+
+
+_CONNECT_TIMEOUTS = (aiohttp.ConnectionTimeoutError, httpx.ConnectTimeout, httpx.PoolTimeout)
+_READ_TIMEOUTS = (TimeoutError, httpx.TimeoutException)
+_MALFORMED = (httpx.DecodingError, aiohttp.ClientResponseError)
+
+
+def _translate(exc: BaseException, *, started: bool) -> ProviderError:
+    root = _root(exc)
+    detail = " ".join(f"{type(root).__name__}: {root}".split())[:300]
+    if isinstance(root, _CONNECT_TIMEOUTS):
+        return ConnectionFailed(f"connect timed out ({detail})")
+    if isinstance(root, _READ_TIMEOUTS):
+        if started:
+            return ConnectionFailed(f"stream went silent ({detail})")
+        return FirstByteTimeout(f"no response before the read timeout ({detail})")
+    if isinstance(root, aiohttp.ClientPayloadError):
+        return ConnectionFailed(f"response cut off ({detail})")
+    if isinstance(root, _MALFORMED):
+        return MalformedResponse(f"invalid HTTP response ({detail})")
+    return ConnectionFailed(detail)
+
+
+def as_str(value: Any) -> str:
+    """A JSON string field (`null` reads as empty); anything else is malformed."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, got {type(value).__name__}")
+    return value
+
+
+def as_int(value: Any) -> int:
+    """A JSON token count (`null` reads as 0); anything else is malformed."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"expected an integer, got {type(value).__name__}")
+    return value
+
+
+def as_object(value: Any) -> dict[str, Any]:
+    """A JSON object field; anything else is malformed."""
+    if not isinstance(value, dict):
+        raise TypeError(f"expected an object, got {type(value).__name__}")
+    return value
+
+
+def parse_arguments(text: str) -> dict[str, Any]:
+    """Tool-call arguments streamed as JSON text; they must be one JSON object."""
+    if not text.strip():
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise MalformedResponse("tool-call arguments are not valid JSON") from None
+    if not isinstance(value, dict):
+        raise MalformedResponse("tool-call arguments are not a JSON object")
+    return value

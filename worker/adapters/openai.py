@@ -1,0 +1,198 @@
+"""OpenAI Chat Completions, and what speaks it: Azure OpenAI, vLLM, Ollama."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+from worker.adapters.base import Completion, Event, ProviderCall, TextDelta, ToolCallDelta
+from worker.adapters.http import (
+    HttpAdapter,
+    HttpRequest,
+    StreamDecoder,
+    as_int,
+    as_object,
+    as_str,
+    parse_arguments,
+)
+from worker.adapters.sse import SseEvent
+from worker.errors import ConnectionFailed
+from worker.models import Message, Tool, ToolCall, Usage
+from worker.policy import classify_stream_error
+
+__all__ = ["OpenAIAdapter"]
+
+# OpenAI deprecated `max_tokens` for `max_completion_tokens` (its reasoning models
+# reject the old name, Azure accepts the new one since 2024-09-01-preview), while
+# local OpenAI-compatible servers (Ollama, older vLLM) only know `max_tokens`.
+_NEW_LIMIT_HOSTS = ("api.openai.com",)
+
+
+class OpenAIAdapter(HttpAdapter):
+    """Chat Completions; Azure OpenAI when the provider has an `azure_api_version`."""
+
+    kind = "openai"
+
+    def request(self, call: ProviderCall) -> HttpRequest:
+        base = self._provider.base_url.rstrip("/")
+        headers = {"accept": "text/event-stream" if call.stream else "application/json"}
+        version = self._provider.azure_api_version
+        if version is not None:
+            url = (
+                f"{base}/deployments/{quote(call.model_id, safe='')}/chat/completions"
+                f"?api-version={quote(version, safe='')}"
+            )
+            if self._secret:
+                headers["api-key"] = self._secret
+        else:
+            url = f"{base}/chat/completions"
+            if self._secret:
+                headers["authorization"] = f"Bearer {self._secret}"
+        host = urlsplit(base).hostname or ""
+        new_limit = version is not None or host in _NEW_LIMIT_HOSTS
+        body: dict[str, Any] = {
+            "model": call.model_id,
+            "messages": [_message(message) for message in call.messages],
+            "max_completion_tokens" if new_limit else "max_tokens": call.max_tokens,
+        }
+        if call.tools:
+            body["tools"] = [_tool(tool) for tool in call.tools]
+        if call.stream:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
+        return HttpRequest(url=url, headers=headers, body=body)
+
+    def parse(self, body: Any) -> Completion:
+        choice = as_object(as_object(body)["choices"][0])
+        message = as_object(choice["message"])
+        calls = tuple(
+            ToolCall(
+                id=as_str(item.get("id")) or _new_id(),
+                name=as_str(item["function"]["name"]),
+                arguments=parse_arguments(as_str(item["function"].get("arguments"))),
+            )
+            for item in message.get("tool_calls") or ()
+        )
+        return Completion(
+            text=as_str(message.get("content")),
+            tool_calls=calls,
+            usage=_usage(body.get("usage")),
+            finish_reason=as_str(choice.get("finish_reason")) or None,
+        )
+
+    def decoder(self) -> StreamDecoder:
+        return _ChunkDecoder()
+
+
+def _message(message: Message) -> dict[str, Any]:
+    out: dict[str, Any] = {"role": message.role, "content": message.content}
+    if message.tool_calls:
+        out["content"] = message.content or None
+        out["tool_calls"] = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
+            }
+            for call in message.tool_calls
+        ]
+    if message.tool_call_id is not None:
+        out["tool_call_id"] = message.tool_call_id
+    return out
+
+
+def _tool(tool: Tool) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {
+            "name": tool.name,
+            "description": tool.description,
+            "parameters": tool.parameters,
+        },
+    }
+
+
+def _usage(raw: Any) -> Usage:
+    if raw is None:
+        return Usage()
+    usage = as_object(raw)
+    return Usage(
+        input_tokens=as_int(usage.get("prompt_tokens")),
+        output_tokens=as_int(usage.get("completion_tokens")),
+    )
+
+
+def _new_id() -> str:
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
+class _PendingCall:
+    __slots__ = ("arguments", "id", "name")
+
+    def __init__(self) -> None:
+        self.id = ""
+        self.name = ""
+        self.arguments: list[str] = []
+
+
+class _ChunkDecoder:
+    """`data: {chunk}` lines until `data: [DONE]`; usage rides on a last, choice-less chunk."""
+
+    def __init__(self) -> None:
+        self.finished = False
+        self._text: list[str] = []
+        self._calls: dict[int, _PendingCall] = {}
+        self._usage = Usage()
+        self._finish_reason: str | None = None
+
+    def feed(self, event: SseEvent) -> list[Event]:
+        if event.data.strip() == "[DONE]":
+            self.finished = True
+            return []
+        chunk = as_object(json.loads(event.data))
+        if chunk.get("error") is not None:
+            raise classify_stream_error("openai", chunk)
+        if chunk.get("usage") is not None:
+            self._usage = _usage(chunk["usage"])
+        events: list[Event] = []
+        for raw in chunk.get("choices") or ():
+            choice = as_object(raw)
+            delta = as_object(choice.get("delta") or {})
+            text = as_str(delta.get("content"))
+            if text:
+                self._text.append(text)
+                events.append(TextDelta(text))
+            events.extend(self._tool_delta(as_object(i)) for i in delta.get("tool_calls") or ())
+            if choice.get("finish_reason") is not None:
+                self._finish_reason = as_str(choice["finish_reason"])
+        return events
+
+    def _tool_delta(self, item: dict[str, Any]) -> ToolCallDelta:
+        index = as_int(item.get("index"))
+        pending = self._calls.setdefault(index, _PendingCall())
+        function = as_object(item.get("function") or {})
+        name, arguments = as_str(function.get("name")), as_str(function.get("arguments"))
+        pending.id = pending.id or as_str(item.get("id"))
+        pending.name += name
+        pending.arguments.append(arguments)
+        return ToolCallDelta(index=index, name=name, arguments=arguments)
+
+    def completion(self) -> Completion:
+        if not self.finished:
+            raise ConnectionFailed("stream ended before [DONE]")
+        calls = tuple(
+            ToolCall(
+                id=pending.id or _new_id(),
+                name=pending.name,
+                arguments=parse_arguments("".join(pending.arguments)),
+            )
+            for _, pending in sorted(self._calls.items())
+        )
+        return Completion(
+            text="".join(self._text),
+            tool_calls=calls,
+            usage=self._usage,
+            finish_reason=self._finish_reason,
+        )

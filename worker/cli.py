@@ -1,0 +1,118 @@
+"""The `relevo` command.
+
+Exit status: 0 ok, 3 degraded, 4 failed, 5 rejected, 2 bad usage or configuration.
+Errors the user can fix are one line on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from worker.errors import ConfigError, InputError
+from worker.models import Status, TurnRequest, TurnResult, parse_turn_request
+from worker.settings import Settings, load_settings
+
+__all__ = ["main"]
+
+EXIT_USAGE = 2
+EXIT_CODES = {Status.OK: 0, Status.DEGRADED: 3, Status.FAILED: 4, Status.REJECTED: 5}
+
+
+class UsageError(Exception):
+    """Bad arguments, input or configuration: exit 2 with the message."""
+
+
+def _read_input(source: str) -> bytes:
+    if source == "-":
+        return sys.stdin.buffer.read()
+    try:
+        return Path(source).read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read input {source}: {exc.strerror}") from None
+
+
+def _cmd_turn(args: argparse.Namespace) -> int:
+    settings = load_settings(args.config)
+    request = parse_turn_request(_read_input(args.input))
+    on_text = _echo_to_stderr if args.stream else None
+    if args.stream and not request.stream:
+        request = request.model_copy(update={"stream": True})
+    result = asyncio.run(_run_turn(settings, request, on_text))
+    print(result.to_json())
+    return EXIT_CODES[result.status]
+
+
+async def _run_turn(
+    settings: Settings, request: TurnRequest, on_text: Callable[[str], None] | None
+) -> TurnResult:
+    from worker.adapters import make_client
+    from worker.chain import Chain
+
+    async with make_client() as client:
+        chain = Chain.from_settings(settings, client)
+        return await chain.run(request, on_text=on_text)
+
+
+def _echo_to_stderr(text: str) -> None:
+    sys.stderr.write(text)
+    sys.stderr.flush()
+
+
+def _cmd_simulate(args: argparse.Namespace) -> int:
+    from worker.simulator import serve
+
+    serve(args.host, args.port)
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from worker.demo import run_demo
+
+    run_demo(concurrency=args.concurrency)
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="relevo", description=__doc__.splitlines()[0])
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    turn = commands.add_parser("turn", help="run one turn through the chain, print the result")
+    turn.add_argument("--config", required=True, help="chain configuration (TOML)")
+    turn.add_argument("--input", default="-", help="turn request JSON file, or - for stdin")
+    turn.add_argument("--stream", action="store_true", help="stream content to stderr")
+    turn.set_defaults(func=_cmd_turn)
+
+    simulate = commands.add_parser("simulate", help="serve simulated providers on loopback")
+    simulate.add_argument("--host", default="127.0.0.1")
+    simulate.add_argument("--port", type=int, default=8900)
+    simulate.set_defaults(func=_cmd_simulate)
+
+    demo = commands.add_parser("demo", help="run turns against misbehaving simulated providers")
+    demo.add_argument("--concurrency", type=int, default=20)
+    demo.set_defaults(func=_cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `relevo` console script."""
+    from worker.logs import configure_logging
+
+    args = _parser().parse_args(argv)
+    configure_logging(level=args.log_level)
+    func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return func(args)
+    except (UsageError, ConfigError, InputError) as exc:
+        print(f"relevo: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

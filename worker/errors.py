@@ -1,0 +1,142 @@
+"""relevo's exceptions.
+
+Provider and httpx errors are translated once, in the adapters; nothing above
+them sees an httpx exception. The class of a `ProviderError` decides what the
+chain does next (see `worker.policy.RULES`).
+
+    RelevoError
+    ├── ConfigError            a bad configuration, naming the key
+    ├── InputError             a bad turn request, naming the field
+    ├── DeadlineExceeded       the turn's deadline passed
+    ├── ProviderError          one attempt failed
+    │   ├── ServerError            500 / 502 / 504, Anthropic api_error
+    │   ├── Overloaded             503 overloaded, Anthropic 529
+    │   ├── FirstByteTimeout       nothing arrived before the first-byte timeout
+    │   ├── ResponseTimeout        content began but the answer did not finish in time
+    │   ├── ConnectionFailed       refused, reset or dropped before any content
+    │   ├── MalformedResponse      a body or stream that cannot be understood
+    │   ├── RateLimited            429 rate limit (maybe with Retry-After)
+    │   ├── QuotaExhausted         quota, credit, billing or spend limit
+    │   ├── AuthFailed             401 / 403
+    │   ├── InvalidRequest         400 / 404 / 413 / 422: the request itself is bad
+    │   └── ContextTooLong         the prompt exceeds the model's window
+    └── TurnFailed             every attempt's error, as an ExceptionGroup
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+__all__ = [
+    "AuthFailed",
+    "ConfigError",
+    "ConnectionFailed",
+    "ContextTooLong",
+    "DeadlineExceeded",
+    "FirstByteTimeout",
+    "InputError",
+    "InvalidRequest",
+    "MalformedResponse",
+    "Overloaded",
+    "ProviderError",
+    "QuotaExhausted",
+    "RateLimited",
+    "RelevoError",
+    "ResponseTimeout",
+    "ServerError",
+    "TurnFailed",
+]
+
+
+class RelevoError(Exception):
+    """Base class of every error relevo raises on purpose."""
+
+
+class ConfigError(RelevoError):
+    """The configuration cannot be used; the message names the key."""
+
+
+class InputError(RelevoError):
+    """A turn request cannot be run; the message names the field."""
+
+
+class DeadlineExceeded(RelevoError):
+    """The turn's deadline passed before a model answered."""
+
+    code: ClassVar[str] = "deadline_exceeded"
+
+
+class ProviderError(RelevoError):
+    """One attempt at one model on one provider failed.
+
+    `code` is the stable name used in reports, logs and metrics.
+    """
+
+    code: ClassVar[str] = "provider_error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        provider_code: str | None = None,
+        retry_after_s: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.provider_code = provider_code
+        self.retry_after_s = retry_after_s
+
+    def __str__(self) -> str:
+        where = f"HTTP {self.status}" if self.status is not None else "no HTTP status"
+        kind = f" {self.provider_code}" if self.provider_code else ""
+        return f"{self.code} ({where}{kind}): {self.message}"
+
+
+class ServerError(ProviderError):
+    code = "server_error"
+
+
+class Overloaded(ProviderError):
+    code = "overloaded"
+
+
+class FirstByteTimeout(ProviderError):
+    code = "first_byte_timeout"
+
+
+class ResponseTimeout(ProviderError):
+    code = "response_timeout"
+
+
+class ConnectionFailed(ProviderError):
+    code = "connection_error"
+
+
+class MalformedResponse(ProviderError):
+    code = "malformed_response"
+
+
+class RateLimited(ProviderError):
+    code = "rate_limited"
+
+
+class QuotaExhausted(ProviderError):
+    code = "quota_exhausted"
+
+
+class AuthFailed(ProviderError):
+    code = "auth_failed"
+
+
+class InvalidRequest(ProviderError):
+    code = "invalid_request"
+
+
+class ContextTooLong(ProviderError):
+    code = "context_length_exceeded"
+
+
+class TurnFailed(RelevoError, ExceptionGroup[Exception]):
+    """No model answered; carries every attempt's error, in order."""

@@ -1,0 +1,194 @@
+"""The turn as callers see it: what goes in (`TurnRequest`) and what comes out (`TurnResult`)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    StringConstraints,
+    ValidationError,
+    model_validator,
+)
+
+from worker.errors import InputError, TurnFailed
+
+__all__ = [
+    "Attempt",
+    "AttemptOutcome",
+    "Message",
+    "Reply",
+    "Status",
+    "TenantId",
+    "Tool",
+    "ToolCall",
+    "TurnRequest",
+    "TurnResult",
+    "Usage",
+    "parse_turn_request",
+]
+
+# Tenant ids and turn ids become parts of Redis keys: a short, plain alphabet.
+TenantId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")]
+TurnId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")]
+ToolName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ToolCall(_Frozen):
+    """A call the assistant asked for; `arguments` is the parsed JSON object."""
+
+    id: str = Field(min_length=1, max_length=256)
+    name: ToolName
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class Message(_Frozen):
+    """One message of the conversation, in a provider-neutral shape."""
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = Field(default=None, max_length=256)
+
+    @model_validator(mode="after")
+    def _shape(self) -> Message:
+        if self.tool_calls and self.role != "assistant":
+            raise ValueError("only assistant messages carry tool_calls")
+        if self.role == "tool" and not self.tool_call_id:
+            raise ValueError("a tool message needs the tool_call_id it answers")
+        if self.role != "tool" and self.tool_call_id is not None:
+            raise ValueError("only tool messages carry a tool_call_id")
+        return self
+
+
+class Tool(_Frozen):
+    """A tool the model may call. `side_effects` marks tools that change the world."""
+
+    name: ToolName
+    description: str = Field(default="", max_length=4096)
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    side_effects: bool = False
+
+
+class TurnRequest(_Frozen):
+    """One agent turn: one LLM request with its messages and tools."""
+
+    turn_id: TurnId = Field(default_factory=lambda: uuid.uuid4().hex)
+    tenant_id: TenantId
+    messages: tuple[Message, ...] = Field(min_length=1)
+    tools: tuple[Tool, ...] = ()
+    max_tokens: int = Field(default=1024, ge=1, le=200_000)
+    stream: bool = False
+    deadline_s: float = Field(default=60.0, gt=0, le=3600)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TurnRequest:
+        if self.messages[-1].role not in ("user", "tool"):
+            raise ValueError("the last message must come from the user or a tool")
+        names = [tool.name for tool in self.tools]
+        if len(names) != len(set(names)):
+            raise ValueError("tool names must be unique")
+        return self
+
+
+def parse_turn_request(data: bytes | str | dict[str, Any]) -> TurnRequest:
+    """Validate a turn request from JSON or a dict; `InputError` names the bad field."""
+    try:
+        if isinstance(data, dict):
+            return TurnRequest.model_validate(data)
+        return TurnRequest.model_validate_json(data)
+    except ValidationError as exc:
+        raise InputError(describe_validation_error(exc)) from None
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """One line per problem, each naming its field; never echoes the input value."""
+    lines = []
+    for error in exc.errors(include_input=False, include_url=False):
+        where = ".".join(str(part) for part in error["loc"]) or "(root)"
+        lines.append(f"{where}: {error['msg']}")
+    return "; ".join(lines)
+
+
+class Status(StrEnum):
+    OK = "ok"
+    DEGRADED = "degraded"
+    FAILED = "failed"
+    REJECTED = "rejected"
+
+
+class AttemptOutcome(StrEnum):
+    OK = "ok"
+    ERROR = "error"
+    SKIPPED = "skipped"
+
+
+class Usage(_Frozen):
+    input_tokens: int = Field(default=0, ge=0)
+    output_tokens: int = Field(default=0, ge=0)
+
+
+class Reply(_Frozen):
+    """The assistant's answer: text and tool calls."""
+
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+
+
+class Attempt(_Frozen):
+    """One try or skip of one model on one provider."""
+
+    model: str
+    provider: str
+    provider_model: str
+    outcome: AttemptOutcome
+    http_status: int | None = None
+    error_class: str | None = None
+    detail: str | None = None
+    latency_ms: int = 0
+    retry_index: int = 0
+
+
+class TurnResult(_Frozen):
+    """What a turn reports, outside the model's context."""
+
+    turn_id: str
+    tenant_id: str
+    status: Status
+    reason: str | None = None
+    primary_model: str
+    effective_model: str | None = None
+    effective_provider: str | None = None
+    step: int | None = None
+    attempts: tuple[Attempt, ...] = ()
+    reply: Reply | None = None
+    usage: Usage = Usage()
+    cost_micros: int = 0
+    degradation: str | None = None
+    degradation_message: str | None = None
+    read_only: bool = False
+    dropped_tools: tuple[str, ...] = ()
+    trimmed_messages: int = 0
+    latency_ms: int = 0
+
+    _errors: tuple[Exception, ...] = PrivateAttr(default=())
+
+    def raise_for_status(self) -> TurnResult:
+        """Raise `TurnFailed` with every attempt's error unless a model answered."""
+        if self.status in (Status.FAILED, Status.REJECTED):
+            errors = list(self._errors) or [RuntimeError(self.reason or self.status)]
+            raise TurnFailed(f"turn {self.turn_id} {self.status}: {self.reason}", errors)
+        return self
+
+    def to_json(self) -> str:
+        return json.dumps(self.model_dump(mode="json"), ensure_ascii=False)

@@ -1,0 +1,223 @@
+"""One typed settings object, read from a TOML file with environment overrides.
+
+Environment variables override the file: `RELEVO_TURN_DEADLINE_S=30`,
+`RELEVO_PROVIDERS__OPENAI__BASE_URL=http://127.0.0.1:8000/v1` (nested keys
+are joined with a double underscore). A bad configuration fails here, when it
+is loaded, with a `ConfigError` naming the key.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from decimal import ROUND_CEILING, Decimal
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from worker.errors import ConfigError
+
+__all__ = [
+    "ChainSettings",
+    "DegradationSettings",
+    "ModelSettings",
+    "ProviderSettings",
+    "RetrySettings",
+    "Serving",
+    "Settings",
+    "load_settings",
+]
+
+ModelSlug = Annotated[
+    str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._:-]*$")
+]
+Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")]
+MICROS_PER_DOLLAR = 1_000_000
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ProviderSettings(_Section):
+    """One provider endpoint and account."""
+
+    kind: Literal["openai", "anthropic", "gemini"]
+    base_url: str = Field(pattern=r"^https?://")
+    api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    api_key_file: Path | None = None
+    azure_api_version: str | None = None
+    first_byte_timeout_s: float = Field(default=15.0, gt=0)
+    total_timeout_s: float = Field(default=120.0, gt=0)
+
+    def api_key(self) -> str | None:
+        """The secret, read from the worker's environment or a mounted file."""
+        if self.api_key_file is not None:
+            try:
+                return self.api_key_file.read_text(encoding="utf-8").strip() or None
+            except OSError:
+                return None
+        if self.api_key_env:
+            return os.environ.get(self.api_key_env) or None
+        return None
+
+
+class Serving(_Section):
+    """A provider that serves a model, under that provider's own model id."""
+
+    provider: Name
+    model_id: str = Field(min_length=1, max_length=256)
+
+
+class ModelSettings(_Section):
+    """A model of the chain: who serves it, what it can do, what it costs."""
+
+    vendor: Name
+    serve: tuple[Serving, ...] = Field(min_length=1)
+    context_window: int = Field(gt=0)
+    tools: Literal["full", "read_only", "none"] = "full"
+    degrade_to_read_only: bool = False
+    input_usd_per_mtok: Decimal = Field(ge=0, default=Decimal(0))
+    output_usd_per_mtok: Decimal = Field(ge=0, default=Decimal(0))
+
+    @property
+    def input_micros_per_mtok(self) -> int:
+        return _to_micros(self.input_usd_per_mtok)
+
+    @property
+    def output_micros_per_mtok(self) -> int:
+        return _to_micros(self.output_usd_per_mtok)
+
+
+def _to_micros(dollars: Decimal) -> int:
+    return int((dollars * MICROS_PER_DOLLAR).to_integral_value(rounding=ROUND_CEILING))
+
+
+class ChainSettings(_Section):
+    """The ordered models a turn may use: the primary first."""
+
+    models: tuple[ModelSlug, ...] = Field(min_length=2, max_length=3)
+
+
+class RetrySettings(_Section):
+    """The per-model retry: at most one, short, jittered."""
+
+    retries_per_model: int = Field(default=1, ge=0, le=1)
+    base_delay_s: float = Field(default=0.2, ge=0, le=5)
+    retry_after_cap_s: float = Field(default=5.0, ge=0, le=60)
+
+
+class DegradationSettings(_Section):
+    """What a turn does when money, not health, stops it."""
+
+    action: Literal["message", "handoff", "read_only"] = "message"
+    message: str = Field(
+        default="The assistant is unavailable right now; a person will follow up.",
+        max_length=2000,
+    )
+
+
+class Settings(BaseSettings):
+    """Everything relevo is configured with."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="RELEVO_",
+        env_nested_delimiter="__",
+        frozen=True,
+        extra="forbid",
+    )
+
+    turn_deadline_s: float = Field(default=60.0, gt=0, le=3600)
+    chain: ChainSettings
+    providers: dict[Name, ProviderSettings] = Field(min_length=1)
+    models: dict[ModelSlug, ModelSettings] = Field(min_length=2)
+    retry: RetrySettings = RetrySettings()
+    degradation: DegradationSettings = DegradationSettings()
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The file's contents arrive as init arguments; the environment overrides them.
+        return env_settings, init_settings
+
+    def check(self) -> None:
+        """Cross-references that a single field cannot see."""
+        problems = []
+        if len(set(self.chain.models)) != len(self.chain.models):
+            problems.append("chain.models: a model appears twice")
+        for index, slug in enumerate(self.chain.models):
+            if slug not in self.models:
+                problems.append(f"chain.models[{index}]: {slug!r} is not defined under [models]")
+        for slug, model in self.models.items():
+            for index, serving in enumerate(model.serve):
+                if serving.provider not in self.providers:
+                    problems.append(
+                        f'models."{slug}".serve[{index}].provider: '
+                        f"{serving.provider!r} is not defined under [providers]"
+                    )
+        if problems:
+            raise ConfigError("; ".join(problems))
+
+    def chain_providers(self) -> list[str]:
+        """The providers the chain can call, in order of first use."""
+        names: dict[str, None] = {}
+        for slug in self.chain.models:
+            for serving in self.models[slug].serve:
+                names[serving.provider] = None
+        return list(names)
+
+    def check_secrets(self) -> None:
+        """Every provider the chain needs has its API key where the config says."""
+        for name in self.chain_providers():
+            provider = self.providers[name]
+            if provider.api_key_env is None and provider.api_key_file is None:
+                continue
+            if provider.api_key() is None:
+                source = (
+                    f"file {provider.api_key_file}"
+                    if provider.api_key_file is not None
+                    else f"environment variable {provider.api_key_env}"
+                )
+                key = "api_key_file" if provider.api_key_file is not None else "api_key_env"
+                raise ConfigError(f"providers.{name}.{key}: no API key in {source}")
+
+
+def load_settings(
+    path: Path | str | None = None,
+    *,
+    data: dict[str, Any] | None = None,
+    require_secrets: bool = True,
+) -> Settings:
+    """Load and check the configuration from a TOML file (or a dict), then the environment."""
+    raw: dict[str, Any] = dict(data or {})
+    if path is not None:
+        try:
+            raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(f"cannot read configuration file {path}: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    try:
+        settings = Settings(**raw)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc)) from None
+    settings.check()
+    if require_secrets:
+        settings.check_secrets()
+    return settings
+
+
+def _describe(exc: ValidationError) -> str:
+    lines = []
+    for error in exc.errors(include_input=False, include_url=False):
+        parts = [f'"{p}"' if isinstance(p, str) and "/" in p else str(p) for p in error["loc"]]
+        lines.append(f"{'.'.join(parts) or '(root)'}: {error['msg']}")
+    return "; ".join(lines)

@@ -1,0 +1,424 @@
+"""Canned provider errors with the providers' real statuses, body shapes and headers.
+
+The simulated providers answer with these, and the policy tests classify them, so
+both sides agree on what a provider really sends. Where each shape comes from:
+
+- OpenAI: API reference "Error codes" guide (401 invalid_api_key, 403 unsupported
+  region, 429 rate_limit_exceeded / insufficient_quota, 500, 503 overloaded), the
+  "Spend limits" guide (429 with organization/project spend-limit codes under the
+  `insufficient_quota` type), and bodies quoted verbatim in public issue threads
+  (context_length_exceeded, model_not_found, billing_hard_limit_reached). Body:
+  `{"error": {"message", "type", "param", "code"}}`. Mid-stream, Chat Completions
+  sends one `data:` line carrying the same `error` object and no `choices`.
+- Anthropic: Claude API "Errors" page (error shape with `request_id`; 400, 401,
+  403, 404, 413, 429, 500, 529 and their `error.type`), the "Rate limits" and
+  spend-limit pages (429 with `retry-after`; 429 with `details.error_code =
+  enforced_spend_limit_reached`; 400 "specified [workspace] API usage limits"),
+  the SDKs' `BillingError` (402 billing_error), `timeout_error` (504), and issue
+  threads for the credit-balance and "prompt is too long" messages. Mid-stream:
+  the "Streaming Messages" page's `event: error` with the same `error` object.
+- Gemini: Gemini API "Troubleshooting" page (HTTP code / status table:
+  INVALID_ARGUMENT, FAILED_PRECONDITION, PERMISSION_DENIED, NOT_FOUND,
+  RESOURCE_EXHAUSTED, INTERNAL, UNAVAILABLE, DEADLINE_EXCEEDED), the invalid key
+  body with `google.rpc.ErrorInfo` reason API_KEY_INVALID, and 429 bodies with
+  `google.rpc.QuotaFailure` and `google.rpc.RetryInfo` (`retryDelay`) quoted in
+  google-gemini/gemini-cli issues. Body: `{"error": {"code", "message", "status",
+  "details"}}`; mid-stream (`alt=sse`) the same object arrives as a `data:` line.
+- Proxies: an HTML 502 page as Cloudflare/nginx serve it, and an empty 503.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args
+
+__all__ = [
+    "NAMES",
+    "STREAM_NAMES",
+    "CannedError",
+    "Kind",
+    "canned",
+    "canned_stream",
+    "stream_frame",
+]
+
+Kind = Literal["openai", "anthropic", "gemini"]
+KINDS: tuple[Kind, ...] = get_args(Kind)
+
+
+@dataclass(frozen=True, slots=True)
+class CannedError:
+    """One provider error response: status, body and headers as sent on the wire."""
+
+    status: int
+    body: bytes | str | dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def body_bytes(self) -> bytes:
+        """The body as the server writes it (dicts as compact JSON)."""
+        if isinstance(self.body, bytes):
+            return self.body
+        if isinstance(self.body, str):
+            return self.body.encode()
+        return json.dumps(self.body, separators=(",", ":")).encode()
+
+
+_JSON = {"content-type": "application/json"}
+_GOOGLE_JSON = {"content-type": "application/json; charset=UTF-8"}
+_PROXY_502 = CannedError(
+    502,
+    "<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n"
+    "<center><h1>502 Bad Gateway</h1></center>\r\n<hr><center>cloudflare</center>\r\n"
+    "</body>\r\n</html>\r\n",
+    {"content-type": "text/html", "server": "cloudflare"},
+)
+_EMPTY_503 = CannedError(503, b"", {"content-length": "0"})
+
+
+def _openai(
+    status: int, message: str, type_: str, code: str | None, param: str | None = None, **hdr: str
+) -> CannedError:
+    error = {"message": message, "type": type_, "param": param, "code": code}
+    return CannedError(status, {"error": error}, {**_JSON, **_headers(hdr)})
+
+
+def _anthropic(
+    status: int, type_: str, message: str, details: dict[str, str] | None = None, **hdr: str
+) -> CannedError:
+    error: dict[str, Any] = {"type": type_, "message": message}
+    if details is not None:
+        error["details"] = details
+    body = {"type": "error", "error": error, "request_id": "req_011CSHoEeqs5C35K2UUqR7Fy"}
+    headers = {**_JSON, "request-id": "req_011CSHoEeqs5C35K2UUqR7Fy", **_headers(hdr)}
+    return CannedError(status, body, headers)
+
+
+def _gemini(status: int, grpc: str, message: str, *details: dict[str, Any]) -> CannedError:
+    error: dict[str, Any] = {"code": status, "message": message, "status": grpc}
+    if details:
+        error["details"] = list(details)
+    return CannedError(status, {"error": error}, dict(_GOOGLE_JSON))
+
+
+def _headers(kwargs: Mapping[str, str]) -> dict[str, str]:
+    return {name.replace("_", "-"): value for name, value in kwargs.items()}
+
+
+_RPC = "type.googleapis.com/google.rpc."
+_GEMINI_QUOTA = {
+    "@type": _RPC + "QuotaFailure",
+    "violations": [
+        {
+            "quotaMetric": "generativelanguage.googleapis.com/generate_content_free_tier_requests",
+            "quotaId": "GenerateRequestsPerMinutePerProjectPerModel-FreeTier",
+            "quotaDimensions": {"location": "global", "model": "gemini-2.0-flash"},
+            "quotaValue": "15",
+        }
+    ],
+}
+_GEMINI_HELP = {
+    "@type": _RPC + "Help",
+    "links": [
+        {
+            "description": "Learn more about Gemini API quotas",
+            "url": "https://ai.google.dev/gemini-api/docs/rate-limits",
+        }
+    ],
+}
+_GEMINI_KEY = {
+    "@type": _RPC + "ErrorInfo",
+    "reason": "API_KEY_INVALID",
+    "domain": "googleapis.com",
+    "metadata": {"service": "generativelanguage.googleapis.com"},
+}
+_KEY_MSG = "API key not valid. Please pass a valid API key."
+_OAI_QUOTA = (
+    "You exceeded your current quota, please check your plan and billing details. For more "
+    "information on this error, read the docs: "
+    "https://platform.openai.com/docs/guides/error-codes/api-errors."
+)
+_OVERLOADED = "Our servers are currently overloaded. Please try again later."
+_OAI_500 = "The server had an error while processing your request. Sorry about that!"
+
+_CATALOGUE: dict[Kind, dict[str, CannedError]] = {
+    "openai": {
+        "rate_limit_exceeded": _openai(
+            429,
+            "Rate limit reached for gpt-4o in organization org-XXXX on requests per min (RPM): "
+            "Limit 500, Used 500, Requested 1. Please try again in 120ms. Visit "
+            "https://platform.openai.com/account/rate-limits to learn more.",
+            "requests",
+            "rate_limit_exceeded",
+            retry_after="1",
+            x_ratelimit_limit_requests="500",
+            x_ratelimit_remaining_requests="0",
+            x_ratelimit_reset_requests="120ms",
+        ),
+        "insufficient_quota": _openai(429, _OAI_QUOTA, "insufficient_quota", "insufficient_quota"),
+        "credit_balance_exhausted": _openai(
+            429, _OAI_QUOTA, "insufficient_quota", "credit_balance_exhausted"
+        ),
+        "project_spend_limit_exceeded": _openai(
+            429, _OAI_QUOTA, "insufficient_quota", "project_spend_limit_exceeded"
+        ),
+        "billing_hard_limit_reached": _openai(
+            400,
+            "Billing hard limit has been reached",
+            "invalid_request_error",
+            "billing_hard_limit_reached",
+        ),
+        "server_error": _openai(500, _OAI_500, "server_error", None),
+        "server_is_overloaded": _openai(
+            503, _OVERLOADED, "service_unavailable_error", "server_is_overloaded"
+        ),
+        "engine_overloaded": _openai(
+            503, "The engine is currently overloaded, please try again later", "server_error", None
+        ),
+        "invalid_api_key": _openai(
+            401,
+            "Incorrect API key provided: sk-proj-****abcd. You can find your API key at "
+            "https://platform.openai.com/account/api-keys.",
+            "invalid_request_error",
+            "invalid_api_key",
+        ),
+        "unsupported_region": _openai(
+            403,
+            "Country, region, or territory not supported",
+            "request_forbidden",
+            "unsupported_country_region_territory",
+        ),
+        "model_not_found": _openai(
+            404,
+            "The model `gpt-9` does not exist or you do not have access to it.",
+            "invalid_request_error",
+            "model_not_found",
+        ),
+        "context_length_exceeded": _openai(
+            400,
+            "This model's maximum context length is 128000 tokens. However, your messages "
+            "resulted in 130563 tokens. Please reduce the length of the messages.",
+            "invalid_request_error",
+            "context_length_exceeded",
+            "messages",
+        ),
+        "invalid_request_error": _openai(
+            400, "'messages' is a required property", "invalid_request_error", None
+        ),
+        "proxy_502_html": _PROXY_502,
+        "empty_503": _EMPTY_503,
+    },
+    "anthropic": {
+        "api_error": _anthropic(500, "api_error", "Internal server error"),
+        "overloaded_error": _anthropic(
+            529, "overloaded_error", "Overloaded", x_should_retry="true"
+        ),
+        "rate_limit_error": _anthropic(
+            429,
+            "rate_limit_error",
+            "Number of request tokens has exceeded your per-minute rate limit "
+            "(https://docs.anthropic.com/en/api/rate-limits); see the response headers for "
+            "current usage. Please reduce the prompt length or the maximum tokens requested, "
+            "or try again later.",
+            retry_after="15",
+            anthropic_ratelimit_input_tokens_remaining="0",
+        ),
+        "authentication_error": _anthropic(401, "authentication_error", "invalid x-api-key"),
+        "permission_error": _anthropic(
+            403,
+            "permission_error",
+            "Your API key does not have permission to use the specified resource.",
+        ),
+        "not_found_error": _anthropic(404, "not_found_error", "model: claude-nonexistent-9"),
+        "request_too_large": _anthropic(
+            413, "request_too_large", "Request exceeds the maximum allowed number of bytes."
+        ),
+        "invalid_request_error": _anthropic(
+            400,
+            "invalid_request_error",
+            'messages: roles must alternate between "user" and "assistant", but found '
+            'multiple "user" roles in a row',
+        ),
+        "prompt_too_long": _anthropic(
+            400, "invalid_request_error", "prompt is too long: 208310 tokens > 200000 maximum"
+        ),
+        "spend_limit": _anthropic(
+            400,
+            "invalid_request_error",
+            "You have reached your specified API usage limits. You will regain access on "
+            "2025-06-01 at 00:00 UTC.",
+        ),
+        "workspace_spend_limit": _anthropic(
+            400,
+            "invalid_request_error",
+            "You have reached your specified workspace API usage limits. You will regain "
+            "access on 2025-06-01 at 00:00 UTC.",
+        ),
+        "credit_balance_too_low": _anthropic(
+            400,
+            "invalid_request_error",
+            "Your credit balance is too low to access the Anthropic API. Please go to Plans & "
+            "Billing to upgrade or purchase credits.",
+        ),
+        "enforced_spend_limit": _anthropic(
+            429,
+            "rate_limit_error",
+            "Your organization has reached its monthly usage limit for its tier.",
+            {"error_code": "enforced_spend_limit_reached"},
+        ),
+        "billing_error": _anthropic(
+            402, "billing_error", "Usage is blocked due to insufficient credits."
+        ),
+        "timeout_error": _anthropic(504, "timeout_error", "Request timed out"),
+        "proxy_502_html": _PROXY_502,
+        "empty_503": _EMPTY_503,
+    },
+    "gemini": {
+        "resource_exhausted": _gemini(
+            429,
+            "RESOURCE_EXHAUSTED",
+            "You exceeded your current quota, please check your plan and billing details. "
+            "For more information on this error, head to: "
+            "https://ai.google.dev/gemini-api/docs/rate-limits.",
+            _GEMINI_QUOTA,
+            _GEMINI_HELP,
+            {"@type": _RPC + "RetryInfo", "retryDelay": "27s"},
+        ),
+        "resource_exhausted_bare": _gemini(
+            429, "RESOURCE_EXHAUSTED", "Resource has been exhausted (e.g. check quota)."
+        ),
+        "unavailable": _gemini(
+            503, "UNAVAILABLE", "The model is overloaded. Please try again later."
+        ),
+        "internal": _gemini(
+            500,
+            "INTERNAL",
+            "An internal error has occurred. Please retry or report in "
+            "https://developers.generativeai.google/guide/troubleshooting",
+        ),
+        "invalid_argument": _gemini(
+            400,
+            "INVALID_ARGUMENT",
+            "Invalid JSON payload received. Unknown name \"foo\" at 'generation_config': "
+            "Cannot find field.",
+        ),
+        "api_key_invalid": _gemini(
+            400,
+            "INVALID_ARGUMENT",
+            _KEY_MSG,
+            _GEMINI_KEY,
+            {"@type": _RPC + "LocalizedMessage", "locale": "en-US", "message": _KEY_MSG},
+        ),
+        "context_too_long": _gemini(
+            400,
+            "INVALID_ARGUMENT",
+            "The input token count (1200293) exceeds the maximum number of tokens allowed "
+            "(1048576).",
+        ),
+        "failed_precondition": _gemini(
+            400,
+            "FAILED_PRECONDITION",
+            "Gemini API free tier is not available in your country. Please enable billing on "
+            "your project in Google AI Studio.",
+        ),
+        "permission_denied": _gemini(
+            403, "PERMISSION_DENIED", "The caller does not have permission"
+        ),
+        "not_found": _gemini(
+            404,
+            "NOT_FOUND",
+            "models/gemini-9 is not found for API version v1beta, or is not supported for "
+            "generateContent. Call ListModels to see the list of available models and their "
+            "supported methods.",
+        ),
+        "deadline_exceeded": _gemini(
+            504, "DEADLINE_EXCEEDED", "Deadline expired before operation could complete."
+        ),
+        "proxy_502_html": _PROXY_502,
+        "empty_503": _EMPTY_503,
+    },
+}
+
+_STREAM: dict[Kind, dict[str, dict[str, Any]]] = {
+    "openai": {
+        "server_error": {
+            "error": {"message": _OAI_500, "type": "server_error", "param": None, "code": None}
+        },
+        "server_is_overloaded": {
+            "error": {
+                "message": _OVERLOADED,
+                "type": "service_unavailable_error",
+                "param": None,
+                "code": "server_is_overloaded",
+            }
+        },
+    },
+    "anthropic": {
+        "overloaded_error": {
+            "type": "error",
+            "error": {"type": "overloaded_error", "message": "Overloaded"},
+        },
+        "api_error": {"type": "error", "error": {"type": "api_error", "message": "Internal error"}},
+    },
+    "gemini": {
+        "unavailable": {
+            "error": {
+                "code": 503,
+                "message": "The model is overloaded. Please try again later.",
+                "status": "UNAVAILABLE",
+            }
+        },
+        "internal": {
+            "error": {
+                "code": 500,
+                "message": "An internal error has occurred.",
+                "status": "INTERNAL",
+            }
+        },
+    },
+}
+
+NAMES: Mapping[Kind, tuple[str, ...]] = {kind: tuple(_CATALOGUE[kind]) for kind in KINDS}
+"""The canned HTTP error names of each provider kind."""
+
+STREAM_NAMES: Mapping[Kind, tuple[str, ...]] = {kind: tuple(_STREAM[kind]) for kind in KINDS}
+"""The canned mid-stream error names of each provider kind."""
+
+
+def canned(kind: Kind, name: str, *, retry_after_s: float | None = None) -> CannedError:
+    """A fresh copy of one canned error; `retry_after_s` sets the provider's wait hint.
+
+    OpenAI and Anthropic get `retry-after` (whole seconds, rounded up, as servers send
+    it) plus `retry-after-ms` so tests can ask for sub-second waits; Gemini gets the
+    `retryDelay` of a `google.rpc.RetryInfo` detail in the body, as Gemini sends it.
+    Raises `KeyError` for an unknown kind or name, `ValueError` for a bad wait.
+    """
+    error = copy.deepcopy(_CATALOGUE[kind][name])
+    if retry_after_s is None:
+        return error
+    if not math.isfinite(retry_after_s) or retry_after_s < 0:
+        raise ValueError(f"retry_after_s must be a finite number >= 0, got {retry_after_s!r}")
+    if kind == "gemini" and isinstance(error.body, dict):
+        details = error.body["error"].setdefault("details", [])
+        details[:] = [d for d in details if d.get("@type") != _RPC + "RetryInfo"]
+        delay = f"{retry_after_s:.3f}".rstrip("0").rstrip(".")
+        details.append({"@type": _RPC + "RetryInfo", "retryDelay": f"{delay}s"})
+        return error
+    error.headers["retry-after"] = str(math.ceil(retry_after_s))
+    error.headers["retry-after-ms"] = str(round(retry_after_s * 1000))
+    return error
+
+
+def canned_stream(kind: Kind, name: str) -> dict[str, Any]:
+    """A fresh copy of one mid-stream error payload (the JSON of the SSE `data:` line)."""
+    return copy.deepcopy(_STREAM[kind][name])
+
+
+def stream_frame(kind: Kind, payload: Mapping[str, Any]) -> bytes:
+    """`payload` framed as the provider sends it inside a `text/event-stream` body."""
+    data = json.dumps(payload, separators=(",", ":"))
+    prefix = "event: error\n" if kind == "anthropic" else ""
+    return f"{prefix}data: {data}\n\n".encode()

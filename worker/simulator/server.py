@@ -1,0 +1,180 @@
+"""The simulator's HTTP server: three provider APIs on one port, plus the `/_sim` admin API.
+
+Provider routes:
+
+    POST /v1/chat/completions                                 OpenAI (model in the body)
+    POST /openai/deployments/{deployment}/chat/completions    Azure OpenAI (model = deployment)
+    POST /v1/messages                                         Anthropic
+    POST /v1beta/models/{model}:generateContent               Gemini (also /v1/models/...)
+    POST /v1beta/models/{model}:streamGenerateContent?alt=sse
+
+Admin routes (JSON): see `worker.simulator.admin`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from aiohttp import web
+
+from worker.simulator.admin import STATE, add_admin_routes
+from worker.simulator.anthropic_wire import AnthropicDialect
+from worker.simulator.call import Call
+from worker.simulator.faults import Fault, Outcome
+from worker.simulator.gemini_wire import GeminiDialect
+from worker.simulator.openai_wire import OpenAIDialect
+from worker.simulator.state import RequestRecord, SimState
+from worker.simulator.wire import BadRequest, Dialect, Inspection
+
+__all__ = ["SHUTDOWN_GRACE_S", "build_app", "serve"]
+
+# Stalls are meant to outlast clients; on stop, in-flight calls get this long, then are cancelled.
+SHUTDOWN_GRACE_S = 0.2
+
+# Header names that carry an API key, in the order they are looked for; never recorded.
+_AUTH_HEADERS = ("authorization", "api-key", "x-api-key", "x-goog-api-key")
+_SECRET_HEADERS = frozenset((*_AUTH_HEADERS, "cookie", "proxy-authorization"))
+# Long conversations (context-trimming tests) must not hit aiohttp's 1 MiB default.
+_MAX_BODY_BYTES = 64 * 1024 * 1024
+
+_OPENAI = OpenAIDialect()
+_AZURE = OpenAIDialect(azure=True)
+_ANTHROPIC = AnthropicDialect()
+_GEMINI = GeminiDialect()
+_GEMINI_METHODS = {"generateContent": False, "streamGenerateContent": True}
+
+
+def build_app(state: SimState) -> web.Application:
+    """The aiohttp application serving the provider APIs and the admin API over `state`."""
+    app = web.Application(client_max_size=_MAX_BODY_BYTES)
+    app[STATE] = state
+    app.router.add_post("/v1/chat/completions", _openai)
+    app.router.add_post("/openai/deployments/{deployment}/chat/completions", _azure)
+    app.router.add_post("/v1/messages", _anthropic)
+    app.router.add_post("/v1beta/models/{spec}", _gemini)
+    app.router.add_post("/v1/models/{spec}", _gemini)
+    add_admin_routes(app)
+    return app
+
+
+def serve(host: str = "127.0.0.1", port: int = 8900, *, seed: int | None = None) -> None:
+    """Run the simulator in the foreground until interrupted (`relevo simulate`)."""
+    web.run_app(
+        build_app(SimState(seed)),
+        host=host,
+        port=port,
+        shutdown_timeout=SHUTDOWN_GRACE_S,
+        handler_cancellation=True,
+        access_log=None,
+        print=lambda _: print(f"relevo simulator listening on http://{host}:{port}", flush=True),
+    )
+
+
+async def _openai(request: web.Request) -> web.StreamResponse:
+    return await _serve_call(request, _OPENAI, model=None, stream=None)
+
+
+async def _azure(request: web.Request) -> web.StreamResponse:
+    model = request.match_info["deployment"]
+    return await _serve_call(request, _AZURE, model=model, stream=None)
+
+
+async def _anthropic(request: web.Request) -> web.StreamResponse:
+    return await _serve_call(request, _ANTHROPIC, model=None, stream=None)
+
+
+async def _gemini(request: web.Request) -> web.StreamResponse:
+    model, _, method = request.match_info["spec"].rpartition(":")
+    if not model or method not in _GEMINI_METHODS:
+        raise web.HTTPNotFound()
+    return await _serve_call(request, _GEMINI, model=model, stream=_GEMINI_METHODS[method])
+
+
+async def _serve_call(
+    request: web.Request, dialect: Dialect, *, model: str | None, stream: bool | None
+) -> web.StreamResponse:
+    state = request.app[STATE]
+    api = dialect.api
+    raw: Any = None
+    try:
+        raw = json.loads(await request.read())
+        if not isinstance(raw, dict):
+            raise BadRequest("the body must be a JSON object")
+        inspection = dialect.inspect(raw)
+    except ValueError as exc:  # JSONDecodeError and BadRequest
+        body = raw if isinstance(raw, dict) else {}
+        label = model or str(body.get("model") or "unknown")
+        record = _record(request, api=api, model=label, stream=False, body=body, inspection=None)
+        ticket = state.arrive(record)
+        ticket.finish(Outcome.ERROR, 400)
+        return web.json_response(dialect.error_body(400, str(exc)), status=400)
+    name = model or inspection.model or "unknown"
+    streaming = inspection.stream if stream is None else stream
+    record = _record(
+        request, api=api, model=name, stream=streaming, body=raw, inspection=inspection
+    )
+    ticket = state.arrive(record)
+    fault = state.take(name) or Fault()
+    call = Call(
+        request,
+        dialect,
+        ticket=ticket,
+        fault=fault,
+        model=name,
+        stream=streaming,
+        api_key=_api_key(request) if fault.echo_key else "",
+    )
+    try:
+        return await call.run(inspection)
+    except asyncio.CancelledError:
+        ticket.finish(Outcome.STALLED if call.silent else Outcome.ABANDONED, call.status)
+        raise
+    except ConnectionResetError:
+        ticket.finish(Outcome.ABANDONED, call.status)
+        return call.response or web.Response(status=499)
+
+
+def _auth_header(request: web.Request) -> str | None:
+    for name in _AUTH_HEADERS:
+        if name in request.headers:
+            return name
+    return "key" if "key" in request.query else None
+
+
+def _api_key(request: web.Request) -> str:
+    name = _auth_header(request)
+    if name is None:
+        return ""
+    value = request.query["key"] if name == "key" else request.headers[name]
+    return value.removeprefix("Bearer ").strip()
+
+
+def _record(
+    request: web.Request,
+    *,
+    api: str,
+    model: str,
+    stream: bool,
+    body: Mapping[str, Any],
+    inspection: Inspection | None,
+) -> RequestRecord:
+    return RequestRecord(
+        seq=0,
+        api=api,
+        model=model,
+        path=request.path,
+        query={k: v for k, v in request.query.items() if k != "key"},
+        stream=stream,
+        auth_header=_auth_header(request),
+        headers={
+            k.lower(): v for k, v in request.headers.items() if k.lower() not in _SECRET_HEADERS
+        },
+        body=body,
+        tools=inspection.tools if inspection else (),
+        message_count=inspection.message_count if inspection else 0,
+        outcome=None,
+        status=None,
+    )

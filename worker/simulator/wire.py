@@ -1,0 +1,183 @@
+"""What the three simulated APIs share: the reply to send and the `Dialect` each API speaks.
+
+A reply is a list of content *pieces* (text tokens, then a tool call's name and
+argument fragments); each dialect renders them as its own JSON body or SSE
+events, so faults that count tokens work the same way on every API.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from worker.simulator.faults import Fault
+
+__all__ = [
+    "BadRequest",
+    "Dialect",
+    "Inspection",
+    "Reply",
+    "ToolReply",
+    "build_reply",
+    "estimate_tokens",
+    "fragments",
+    "require",
+    "sse",
+]
+
+_FILLER = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel")
+_FRAGMENT_CHARS = 8
+
+
+class BadRequest(ValueError):
+    """The request body is not what the API accepts; answered with a 400."""
+
+
+@dataclass(frozen=True, slots=True)
+class Inspection:
+    """What the simulator reads from a request body."""
+
+    model: str | None
+    stream: bool
+    input_tokens: int
+    message_count: int
+    tools: tuple[str, ...]
+    max_tokens: int | None
+    include_usage: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ToolReply:
+    """A tool call the simulated model makes; each dialect prefixes `id` its own way."""
+
+    id: str
+    name: str
+    arguments: Mapping[str, Any]
+
+    @property
+    def arguments_json(self) -> str:
+        """The arguments as the JSON text OpenAI sends."""
+        return json.dumps(dict(self.arguments), separators=(",", ":"))
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """One answer, before it is put on the wire."""
+
+    seq: int
+    model: str
+    created: int
+    tokens: tuple[str, ...]
+    tool: ToolReply | None
+    input_tokens: int
+    truncated: bool
+    include_usage: bool
+
+    @property
+    def text(self) -> str:
+        """The whole text."""
+        return "".join(self.tokens)
+
+    @property
+    def output_tokens(self) -> int:
+        """Text tokens plus a rough count for the tool call."""
+        tool = (
+            0 if self.tool is None else estimate_tokens(self.tool.name + self.tool.arguments_json)
+        )
+        return len(self.tokens) + tool
+
+    @property
+    def total_tokens(self) -> int:
+        """Input plus output tokens."""
+        return self.input_tokens + self.output_tokens
+
+
+class Dialect(Protocol):
+    """One provider API's request fields, bodies and stream events."""
+
+    api: str
+    separator: bytes
+
+    def inspect(self, body: Mapping[str, Any]) -> Inspection:
+        """Read the request; raise `BadRequest` when the API would refuse it."""
+        ...
+
+    def reply_body(self, reply: Reply) -> dict[str, Any]:
+        """The non-streaming success body."""
+        ...
+
+    def preamble(self, reply: Reply) -> list[bytes]:
+        """Stream events sent before any content (bookkeeping only)."""
+        ...
+
+    def pieces(self, reply: Reply) -> list[bytes]:
+        """One chunk of stream events per content piece."""
+        ...
+
+    def ending(self, reply: Reply) -> list[bytes]:
+        """Stream events after the content: finish reason, usage, end marker."""
+        ...
+
+    def stream_error(self, payload: Mapping[str, Any] | None) -> bytes:
+        """A mid-stream error event (`payload` replaces the usual data)."""
+        ...
+
+    def error_body(self, status: int, message: str) -> dict[str, Any]:
+        """The API's error envelope for `status`."""
+        ...
+
+
+def sse(data: Any, *, event: str | None = None, separator: bytes = b"\n\n") -> bytes:
+    """One server-sent event whose data is `data` as JSON (or as it is, when a str)."""
+    text = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
+    head = f"event: {event}\n" if event is not None else ""
+    return f"{head}data: {text}".encode() + separator
+
+
+def estimate_tokens(text: str) -> int:
+    """About four characters a token, at least one."""
+    return max(1, len(text) // 4)
+
+
+def fragments(text: str) -> list[str]:
+    """`text` cut in short pieces, as tool-call arguments are streamed."""
+    return [text[i : i + _FRAGMENT_CHARS] for i in range(0, len(text), _FRAGMENT_CHARS)] or [""]
+
+
+def build_reply(seq: int, model: str, fault: Fault, request: Inspection) -> Reply:
+    """The deterministic answer of `model` to `request`: "Answer from <model>." then filler."""
+    words = ["Answer", "from", f"{model}."]
+    wanted = fault.reply_tokens
+    limit = request.max_tokens
+    truncated = fault.reply_tool is None and limit is not None and wanted > limit
+    count = min(wanted, limit) if truncated and limit is not None else wanted
+    tokens: list[str] = []
+    for i in range(count):
+        word = words[i] if i < len(words) else _FILLER[(i - len(words)) % len(_FILLER)]
+        tokens.append(word if i == 0 else f" {word}")
+    tool = None
+    if fault.reply_tool is not None:
+        tool = ToolReply(f"{seq:08d}", fault.reply_tool, dict(fault.tool_args))
+        if not fault.tool_with_text:
+            tokens = []
+    return Reply(
+        seq=seq,
+        model=model,
+        created=int(time.time()),
+        tokens=tuple(tokens),
+        tool=tool,
+        input_tokens=request.input_tokens,
+        truncated=truncated,
+        include_usage=request.include_usage,
+    )
+
+
+def require(body: Mapping[str, Any], key: str, kind: type) -> Any:
+    """`body[key]`, which must be a `kind` (never a bool), else `BadRequest` naming the key."""
+    value = body.get(key)
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise BadRequest(f"{key}: field required, of type {kind.__name__}")
+    return value
