@@ -1,0 +1,88 @@
+"""Turns held while the kill switch is on, kept in a Redis stream for a later replay.
+
+Taking is read-and-delete in one Lua script: each held turn is handed to exactly one
+replayer. A replayer that dies between taking and resubmitting loses what it took, so
+replay takes small batches and resubmits each turn to the durable task queue at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
+
+from breakers._errors import unavailable_as_error
+from breakers.keys import Keys, validate_name
+from breakers.scripts import Parse, Scripts, raise_if_error, run_one, text
+
+__all__ = ["HeldTurn", "HeldTurns"]
+
+
+@dataclass(frozen=True)
+class HeldTurn:
+    """One held turn: its stream id (which encodes when it was held), turn id and payload."""
+
+    id: str
+    turn_id: str
+    payload: str
+
+    @property
+    def held_at_ms(self) -> int:
+        """Redis server time (ms) the turn was held."""
+        return int(self.id.split("-", 1)[0])
+
+
+def _turn(entry_id: object, flat: list[Any] | dict[Any, Any]) -> HeldTurn:
+    pairs = flat.items() if isinstance(flat, dict) else zip(flat[::2], flat[1::2], strict=True)
+    fields = {text(k): text(v) for k, v in pairs}
+    return HeldTurn(text(entry_id), fields["turn_id"], fields["payload"])
+
+
+class HeldTurns:
+    """The stream of held turns (no TTL: they wait for a person; capped at `max_len`)."""
+
+    def __init__(self, redis: Redis, *, namespace: str = "relevo", max_len: int = 100_000) -> None:
+        self._redis = redis
+        self._keys = Keys(namespace)
+        self._scripts = Scripts(redis)
+        self._max_len = max_len
+
+    async def hold(self, turn_id: str, payload: str) -> str:
+        """Keep a turn for replay; return its stream id."""
+        validate_name(turn_id, "turn_id")
+        async with unavailable_as_error("hold turn"):
+            entry_id = await self._redis.xadd(
+                self._keys.held,
+                {"turn_id": turn_id, "payload": payload},
+                maxlen=self._max_len,
+                approximate=True,
+            )
+        return text(entry_id)
+
+    async def held(self, limit: int = 100) -> list[HeldTurn]:
+        """The oldest held turns, without taking them."""
+        async with unavailable_as_error("list held turns"):
+            rows = await self._redis.xrange(self._keys.held, count=limit)
+        return [_turn(entry_id, fields) for entry_id, fields in rows or [] if fields]
+
+    async def count(self) -> int:
+        """How many turns are held."""
+        async with unavailable_as_error("count held turns"):
+            return int(await self._redis.xlen(self._keys.held))
+
+    async def take(self, limit: int = 10) -> list[HeldTurn]:
+        """Remove and return up to `limit` of the oldest held turns; no one else gets them."""
+
+        def queue(pipe: Pipeline) -> Parse[list[HeldTurn]]:
+            self._scripts.queue(pipe, "take_held", [self._keys.held], [limit])
+
+            async def parse(reply: object) -> list[HeldTurn]:
+                row: list[Any] = raise_if_error(reply)
+                return [_turn(row[i], row[i + 1]) for i in range(0, len(row), 2)]
+
+            return parse
+
+        async with unavailable_as_error("take held turns"):
+            return await run_one(self._redis, self._scripts, queue)

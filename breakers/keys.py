@@ -1,0 +1,124 @@
+"""Every Redis key `breakers` writes, in one place.
+
+All keys of a namespace share the Redis Cluster hash tag ``{namespace}``, so one
+Lua script may touch any of them. Layout (``N`` = namespace)::
+
+    {N}:kill                  hash    who, why, since_ms            (no TTL: set by a person)
+    {N}:held                  stream  turn_id, payload              (no TTL: turns kept for replay)
+    {N}:br:<scope>            hash    state, opened_at_ms, until_ms, break_ms, streak, pinned
+    {N}:win:<scope>           hash    c<bucket> / f<bucket> call and failure counts
+    {N}:probe:<scope>         zset    probe holder -> slot expiry (ms)
+    {N}:cool:<account>|<model> string cooldown end (ms), PX = the cooldown
+    {N}:exh:<account>         string  exhausted-mark end (ms), PX = the mark's TTL
+    {N}:idx:scopes            zset    scope -> last seen (ms)        operators' listing
+    {N}:idx:cool              zset    "<account>|<model>" -> end (ms)
+    {N}:idx:exh               zset    account -> end (ms)
+
+Every key a worker writes carries a TTL that the Lua scripts refresh.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from breakers.errors import InvalidNameError
+
+__all__ = ["MAX_NAME_CHARS", "NAME_ALPHABET", "Keys", "validate_name"]
+
+MAX_NAME_CHARS = 200
+NAME_ALPHABET = "A-Z a-z 0-9 and . _ - : / @"
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@-]*")
+PAIR_SEPARATOR = "|"  # outside the alphabet, so "<account>|<model>" splits back unambiguously
+
+
+def validate_name(name: str, what: str = "name") -> str:
+    """Return `name` if it may appear inside a key, else raise `InvalidNameError` saying why.
+
+    Allowed: 1-200 characters from A-Z a-z 0-9 . _ - : / @, starting with a letter or
+    digit, without "..". So ``vendor:openai`` and ``model:openai/gpt-5@azure-east`` pass;
+    ``*``, ``{``, whitespace and empty names do not.
+    """
+    if not isinstance(name, str) or not name:
+        raise InvalidNameError(f"{what} must be a non-empty string, got {name!r}")
+    if len(name) > MAX_NAME_CHARS:
+        raise InvalidNameError(
+            f"{what} is {len(name)} characters long; the limit is {MAX_NAME_CHARS}"
+        )
+    if ".." in name:
+        raise InvalidNameError(f"{what} {name!r} contains '..'")
+    if not _NAME.fullmatch(name):
+        raise InvalidNameError(
+            f"{what} {name!r} must start with a letter or digit and use only {NAME_ALPHABET}"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class Keys:
+    """Key names under one namespace (default ``relevo``)."""
+
+    namespace: str = "relevo"
+
+    def __post_init__(self) -> None:
+        validate_name(self.namespace, "namespace")
+
+    @property
+    def _prefix(self) -> str:
+        return "{" + self.namespace + "}"
+
+    @property
+    def kill(self) -> str:
+        """The kill switch hash."""
+        return f"{self._prefix}:kill"
+
+    @property
+    def held(self) -> str:
+        """The stream of turns held while the kill switch was on."""
+        return f"{self._prefix}:held"
+
+    @property
+    def scope_index(self) -> str:
+        """Scopes the fleet has recorded outcomes for."""
+        return f"{self._prefix}:idx:scopes"
+
+    @property
+    def cooldown_index(self) -> str:
+        """Pairs in cooldown, scored by end time."""
+        return f"{self._prefix}:idx:cool"
+
+    @property
+    def exhausted_index(self) -> str:
+        """Accounts marked exhausted, scored by end time."""
+        return f"{self._prefix}:idx:exh"
+
+    def breaker(self, scope: str) -> str:
+        """The breaker's state hash."""
+        return f"{self._prefix}:br:{validate_name(scope, 'scope')}"
+
+    def window(self, scope: str) -> str:
+        """The breaker's sliding window of call and failure counts."""
+        return f"{self._prefix}:win:{validate_name(scope, 'scope')}"
+
+    def probe(self, scope: str) -> str:
+        """The breaker's half-open probe slots."""
+        return f"{self._prefix}:probe:{validate_name(scope, 'scope')}"
+
+    def cooldown(self, account: str, model: str) -> str:
+        """The cooldown of one (provider account, model) pair."""
+        return f"{self._prefix}:cool:{pair_member(account, model)}"
+
+    def exhausted(self, account: str) -> str:
+        """The exhausted mark of one provider account."""
+        return f"{self._prefix}:exh:{validate_name(account, 'account')}"
+
+
+def pair_member(account: str, model: str) -> str:
+    """The ``<account>|<model>`` form of a pair used in keys and the cooldown index."""
+    return f"{validate_name(account, 'account')}{PAIR_SEPARATOR}{validate_name(model, 'model')}"
+
+
+def split_pair(member: str) -> tuple[str, str]:
+    """Undo `pair_member`."""
+    account, _, model = member.partition(PAIR_SEPARATOR)
+    return account, model

@@ -1,0 +1,9 @@
+-- kill_off.lua: a person turns the kill switch off.
+--
+-- KEYS[1] kill switch hash
+-- Returns the state it had: {who, why, since_ms}, or an empty array if it was off.
+
+local h = redis.call('HMGET', KEYS[1], 'who', 'why', 'since_ms')
+if not h[1] then return {} end
+redis.call('DEL', KEYS[1])
+return {h[1], h[2] or '', tonumber(h[3]) or 0}

@@ -1,0 +1,168 @@
+"""What an operator sees and does: the fleet's breakers, cooldowns and marks; open/close/reset."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio.client import Pipeline
+
+from breakers._errors import unavailable_as_error
+from breakers.entries import Pair
+from breakers.errors import UnknownScopeError
+from breakers.keys import split_pair, validate_name
+from breakers.scripts import Parse, raise_if_error, run_one, text
+from breakers.state import BreakerState
+from breakers.store import FleetBreakers
+
+__all__ = ["CooldownReport", "ExhaustedReport", "FleetReport", "Operators", "ScopeReport"]
+
+
+@dataclass(frozen=True)
+class ScopeReport:
+    """One breaker as an operator sees it."""
+
+    scope: str
+    state: BreakerState
+    calls_in_window: int
+    failures_in_window: int
+    opened_at_ms: int | None
+    retry_in_s: float  # open: break left (inf while pinned open); else 0
+    probe_holders: tuple[str, ...]
+
+    @property
+    def failure_rate(self) -> float | None:
+        """Failures / calls in the window (None with no calls)."""
+        return self.failures_in_window / self.calls_in_window if self.calls_in_window else None
+
+
+@dataclass(frozen=True)
+class CooldownReport:
+    """A rate-limited pair and how long it still cools down."""
+
+    pair: Pair
+    remaining_s: float
+
+
+@dataclass(frozen=True)
+class ExhaustedReport:
+    """An account marked exhausted and how long the mark still lasts."""
+
+    account: str
+    remaining_s: float
+
+
+@dataclass(frozen=True)
+class FleetReport:
+    """Everything `relevo breakers` shows, read at one Redis server time."""
+
+    now_ms: int
+    scopes: list[ScopeReport]
+    cooldowns: list[CooldownReport]
+    exhausted: list[ExhaustedReport]
+
+
+class Operators:
+    """Operator commands on the fleet store. Redis errors raise `StoreUnavailableError`."""
+
+    def __init__(self, store: FleetBreakers) -> None:
+        self._store = store
+        self._keys = store.keys
+
+    async def scopes(self) -> list[str]:
+        """Every known scope: configured ones and those the fleet recorded, sorted."""
+        async with unavailable_as_error("list scopes"):
+            seen = await self._store.redis.zrange(self._keys.scope_index, 0, -1)
+        return sorted(self._store.known_scopes | {text(s) for s in seen})
+
+    async def report(self) -> FleetReport:
+        """States, window counts, probe holders, cooldowns and exhausted marks."""
+        names = await self.scopes()
+        keys = [self._keys.cooldown_index, self._keys.exhausted_index]
+        for s in names:
+            keys += [self._keys.breaker(s), self._keys.window(s), self._keys.probe(s)]
+        args: list[str | int] = [
+            max(1, round(self._store.policy_for(s).window_s * 1000)) for s in names
+        ]
+
+        def queue(pipe: Pipeline) -> Parse[FleetReport]:
+            self._store.scripts.queue(pipe, "inspect", keys, args)
+            return self._parse_report(names)
+
+        async with unavailable_as_error("breakers report"):
+            return await run_one(self._store.redis, self._store.scripts, queue)
+
+    def _parse_report(self, names: list[str]) -> Parse[FleetReport]:
+        async def parse(reply: object) -> FleetReport:
+            now, cools, marks, rows = raise_if_error(reply)
+            now = int(now)
+            scopes = []
+            for i, scope in enumerate(names):
+                state, left, opened, calls, fails, holders = rows[6 * i : 6 * i + 6]
+                scopes.append(
+                    ScopeReport(
+                        scope=scope,
+                        state=BreakerState(text(state)),
+                        calls_in_window=int(calls),
+                        failures_in_window=int(fails),
+                        opened_at_ms=int(opened) or None,
+                        retry_in_s=float("inf") if int(left) < 0 else int(left) / 1000,
+                        probe_holders=tuple(h for h in text(holders).split(",") if h),
+                    )
+                )
+            return FleetReport(
+                now_ms=now,
+                scopes=scopes,
+                cooldowns=[
+                    CooldownReport(Pair(*split_pair(text(m))), (int(end) - now) / 1000)
+                    for m, end in _pairs(cools)
+                ],
+                exhausted=[
+                    ExhaustedReport(text(a), (int(end) - now) / 1000) for a, end in _pairs(marks)
+                ],
+            )
+
+        return parse
+
+    async def force_open(self, scope: str, seconds: float | None = None) -> BreakerState:
+        """Open `scope` now: for `seconds` then half-open, or pinned open until closed (None)."""
+        ms = 0 if seconds is None else max(1, round(seconds * 1000))
+        return await self._force(scope, "open", ms)
+
+    async def force_close(self, scope: str) -> BreakerState:
+        """Close `scope` now, freeing probe slots and clearing its failure streak."""
+        return await self._force(scope, "close", 0)
+
+    async def reset(self, scope: str) -> BreakerState:
+        """Forget everything about `scope`: state, window, streak, probe slots, break growth."""
+        return await self._force(scope, "reset", 0)
+
+    async def _force(self, scope: str, op: str, ms: int) -> BreakerState:
+        validate_name(scope, "scope")
+        known = await self.scopes()
+        if scope not in known:
+            raise UnknownScopeError(scope, known)
+        policy = self._store.policy_for(scope)
+        keys = [
+            self._keys.breaker(scope),
+            self._keys.window(scope),
+            self._keys.probe(scope),
+            self._keys.scope_index,
+        ]
+        ttl_ms = round(policy.state_ttl_s * 1000) + ms
+        args: list[str | int] = [op, ms, ttl_ms, scope, self._store.index_ttl_ms]
+
+        def queue(pipe: Pipeline) -> Parse[BreakerState]:
+            self._store.scripts.queue(pipe, "force", keys, args)
+
+            async def parse(reply: object) -> BreakerState:
+                return BreakerState(text(raise_if_error(reply)))
+
+            return parse
+
+        async with unavailable_as_error(f"breakers {op} {scope}"):
+            return await run_one(self._store.redis, self._store.scripts, queue)
+
+
+def _pairs(flat: list[Any]) -> list[tuple[Any, Any]]:
+    return list(zip(flat[::2], flat[1::2], strict=True))

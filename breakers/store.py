@@ -1,0 +1,206 @@
+"""The fleet-wide breakers, cooldowns and exhausted marks: one EVALSHA per operation."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
+
+from breakers.entries import Cooldown, Entry, Exhausted, Outcome, Pair, Verdict
+from breakers.keys import Keys, pair_member, validate_name
+from breakers.policy import CooldownPolicy, Policy
+from breakers.scripts import Parse, Scripts, raise_if_error, run_one, text
+from breakers.state import (
+    BreakerState,
+    FleetState,
+    KillSwitchState,
+    ScopeState,
+    Transition,
+    TransitionKind,
+)
+
+__all__ = ["FleetBreakers"]
+
+_VERDICT_CODES = {Verdict.SUCCESS: "s", Verdict.FAILURE: "f", Verdict.NEUTRAL: "n"}
+_PINNED_MS = -1
+
+
+class FleetBreakers:
+    """Breakers shared by every process through one Redis (or one private fakeredis).
+
+    `scopes` names the configured scopes, so operators may act on one before any call.
+    `policies` overrides `policy` per scope; every process must use the same ones.
+    """
+
+    def __init__(
+        self,
+        redis: Redis,
+        *,
+        namespace: str = "relevo",
+        policy: Policy | None = None,
+        policies: Mapping[str, Policy] | None = None,
+        cooldowns: CooldownPolicy | None = None,
+        scopes: Iterable[str] = (),
+    ) -> None:
+        self.redis = redis
+        self.keys = Keys(namespace)
+        self.policy = policy or Policy()
+        self.policies: Mapping[str, Policy] = dict(policies or {})
+        self.cooldowns = cooldowns or CooldownPolicy()
+        self.known_scopes = frozenset(validate_name(s, "scope") for s in (*scopes, *self.policies))
+        self.scripts = Scripts(redis)
+        every = (self.policy, *self.policies.values())
+        self.index_ttl_ms = round(
+            1000
+            * max(
+                *(p.state_ttl_s for p in every),
+                self.cooldowns.max_cooldown_s,
+                self.cooldowns.exhausted_ttl_s,
+            )
+        )
+
+    def with_redis(self, redis: Redis) -> FleetBreakers:
+        """The same configuration over another client (e.g. the local in-memory one)."""
+        return FleetBreakers(
+            redis,
+            namespace=self.keys.namespace,
+            policy=self.policy,
+            policies=self.policies,
+            cooldowns=self.cooldowns,
+            scopes=self.known_scopes,
+        )
+
+    def policy_for(self, scope: str) -> Policy:
+        """The policy of one scope."""
+        return self.policies.get(scope, self.policy)
+
+    async def load_scripts(self) -> None:
+        """Load the Lua scripts into Redis (done on demand; call it to fail fast at start)."""
+        await self.scripts.load()
+
+    def check_on(
+        self,
+        pipe: Pipeline,
+        scopes: Iterable[str],
+        pairs: Iterable[Pair | tuple[str, str]] = (),
+        accounts: Iterable[str] = (),
+    ) -> Parse[FleetState]:
+        """Queue the pre-turn check: kill switch, each scope, each pair's cooldown, each mark."""
+        names = list(dict.fromkeys(scopes))
+        wanted_pairs = [Pair(*p) for p in dict.fromkeys(pairs)]
+        wanted_accounts = list(dict.fromkeys(accounts))
+        keys = [self.keys.kill]
+        for scope in names:
+            keys += [self.keys.breaker(scope), self.keys.probe(scope)]
+        keys += [self.keys.cooldown(p.account, p.model) for p in wanted_pairs]
+        keys += [self.keys.exhausted(a) for a in wanted_accounts]
+        args: list[str | int] = [len(names), len(wanted_pairs), len(wanted_accounts)]
+        args += [self.policy_for(scope).probes for scope in names]
+        self.scripts.queue(pipe, "check", keys, args)
+
+        async def parse(reply: object) -> FleetState:
+            row: list[Any] = raise_if_error(reply)
+            who, why, since = text(row[0]), text(row[1]), int(row[2])
+            kill = KillSwitchState(who, why, since) if who else None
+            states = {}
+            for i, scope in enumerate(names):
+                state, left, free = text(row[3 + 3 * i]), int(row[4 + 3 * i]), row[5 + 3 * i]
+                retry_in_s = float("inf") if left == _PINNED_MS else left / 1000
+                states[scope] = ScopeState(scope, BreakerState(state), bool(free), retry_in_s)
+            rest = row[3 + 3 * len(names) :]
+            return FleetState(
+                kill_switch=kill,
+                scopes=states,
+                cooldowns={p: int(ms) / 1000 for p, ms in zip(wanted_pairs, rest, strict=False)},
+                exhausted={
+                    a: int(ms) > 0
+                    for a, ms in zip(wanted_accounts, rest[len(wanted_pairs) :], strict=True)
+                },
+            )
+
+        return parse
+
+    async def check(
+        self,
+        scopes: Iterable[str],
+        pairs: Iterable[Pair | tuple[str, str]] = (),
+        accounts: Iterable[str] = (),
+    ) -> FleetState:
+        """The pre-turn check in one round trip (see `check_on`)."""
+        return await run_one(
+            self.redis, self.scripts, lambda pipe: self.check_on(pipe, scopes, pairs, accounts)
+        )
+
+    def acquire_probe_on(self, pipe: Pipeline, scope: str, holder: str) -> Parse[bool]:
+        """Queue a probe-slot request; the reply says whether `holder` may call `scope` now.
+
+        True when the breaker is closed (no slot needed) or `holder` holds a half-open
+        probe slot; False when open or every slot is taken.
+        """
+        validate_name(holder, "holder")
+        policy = self.policy_for(scope)
+        keys = [self.keys.breaker(scope), self.keys.probe(scope)]
+        ttl_ms = max(1, round(policy.probe_ttl_s * 1000))
+        self.scripts.queue(pipe, "acquire", keys, [holder, ttl_ms, policy.probes])
+
+        async def parse(reply: object) -> bool:
+            return int(raise_if_error(reply)) > 0
+
+        return parse
+
+    async def acquire_probe(self, scope: str, holder: str) -> bool:
+        """Whether `holder` may call `scope` now, taking a probe slot if half-open."""
+        return await run_one(
+            self.redis, self.scripts, lambda pipe: self.acquire_probe_on(pipe, scope, holder)
+        )
+
+    def record_on(self, pipe: Pipeline, entries: Sequence[Entry]) -> Parse[list[Transition]]:
+        """Queue a batch of outcomes, cooldowns and exhausted marks, applied atomically."""
+        outcomes = [e for e in entries if isinstance(e, Outcome)]
+        cools = [e for e in entries if isinstance(e, Cooldown)]
+        marks = [e for e in entries if isinstance(e, Exhausted)]
+        keys = [self.keys.scope_index, self.keys.cooldown_index, self.keys.exhausted_index]
+        args: list[str | int] = [
+            len(outcomes),
+            len(cools),
+            len(marks),
+            random.randrange(1_000_000),
+            self.index_ttl_ms,
+        ]
+        for o in outcomes:
+            keys += [
+                self.keys.breaker(o.scope),
+                self.keys.window(o.scope),
+                self.keys.probe(o.scope),
+            ]
+            args += [o.scope, _VERDICT_CODES[o.verdict], o.holder or ""]
+            args += self.policy_for(o.scope).lua_args()
+        for c in cools:
+            keys.append(self.keys.cooldown(c.account, c.model))
+            args += [pair_member(c.account, c.model), self.cooldowns.cooldown_ms(c.seconds)]
+        for m in marks:
+            keys.append(self.keys.exhausted(m.account))
+            args += [m.account, self.cooldowns.exhausted_ms(m.seconds)]
+        self.scripts.queue(pipe, "record", keys, args)
+
+        async def parse(reply: object) -> list[Transition]:
+            row: list[Any] = raise_if_error(reply)
+            out = []
+            for i, o in enumerate(outcomes):
+                kind, break_ms = text(row[2 * i]), int(row[2 * i + 1])
+                if kind:
+                    seconds = break_ms / 1000 if break_ms else None
+                    out.append(Transition(o.scope, TransitionKind(kind), seconds))
+            return out
+
+        return parse
+
+    async def record(self, entries: Sequence[Entry]) -> list[Transition]:
+        """Apply outcomes, cooldowns and marks in one round trip; return the transitions made.
+
+        A transition is returned to exactly one caller in the fleet.
+        """
+        return await run_one(self.redis, self.scripts, lambda pipe: self.record_on(pipe, entries))

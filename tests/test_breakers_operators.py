@@ -1,0 +1,224 @@
+"""Operator views and commands, key names and TTLs, policies, scripts and the public surface."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import socket
+from collections.abc import AsyncIterator
+from importlib import resources
+
+import pytest
+from redis.asyncio import Redis
+
+import breakers
+from breakers import (
+    BreakerState,
+    Cooldown,
+    Exhausted,
+    FleetBreakers,
+    HeldTurns,
+    InvalidNameError,
+    InvalidPolicyError,
+    Keys,
+    KillSwitch,
+    Operators,
+    Outcome,
+    Pair,
+    Policy,
+    StoreUnavailableError,
+    UnknownScopeError,
+    Verdict,
+    connect,
+    in_memory,
+    validate_name,
+)
+
+V = Verdict
+
+SCOPE = "vendor:openai"
+POLICY = Policy(min_calls_in_window=3, break_s=0.2, max_break_s=1, probe_ttl_s=5)
+
+
+@pytest.fixture
+async def redis(redis_url: str) -> AsyncIterator[Redis]:
+    client = connect(redis_url, timeout_s=2.0)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+@pytest.fixture
+def store(redis: Redis, namespace: str) -> FleetBreakers:
+    return FleetBreakers(redis, namespace=namespace, policy=POLICY, scopes=["vendor:configured"])
+
+
+def test_public_surface_is_pinned_and_sorted() -> None:
+    assert breakers.__all__ == sorted(breakers.__all__)
+    assert {"FleetBreakers", "ResilientBreakers", "Operators", "KillSwitch", "HeldTurns"} <= set(
+        breakers.__all__
+    )
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["vendor:openai", "model:openai/gpt-5@azure-east", "llama3:8b", "a", "x" * 200, "w-1.2_3"],
+)
+def test_plain_names_are_accepted(name: str) -> None:
+    assert validate_name(name) == name
+    assert Keys("ns").breaker(name) == "{ns}:br:" + name
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("", "non-empty"),
+        ("x" * 201, "limit is 200"),
+        ("vendor:*", "only"),
+        ("vendor:{openai}", "only"),
+        ("vendor openai", "only"),
+        ("vendor:open\nai", "only"),
+        ("model:../x", "'..'"),
+        (":leading", "start with"),
+        ("acct|model", "only"),
+    ],
+)
+def test_names_that_could_break_a_key_are_rejected_with_a_reason(name: str, why: str) -> None:
+    with pytest.raises(InvalidNameError, match=why):
+        validate_name(name, "scope")
+    with pytest.raises(InvalidNameError):
+        Outcome(name, V.FAILURE)
+
+
+def test_namespace_is_validated_and_is_the_cluster_hash_tag() -> None:
+    keys = Keys("relevo")
+    assert keys.kill == "{relevo}:kill"
+    assert keys.cooldown("acct", "llama3:8b") == "{relevo}:cool:acct|llama3:8b"
+    with pytest.raises(InvalidNameError):
+        Keys("re levo")
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"window_s": 0},
+        {"failure_rate_threshold": 1.5},
+        {"min_calls_in_window": 2.5},
+        {"probes": 0},
+        {"break_s": 10, "max_break_s": 5},
+        {"break_jitter_ratio": 1},
+        {"probe_ttl_s": math.nan},
+    ],
+)
+def test_policy_rejects_values_out_of_range(bad: dict[str, float]) -> None:
+    with pytest.raises(InvalidPolicyError):
+        Policy(**bad)  # type: ignore[arg-type]
+
+
+def test_every_lua_script_has_a_header_naming_keys_argv_and_return() -> None:
+    scripts = list(resources.files("breakers").joinpath("lua").iterdir())
+    assert len(scripts) == 8
+    for script in scripts:
+        header = script.read_text().split("\n\n", 1)[0]
+        assert header.startswith("-- "), script.name
+        for word in ("KEYS[1]", "Returns"):
+            assert word in header, (script.name, word)
+
+
+async def test_every_key_a_worker_writes_has_a_ttl(store: FleetBreakers, redis: Redis) -> None:
+    ns = store.keys.namespace
+    await store.record([Outcome(SCOPE, V.FAILURE)] * 3)
+    await asyncio.sleep(0.25)
+    assert await store.acquire_probe(SCOPE, "w1")
+    await store.record(
+        [Outcome("model:m", V.SUCCESS), Cooldown("acct", "m", seconds=5), Exhausted("acct")]
+    )
+    await KillSwitch(redis, namespace=ns).on("alice", "test")
+    await HeldTurns(redis, namespace=ns).hold("turn-1", "{}")
+    keys = sorted([k.decode() async for k in redis.scan_iter(match="{" + ns + "}:*")])
+    assert len(keys) >= 9
+    without_ttl = [k for k in keys if await redis.pttl(k) < 0]
+    assert without_ttl == [store.keys.held, store.keys.kill]  # a person's, not a worker's
+    await redis.delete(store.keys.held, store.keys.kill)
+
+
+async def test_report_lists_state_rate_opened_at_probe_holder_and_marks(
+    store: FleetBreakers,
+) -> None:
+    ops = Operators(store)
+    await store.record([Outcome("model:a", V.FAILURE), Outcome("model:a", V.SUCCESS)])
+    await store.record([Outcome(SCOPE, V.FAILURE)] * 3)
+    await store.record([Cooldown("acct", "m", seconds=5), Exhausted("acct", seconds=60)])
+    await asyncio.sleep(0.25)
+    assert await store.acquire_probe(SCOPE, "worker-7")
+    report = await ops.report()
+    by_scope = {s.scope: s for s in report.scopes}
+    assert list(by_scope) == ["model:a", "vendor:configured", SCOPE]
+    assert by_scope["model:a"].failure_rate == 0.5
+    assert by_scope["vendor:configured"].failure_rate is None
+    opened = by_scope[SCOPE]
+    assert opened.state is BreakerState.HALF_OPEN
+    assert opened.probe_holders == ("worker-7",)
+    assert opened.opened_at_ms is not None
+    assert 0 < report.now_ms - opened.opened_at_ms < 5000
+    assert [(c.pair, c.remaining_s > 4) for c in report.cooldowns] == [(Pair("acct", "m"), True)]
+    assert [(e.account, 50 < e.remaining_s <= 60) for e in report.exhausted] == [("acct", True)]
+
+
+async def test_force_open_pins_until_closed_and_close_reopens_traffic(
+    store: FleetBreakers,
+) -> None:
+    ops = Operators(store)
+    assert await ops.force_open("vendor:configured") is BreakerState.CLOSED
+    scope = (await store.check(["vendor:configured"])).scopes["vendor:configured"]
+    assert scope.state is BreakerState.OPEN
+    assert scope.retry_in_s == math.inf
+    await asyncio.sleep(0.3)
+    assert not await store.acquire_probe("vendor:configured", "w1")
+    assert await store.record([Outcome("vendor:configured", V.SUCCESS, "w1")]) == []
+    assert await ops.force_close("vendor:configured") is BreakerState.OPEN
+    assert await store.acquire_probe("vendor:configured", "w1")
+
+
+async def test_force_open_for_seconds_then_half_opens(store: FleetBreakers) -> None:
+    await Operators(store).force_open("vendor:configured", seconds=0.1)
+    await asyncio.sleep(0.15)
+    scope = (await store.check(["vendor:configured"])).scopes["vendor:configured"]
+    assert scope.state is BreakerState.HALF_OPEN
+
+
+async def test_reset_forgets_failures_in_the_window(store: FleetBreakers) -> None:
+    ops = Operators(store)
+    await store.record([Outcome(SCOPE, V.FAILURE)] * 2)
+    assert await ops.reset(SCOPE) is BreakerState.CLOSED
+    assert await store.record([Outcome(SCOPE, V.FAILURE)]) == []  # two more needed now
+    assert SCOPE in await ops.scopes()
+
+
+async def test_unknown_scope_is_a_clear_error(store: FleetBreakers) -> None:
+    with pytest.raises(UnknownScopeError, match=r"unknown breaker scope 'vendor:nope'.*configured"):
+        await Operators(store).force_open("vendor:nope")
+
+
+async def test_operators_on_a_dead_redis_get_our_error() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    dead = connect(f"redis://127.0.0.1:{port}/0", timeout_s=0.2)
+    store = FleetBreakers(dead, scopes=[SCOPE])
+    with pytest.raises(StoreUnavailableError, match="Redis did not answer"):
+        await Operators(store).force_close(SCOPE)
+    with pytest.raises(StoreUnavailableError):
+        await KillSwitch(dead).status()
+    await dead.aclose()
+
+
+async def test_evalsha_with_time_survives_a_script_flush_on_fakeredis() -> None:
+    redis = in_memory()
+    store = FleetBreakers(redis, policy=POLICY)
+    await store.record([Outcome(SCOPE, V.FAILURE)])
+    await redis.script_flush()
+    assert await store.record([Outcome(SCOPE, V.FAILURE)] * 2) != []  # reloaded, then ran
+    assert (await store.check([SCOPE])).scopes[SCOPE].state is BreakerState.OPEN
+    await redis.aclose()

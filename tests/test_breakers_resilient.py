@@ -1,0 +1,186 @@
+"""Redis slow or down: local breakers answer within the short timeout; the fleet is rejoined."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import time
+from collections.abc import AsyncIterator
+from urllib.parse import urlparse
+
+import pytest
+from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from structlog.testing import capture_logs
+
+from breakers import (
+    BreakerState,
+    Cooldown,
+    FleetBreakers,
+    Outcome,
+    Policy,
+    ResilientBreakers,
+    TransitionKind,
+    Verdict,
+    connect,
+)
+
+V = Verdict
+
+SCOPE = "vendor:openai"
+POLICY = Policy(min_calls_in_window=3, break_s=0.2, probe_ttl_s=1)
+TIMEOUT_S = 0.2
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class Proxy:
+    """A TCP proxy to Redis that the test can stop (Redis gone) and start again."""
+
+    def __init__(self, target: str, port: int, *, silent: bool = False) -> None:
+        parsed = urlparse(target)
+        self.host, self.target_port = parsed.hostname or "127.0.0.1", parsed.port or 6379
+        self.port, self.silent = port, silent
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
+
+    async def stop(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        for writer in self._writers:
+            writer.close()
+        await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.add(writer)
+        if self.silent:  # accepts, reads, never answers: a hung Redis
+            with contextlib.suppress(ConnectionError):
+                while await reader.read(65536):
+                    pass
+            return
+        up_reader, up_writer = await asyncio.open_connection(self.host, self.target_port)
+        self._writers.add(up_writer)
+
+        async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(ConnectionError, OSError):
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            dst.close()
+
+        await asyncio.gather(pump(reader, up_writer), pump(up_reader, writer))
+
+
+@pytest.fixture
+async def dead_redis() -> AsyncIterator[Redis]:
+    client = connect(f"redis://127.0.0.1:{closed_port()}/0", timeout_s=TIMEOUT_S)
+    yield client
+    await client.aclose()
+
+
+async def timed(coro_fn: object) -> float:
+    start = time.perf_counter()
+    await coro_fn  # type: ignore[misc]
+    return time.perf_counter() - start
+
+
+def test_creating_clients_and_stores_never_touches_redis() -> None:
+    client = connect(f"redis://127.0.0.1:{closed_port()}/0")
+    ResilientBreakers(FleetBreakers(client))
+
+
+async def test_redis_down_serves_local_breakers_within_the_timeout(dead_redis: Redis) -> None:
+    breakers = ResilientBreakers(
+        FleetBreakers(dead_redis, policy=POLICY), timeout_s=TIMEOUT_S, rejoin_after_s=0.2
+    )
+    worst = 0.0
+    with capture_logs() as logs:
+        for _ in range(3):
+            start = time.perf_counter()
+            fleet = await breakers.check([SCOPE], [("acct", "m")], ["acct"])
+            worst = max(worst, time.perf_counter() - start)
+            assert fleet.fleet_view is False
+            assert fleet.kill_switch is None
+            assert fleet.scopes[SCOPE].state is BreakerState.CLOSED
+        await asyncio.sleep(0.25)  # past rejoin_after_s: the fleet is tried again, and fails
+        transitions = []
+        for verdict in (V.FAILURE, V.SUCCESS, V.FAILURE):
+            start = time.perf_counter()
+            transitions += await breakers.record([Outcome(SCOPE, verdict)])
+            worst = max(worst, time.perf_counter() - start)
+    assert worst < TIMEOUT_S + 0.1
+    assert [t.kind for t in transitions] == [TransitionKind.OPENED]  # same rules, locally
+    assert (await breakers.check([SCOPE])).scopes[SCOPE].state is BreakerState.OPEN
+    assert [e["event"] for e in logs] == ["breakers.fleet_view_lost"]
+    assert logs[0]["error"] == "ConnectionError"
+
+
+async def test_hung_redis_costs_at_most_the_timeout_then_nothing(redis_url: str) -> None:
+    hung = Proxy(redis_url, closed_port(), silent=True)
+    await hung.start()
+    client = connect(f"redis://127.0.0.1:{hung.port}/0", timeout_s=TIMEOUT_S)
+    breakers = ResilientBreakers(FleetBreakers(client), timeout_s=TIMEOUT_S, rejoin_after_s=30)
+    try:
+        first = await timed(breakers.check([SCOPE]))
+        later = [await timed(breakers.record([Cooldown("acct", "m")])) for _ in range(5)]
+    finally:
+        await client.aclose()
+        await hung.stop()
+    assert TIMEOUT_S * 0.9 < first < TIMEOUT_S + 0.15
+    assert max(later) < 0.05  # inside rejoin_after_s the fleet is not even tried
+    assert not breakers.fleet_view
+
+
+async def test_fleet_view_is_lost_then_rejoined_logging_once_each(
+    redis_url: str, namespace: str
+) -> None:
+    proxy = Proxy(redis_url, closed_port())
+    await proxy.start()
+    client = connect(f"redis://127.0.0.1:{proxy.port}/0", timeout_s=TIMEOUT_S)
+    fleet = FleetBreakers(client, namespace=namespace, policy=POLICY)
+    breakers = ResilientBreakers(fleet, timeout_s=TIMEOUT_S, rejoin_after_s=0.2)
+    try:
+        with capture_logs() as logs:
+            await breakers.record([Outcome(SCOPE, V.FAILURE)] * 3)
+            assert (await breakers.check([SCOPE])).fleet_view
+            await proxy.stop()
+            for _ in range(3):
+                state = await breakers.check([SCOPE])
+                assert not state.fleet_view
+                assert state.scopes[SCOPE].state is BreakerState.CLOSED  # local view is fresh
+            await proxy.start()
+            await asyncio.sleep(0.25)
+            state = await breakers.check([SCOPE])
+            assert state.fleet_view
+            assert state.scopes[SCOPE].state is not BreakerState.CLOSED  # the fleet's breaker
+        assert [e["event"] for e in logs] == [
+            "breakers.fleet_view_lost",
+            "breakers.fleet_view_rejoined",
+        ]
+    finally:
+        await client.aclose()
+        await proxy.stop()
+
+
+async def test_pipelined_parser_given_the_pipeline_error_answers_locally(
+    dead_redis: Redis,
+) -> None:
+    breakers = ResilientBreakers(FleetBreakers(dead_redis, policy=POLICY), timeout_s=TIMEOUT_S)
+    async with dead_redis.pipeline(transaction=False) as pipe:
+        parse_check = breakers.check_on(pipe, [SCOPE])
+        parse_record = breakers.record_on(pipe, [Outcome(SCOPE, V.FAILURE)] * 3)
+        with pytest.raises(RedisConnectionError) as raised:
+            await pipe.execute()
+    fleet = await parse_check(raised.value)
+    assert not fleet.fleet_view
+    assert [t.kind for t in await parse_record(raised.value)] == [TransitionKind.OPENED]
+    assert not breakers.fleet_view
