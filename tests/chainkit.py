@@ -156,12 +156,13 @@ class ScriptedGuard:
         self.reserved: list[Charge] = []
         self.concluded: list[tuple[Target, Charge, Verdict | None, int | None]] = []
         self.held: list[str] = []
+        self.handed_off: list[tuple[str, str]] = []
         self.probes: list[str] = []
 
     def _refusal(self, charge: Charge) -> str | None:
         return self.refuse.get(charge.provider)
 
-    async def admit(self, targets: Sequence[Target], first: Charge) -> Admission:
+    async def admit(self, targets: Sequence[Target], first: Charge | None) -> Admission:
         view = FleetView(
             kill_switch=self.kill_switch,
             availability={
@@ -170,6 +171,8 @@ class ScriptedGuard:
                 if t.provider_model in self.availability
             },
         )
+        if first is None:
+            return Admission(view)
         self.reserved.append(first)
         return Admission(view, self._refusal(first))
 
@@ -195,3 +198,6 @@ class ScriptedGuard:
 
     async def hold(self, turn_id: str, payload: str) -> None:
         self.held.append(payload)
+
+    async def handoff(self, tenant: str, turn_id: str, reason: str, payload: str) -> None:
+        self.handed_off.append((reason, payload))

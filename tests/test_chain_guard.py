@@ -209,3 +209,17 @@ def _with(vendor: str, provider: str, model_id: str, **extra: object) -> dict[st
         "serve": [{"provider": provider, "model_id": model_id}],
         **extra,
     }
+
+
+async def test_handoff_degradation_hands_the_turn_to_people(sim: Simulator) -> None:
+    sim.set_faults("alpha", fault("openai", "insufficient_quota"))
+    guard = ScriptedGuard()
+    request = turn()
+    config = settings(sim.url, degradation={"action": "handoff"})
+    result = await run(config, request, guard=guard)
+    assert result.status is Status.DEGRADED
+    assert result.degradation == "handoff"
+    assert result.degradation_message is None
+    [(reason, payload)] = guard.handed_off
+    assert reason == "provider_quota_exhausted"
+    assert request.turn_id in payload

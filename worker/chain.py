@@ -38,6 +38,7 @@ from worker.settings import ModelSettings, Settings
 __all__ = ["Chain"]
 
 OnText = Callable[[str], None]
+KILL_SWITCH = "kill_switch"
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,17 +113,16 @@ class _Turn:
         primary = every[0]
         first_fit = fit_turn(self.request, self.settings.models[primary.model])
         first = self._charge(primary, first_fit, False) if isinstance(first_fit, Fit) else None
-        admission = await self.guard.admit(every, first or _NO_CHARGE)
+        admission = await self.guard.admit(every, first)
         self.pending = first
         view = admission.view
         if view.kill_switch is not None:
             await self._release(primary)
-            await self.guard.hold(self.request.turn_id, self.request.model_dump_json())
-            return self.report.rejected("kill_switch", view.kill_switch)
+            return await self._reject()
         if admission.refusal is not None and first is not None:
             self.pending = None
             self.report.skip(primary, admission.refusal)
-            return self.report.degraded(admission.refusal, self.settings.degradation)
+            return await self._degrade(admission.refusal)
         try:
             async with asyncio.timeout_at(self.deadline):
                 return await self._walk(view.of)
@@ -146,7 +146,7 @@ class _Turn:
                 if state is Availability.EXHAUSTED:
                     await self._release(target)
                     self.report.skip(target, state.value)
-                    return self.report.degraded(state.value, self.settings.degradation)
+                    return await self._degrade(state.value)
                 if state in (Availability.OPEN, Availability.VENDOR_OPEN, Availability.COOLDOWN):
                     await self._release(target)
                     self.report.skip(target, state.value)
@@ -197,8 +197,22 @@ class _Turn:
         refusal = await self.guard.reserve(charge)
         if refusal is None:
             return charge
+        if refusal == KILL_SWITCH:
+            return await self._reject()
         self.report.skip(target, refusal)
-        return self.report.degraded(refusal, self.settings.degradation)
+        return await self._degrade(refusal)
+
+    async def _degrade(self, reason: str, error: Exception | None = None) -> TurnResult:
+        """Money stopped the turn: no fallback, the configured degradation instead."""
+        if self.settings.degradation.action == "handoff":
+            payload = self.request.model_dump_json()
+            await self.guard.handoff(self.request.tenant_id, self.request.turn_id, reason, payload)
+        return self.report.degraded(reason, self.settings.degradation, error)
+
+    async def _reject(self) -> TurnResult:
+        """The kill switch is on: no call, and the turn is kept for replay."""
+        await self.guard.hold(self.request.turn_id, self.request.model_dump_json())
+        return self.report.rejected(KILL_SWITCH)
 
     async def _attempt(
         self,
@@ -227,7 +241,9 @@ class _Turn:
                 retry_after_s=error.retry_after_s,
             )
             self.report.error(target, error, time.monotonic() - started, retry_index)
-            return self._after(error, rule.decision, model, retry_index, probe=holder is not None)
+            return await self._after(
+                error, rule.decision, model, retry_index, probe=holder is not None
+            )
         except asyncio.CancelledError:
             self.report.interrupted(target, time.monotonic() - started, retry_index)
             await asyncio.shield(
@@ -254,7 +270,7 @@ class _Turn:
         )
         return self.report.ok()
 
-    def _after(
+    async def _after(
         self,
         error: ProviderError,
         decision: Decision,
@@ -267,8 +283,7 @@ class _Turn:
         if self.report.locked:
             return self.report.failed(error.code, error)
         if decision is Decision.DEGRADE:
-            reason = "provider_quota_exhausted"
-            return self.report.degraded(reason, self.settings.degradation, error)
+            return await self._degrade("provider_quota_exhausted", error)
         if decision in (Decision.FAIL, Decision.STOP):
             return self.report.failed(error.code, error)
         if decision is Decision.LARGER_WINDOW:
@@ -325,6 +340,3 @@ class _Turn:
         if self.pending is not None:
             charge, self.pending = self.pending, None
             await self.guard.conclude(target, charge, verdict=None, cost_micros=None)
-
-
-_NO_CHARGE = Charge("", "", "", 0, False)

@@ -84,12 +84,15 @@ class Admission:
 class Guard(Protocol):
     """The fleet's shared state as the chain sees it."""
 
-    async def admit(self, targets: Sequence[Target], first: Charge) -> Admission:
-        """Look at the fleet and reserve the first planned attempt."""
+    async def admit(self, targets: Sequence[Target], first: Charge | None) -> Admission:
+        """Look at the fleet and reserve the first planned attempt, if there is one."""
         ...
 
     async def reserve(self, charge: Charge) -> str | None:
-        """Reserve a later attempt: None when granted, else the refusal reason."""
+        """Reserve a later attempt: None when granted, else the refusal reason.
+
+        "kill_switch" means the switch went on since `admit`.
+        """
         ...
 
     async def acquire_probe(self, target: Target, holder: str) -> bool:
@@ -113,11 +116,15 @@ class Guard(Protocol):
         """Keep a turn the kill switch refused, for replay."""
         ...
 
+    async def handoff(self, tenant: str, turn_id: str, reason: str, payload: str) -> None:
+        """Hand a degraded turn to people."""
+        ...
+
 
 class OpenGuard:
     """Everything available, nothing remembered or charged: one process on its own."""
 
-    async def admit(self, targets: Sequence[Target], first: Charge) -> Admission:
+    async def admit(self, targets: Sequence[Target], first: Charge | None) -> Admission:
         return Admission(FleetView())
 
     async def reserve(self, charge: Charge) -> str | None:
@@ -139,4 +146,7 @@ class OpenGuard:
         return None
 
     async def hold(self, turn_id: str, payload: str) -> None:
+        return None
+
+    async def handoff(self, tenant: str, turn_id: str, reason: str, payload: str) -> None:
         return None

@@ -147,7 +147,7 @@ class TurnReport:
         """Every model was tried or skipped and none answered."""
         return self._result(Status.FAILED, "chain_exhausted")
 
-    def rejected(self, reason: str, detail: str | None = None) -> TurnResult:
+    def rejected(self, reason: str) -> TurnResult:
         return self._result(Status.REJECTED, reason)
 
     def _result(self, status: Status, reason: str | None, **extra: object) -> TurnResult:

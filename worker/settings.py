@@ -20,10 +20,13 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from worker.errors import ConfigError
 
 __all__ = [
+    "BreakerSettings",
+    "BudgetSettings",
     "ChainSettings",
     "DegradationSettings",
     "ModelSettings",
     "ProviderSettings",
+    "RedisSettings",
     "RetrySettings",
     "Serving",
     "Settings",
@@ -68,7 +71,8 @@ class Serving(_Section):
     """A provider that serves a model, under that provider's own model id."""
 
     provider: Name
-    model_id: str = Field(min_length=1, max_length=256)
+    # Model ids become parts of Redis keys (cooldowns): the breakers' key alphabet.
+    model_id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/@-]{0,127}$")
 
 
 class ModelSettings(_Section):
@@ -119,6 +123,52 @@ class DegradationSettings(_Section):
     )
 
 
+class RedisSettings(_Section):
+    """The shared store: breakers, cooldowns, kill switch, budgets (and Celery's broker)."""
+
+    url: str = Field(default="redis://127.0.0.1:6379/0", pattern=r"^(redis|rediss|unix)://")
+    namespace: Name = "relevo"
+    # The control path's budget: a slow store must not add seconds to a turn.
+    timeout_s: float = Field(default=0.25, gt=0, le=5)
+
+
+class BreakerSettings(_Section):
+    """When a model or a vendor is skipped fleet-wide, and for how long."""
+
+    window_s: float = Field(default=30.0, gt=0)
+    min_calls_in_window: int = Field(default=10, ge=1)
+    failure_rate_threshold: float = Field(default=0.5, gt=0, le=1)
+    consecutive_failures_threshold: int = Field(default=5, ge=1)
+    break_s: float = Field(default=10.0, gt=0)
+    max_break_s: float = Field(default=300.0, gt=0)
+    probe_ttl_s: float = Field(default=30.0, gt=0)
+    default_cooldown_s: float = Field(default=30.0, gt=0)
+    exhausted_ttl_s: float = Field(default=900.0, gt=0)
+
+
+class BudgetSettings(_Section):
+    """Per-tenant spend limits, in dollars here and integer micro-dollars in Redis."""
+
+    # A tenant with no limits set: "default" gives it the default budget, "reject"
+    # degrades its turns (reason unknown_tenant).
+    unknown_tenants: Literal["default", "reject"] = "default"
+    default_daily_usd: Decimal = Field(default=Decimal(10), ge=0)
+    default_monthly_usd: Decimal = Field(default=Decimal(200), ge=0)
+    default_fallback_cap_usd: Decimal | None = Field(default=None, ge=0)
+    # A reservation a dead worker held is reclaimed after this long.
+    hold_ttl_s: float = Field(default=600.0, gt=0, le=86400)
+
+    def default_limits_micros(self) -> tuple[int, int, int | None] | None:
+        if self.unknown_tenants == "reject":
+            return None
+        cap = self.default_fallback_cap_usd
+        return (
+            _to_micros(self.default_daily_usd),
+            _to_micros(self.default_monthly_usd),
+            None if cap is None else _to_micros(cap),
+        )
+
+
 class Settings(BaseSettings):
     """Everything relevo is configured with."""
 
@@ -135,6 +185,9 @@ class Settings(BaseSettings):
     models: dict[ModelSlug, ModelSettings] = Field(min_length=2)
     retry: RetrySettings = RetrySettings()
     degradation: DegradationSettings = DegradationSettings()
+    redis: RedisSettings = RedisSettings()
+    breakers: BreakerSettings = BreakerSettings()
+    budgets: BudgetSettings = BudgetSettings()
 
     @classmethod
     def settings_customise_sources(
@@ -163,6 +216,11 @@ class Settings(BaseSettings):
                         f'models."{slug}".serve[{index}].provider: '
                         f"{serving.provider!r} is not defined under [providers]"
                     )
+        if self.budgets.hold_ttl_s < self.turn_deadline_s:
+            problems.append(
+                "budgets.hold_ttl_s: must be at least turn_deadline_s, or a live turn's "
+                "reservation could be reclaimed"
+            )
         if problems:
             raise ConfigError("; ".join(problems))
 

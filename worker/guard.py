@@ -1,0 +1,357 @@
+"""The fleet's shared state on Redis: `breakers` and `budgets` behind the chain's `Guard`.
+
+A healthy turn costs two round trips: `admit` pipelines the breaker check
+(kill switch, breakers, cooldowns, exhausted accounts) with the first
+attempt's reservation, and `conclude` pipelines the breaker record with the
+settlement. When Redis cannot be reached, breakers answer from this process's
+own (`breakers.ResilientBreakers`) and budgets are not enforced (logged once):
+a turn never fails because the shared store is down.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+import structlog
+from redis.asyncio import Redis
+from redis.exceptions import NoScriptError, RedisError
+
+import breakers
+import budgets
+from worker.hooks import Admission, Availability, Charge, FleetView, Target
+from worker.policy import Verdict
+from worker.settings import Settings
+
+__all__ = ["RedisGuard", "model_scope", "open_guard", "vendor_scope"]
+
+log = structlog.get_logger("relevo.guard")
+T = TypeVar("T")
+
+# What the breaker layer is told, per verdict of the policy table.
+_BREAKER_VERDICT = {
+    Verdict.SUCCESS: breakers.Verdict.SUCCESS,
+    Verdict.FAILURE: breakers.Verdict.FAILURE,
+    Verdict.NEUTRAL: breakers.Verdict.NEUTRAL,
+    Verdict.RATE_LIMITED: breakers.Verdict.NEUTRAL,
+    Verdict.EXHAUSTED: breakers.Verdict.NEUTRAL,
+}
+_STORE_ERRORS = (RedisError, OSError, TimeoutError)
+
+
+def model_scope(target: Target) -> str:
+    """The breaker of one model on one provider."""
+    return f"model:{target.model}@{target.provider}"
+
+
+def vendor_scope(target: Target) -> str:
+    """The breaker of every model of a vendor."""
+    return f"vendor:{target.vendor}"
+
+
+class RedisGuard:
+    """Breakers, cooldowns, kill switch, held turns and budgets, batched per turn."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        fleet: breakers.ResilientBreakers,
+        ledger: budgets.Ledger,
+        held: breakers.HeldTurns,
+        handoffs: budgets.Handoffs,
+        *,
+        hold_ttl_s: float,
+    ) -> None:
+        self.redis = redis
+        self.fleet = fleet
+        self.ledger = ledger
+        self.held = held
+        self.handoffs = handoffs
+        self.hold_ttl_s = hold_ttl_s
+        self._budgets_lost = False
+        self._scripts_loaded = False
+
+    async def _load_scripts(self) -> None:
+        """Load the Lua scripts once, lazily: starting a worker never needs Redis."""
+        self._scripts_loaded = True
+        try:
+            await self.fleet.fleet.load_scripts()
+            await self.ledger.load_scripts()
+        except _STORE_ERRORS as exc:
+            log.warning("guard.scripts_not_loaded", error=type(exc).__name__)
+
+    async def admit(self, targets: Sequence[Target], first: Charge | None) -> Admission:
+        if not self._scripts_loaded:
+            await self._load_scripts()
+        scopes = _scopes(targets)
+        pairs = [(t.provider, t.provider_model) for t in targets]
+        accounts = sorted({t.provider for t in targets})
+        if not self.fleet.fleet_view:
+            state = await self.fleet.check(scopes, pairs, accounts)
+            refusal = await self._reserve_alone(first) if state.fleet_view else None
+            return Admission(_view(state, targets), refusal)
+        pipe = self.redis.pipeline(transaction=False)
+        parse_state = self.fleet.check_on(pipe, scopes, pairs, accounts)
+        parse_charge = self._reserve_on(pipe, first) if first is not None else None
+        replies = await _execute(pipe)
+        state = await parse_state(replies[0])
+        refusal = None
+        if parse_charge is not None and first is not None:
+            refusal = await self._budget(replies[1], parse_charge, lambda: self._reserve(first))
+        return Admission(_view(state, targets), refusal)
+
+    async def reserve(self, charge: Charge) -> str | None:
+        if not self.fleet.fleet_view:
+            state = await self.fleet.check(())
+            if not state.fleet_view:
+                return None
+            return _kill(state) or await self._reserve_alone(charge)
+        pipe = self.redis.pipeline(transaction=False)
+        parse_state = self.fleet.check_on(pipe, ())
+        parse_charge = self._reserve_on(pipe, charge)
+        replies = await _execute(pipe)
+        killed = _kill(await parse_state(replies[0]))
+        if killed is not None:
+            await self.conclude_charge(charge, None)
+            return killed
+        return await self._budget(replies[1], parse_charge, lambda: self._reserve(charge))
+
+    async def acquire_probe(self, target: Target, holder: str) -> bool:
+        scopes = (model_scope(target), vendor_scope(target))
+        granted = [await self.fleet.acquire_probe(scope, holder) for scope in scopes]
+        if all(granted):
+            return True
+        # Give back a slot taken on one scope when the other refused.
+        taken = [breakers.Outcome(s, breakers.Verdict.NEUTRAL, holder) for s in scopes]
+        await self.fleet.record(taken)
+        return False
+
+    async def conclude(
+        self,
+        target: Target,
+        charge: Charge,
+        *,
+        verdict: Verdict | None,
+        cost_micros: int | None,
+        holder: str | None = None,
+        retry_after_s: float | None = None,
+    ) -> None:
+        entries: list[breakers.Entry] = []
+        if verdict is not None or holder is not None:
+            said = _BREAKER_VERDICT[verdict] if verdict else breakers.Verdict.NEUTRAL
+            entries += [breakers.Outcome(s, said, holder) for s in _scopes([target])]
+        if verdict is Verdict.RATE_LIMITED:
+            entries.append(breakers.Cooldown(target.provider, target.provider_model, retry_after_s))
+        elif verdict is Verdict.EXHAUSTED:
+            entries.append(breakers.Exhausted(target.provider))
+        if not self.fleet.fleet_view:
+            if entries:
+                _log_transitions(await self.fleet.record(entries))
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        parse_record = self.fleet.record_on(pipe, entries) if entries else None
+        settle = self._settle_on(pipe, charge, cost_micros)
+        replies = await _execute(pipe)
+        if parse_record is not None:
+            _log_transitions(await parse_record(replies[0]))
+        await self._budget(replies[-1], settle, lambda: self._settle(charge, cost_micros))
+
+    async def conclude_charge(self, charge: Charge, cost_micros: int | None) -> None:
+        """Settle or release a charge alone (no breaker verdict)."""
+        try:
+            await self._settle(charge, cost_micros)
+        except _STORE_ERRORS as exc:
+            self._lose_budgets(exc)
+
+    async def hold(self, turn_id: str, payload: str) -> None:
+        try:
+            await self.held.hold(turn_id, payload)
+        except _STORE_ERRORS as exc:
+            log.error("guard.hold_failed", turn_id=turn_id, error=type(exc).__name__)
+
+    async def handoff(self, tenant: str, turn_id: str, reason: str, payload: str) -> None:
+        try:
+            await self.handoffs.push(tenant, turn_id, reason, payload)
+        except _STORE_ERRORS as exc:
+            log.error("guard.handoff_failed", turn_id=turn_id, error=type(exc).__name__)
+
+    # -- budgets ---------------------------------------------------------------
+
+    def _reserve_on(self, pipe: Any, charge: Charge) -> Callable[[Any], object]:
+        return self.ledger.reserve_on(
+            pipe,
+            charge.tenant,
+            charge.charge_id,
+            provider=charge.provider,
+            micros=charge.micros,
+            fallback=charge.fallback,
+            ttl_s=self.hold_ttl_s,
+        )
+
+    async def _reserve(self, charge: Charge) -> object:
+        return await self.ledger.reserve(
+            charge.tenant,
+            charge.charge_id,
+            provider=charge.provider,
+            micros=charge.micros,
+            fallback=charge.fallback,
+            ttl_s=self.hold_ttl_s,
+        )
+
+    async def _reserve_alone(self, charge: Charge | None) -> str | None:
+        if charge is None:
+            return None
+        try:
+            return _refusal(await self._reserve(charge))
+        except _STORE_ERRORS as exc:
+            self._lose_budgets(exc)
+            return None
+
+    def _settle_on(self, pipe: Any, charge: Charge, cost: int | None) -> Callable[[Any], object]:
+        if cost is None:
+            return self.ledger.release_on(pipe, charge.tenant, charge.charge_id)
+        return self.ledger.settle_on(
+            pipe,
+            charge.tenant,
+            charge.charge_id,
+            cost,
+            provider=charge.provider,
+            fallback=charge.fallback,
+        )
+
+    async def _settle(self, charge: Charge, cost: int | None) -> object:
+        if cost is None:
+            return await self.ledger.release(charge.tenant, charge.charge_id)
+        return await self.ledger.settle(
+            charge.tenant,
+            charge.charge_id,
+            cost,
+            provider=charge.provider,
+            fallback=charge.fallback,
+        )
+
+    async def _budget(
+        self, reply: object, parse: Callable[[Any], object], again: Callable[[], Awaitable[object]]
+    ) -> str | None:
+        """A pipelined budget reply, retried alone once when Redis had forgotten the script."""
+        try:
+            if isinstance(reply, NoScriptError):
+                await self.ledger.load_scripts()
+                outcome = await again()
+            elif isinstance(reply, BaseException):
+                raise reply
+            else:
+                outcome = parse(reply)
+        except _STORE_ERRORS as exc:
+            self._lose_budgets(exc)
+            return None
+        if self._budgets_lost:
+            self._budgets_lost = False
+            log.warning("guard.budgets_rejoined")
+        return _refusal(outcome)
+
+    def _lose_budgets(self, exc: BaseException) -> None:
+        if not self._budgets_lost:
+            self._budgets_lost = True
+            log.warning("guard.budgets_unreachable", error=type(exc).__name__)
+
+
+def open_guard(settings: Settings, redis: Redis | None = None) -> RedisGuard:
+    """A guard on the configured Redis (or `redis`); nothing is connected until first use."""
+    store = settings.redis
+    redis = redis or breakers.connect(store.url, timeout_s=store.timeout_s)
+    b = settings.breakers
+    policy = breakers.Policy(
+        window_s=b.window_s,
+        min_calls_in_window=b.min_calls_in_window,
+        failure_rate_threshold=b.failure_rate_threshold,
+        consecutive_failures_threshold=b.consecutive_failures_threshold,
+        break_s=b.break_s,
+        max_break_s=b.max_break_s,
+        probe_ttl_s=b.probe_ttl_s,
+    )
+    cooldowns = breakers.CooldownPolicy(
+        default_cooldown_s=b.default_cooldown_s, exhausted_ttl_s=b.exhausted_ttl_s
+    )
+    fleet = breakers.FleetBreakers(
+        redis, namespace=store.namespace, policy=policy, cooldowns=cooldowns
+    )
+    limits = settings.budgets.default_limits_micros()
+    ledger = budgets.Ledger(
+        redis,
+        namespace=store.namespace,
+        default_limits=budgets.Limits(*limits) if limits else None,
+    )
+    return RedisGuard(
+        redis,
+        breakers.ResilientBreakers(fleet, timeout_s=store.timeout_s),
+        ledger,
+        breakers.HeldTurns(redis, namespace=store.namespace),
+        budgets.Handoffs(redis, namespace=store.namespace),
+        hold_ttl_s=settings.budgets.hold_ttl_s,
+    )
+
+
+async def _execute(pipe: Any) -> list[object]:
+    """Run a pipeline; a failure of the whole pipeline stands in for every reply."""
+    size = len(pipe.command_stack)
+    try:
+        replies: list[object] = await pipe.execute(raise_on_error=False)
+    except _STORE_ERRORS as exc:
+        return [exc] * size
+    finally:
+        await pipe.reset()
+    return replies
+
+
+def _scopes(targets: Sequence[Target]) -> list[str]:
+    names: dict[str, None] = {}
+    for target in targets:
+        names[model_scope(target)] = None
+        names[vendor_scope(target)] = None
+    return list(names)
+
+
+def _view(state: breakers.FleetState, targets: Sequence[Target]) -> FleetView:
+    killed = state.kill_switch
+    availability = {t: _availability(state, t) for t in targets}
+    reason = f"{killed.reason} ({killed.who})" if killed else None
+    return FleetView(reason, availability)
+
+
+def _availability(state: breakers.FleetState, target: Target) -> Availability:
+    if state.exhausted.get(target.provider):
+        return Availability.EXHAUSTED
+    closed = breakers.ScopeState("", breakers.BreakerState.CLOSED)
+    vendor = state.scopes.get(vendor_scope(target), closed)
+    model = state.scopes.get(model_scope(target), closed)
+    if not vendor.callable:
+        return Availability.VENDOR_OPEN
+    if not model.callable:
+        return Availability.OPEN
+    if state.cooldowns.get(breakers.Pair(target.provider, target.provider_model), 0) > 0:
+        return Availability.COOLDOWN
+    if breakers.BreakerState.HALF_OPEN in (vendor.state, model.state):
+        return Availability.PROBE
+    return Availability.AVAILABLE
+
+
+def _kill(state: breakers.FleetState) -> str | None:
+    return "kill_switch" if state.kill_switch is not None else None
+
+
+def _refusal(outcome: object) -> str | None:
+    if isinstance(outcome, budgets.Refusal):
+        return str(outcome.reason)
+    return None
+
+
+def _log_transitions(transitions: Sequence[breakers.Transition]) -> None:
+    for transition in transitions:
+        break_s = transition.break_s
+        log.warning(
+            f"breaker.{transition.kind}",
+            scope=transition.scope,
+            break_s=None if break_s is None or math.isinf(break_s) else round(break_s, 3),
+        )
