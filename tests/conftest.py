@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 import redis
+import structlog
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 DEFAULT_REDIS_URL = os.environ.get("RELEVO_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -72,3 +73,11 @@ def redis_url() -> Iterator[str]:
 def namespace() -> str:
     """A key prefix no other test uses, so tests share one Redis without flushing it."""
     return f"relevo-test-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(autouse=True)
+def _structlog_restored() -> Iterator[None]:
+    """A test that points structlog at its captured output must not leave it there."""
+    saved = structlog.get_config()
+    yield
+    structlog.configure(**saved)

@@ -1,6 +1,7 @@
 """The `relevo` command.
 
-Exit status: 0 ok, 3 degraded, 4 failed, 5 rejected, 2 bad usage or configuration.
+Exit status: 0 ok, 3 degraded, 4 failed, 5 rejected, 2 bad usage or configuration,
+6 Redis did not answer, 7 refused (the kill switch is on); see `worker.operate`.
 Errors the user can fix are one line on stderr, never a traceback.
 """
 
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from worker.errors import ConfigError, InputError
 from worker.models import Status, TurnRequest, TurnResult, parse_turn_request
+from worker.operate import add_commands as add_operator_commands
 from worker.settings import Settings, load_settings
 
 __all__ = ["main"]
@@ -26,7 +28,7 @@ class UsageError(Exception):
     """Bad arguments, input or configuration: exit 2 with the message."""
 
 
-def _read_input(source: str) -> bytes:
+def read_input(source: str) -> bytes:
     if source == "-":
         return sys.stdin.buffer.read()
     try:
@@ -37,7 +39,7 @@ def _read_input(source: str) -> bytes:
 
 def _cmd_turn(args: argparse.Namespace) -> int:
     settings = load_settings(args.config)
-    request = parse_turn_request(_read_input(args.input))
+    request = parse_turn_request(read_input(args.input))
     on_text = _echo_to_stderr if args.stream else None
     if args.stream and not request.stream:
         request = request.model_copy(update={"stream": True})
@@ -95,6 +97,8 @@ def _parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="run turns against misbehaving simulated providers")
     demo.add_argument("--concurrency", type=int, default=20)
     demo.set_defaults(func=_cmd_demo)
+
+    add_operator_commands(commands)
     return parser
 
 

@@ -1,0 +1,588 @@
+"""The operator commands (`relevo breakers`, `kill-switch`, `replay-held`, `budgets`, `handoffs`)
+on the real Redis server, called in-process through `worker.cli.main`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import structlog
+from redis.asyncio import Redis
+
+import breakers
+import budgets
+from breakers import BreakerState, Cooldown, Exhausted, FleetBreakers, Outcome, Policy, Verdict
+from tests.chainkit import closed_port, turn
+from worker.adapters import make_client
+from worker.chain import Chain
+from worker.cli import main
+from worker.guard import open_guard
+from worker.models import Status, TurnResult
+from worker.operate_replay import replay_held
+from worker.settings import load_settings
+from worker.simulator import Simulator
+
+ROOT = Path(__file__).parent.parent
+T = TypeVar("T")
+POLICY = Policy(min_calls_in_window=3, break_s=0.2, max_break_s=1)
+SCOPE = "vendor:openai"
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging() -> Iterator[None]:
+    """`main` binds structlog to this test's captured stderr; later tests must not log there."""
+    saved = structlog.get_config()
+    yield
+    structlog.configure(**saved)
+
+
+@pytest.fixture
+def ns(redis_url: str, namespace: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Point the operator commands at the real Redis, under this test's namespace."""
+    monkeypatch.setenv("RELEVO_REDIS__URL", redis_url)
+    monkeypatch.setenv("RELEVO_REDIS__NAMESPACE", namespace)
+    return namespace
+
+
+def relevo(*args: str) -> int:
+    return main(["--log-level", "warning", *args])
+
+
+def out_json(capsys: pytest.CaptureFixture[str]) -> Any:
+    return json.loads(capsys.readouterr().out)
+
+
+def on_redis(url: str, work: Callable[[Redis], Awaitable[T]]) -> T:
+    """Run `work` with a fresh client on its own loop, closing the client after."""
+
+    async def go() -> T:
+        client = breakers.connect(url, timeout_s=2.0)
+        try:
+            return await work(client)
+        finally:
+            await client.aclose()
+
+    return asyncio.run(go())
+
+
+def fleet(client: Redis, namespace: str) -> FleetBreakers:
+    return FleetBreakers(client, namespace=namespace, policy=POLICY)
+
+
+def state_of(url: str, namespace: str, scope: str = SCOPE) -> BreakerState:
+    async def work(client: Redis) -> BreakerState:
+        return (await fleet(client, namespace).check([scope])).scopes[scope].state
+
+    return on_redis(url, work)
+
+
+def seed_fleet(url: str, namespace: str) -> None:
+    """vendor:openai open, model:beta@an closed with 1 failure in 3, a cooldown and a mark."""
+
+    async def work(client: Redis) -> None:
+        store = fleet(client, namespace)
+        await store.record([Outcome(SCOPE, Verdict.FAILURE)] * 3)
+        verdicts = (Verdict.SUCCESS, Verdict.SUCCESS, Verdict.FAILURE)
+        await store.record([Outcome("model:beta@an", v) for v in verdicts])
+        await store.record([Cooldown("oa", "alpha", 30), Exhausted("an", 60)])
+
+    on_redis(url, work)
+
+
+# -- relevo breakers -------------------------------------------------------------------
+
+
+def test_breakers_table_shows_scopes_cooldowns_and_marks(
+    ns: str, redis_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    seed_fleet(redis_url, ns)
+    assert relevo("breakers") == 0
+    out = capsys.readouterr().out
+    rows = {line.split()[1]: line for line in out.splitlines() if line.startswith("│")}
+    assert "open" in rows[SCOPE]
+    assert "closed" in rows["model:beta@an"]
+    assert "1/3 (33%)" in rows["model:beta@an"]
+    assert "oa|alpha" in out
+    assert "Exhausted accounts" in out
+    assert "an " in out.split("Exhausted accounts", 1)[1]
+
+
+def test_breakers_json_has_rates_opened_at_and_probe_holders(
+    ns: str, redis_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    seed_fleet(redis_url, ns)
+    assert relevo("breakers", "--json") == 0
+    report = out_json(capsys)
+    scopes = {s["scope"]: s for s in report["scopes"]}
+    vendor = scopes[SCOPE]
+    assert (vendor["state"], vendor["pinned"]) == ("open", False)
+    assert vendor["opened_at"].startswith(report["now"][:10])
+    assert 0 < vendor["retry_in_s"] <= 0.2
+    model = scopes["model:beta@an"]
+    assert (model["state"], model["calls_in_window"], model["failures_in_window"]) == (
+        "closed",
+        3,
+        1,
+    )
+    assert model["failure_rate"] == pytest.approx(1 / 3)
+    (cool,) = report["cooldowns"]
+    assert (cool["account"], cool["model"]) == ("oa", "alpha")
+    assert 25 < cool["remaining_s"] <= 30
+    assert [e["account"] for e in report["exhausted"]] == ["an"]
+
+    time.sleep(0.25)  # the break elapses: half-open, and one worker takes the probe
+    on_redis(redis_url, lambda c: fleet(c, ns).acquire_probe(SCOPE, "turn-7:0"))
+    assert relevo("breakers", "--json") == 0
+    vendor = {s["scope"]: s for s in out_json(capsys)["scopes"]}[SCOPE]
+    assert vendor["state"] == "half_open"
+    assert vendor["probe_holders"] == ["turn-7:0"]
+
+
+def test_open_close_reset_change_the_state_every_worker_sees(
+    ns: str, redis_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    on_redis(redis_url, lambda c: fleet(c, ns).record([Outcome(SCOPE, Verdict.SUCCESS)]))
+
+    assert relevo("breakers", "open", SCOPE) == 0
+    assert capsys.readouterr().out.strip() == f"{SCOPE}: closed -> open (pinned until closed)"
+    assert state_of(redis_url, ns) is BreakerState.OPEN
+
+    assert relevo("breakers", "close", SCOPE) == 0
+    assert capsys.readouterr().out.strip() == f"{SCOPE}: open -> closed"
+    assert state_of(redis_url, ns) is BreakerState.CLOSED
+
+    assert relevo("breakers", "open", SCOPE, "--for", "0.2", "--json") == 0
+    assert out_json(capsys) == {"scope": SCOPE, "before": "closed", "after": "open", "for_s": 0.2}
+    assert state_of(redis_url, ns) is BreakerState.OPEN
+    time.sleep(0.25)
+    assert state_of(redis_url, ns) is BreakerState.HALF_OPEN
+
+    assert relevo("breakers", "reset", SCOPE) == 0
+    assert capsys.readouterr().out.strip() == f"{SCOPE}: half_open -> closed"
+    assert state_of(redis_url, ns) is BreakerState.CLOSED
+
+
+def test_configured_scopes_can_be_opened_before_any_call(
+    ns: str, redis_url: str, tmp_path: Path
+) -> None:
+    config = write_config(tmp_path, "http://127.0.0.1:8900", redis_url, ns)
+    assert relevo("breakers", "open", "vendor:anthropic", "--config", str(config)) == 0
+    assert state_of(redis_url, ns, "vendor:anthropic") is BreakerState.OPEN
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("open", "vendor:nobody"), "unknown breaker scope 'vendor:nobody'; known scopes: "),
+        (("close", "vendor:nobody"), "unknown breaker scope"),
+        (("reset", "a b"), "scope 'a b' must start with a letter or digit"),
+        (("open", "*"), "scope '*' must start with a letter or digit"),
+    ],
+)
+def test_unknown_or_invalid_scope_is_a_one_line_error(
+    ns: str, redis_url: str, capsys: pytest.CaptureFixture[str], args: tuple[str, ...], message: str
+) -> None:
+    seed_fleet(redis_url, ns)
+    assert relevo("breakers", *args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"relevo: {message}")
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_open_for_a_non_positive_duration_is_a_usage_error(ns: str) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        relevo("breakers", "open", SCOPE, "--for", "-3")
+    assert exit_.value.code == 2
+
+
+# -- relevo kill-switch ----------------------------------------------------------------
+
+
+def test_kill_switch_on_status_off_round_trip(
+    ns: str, redis_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert relevo("kill-switch", "status", "--json") == 0
+    assert out_json(capsys)["on"] is False
+
+    assert relevo("kill-switch", "on", "--reason", "incident 42", "--who", "alice") == 0
+    assert "kill switch ON" in capsys.readouterr().out
+    switch = on_redis(redis_url, lambda c: breakers.KillSwitch(c, namespace=ns).status())
+    assert switch is not None
+    assert (switch.who, switch.reason) == ("alice", "incident 42")
+
+    assert relevo("kill-switch", "status") == 0
+    out = capsys.readouterr().out
+    assert "kill switch: ON" in out
+    assert "who: alice" in out
+    assert "why: incident 42" in out
+    assert relevo("kill-switch", "status", "--json") == 0
+    status = out_json(capsys)
+    assert (status["on"], status["who"], status["reason"]) == (True, "alice", "incident 42")
+    assert status["since_ms"] == switch.since_ms
+
+    assert relevo("kill-switch", "off", "--who", "alice") == 0
+    assert "kill switch OFF" in capsys.readouterr().out
+    assert relevo("kill-switch", "status") == 0
+    assert capsys.readouterr().out.startswith("kill switch: off")
+    assert on_redis(redis_url, lambda c: breakers.KillSwitch(c, namespace=ns).status()) is None
+
+
+def test_kill_switch_who_defaults_to_the_user(
+    ns: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("USER", "bob")
+    assert relevo("kill-switch", "on", "--reason", "deploy") == 0
+    assert "by bob: deploy" in capsys.readouterr().out
+
+
+def test_kill_switch_blank_reason_is_refused(
+    ns: str, redis_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert relevo("kill-switch", "on", "--reason", "  ") == 2
+    assert "--reason must be 1-1000 characters" in capsys.readouterr().err
+    assert on_redis(redis_url, lambda c: breakers.KillSwitch(c, namespace=ns).status()) is None
+
+
+# -- relevo replay-held ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[Simulator]:
+    with Simulator() as simulator:
+        yield simulator
+
+
+def write_config(tmp_path: Path, sim_url: str, redis_url: str, namespace: str) -> Path:
+    """examples/simulated.toml pointed at `sim_url`, with a [redis] section."""
+    text = (
+        (ROOT / "examples" / "simulated.toml").read_text().replace("http://127.0.0.1:8900", sim_url)
+    )
+    path = tmp_path / "relevo.toml"
+    path.write_text(f'{text}\n[redis]\nurl = "{redis_url}"\nnamespace = "{namespace}"\n')
+    return path
+
+
+def run_turns(config: Path, count: int) -> list[TurnResult]:
+    """Run `count` turns through the chain with the Redis guard, as a worker would."""
+
+    async def go() -> list[TurnResult]:
+        settings = load_settings(config)
+        guard = open_guard(settings)
+        try:
+            async with make_client() as http:
+                chain = Chain.from_settings(settings, http, guard=guard)
+                return [await chain.run(turn()) for _ in range(count)]
+        finally:
+            await guard.redis.aclose()
+
+    return asyncio.run(go())
+
+
+def held_count(url: str, namespace: str) -> int:
+    return on_redis(url, lambda c: breakers.HeldTurns(c, namespace=namespace).count())
+
+
+def test_held_turns_are_refused_while_the_switch_is_on_then_replayed_after_off(
+    ns: str, redis_url: str, sim: Simulator, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sim.reset()
+    config = write_config(tmp_path, sim.url, redis_url, ns)
+    assert relevo("kill-switch", "on", "--reason", "incident 42") == 0
+    held = run_turns(config, 3)
+    assert {r.status for r in held} == {Status.REJECTED}
+    assert sim.calls() == 0
+    capsys.readouterr()
+
+    assert relevo("replay-held", "--config", str(config)) == 7
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "kill switch is on (incident 42" in captured.err
+    assert held_count(redis_url, ns) == 3
+
+    assert relevo("kill-switch", "off") == 0
+    assert "3 held turn(s)" in capsys.readouterr().out
+    assert relevo("replay-held", "--config", str(config), "--limit", "2") == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line["turn_id"] for line in lines] == [r.turn_id for r in held[:2]]
+    assert held_count(redis_url, ns) == 1
+
+    assert relevo("replay-held", "--config", str(config)) == 0
+    (last,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert last["turn_id"] == held[2].turn_id
+    assert (last["status"], last["step"]) == ("ok", 0)
+    assert sim.calls() == 3
+    assert held_count(redis_url, ns) == 0
+
+
+def test_a_held_payload_that_is_not_a_turn_is_reported_not_lost_silently(
+    ns: str, redis_url: str, sim: Simulator, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(tmp_path, sim.url, redis_url, ns)
+    on_redis(redis_url, lambda c: breakers.HeldTurns(c, namespace=ns).hold("t-bad", '{"x": 1}'))
+    assert relevo("replay-held", "--config", str(config)) == 4
+    captured = capsys.readouterr()
+    (line,) = [json.loads(text) for text in captured.out.splitlines()]
+    assert (line["turn_id"], line["status"], line["payload"]) == ("t-bad", "invalid", '{"x": 1}')
+    assert "not valid turn requests" in captured.err
+    assert held_count(redis_url, ns) == 0
+
+
+@pytest.fixture
+async def client(redis_url: str) -> AsyncIterator[Redis]:
+    redis = breakers.connect(redis_url, timeout_s=2.0)
+    try:
+        yield redis
+    finally:
+        await redis.aclose()
+
+
+async def test_replay_stops_at_the_next_batch_when_the_switch_comes_back_on(
+    client: Redis, namespace: str
+) -> None:
+    held = breakers.HeldTurns(client, namespace=namespace)
+    switch = breakers.KillSwitch(client, namespace=namespace)
+    for i in range(3):
+        await held.hold(f"t-{i}", "{}")
+    lines: list[dict[str, Any]] = []
+
+    async def run_one(turn: breakers.HeldTurn) -> dict[str, Any]:
+        await switch.on("carol", "again")
+        return {"turn_id": turn.turn_id, "status": "enqueued"}
+
+    summary = await replay_held(held, switch, run_one, lines.append, batch=1)
+    assert lines == [{"turn_id": "t-0", "status": "enqueued"}]
+    assert summary.replayed == 1
+    assert summary.stopped_by is not None
+    assert summary.stopped_by.who == "carol"
+    assert await held.count() == 2
+
+
+async def test_a_failing_replay_step_gives_back_the_turns_it_took(
+    client: Redis, namespace: str
+) -> None:
+    held = breakers.HeldTurns(client, namespace=namespace)
+    switch = breakers.KillSwitch(client, namespace=namespace)
+    for i in range(3):
+        await held.hold(f"t-{i}", "{}")
+
+    async def run_one(turn: breakers.HeldTurn) -> dict[str, Any]:
+        if turn.turn_id == "t-1":
+            raise RuntimeError("queue is down")
+        return {"turn_id": turn.turn_id}
+
+    with pytest.raises(RuntimeError, match="queue is down"):
+        await replay_held(held, switch, run_one, lambda line: None, batch=3)
+    assert sorted(t.turn_id for t in await held.held()) == ["t-1", "t-2"]
+
+
+# -- relevo budgets --------------------------------------------------------------------
+
+
+def test_budgets_set_show_and_list(
+    ns: str, redis_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ("budgets", "set", "acme", "--daily", "5.00", "--monthly", "100")
+    assert relevo(*args, "--fallback-cap", "1.50") == 0
+    assert capsys.readouterr().out.strip() == (
+        "acme: daily $5.00, monthly $100.00, fallback cap $1.50 per day"
+    )
+
+    async def spend(client: Redis) -> None:
+        ledger = budgets.Ledger(client, namespace=ns)
+        await ledger.settle("acme", "t1:0", 250_000, provider="oa", fallback=False)
+        await ledger.settle("acme", "t1:1", 1_250, provider="an", fallback=True)
+
+    on_redis(redis_url, spend)
+
+    assert relevo("budgets", "show", "acme") == 0
+    out = capsys.readouterr().out
+    day = next(line for line in out.splitlines() if "day " in line)
+    assert "$5.00" in day
+    assert "$0.25125" in day
+    assert "$4.74875" in day
+    assert "Fallback cap: $1.50 per day, $1.49875 left" in out
+    assert next(line for line in out.splitlines() if line.startswith("│ an")).count("$0.00125") == 2
+
+    assert relevo("budgets", "show", "acme", "--json") == 0
+    report = out_json(capsys)
+    assert report["limits"] == {
+        "daily_micros": 5_000_000,
+        "monthly_micros": 100_000_000,
+        "fallback_cap_micros": 1_500_000,
+    }
+    assert report["day"]["spent_micros"] == 251_250
+    assert report["month"]["remaining_micros"] == 100_000_000 - 251_250
+    assert report["day"]["fallback_by_provider"] == {"an": 1_250}
+
+    assert relevo("budgets", "set", "beta", "--daily", "1", "--monthly", "$20", "--json") == 0
+    assert out_json(capsys) == {
+        "tenant": "beta",
+        "daily_micros": 1_000_000,
+        "monthly_micros": 20_000_000,
+        "fallback_cap_micros": None,
+    }
+    assert relevo("budgets", "list") == 0
+    rows = {line.split()[1]: line for line in capsys.readouterr().out.splitlines() if "│" in line}
+    assert "$4.74875" in rows["acme"]
+    assert "$20.00" in rows["beta"]
+    assert relevo("budgets", "list", "--json") == 0
+    assert [r["tenant"] for r in out_json(capsys)] == ["acme", "beta"]
+
+
+@pytest.mark.parametrize(
+    ("amount", "message"),
+    [
+        ("-1", "--daily: '-1' must not be negative"),
+        ("abc", "--daily: 'abc' is not an amount of dollars"),
+        ("1.0000001", "--daily: '1.0000001' has more than 6 decimals"),
+        ("1e3", "--daily: '1e3' is not an amount of dollars"),
+    ],
+)
+def test_budgets_set_refuses_bad_amounts(
+    ns: str, redis_url: str, capsys: pytest.CaptureFixture[str], amount: str, message: str
+) -> None:
+    assert relevo("budgets", "set", "acme", "--daily", amount, "--monthly", "100") == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"relevo: {message}")
+    assert len(err.strip().splitlines()) == 1
+    assert on_redis(redis_url, lambda c: budgets.Ledger(c, namespace=ns).tenants()) == []
+
+
+def test_budgets_bad_fallback_cap_names_its_option(
+    ns: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ("budgets", "set", "acme", "--daily", "5", "--monthly", "100", "--fallback-cap", "x")
+    assert relevo(*args) == 2
+    assert capsys.readouterr().err.startswith("relevo: --fallback-cap: 'x' is not an amount")
+
+
+@pytest.mark.parametrize("tenant", ["a:b", "*", "../x", "", "x" * 65, "acmé"])
+@pytest.mark.parametrize("action", ["set", "show"])
+def test_invalid_tenant_ids_are_refused(
+    ns: str, capsys: pytest.CaptureFixture[str], tenant: str, action: str
+) -> None:
+    extra = ("--daily", "5", "--monthly", "100") if action == "set" else ()
+    assert relevo("budgets", action, tenant, *extra) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("relevo: tenant id ")
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_budgets_show_of_an_unknown_tenant_is_a_clear_error(
+    ns: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert relevo("budgets", "show", "nobody") == 2
+    assert capsys.readouterr().err.strip() == (
+        "relevo: tenant 'nobody' has no configured limits and no recorded spend"
+    )
+
+
+# -- relevo handoffs -------------------------------------------------------------------
+
+
+def test_handoffs_newest_first(ns: str, redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    async def push(client: Redis) -> None:
+        stream = budgets.Handoffs(client, namespace=ns)
+        for i in range(3):
+            await stream.push("acme", f"turn-{i}", "tenant_budget_exhausted", "{}")
+
+    on_redis(redis_url, push)
+    assert relevo("handoffs", "--count", "2") == 0
+    out = capsys.readouterr().out
+    assert out.index("turn-2") < out.index("turn-1")
+    assert "turn-0" not in out
+    assert "tenant_budget_exhausted" in out
+    assert relevo("handoffs", "--json") == 0
+    items = out_json(capsys)
+    assert [(h["tenant"], h["turn_id"]) for h in items] == [
+        ("acme", f"turn-{i}") for i in (2, 1, 0)
+    ]
+    assert items[0]["reason"] == "tenant_budget_exhausted"
+
+
+def test_handoffs_count_must_be_positive(ns: str) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        relevo("handoffs", "--count", "0")
+    assert exit_.value.code == 2
+
+
+# -- where Redis is --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("breakers",),
+        ("breakers", "close", SCOPE),
+        ("kill-switch", "status"),
+        ("budgets", "list"),
+        ("budgets", "set", "acme", "--daily", "1", "--monthly", "2"),
+        ("handoffs",),
+    ],
+)
+def test_unreachable_redis_is_one_line_and_exit_6(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], args: tuple[str, ...]
+) -> None:
+    monkeypatch.setenv("RELEVO_REDIS__URL", f"redis://:hunter2@127.0.0.1:{closed_port()}/0")
+    assert relevo(*args) == 6
+    err = capsys.readouterr().err
+    assert err.startswith("relevo: Redis at redis://:***@127.0.0.1:")
+    assert "did not answer" in err
+    assert "hunter2" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_a_bad_redis_url_in_the_environment_is_a_config_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("RELEVO_REDIS__URL", "http://127.0.0.1:6379")
+    assert relevo("breakers") == 2
+    assert capsys.readouterr().err.strip() == "relevo: RELEVO_REDIS__URL: not a valid Redis setting"
+
+
+def test_a_missing_config_file_is_a_config_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert relevo("breakers", "--config", "/nonexistent/relevo.toml") == 2
+    err = capsys.readouterr().err
+    assert err.startswith("relevo: cannot read configuration file /nonexistent/relevo.toml")
+
+
+def test_config_file_redis_section_is_used(
+    redis_url: str, namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("RELEVO_REDIS__URL", raising=False)
+    monkeypatch.delenv("RELEVO_REDIS__NAMESPACE", raising=False)
+    config = write_config(tmp_path, "http://127.0.0.1:8900", redis_url, namespace)
+    assert relevo("kill-switch", "on", "--reason", "drill", "--config", str(config)) == 0
+    switch = on_redis(redis_url, lambda c: breakers.KillSwitch(c, namespace=namespace).status())
+    assert switch is not None
+    assert switch.reason == "drill"
+
+
+def test_console_script_smoke(ns: str, redis_url: str) -> None:
+    """The real `python -m worker.cli` process: a table, then JSON."""
+    seed_fleet(redis_url, ns)
+    env = {**os.environ, "RELEVO_REDIS__URL": redis_url, "RELEVO_REDIS__NAMESPACE": ns}
+    cmd = [sys.executable, "-m", "worker.cli", "--log-level", "warning"]
+    done = subprocess.run(
+        [*cmd, "breakers"], capture_output=True, text=True, env=env, timeout=30, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert SCOPE in done.stdout
+    done = subprocess.run(
+        [*cmd, "kill-switch", "status", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["on"] is False
