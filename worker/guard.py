@@ -10,6 +10,7 @@ a turn never fails because the shared store is down.
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -71,15 +72,21 @@ class RedisGuard:
         self.hold_ttl_s = hold_ttl_s
         self._budgets_lost = False
         self._scripts_loaded = False
+        self._scripts_loading = asyncio.Lock()
 
     async def _load_scripts(self) -> None:
         """Load the Lua scripts once, lazily: starting a worker never needs Redis."""
-        self._scripts_loaded = True
-        try:
-            await self.fleet.fleet.load_scripts()
-            await self.ledger.load_scripts()
-        except _STORE_ERRORS as exc:
-            log.warning("guard.scripts_not_loaded", error=type(exc).__name__)
+        # Concurrent first turns wait for the one load: an EVALSHA sent before it lands
+        # gets NOSCRIPT, which drops this process's fleet view for `rejoin_after_s`.
+        async with self._scripts_loading:
+            if self._scripts_loaded:
+                return
+            try:
+                await self.fleet.fleet.load_scripts()
+                await self.ledger.load_scripts()
+            except _STORE_ERRORS as exc:
+                log.warning("guard.scripts_not_loaded", error=type(exc).__name__)
+            self._scripts_loaded = True
 
     async def admit(self, targets: Sequence[Target], first: Charge | None) -> Admission:
         if not self._scripts_loaded:

@@ -166,6 +166,7 @@ class TurnResult(_Frozen):
     tenant_id: str
     status: Status
     reason: str | None = None
+    error: str | None = None
     primary_model: str
     effective_model: str | None = None
     effective_provider: str | None = None

@@ -152,12 +152,15 @@ class TurnReport:
 
     def _result(self, status: Status, reason: str | None, **extra: object) -> TurnResult:
         target, fit = self.target, self.fit
+        failed = status in (Status.FAILED, Status.REJECTED)
+        error = "; ".join(str(e) for e in self.errors) if failed and self.errors else None
         result = TurnResult.model_validate(
             {
                 "turn_id": self.request.turn_id,
                 "tenant_id": self.request.tenant_id,
                 "status": status,
                 "reason": reason,
+                "error": error,
                 "primary_model": self.primary_model,
                 "effective_model": target.model if target else None,
                 "effective_provider": target.provider if target else None,

@@ -30,6 +30,7 @@ __all__ = [
     "RetrySettings",
     "Serving",
     "Settings",
+    "WorkerSettings",
     "load_settings",
 ]
 
@@ -169,6 +170,20 @@ class BudgetSettings(_Section):
         )
 
 
+class WorkerSettings(_Section):
+    """The Celery fleet: how a node runs turns and how no turn is lost."""
+
+    queue: Name = "relevo"
+    processes: int = Field(default=2, ge=1, le=64)
+    threads: int = Field(default=500, ge=1, le=5000)
+    # A turn a dead worker held goes back to the queue after this long; None means
+    # twice the turn deadline plus a minute, so a live turn is never handed out twice.
+    visibility_timeout_s: float | None = Field(default=None, gt=0)
+    # How often a worker looks for such turns.
+    restore_interval_s: float = Field(default=10.0, gt=0)
+    result_ttl_s: int = Field(default=86_400, ge=60)
+
+
 class Settings(BaseSettings):
     """Everything relevo is configured with."""
 
@@ -188,6 +203,11 @@ class Settings(BaseSettings):
     redis: RedisSettings = RedisSettings()
     breakers: BreakerSettings = BreakerSettings()
     budgets: BudgetSettings = BudgetSettings()
+    worker: WorkerSettings = WorkerSettings()
+
+    @property
+    def visibility_timeout_s(self) -> float:
+        return self.worker.visibility_timeout_s or 2 * self.turn_deadline_s + 60
 
     @classmethod
     def settings_customise_sources(
@@ -216,6 +236,11 @@ class Settings(BaseSettings):
                         f'models."{slug}".serve[{index}].provider: '
                         f"{serving.provider!r} is not defined under [providers]"
                     )
+        if self.visibility_timeout_s <= self.turn_deadline_s:
+            problems.append(
+                "worker.visibility_timeout_s: must be longer than turn_deadline_s, or a live "
+                "turn would be handed to a second worker"
+            )
         if self.budgets.hold_ttl_s < self.turn_deadline_s:
             problems.append(
                 "budgets.hold_ttl_s: must be at least turn_deadline_s, or a live turn's "

@@ -1,0 +1,212 @@
+"""Real `celery worker` processes on the real Redis: turns complete, none is lost."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+import budgets
+from tests.chainkit import KEY
+from worker.client import enqueue_turn
+from worker.models import Message, Status, TurnRequest
+from worker.settings import load_settings
+from worker.simulator import Fault, Simulator
+from worker.tasks import TASK_NAME, make_app
+
+pytestmark = pytest.mark.slow
+
+CONFIG = """
+turn_deadline_s = 10
+
+[chain]
+models = ["openai/alpha", "anthropic/beta"]
+
+[retry]
+base_delay_s = 0.01
+
+[redis]
+url = "{redis_url}"
+namespace = "{namespace}"
+
+[worker]
+queue = "{namespace}"
+visibility_timeout_s = 12
+restore_interval_s = 1
+
+[budgets]
+hold_ttl_s = 10
+
+[providers.oa]
+kind = "openai"
+base_url = "{sim}/v1"
+api_key_env = "RELEVO_TEST_KEY"
+
+[providers.an]
+kind = "anthropic"
+base_url = "{sim}"
+api_key_env = "RELEVO_TEST_KEY"
+
+[models."openai/alpha"]
+vendor = "openai"
+context_window = 100000
+input_usd_per_mtok = 2
+output_usd_per_mtok = 8
+serve = [{{ provider = "oa", model_id = "alpha" }}]
+
+[models."anthropic/beta"]
+vendor = "anthropic"
+context_window = 100000
+serve = [{{ provider = "an", model_id = "beta" }}]
+"""
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[Simulator]:
+    with Simulator() as simulator:
+        yield simulator
+
+
+@pytest.fixture(autouse=True)
+def _fresh(sim: Simulator) -> None:
+    sim.reset()
+
+
+@pytest.fixture
+def config(sim: Simulator, redis_url: str, namespace: str, tmp_path: Path) -> Path:
+    path = tmp_path / "chain.toml"
+    path.write_text(CONFIG.format(redis_url=redis_url, namespace=namespace, sim=sim.url))
+    return path
+
+
+@pytest.fixture
+def start_worker(config: Path) -> Iterator[Callable[[str], subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    env = {**os.environ, "RELEVO_CONFIG": str(config), "RELEVO_TEST_KEY": KEY}
+    queue = load_settings(config, require_secrets=False).worker.queue
+
+    def start(name: str) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "celery", "-A", "worker.tasks", "worker"),
+                *("-P", "threads", "-c", "20", "-Q", queue, "-n", f"{name}@%h"),
+                *("--without-gossip", "--without-mingle", "--without-heartbeat"),
+                *("--loglevel", "WARNING"),
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.terminate()
+    for proc in started:
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def request(i: int = 0, **fields: object) -> TurnRequest:
+    return TurnRequest.model_validate(
+        {
+            "tenant_id": "acme",
+            "messages": [Message(role="user", content=f"question {i}")],
+            "deadline_s": 10,
+            **fields,
+        }
+    )
+
+
+def test_turns_complete_through_worker_processes(
+    config: Path, sim: Simulator, start_worker: Callable[[str], subprocess.Popen[bytes]]
+) -> None:
+    start_worker("a")
+    start_worker("b")
+    app = make_app(load_settings(config, require_secrets=False))
+    sim.set_faults("alpha", Fault(status=503, rate=0.3))
+    handles = [enqueue_turn(request(i), app=app) for i in range(30)]
+    results = [h.get(timeout_s=60) for h in handles]
+    assert all(r.status is Status.OK for r in results)
+    assert {r.turn_id for r in results} == {h.turn_id for h in handles}
+    assert any(r.step == 1 for r in results)
+    assert any(r.step == 0 for r in results)
+
+
+def test_a_killed_worker_loses_no_turn_and_charges_it_once(
+    config: Path,
+    sim: Simulator,
+    redis_url: str,
+    namespace: str,
+    start_worker: Callable[[str], subprocess.Popen[bytes]],
+) -> None:
+    first = start_worker("doomed")
+    settings = load_settings(config, require_secrets=False)
+    app = make_app(settings)
+    sim.set_faults("alpha", Fault(latency_s=3))
+    turn = request(tenant_id="kill-test")
+    handle = enqueue_turn(turn, app=app)
+    deadline = time.monotonic() + 20
+    while sim.calls("alpha") == 0:
+        assert time.monotonic() < deadline, "the first worker never called the model"
+        time.sleep(0.05)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    start_worker("rescuer")
+    result = handle.get(timeout_s=60)
+    assert result.status is Status.OK
+    assert result.turn_id == turn.turn_id
+    assert sim.calls("alpha") == 2  # the killed attempt, and the rescuer's
+
+    async def spent() -> int:
+        client = redis.asyncio.Redis.from_url(redis_url)
+        try:
+            report = await budgets.Ledger(client, namespace=namespace).report("kill-test")
+            return report.day.spent_micros + report.reserved_micros
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(spent()) == result.cost_micros
+
+
+def test_a_malformed_payload_fails_at_once_and_is_never_retried(
+    config: Path, sim: Simulator, start_worker: Callable[[str], subprocess.Popen[bytes]]
+) -> None:
+    start_worker("a")
+    app = make_app(load_settings(config, require_secrets=False))
+    sent = app.send_task(TASK_NAME, args=[{"tenant_id": "a:b", "messages": "nope"}])
+    raw = sent.get(timeout=30, disable_sync_subtasks=False)
+    assert raw["status"] == "failed"
+    assert raw["reason"] == "invalid_input"
+    assert "tenant_id" in raw["error"]
+    assert "messages" in raw["error"]
+    assert sent.state == "SUCCESS"  # an answer, not an exception Celery would retry
+    assert sim.calls() == 0
+
+
+def test_the_same_turn_delivered_twice_is_run_and_reported_once(
+    config: Path, sim: Simulator, start_worker: Callable[[str], subprocess.Popen[bytes]]
+) -> None:
+    start_worker("a")
+    start_worker("b")
+    app = make_app(load_settings(config, require_secrets=False))
+    sim.set_faults("alpha", Fault(latency_s=1))
+    turn = request(tenant_id="twice")
+    first = enqueue_turn(turn, app=app)
+    second = enqueue_turn(turn, app=app)
+    one, two = first.get(timeout_s=60), second.get(timeout_s=60)
+    assert one == two
+    assert sim.calls("alpha") == 1

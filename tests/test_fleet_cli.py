@@ -1,0 +1,132 @@
+"""`relevo worker`, `enqueue`, `result` and `tail`, against the real Redis and real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.chainkit import KEY
+from tests.test_celery_fleet import CONFIG
+from worker.cli import main
+from worker.models import Message, Status, TurnRequest
+from worker.logs import configure_logging
+from worker.runner import LoopThread, TurnRunner
+from worker.settings import load_settings
+from worker.simulator import Fault, Simulator
+
+RELEVO = [sys.executable, "-m", "worker.cli"]
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[Simulator]:
+    with Simulator() as simulator:
+        yield simulator
+
+
+@pytest.fixture
+def config(
+    sim: Simulator, redis_url: str, namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Path:
+    sim.reset()
+    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
+    path = tmp_path / "chain.toml"
+    path.write_text(CONFIG.format(redis_url=redis_url, namespace=namespace, sim=sim.url))
+    return path
+
+
+@pytest.fixture
+def runner(config: Path, capsys: pytest.CaptureFixture[str]) -> Iterator[TurnRunner]:
+    configure_logging(level="warning")
+    made = TurnRunner(load_settings(config), loop=LoopThread())
+    yield made
+    made.close()
+
+
+def turn(**fields: object) -> TurnRequest:
+    return TurnRequest.model_validate(
+        {"tenant_id": "acme", "messages": [Message(role="user", content="hello")], **fields}
+    )
+
+
+def test_result_prints_a_finished_turn(
+    config: Path, runner: TurnRunner, capsys: pytest.CaptureFixture[str]
+) -> None:
+    request = turn()
+    runner.run(request.model_dump(mode="json"))
+    assert main(["result", request.turn_id, "--config", str(config)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["turn_id"] == request.turn_id
+    assert printed["status"] == "ok"
+
+
+def test_result_of_an_unknown_turn_is_a_clear_error(
+    config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["result", "never-ran", "--config", str(config)]) == 2
+    assert "no result for turn 'never-ran'" in capsys.readouterr().err
+
+
+def test_tail_prints_a_streaming_turns_content(
+    config: Path, runner: TurnRunner, capsys: pytest.CaptureFixture[str]
+) -> None:
+    request = turn(stream=True)
+    result = runner.run(request.model_dump(mode="json"))
+    assert main(["tail", request.turn_id, "--config", str(config)]) == 0
+    assert capsys.readouterr().out.strip() == result["reply"]["text"]
+
+
+def test_a_turn_run_twice_by_a_runner_calls_the_model_once(
+    runner: TurnRunner, sim: Simulator
+) -> None:
+    payload = turn().model_dump(mode="json")
+    assert runner.run(payload) == runner.run(payload)
+    assert sim.calls("alpha") == 1
+
+
+@pytest.mark.slow
+def test_enqueue_wait_through_relevo_worker(config: Path, sim: Simulator, tmp_path: Path) -> None:
+    env = {**os.environ, "RELEVO_TEST_KEY": KEY}
+    node = subprocess.Popen(
+        [*RELEVO, "worker", "--config", str(config), "--processes", "2", "--threads", "8"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        sim.set_faults("alpha", Fault(status=529))
+        request = tmp_path / "turn.json"
+        request.write_text(turn(deadline_s=10).model_dump_json())
+        done = subprocess.run(
+            [*RELEVO, "enqueue", "--config", str(config), "--input", str(request), "--wait"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=90,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        result = json.loads(done.stdout)
+        assert result["status"] == Status.OK
+        assert result["step"] == 1
+        queued = subprocess.run(
+            [*RELEVO, "enqueue", "--config", str(config), "--input", str(request)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        )
+        assert queued.stdout.strip() == json.loads(request.read_text())["turn_id"]
+    finally:
+        node.send_signal(signal.SIGTERM)
+        started = time.monotonic()
+        node.wait(timeout=30)
+        assert time.monotonic() - started < 30

@@ -1,0 +1,113 @@
+"""Where a turn's outcome lives between deliveries: its result, its claim, its stream.
+
+A turn is reported once: the first result saved wins (SET NX), later deliveries
+of the same turn read it instead of calling models again. A claim (SET NX PX)
+keeps two deliveries of one turn from running it at the same time; it expires
+with the turn's deadline, so a dead worker's claim frees itself. Content of a
+streaming turn goes to a Redis stream per turn, ended by an empty `end` entry.
+
+    {N}:turn:<id>:result   string  the TurnResult JSON    (TTL: result_ttl_s)
+    {N}:turn:<id>:claim    string  the claiming worker    (TTL: deadline + margin)
+    {N}:turn:<id>:chunks   stream  text / end entries     (TTL: result_ttl_s)
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+
+from worker.models import TurnResult
+
+__all__ = ["TurnKeys", "TurnStore"]
+
+_CHUNK_MAXLEN = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class TurnKeys:
+    """Every key the worker side writes, under one namespace."""
+
+    namespace: str = "relevo"
+
+    def result(self, turn_id: str) -> str:
+        return f"{{{self.namespace}}}:turn:{turn_id}:result"
+
+    def claim(self, turn_id: str) -> str:
+        return f"{{{self.namespace}}}:turn:{turn_id}:claim"
+
+    def chunks(self, turn_id: str) -> str:
+        return f"{{{self.namespace}}}:turn:{turn_id}:chunks"
+
+
+class TurnStore:
+    """Results, claims and content streams of turns, on Redis."""
+
+    def __init__(self, redis: Redis, *, namespace: str = "relevo", ttl_s: int = 86_400) -> None:
+        self.redis = redis
+        self.keys = TurnKeys(namespace)
+        self.ttl_s = ttl_s
+
+    async def result(self, turn_id: str) -> TurnResult | None:
+        """The turn's saved result, if it finished."""
+        raw = await self.redis.get(self.keys.result(turn_id))
+        return None if raw is None else TurnResult.model_validate_json(raw)
+
+    async def claim(self, turn_id: str, holder: str, ttl_s: float) -> bool:
+        """Take the right to run the turn now; False while another delivery holds it."""
+        key = self.keys.claim(turn_id)
+        return bool(await self.redis.set(key, holder, nx=True, px=max(1, int(ttl_s * 1000))))
+
+    async def save(self, result: TurnResult) -> TurnResult:
+        """Save the result unless one was saved first; return the one that stands."""
+        key = self.keys.result(result.turn_id)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.set(key, result.to_json(), nx=True, ex=self.ttl_s)
+            pipe.get(key)
+            pipe.delete(self.keys.claim(result.turn_id))
+            saved, raw, _ = await pipe.execute()
+        if saved or raw is None:
+            return result
+        return TurnResult.model_validate_json(raw)
+
+    async def wait_result(self, turn_id: str, timeout_s: float) -> TurnResult | None:
+        """Wait for another delivery's result, or for its claim to lapse (None)."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + timeout_s
+        while loop.time() < until:
+            found = await self.result(turn_id)
+            if found is not None:
+                return found
+            if not await self.redis.exists(self.keys.claim(turn_id)):
+                return await self.result(turn_id)
+            await asyncio.sleep(0.1)
+        return None
+
+    async def publish(self, turn_id: str, text: str) -> None:
+        key = self.keys.chunks(turn_id)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.xadd(key, {"text": text}, maxlen=_CHUNK_MAXLEN, approximate=True)
+            pipe.expire(key, self.ttl_s)
+            await pipe.execute()
+
+    async def end_stream(self, turn_id: str) -> None:
+        key = self.keys.chunks(turn_id)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.xadd(key, {"end": "1"}, maxlen=_CHUNK_MAXLEN, approximate=True)
+            pipe.expire(key, self.ttl_s)
+            await pipe.execute()
+
+    async def tail(self, turn_id: str, *, block_ms: int = 1000) -> AsyncIterator[str]:
+        """The turn's content as it arrives, from the start, until its end marker."""
+        key, last = self.keys.chunks(turn_id), "0-0"
+        while True:
+            batches: Any = await self.redis.xread({key: last}, block=block_ms, count=100)
+            for _, entries in batches:
+                for entry_id, fields in entries:
+                    last = entry_id
+                    if b"end" in fields:
+                        return
+                    yield bytes(fields[b"text"]).decode()
