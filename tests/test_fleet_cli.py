@@ -16,8 +16,8 @@ import pytest
 from tests.chainkit import KEY
 from tests.test_celery_fleet import CONFIG
 from worker.cli import main
-from worker.models import Message, Status, TurnRequest
 from worker.logs import configure_logging
+from worker.models import Message, Status, TurnRequest
 from worker.runner import LoopThread, TurnRunner
 from worker.settings import load_settings
 from worker.simulator import Fault, Simulator
