@@ -80,7 +80,9 @@ class ResilientBreakers:
         """`FleetBreakers.check_on`; its parser answers locally when given an error."""
         scopes, pairs, accounts = list(scopes), list(pairs), list(accounts)
         parse = self.fleet.check_on(pipe, scopes, pairs, accounts)
-        return self._resolver(parse, lambda: self.local.check(scopes, pairs, accounts), _local_view)
+        return self._resolver(
+            parse, lambda store: store.check(scopes, pairs, accounts), _local_view
+        )
 
     async def acquire_probe(self, scope: str, holder: str) -> bool:
         """`FleetBreakers.acquire_probe`, locally while the fleet is lost."""
@@ -89,7 +91,7 @@ class ResilientBreakers:
     def acquire_probe_on(self, pipe: Pipeline, scope: str, holder: str) -> Parse[bool]:
         """`FleetBreakers.acquire_probe_on`; its parser answers locally when given an error."""
         parse = self.fleet.acquire_probe_on(pipe, scope, holder)
-        return self._resolver(parse, lambda: self.local.acquire_probe(scope, holder), _same)
+        return self._resolver(parse, lambda store: store.acquire_probe(scope, holder), _same)
 
     async def record(self, entries: Sequence[Entry]) -> list[Transition]:
         """`FleetBreakers.record`, locally while the fleet is lost."""
@@ -98,7 +100,7 @@ class ResilientBreakers:
     def record_on(self, pipe: Pipeline, entries: Sequence[Entry]) -> Parse[list[Transition]]:
         """`FleetBreakers.record_on`; its parser records locally when given an error."""
         parse = self.fleet.record_on(pipe, entries)
-        return self._resolver(parse, lambda: self.local.record(entries), _same)
+        return self._resolver(parse, lambda store: store.record(entries), _same)
 
     async def _run(
         self, op: Callable[[FleetBreakers], Awaitable[T]], as_local: Callable[[T], T]
@@ -118,15 +120,18 @@ class ResilientBreakers:
     def _resolver(
         self,
         parse: Parse[T],
-        local: Callable[[], Awaitable[T]],
+        op: Callable[[FleetBreakers], Awaitable[T]],
         as_local: Callable[[T], T],
     ) -> Parse[T]:
         async def resolve(reply: object) -> T:
+            if isinstance(reply, NoScriptError):
+                # Redis answered but forgot the scripts (a restart, SCRIPT FLUSH):
+                # load them and ask again, without leaving the fleet view.
+                await self._reload_scripts()
+                return await self._run(op, as_local)
             if isinstance(reply, FLEET_ERRORS):
                 self._lose(reply)
-                if isinstance(reply, NoScriptError):
-                    await self._reload_scripts()
-                return as_local(await local())
+                return as_local(await op(self.local))
             result = await parse(reply)
             self._rejoin()
             return result

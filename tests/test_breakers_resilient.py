@@ -24,6 +24,7 @@ from breakers import (
     TransitionKind,
     Verdict,
     connect,
+    in_memory,
 )
 
 V = Verdict
@@ -184,3 +185,19 @@ async def test_pipelined_parser_given_the_pipeline_error_answers_locally(
     assert not fleet.fleet_view
     assert [t.kind for t in await parse_record(raised.value)] == [TransitionKind.OPENED]
     assert not breakers.fleet_view
+
+
+async def test_a_forgotten_script_is_reloaded_without_losing_the_fleet_view() -> None:
+    """After a Redis restart (SCRIPT FLUSH) the fleet answers again at once, not locally."""
+    redis = in_memory()
+    breakers = ResilientBreakers(FleetBreakers(redis, policy=POLICY), timeout_s=TIMEOUT_S)
+    await breakers.record([Outcome(SCOPE, V.FAILURE)] * 3)
+    await redis.script_flush()
+    async with redis.pipeline(transaction=False) as pipe:
+        parse_check = breakers.check_on(pipe, [SCOPE])
+        replies = await pipe.execute(raise_on_error=False)
+    fleet = await parse_check(replies[0])
+    assert fleet.fleet_view
+    assert breakers.fleet_view
+    assert fleet.scopes[SCOPE].state is BreakerState.OPEN
+    await redis.aclose()
