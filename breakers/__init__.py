@@ -12,6 +12,7 @@ from breakers.errors import (
     BreakersError,
     InvalidNameError,
     InvalidPolicyError,
+    StoreForbiddenError,
     StoreUnavailableError,
     UnknownScopeError,
 )
@@ -59,6 +60,7 @@ __all__ = [
     "ResilientBreakers",
     "ScopeReport",
     "ScopeState",
+    "StoreForbiddenError",
     "StoreUnavailableError",
     "Transition",
     "TransitionKind",

@@ -4,7 +4,8 @@ BreakersError
 ├── InvalidNameError       a scope, account, model, holder or namespace outside the alphabet
 ├── InvalidPolicyError     a policy value out of range, naming the field
 ├── UnknownScopeError      an operator named a scope nobody configured or used
-└── StoreUnavailableError  Redis could not be reached on a path with no local fallback
+├── StoreUnavailableError  Redis could not be reached on a path with no local fallback
+└── StoreForbiddenError    Redis answered but refused us (authentication, ACL permissions)
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ __all__ = [
     "BreakersError",
     "InvalidNameError",
     "InvalidPolicyError",
+    "StoreForbiddenError",
     "StoreUnavailableError",
     "UnknownScopeError",
 ]
@@ -41,3 +43,11 @@ class UnknownScopeError(BreakersError, LookupError):
 
 class StoreUnavailableError(BreakersError):
     """Redis did not answer on an operator path (operators get an error, never a local view)."""
+
+
+class StoreForbiddenError(BreakersError):
+    """Redis refused this client (bad password, missing ACL permission).
+
+    Never served from local breakers: a worker that may not read the kill switch
+    must not carry on as if Redis were merely down.
+    """

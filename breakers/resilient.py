@@ -20,7 +20,7 @@ import structlog
 from redis.asyncio.client import Pipeline
 from redis.exceptions import NoScriptError
 
-from breakers._errors import FLEET_ERRORS
+from breakers._errors import FLEET_ERRORS, raise_if_forbidden
 from breakers.client import DEFAULT_TIMEOUT_S, in_memory
 from breakers.entries import Entry, Pair
 from breakers.scripts import Parse
@@ -146,6 +146,7 @@ class ResilientBreakers:
             pass  # the next attempt after rejoin_after_s tries again
 
     def _lose(self, exc: BaseException) -> None:
+        raise_if_forbidden(exc)
         if self._lost_at is None:
             log.warning(
                 "breakers.fleet_view_lost",

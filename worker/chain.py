@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import httpx
+import structlog
 
 from budgets import cost_micros
 from worker.adapters import Adapter, ProviderCall, build_adapter
@@ -26,6 +27,7 @@ from worker.errors import (
     MalformedResponse,
     ProviderError,
     ResponseTimeout,
+    StoreForbidden,
 )
 from worker.fit import Fit, Unfit, fit_turn
 from worker.hooks import Availability, Charge, Guard, OpenGuard, Target
@@ -37,6 +39,7 @@ from worker.settings import ModelSettings, Settings
 
 __all__ = ["Chain"]
 
+log = structlog.get_logger("relevo.chain")
 OnText = Callable[[str], None]
 KILL_SWITCH = "kill_switch"
 
@@ -108,6 +111,14 @@ class _Turn:
         return Charge(charge_id, self.request.tenant_id, target.provider, micros, fallback)
 
     async def run(self) -> TurnResult:
+        try:
+            return await self._run()
+        except StoreForbidden as exc:
+            # Fail closed: a worker that may not read the kill switch runs nothing.
+            log.error("turn.store_forbidden", turn_id=self.request.turn_id, error=str(exc))
+            return self.report.rejected(StoreForbidden.code, exc)
+
+    async def _run(self) -> TurnResult:
         slugs = self.settings.chain.models
         every = [t for slug in slugs for t in self._targets(slug)]
         primary = every[0]

@@ -8,6 +8,7 @@ chain does next (see `worker.policy.RULES`).
     ├── ConfigError            a bad configuration, naming the key
     ├── InputError             a bad turn request, naming the field
     ├── DeadlineExceeded       the turn's deadline passed
+    ├── StoreForbidden         Redis refused this worker (password, ACL): fail closed
     ├── ProviderError          one attempt failed
     │   ├── ServerError            500 / 502 / 504, Anthropic api_error
     │   ├── Overloaded             503 overloaded, Anthropic 529
@@ -44,6 +45,7 @@ __all__ = [
     "RelevoError",
     "ResponseTimeout",
     "ServerError",
+    "StoreForbidden",
     "TurnFailed",
 ]
 
@@ -64,6 +66,12 @@ class DeadlineExceeded(RelevoError):
     """The turn's deadline passed before a model answered."""
 
     code: ClassVar[str] = "deadline_exceeded"
+
+
+class StoreForbidden(RelevoError):
+    """The shared store refused this worker: it may not read the kill switch, so no turn runs."""
+
+    code: ClassVar[str] = "store_forbidden"
 
 
 class ProviderError(RelevoError):

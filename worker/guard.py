@@ -11,16 +11,25 @@ a turn never fails because the shared store is down.
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any, ParamSpec, TypeVar
 
 import structlog
 from redis.asyncio import Redis
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import (
+    AuthenticationError,
+    AuthenticationWrongNumberOfArgsError,
+    AuthorizationError,
+    NoPermissionError,
+    NoScriptError,
+    RedisError,
+)
 
 import breakers
 import budgets
+from worker.errors import StoreForbidden
 from worker.hooks import Admission, Availability, Charge, FleetView, Target
 from worker.policy import Verdict
 from worker.settings import Settings
@@ -29,6 +38,23 @@ __all__ = ["RedisGuard", "model_scope", "open_guard", "vendor_scope"]
 
 log = structlog.get_logger("relevo.guard")
 T = TypeVar("T")
+P = ParamSpec("P")
+
+
+def _fail_closed(
+    method: Callable[P, Coroutine[Any, Any, T]],
+) -> Callable[P, Coroutine[Any, Any, T]]:
+    """Redis refusing us (password, ACL) is `StoreForbidden`, never a quiet local view."""
+
+    @functools.wraps(method)
+    async def guarded(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return await method(*args, **kwargs)
+        except breakers.StoreForbiddenError as exc:
+            raise StoreForbidden(str(exc)) from exc
+
+    return guarded
+
 
 # What the breaker layer is told, per verdict of the policy table.
 _BREAKER_VERDICT = {
@@ -39,6 +65,13 @@ _BREAKER_VERDICT = {
     Verdict.EXHAUSTED: breakers.Verdict.NEUTRAL,
 }
 _STORE_ERRORS = (RedisError, OSError, TimeoutError)
+_FORBIDDEN = (
+    AuthenticationError,
+    AuthenticationWrongNumberOfArgsError,
+    AuthorizationError,
+    NoPermissionError,
+    breakers.StoreForbiddenError,
+)
 
 
 def model_scope(target: Target) -> str:
@@ -88,6 +121,7 @@ class RedisGuard:
                 log.warning("guard.scripts_not_loaded", error=type(exc).__name__)
             self._scripts_loaded = True
 
+    @_fail_closed
     async def admit(self, targets: Sequence[Target], first: Charge | None) -> Admission:
         if not self._scripts_loaded:
             await self._load_scripts()
@@ -108,6 +142,7 @@ class RedisGuard:
             refusal = await self._budget(replies[1], parse_charge, lambda: self._reserve(first))
         return Admission(_view(state, targets), refusal)
 
+    @_fail_closed
     async def reserve(self, charge: Charge) -> str | None:
         if not self.fleet.fleet_view:
             state = await self.fleet.check(())
@@ -124,6 +159,7 @@ class RedisGuard:
             return killed
         return await self._budget(replies[1], parse_charge, lambda: self._reserve(charge))
 
+    @_fail_closed
     async def acquire_probe(self, target: Target, holder: str) -> bool:
         scopes = (model_scope(target), vendor_scope(target))
         granted = [await self.fleet.acquire_probe(scope, holder) for scope in scopes]
@@ -134,6 +170,7 @@ class RedisGuard:
         await self.fleet.record(taken)
         return False
 
+    @_fail_closed
     async def conclude(
         self,
         target: Target,
@@ -259,6 +296,8 @@ class RedisGuard:
         return _refusal(outcome)
 
     def _lose_budgets(self, exc: BaseException) -> None:
+        if isinstance(exc, _FORBIDDEN):
+            raise StoreForbidden(f"Redis refused this worker: {exc}") from exc
         if not self._budgets_lost:
             self._budgets_lost = True
             log.warning("guard.budgets_unreachable", error=type(exc).__name__)

@@ -21,7 +21,12 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import ValidationError
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
+from redis.exceptions import (
+    AuthenticationError,
+    AuthorizationError,
+    NoPermissionError,
+    RedisError,
+)
 from rich.console import Console
 
 import breakers
@@ -62,6 +67,12 @@ OPERATOR_TIMEOUT_S = 2.0
 # The `relevo` parser's subcommands, as argparse types them (not subscriptable at run time).
 Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 _UNAVAILABLE = (breakers.StoreUnavailableError, RedisError, OSError, TimeoutError)
+_FORBIDDEN = (
+    breakers.StoreForbiddenError,
+    AuthenticationError,
+    AuthorizationError,
+    NoPermissionError,
+)
 # What an operator typed wrong, whichever package noticed it.
 _USAGE = (ConfigError, InputError, breakers.BreakersError, budgets.BudgetError)
 
@@ -112,6 +123,12 @@ async def operator_redis(where: RedisSettings) -> AsyncIterator[Redis]:
     client = breakers.connect(where.url, timeout_s=max(where.timeout_s, OPERATOR_TIMEOUT_S))
     try:
         yield client
+    except _FORBIDDEN as exc:
+        raise OperatorError(
+            f"Redis at {redact(where.url)} refused this client ({type(exc).__name__}); "
+            "check the user and password in the URL and its ACL permissions",
+            EXIT_UNAVAILABLE,
+        ) from None
     except _UNAVAILABLE as exc:
         cause = exc.__cause__ if isinstance(exc, breakers.StoreUnavailableError) else exc
         raise OperatorError(

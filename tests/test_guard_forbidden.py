@@ -1,0 +1,103 @@
+"""A worker that Redis refuses (password, ACL) fails closed: no call, never a quiet local view."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from tests.chainkit import KEY, run, settings, turn
+from worker.guard import open_guard
+from worker.models import Status
+from worker.simulator import Simulator
+
+pytestmark = pytest.mark.redis
+
+
+@pytest.fixture(scope="module")
+def acl_redis() -> Iterator[int]:
+    """A private redis-server: user `full` may do anything, `noscripts` may not run Lua."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("no redis-server binary")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    proc = subprocess.Popen(
+        [
+            *(binary, "--port", str(port), "--save", "", "--appendonly", "no"),
+            *("--user", "default", "off"),
+            *("--user", "full", "on", ">secret", "~*", "+@all"),
+            *("--user", "noscripts", "on", ">secret", "~*", "+@all", "-@scripting"),
+        ],
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(100):
+            try:
+                redis.Redis(port=port, username="full", password="secret").ping()
+                break
+            except redis.RedisError:
+                time.sleep(0.05)
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[Simulator]:
+    with Simulator() as simulator:
+        yield simulator
+
+
+@pytest.mark.parametrize(
+    "credentials", ["full:wrong", "noscripts:secret"], ids=["bad-password", "no-permission"]
+)
+async def test_a_refused_worker_rejects_the_turn_without_calling_anyone(
+    acl_redis: int, sim: Simulator, credentials: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
+    sim.reset()
+    url = f"redis://{credentials}@127.0.0.1:{acl_redis}/0"
+    config = settings(sim.url, redis={"url": url, "namespace": "forbidden"})
+    guard = open_guard(config)
+    try:
+        result = await run(config, turn(), guard=guard)
+    finally:
+        await guard.redis.aclose()
+    assert result.status is Status.REJECTED
+    assert result.reason == "store_forbidden"
+    assert "secret" not in (result.error or "")
+    assert sim.calls() == 0
+
+
+async def test_the_allowed_user_runs_turns(
+    acl_redis: int, sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
+    url = f"redis://full:secret@127.0.0.1:{acl_redis}/0"
+    config = settings(sim.url, redis={"url": url, "namespace": "allowed"})
+    guard = open_guard(config)
+    try:
+        result = await run(config, turn(), guard=guard)
+    finally:
+        await guard.redis.aclose()
+    assert result.status is Status.OK
+
+
+def test_operators_are_told_redis_refused_them(
+    acl_redis: int, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from worker.cli import main
+
+    monkeypatch.setenv("RELEVO_REDIS__URL", f"redis://full:wrong@127.0.0.1:{acl_redis}/0")
+    assert main(["kill-switch", "status"]) == 6
+    err = capsys.readouterr().err
+    assert "refused this client" in err
+    assert "wrong" not in err
