@@ -1,0 +1,501 @@
+"""deploy/: every YAML and JSON file parses, and what the files promise holds.
+
+Alert rules and the dashboard use only metrics (and labels) the workers export;
+the image runs as a non-root user; compose's Redis has passwords and the workers
+use theirs; the Kubernetes worker has probes, resources and a grace period longer
+than the turn deadline; the Redis ACL users keep producers to the queue and their
+results, checked on a real redis-server started with deploy/redis/start.sh.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import time
+import tomllib
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import yaml
+from redis.exceptions import AuthenticationError, NoPermissionError
+
+import breakers
+import budgets
+from worker.client import enqueue_turn
+from worker.metrics import METRIC_NAMES
+from worker.operate_fleet import celery_command
+from worker.settings import ObservabilitySettings, load_settings
+from worker.tasks import make_app
+
+ROOT = Path(__file__).resolve().parents[1]
+DEPLOY = ROOT / "deploy"
+YAML_FILES = sorted(p for p in DEPLOY.rglob("*") if p.suffix in (".yml", ".yaml"))
+JSON_FILES = sorted(DEPLOY.rglob("*.json"))
+CHAIN = DEPLOY / "chain.toml"
+TURN_DEADLINE_S = tomllib.loads(CHAIN.read_text())["turn_deadline_s"]
+METRICS_PORT = ObservabilitySettings().metrics_port
+HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
+TARGET_LABELS = {"instance", "job"}  # added by Prometheus to every scraped series
+
+
+def rel(path: Path) -> str:
+    return str(path.relative_to(DEPLOY))
+
+
+def load_yaml(name: str) -> list[Any]:
+    return [doc for doc in yaml.safe_load_all((DEPLOY / name).read_text()) if doc is not None]
+
+
+# --- PromQL: which metrics and labels an expression names ----------------------------
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'')
+_GRAFANA_VARIABLE = re.compile(r"\$\{[^}]*\}|\$\w+")
+_MATCHERS = re.compile(r"\{([^{}]*)\}")
+_MATCHER_LABEL = re.compile(r"([A-Za-z_]\w*)\s*(?:=~|!~|!=|=)")
+_GROUPING = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)")
+_RANGE = re.compile(r"\[[^\]]*\]")
+_IDENTIFIER = re.compile(r"(?<![\w.])([A-Za-z_:][\w:]*)(\s*\()?")
+_KEYWORDS = {"and", "or", "unless", "bool", "offset", "inf", "nan"}
+
+
+def promql_names(expr: str) -> tuple[set[str], set[str]]:
+    """The metric names and the label names `expr` uses."""
+    text = _STRING.sub('""', _GRAFANA_VARIABLE.sub("5m", expr))
+    labels: set[str] = set()
+    for matchers in _MATCHERS.findall(text):
+        labels |= set(_MATCHER_LABEL.findall(matchers))
+    text = _MATCHERS.sub(" ", text)
+    for grouping in _GROUPING.findall(text):
+        labels |= {name.strip() for name in grouping.split(",") if name.strip()}
+    text = _RANGE.sub(" ", _GROUPING.sub(" ", text))
+    metrics = {
+        name
+        for name, call in _IDENTIFIER.findall(text)
+        if not call and name.lower() not in _KEYWORDS
+    }
+    return metrics, labels
+
+
+def base_metric(series: str) -> str:
+    for suffix in HISTOGRAM_SUFFIXES:
+        if series.endswith(suffix) and series.removesuffix(suffix) in METRIC_NAMES:
+            return series.removesuffix(suffix)
+    return series
+
+
+def allowed_labels(metrics: set[str]) -> set[str]:
+    labels = set(TARGET_LABELS)
+    for series in metrics:
+        labels |= set(METRIC_NAMES.get(base_metric(series), ()))
+        if series.endswith("_bucket"):
+            labels.add("le")
+    return labels
+
+
+def check_expression(expr: str, extra_labels: frozenset[str] = frozenset()) -> set[str]:
+    """Assert `expr` names exported metrics and their labels only; return the metrics."""
+    metrics, labels = promql_names(expr)
+    assert metrics, f"no metric found in {expr!r}"
+    unknown = {m for m in metrics if base_metric(m) not in METRIC_NAMES}
+    assert not unknown, f"{expr!r} uses metrics the code does not export: {sorted(unknown)}"
+    stray = (labels | extra_labels) - allowed_labels(metrics)
+    assert not stray, f"{expr!r} uses labels its metrics do not have: {sorted(stray)}"
+    return metrics
+
+
+def test_promql_parser_finds_metrics_and_labels() -> None:
+    """The helper the checks below rely on sees through functions, matchers and grouping."""
+    expr = (
+        "histogram_quantile(0.99, sum by (le, model) (rate(relevo_attempt_duration_seconds_bucket"
+        '{outcome="ok", provider=~"a|b"}[$__rate_interval]))) / 1e6 > bool 2'
+    )
+    assert promql_names(expr) == (
+        {"relevo_attempt_duration_seconds_bucket"},
+        {"le", "model", "outcome", "provider"},
+    )
+    with pytest.raises(AssertionError, match="relevo_turns_totl"):
+        check_expression("sum(rate(relevo_turns_totl[5m]))")
+    with pytest.raises(AssertionError, match="tenant_id"):
+        check_expression("max by (tenant_id) (relevo_tenant_budget_used_ratio)")
+
+
+# --- every file parses ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", YAML_FILES, ids=rel)
+def test_yaml_file_parses(path: Path) -> None:
+    docs = [doc for doc in yaml.safe_load_all(path.read_text()) if doc is not None]
+    assert docs
+    assert all(isinstance(doc, dict) for doc in docs)
+
+
+@pytest.mark.parametrize("path", JSON_FILES, ids=rel)
+def test_json_file_parses(path: Path) -> None:
+    assert isinstance(json.loads(path.read_text()), dict)
+
+
+def test_deploy_holds_every_promised_file() -> None:
+    assert {rel(p) for p in YAML_FILES} >= {
+        "docker-compose.yml",
+        "prometheus/prometheus.yml",
+        "prometheus/rules.yml",
+        "kubernetes/worker.yaml",
+        "kubernetes/redis.yaml",
+        "kubernetes/configmap.yaml",
+        "kubernetes/secret.yaml",
+    }
+    assert {rel(p) for p in JSON_FILES} == {"grafana/relevo-dashboard.json"}
+    load_settings(CHAIN, require_secrets=False)  # a configuration the workers accept
+
+
+# --- alert rules and dashboard --------------------------------------------------------
+
+
+def alert_rules() -> dict[str, dict[str, Any]]:
+    (doc,) = load_yaml("prometheus/rules.yml")
+    rules = [rule for group in doc["groups"] for rule in group["rules"]]
+    for rule in rules:
+        check_expression(rule["expr"])
+    return {rule["alert"]: rule for rule in rules if "alert" in rule}
+
+
+def test_alert_rules_use_exported_metrics_and_labels() -> None:
+    for name, rule in alert_rules().items():
+        used = set(re.findall(r"\$labels\.(\w+)", json.dumps(rule.get("annotations", {}))))
+        _, grouped = promql_names(rule["expr"])
+        assert used <= grouped, f"{name} annotations use labels its expression drops"
+
+
+def test_the_four_alerts_have_their_thresholds() -> None:
+    rules = alert_rules()
+    squeeze = {name: " ".join(rule["expr"].split()) for name, rule in rules.items()}
+    fallback = squeeze["RelevoFallbackRateHigh"]
+    assert 'relevo_turns_total{step!="", step!="0"}' in fallback
+    assert "> 0.10" in fallback
+    assert rules["RelevoFallbackRateHigh"]["for"] == "5m"
+    assert squeeze["RelevoBreakerOpen"] == "max by (scope) (relevo_breaker_state) == 2"
+    assert squeeze["RelevoTenantBudgetNearlySpent"].endswith(
+        "(relevo_tenant_budget_used_ratio) > 0.9"
+    )
+    assert squeeze["RelevoKillSwitchOn"] == "max(relevo_kill_switch) == 1"
+
+
+def test_dashboard_panels_use_exported_metrics_and_labels() -> None:
+    dashboard = json.loads((DEPLOY / "grafana/relevo-dashboard.json").read_text())
+    used: set[str] = set()
+    for panel in dashboard["panels"]:
+        for target in panel["targets"]:
+            legend = set(re.findall(r"\{\{\s*(\w+)\s*\}\}", target.get("legendFormat", "")))
+            used |= {base_metric(m) for m in check_expression(target["expr"], frozenset(legend))}
+    assert used >= {
+        "relevo_turns_total",
+        "relevo_attempts_total",
+        "relevo_turn_duration_seconds",
+        "relevo_breaker_state",
+        "relevo_tenant_budget_used_ratio",
+        "relevo_kill_switch",
+    }
+    titles = " ".join(panel["title"] for panel in dashboard["panels"])
+    assert "p50 / p99" in titles
+
+
+# --- the image -------------------------------------------------------------------------
+
+
+def dockerfile() -> list[str]:
+    text = (DEPLOY / "Dockerfile").read_text().replace("\\\n", " ")
+    return [line.strip() for line in text.splitlines() if line.strip() and line[0] != "#"]
+
+
+def test_image_runs_as_a_non_root_user() -> None:
+    users = [line.split(None, 1)[1] for line in dockerfile() if line.startswith("USER ")]
+    assert users, "the Dockerfile never switches user"
+    assert users[-1].split(":")[0] not in ("root", "0")
+
+
+def test_image_entrypoint_port_and_healthcheck_match_the_worker() -> None:
+    lines = dockerfile()
+    assert 'ENTRYPOINT ["relevo"]' in lines
+    assert 'CMD ["worker", "--config", "/etc/relevo/chain.toml"]' in lines
+    assert f"EXPOSE {METRICS_PORT}" in lines
+    args = dict(line[4:].split("=", 1) for line in lines if line.startswith("ARG ") and "=" in line)
+    bases = {
+        re.sub(r"\$\{(\w+)\}", lambda m: args[m[1]], line.split()[1])
+        for line in lines
+        if line.startswith("FROM ")
+    }
+    assert bases == {"python:3.11-slim-bookworm"}
+    (health,) = [line for line in lines if line.startswith("HEALTHCHECK")]
+    assert "celery -A worker.tasks inspect ping" in health
+    # `relevo worker` names process 0 `relevo-0@%h`; the probe must ask for that node.
+    command = celery_command("relevo", 1, "relevo-0", "INFO")
+    node = command[command.index("--hostname") + 1]
+    assert f'-d "{node.replace("%h", "$(hostname)")}"' in health
+
+
+# --- docker compose --------------------------------------------------------------------
+
+
+def compose() -> dict[str, Any]:
+    (doc,) = load_yaml("docker-compose.yml")
+    services: dict[str, Any] = doc["services"]
+    return services
+
+
+def worker_services() -> dict[str, Any]:
+    return {name: s for name, s in compose().items() if s.get("image") == "relevo:local"}
+
+
+def test_compose_redis_requires_passwords_and_loads_the_acl() -> None:
+    redis_service = compose()["redis"]
+    command = redis_service["command"]
+    assert "/etc/relevo-redis/start.sh" in command
+    assert command[command.index("--aclfile") + 1] == "/data/users.acl"
+    for user in ("RELEVO", "PRODUCER", "OPERATOR"):
+        assert ":?" in redis_service["environment"][f"REDIS_{user}_PASSWORD"]
+    published = [p for s in compose().values() for p in s.get("ports", [])]
+    assert published
+    assert all(p.startswith("127.0.0.1:") for p in published)
+
+
+def test_compose_workers_use_the_redis_password_and_the_chain() -> None:
+    workers = worker_services()
+    assert len(workers) >= 2
+    key_vars = {p["api_key_env"] for p in tomllib.loads(CHAIN.read_text())["providers"].values()}
+    for worker in workers.values():
+        url = worker["environment"]["RELEVO_REDIS__URL"]
+        assert url.startswith("redis://relevo:${REDIS_RELEVO_PASSWORD:?")
+        assert url.endswith("@redis:6379/0")
+        assert key_vars <= set(worker["environment"])
+        assert "./chain.toml:/etc/relevo/chain.toml:ro" in worker["volumes"]
+        assert int(worker["stop_grace_period"].removesuffix("s")) > TURN_DEADLINE_S
+    assert "@redis:6379/0" in compose()["flower"]["environment"]["CELERY_BROKER_URL"]
+    example = (DEPLOY / ".env.example").read_text()
+    for var in (*key_vars, "REDIS_RELEVO_PASSWORD", "REDIS_PRODUCER_PASSWORD"):
+        assert f"\n{var}=\n" in example
+
+
+def test_prometheus_loads_the_rules_and_scrapes_every_worker() -> None:
+    (config,) = load_yaml("prometheus/prometheus.yml")
+    assert config["rule_files"] == ["/etc/prometheus/rules.yml"]
+    assert "./prometheus:/etc/prometheus:ro" in compose()["prometheus"]["volumes"]
+    (job,) = [j for j in config["scrape_configs"] if j["job_name"] == "relevo-worker"]
+    targets = {t for sc in job["static_configs"] for t in sc["targets"]}
+    assert targets == {
+        f"{s.get('hostname', name)}:{METRICS_PORT}" for name, s in worker_services().items()
+    }
+
+
+# --- kubernetes ------------------------------------------------------------------------
+
+
+def k8s() -> dict[tuple[str, str], dict[str, Any]]:
+    docs = [
+        doc
+        for path in sorted((DEPLOY / "kubernetes").glob("*.yaml"))
+        for doc in load_yaml(f"kubernetes/{path.name}")
+    ]
+    return {(d["kind"], d.get("metadata", {}).get("name", "")): d for d in docs}
+
+
+def test_k8s_worker_has_probes_resources_and_a_long_enough_grace_period() -> None:
+    objects = k8s()
+    chain = objects["ConfigMap", "relevo-chain"]["data"]["chain.toml"]
+    assert chain == CHAIN.read_text()
+    pod = objects["Deployment", "relevo-worker"]["spec"]["template"]
+    spec = pod["spec"]
+    assert spec["terminationGracePeriodSeconds"] > tomllib.loads(chain)["turn_deadline_s"]
+    (container,) = spec["containers"]
+    for probe in ("livenessProbe", "readinessProbe"):
+        command = " ".join(container[probe]["exec"]["command"])
+        assert (
+            'celery -A worker.tasks inspect ping --timeout 10 -d "relevo-0@${HOSTNAME}"' in command
+        )
+        assert container[probe]["timeoutSeconds"] > 10
+    resources = container["resources"]
+    assert set(resources["requests"]) == set(resources["limits"]) == {"cpu", "memory"}
+    assert float(resources["limits"]["cpu"]) <= 2  # fits a 2-core node
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    env = {e["name"]: e for e in container["env"]}
+    assert env["REDIS_RELEVO_PASSWORD"]["valueFrom"]["secretKeyRef"]["name"] == "relevo-redis"
+    assert env["RELEVO_REDIS__URL"]["value"].startswith("redis://relevo:$(REDIS_RELEVO_PASSWORD)@")
+    annotations = pod["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert int(annotations["prometheus.io/port"]) == METRICS_PORT
+    assert [p["containerPort"] for p in container["ports"]] == [METRICS_PORT]
+
+
+def test_k8s_secrets_are_placeholders_and_redis_uses_the_acl() -> None:
+    objects = k8s()
+    for name in ("relevo-redis", "relevo-providers"):
+        values = objects["Secret", name]["stringData"].values()
+        assert all(value.startswith("FAKE") for value in values)
+    acl = objects["ConfigMap", "relevo-redis-acl"]["data"]
+    assert acl["users.acl.in"] == (DEPLOY / "redis/users.acl.in").read_text()
+    assert acl["start.sh"] == (DEPLOY / "redis/start.sh").read_text()
+    (redis_container,) = objects["StatefulSet", "redis"]["spec"]["template"]["spec"]["containers"]
+    assert "--aclfile" in redis_container["command"]
+    (kustomization,) = load_yaml("kubernetes/kustomization.yaml")
+    manifests = {p.name for p in (DEPLOY / "kubernetes").glob("*.yaml")} - {"kustomization.yaml"}
+    assert set(kustomization["resources"]) == manifests
+
+
+# --- Redis ACL users, on a real server -------------------------------------------------
+
+PASSWORDS = {
+    "relevo": "workerpassword00000000",
+    "producer": "producerpassword000000",
+    "operator": "operatorpassword000000",
+}
+
+
+def start_sh(env: dict[str, str], *command: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["sh", str(DEPLOY / "redis/start.sh"), *command],
+        env={"PATH": os.environ["PATH"], **env},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=10,
+    )
+
+
+def password_env(acl_file: Path, **overrides: str) -> dict[str, str]:
+    env = {f"REDIS_{user.upper()}_PASSWORD": pw for user, pw in PASSWORDS.items()}
+    return {**env, "ACL_FILE": str(acl_file), **overrides}
+
+
+@pytest.mark.parametrize("password", ["short1", "has/slash0000000000", "has space 000000000", ""])
+def test_start_sh_refuses_passwords_that_would_break_the_acl(tmp_path: Path, password: str) -> None:
+    acl = tmp_path / "users.acl"
+    done = start_sh(password_env(acl, REDIS_PRODUCER_PASSWORD=password), "true")
+    assert done.returncode == 1
+    assert "REDIS_PRODUCER_PASSWORD" in done.stderr
+    assert not acl.exists()
+
+
+@pytest.fixture(scope="module")
+def acl_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """A private redis-server on the rendered ACL file; yields each user's URL."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail("CI needs redis-server to check the ACL users")
+        pytest.skip("no redis-server binary to check the ACL users on")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    acl = tmp_path_factory.mktemp("acl") / "users.acl"
+    args = ["--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    proc = subprocess.Popen(
+        ["sh", str(DEPLOY / "redis/start.sh"), binary, *args, "--aclfile", str(acl)],
+        env={"PATH": os.environ["PATH"], **password_env(acl)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    urls = {user: f"redis://{user}:{pw}@127.0.0.1:{port}/0" for user, pw in PASSWORDS.items()}
+    urls["anonymous"] = f"redis://127.0.0.1:{port}/0"
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                with redis.Redis.from_url(urls["operator"], socket_timeout=0.5) as client:
+                    client.ping()
+                break
+            except (redis.ConnectionError, AuthenticationError):
+                assert proc.poll() is None, "redis-server refused the rendered ACL file"
+                assert time.monotonic() < deadline, "redis-server never answered"
+                time.sleep(0.05)
+        yield urls
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture
+async def clients(acl_server: dict[str, str]) -> AsyncIterator[dict[str, Any]]:
+    made = {user: breakers.connect(url, timeout_s=2) for user, url in acl_server.items()}
+    yield made
+    for client in made.values():
+        await client.aclose()
+
+
+@pytest.mark.redis
+async def test_anonymous_clients_are_refused(clients: dict[str, Any]) -> None:
+    with pytest.raises(AuthenticationError):
+        await clients["anonymous"].ping()
+
+
+@pytest.mark.redis
+def test_producer_enqueues_a_turn(
+    acl_server: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The producer user can do what `enqueue_turn` does, and the turn lands on the queue."""
+    monkeypatch.setenv("RELEVO_REDIS__URL", acl_server["producer"])
+    app = make_app(load_settings(CHAIN, require_secrets=False))
+    request = json.loads((ROOT / "examples/turn.json").read_text())
+    try:
+        handle = enqueue_turn(request, app=app)
+    finally:
+        app.close()
+    with redis.Redis.from_url(acl_server["operator"]) as operator:
+        (message,) = operator.lrange("relevo", 0, -1)
+        operator.delete("relevo")
+    assert handle.turn_id in message.decode()
+
+
+@pytest.mark.redis
+async def test_producer_reaches_nothing_but_the_queue_and_results(clients: dict[str, Any]) -> None:
+    producer = clients["producer"]
+    assert await producer.get("{relevo}:turn:t1:result") is None
+    assert await producer.get("celery-task-meta-t1") is None
+    with pytest.raises(breakers.StoreForbiddenError) as kill:
+        await breakers.KillSwitch(producer).on("mallory", "because")
+    assert isinstance(kill.value.__cause__, NoPermissionError)
+    with pytest.raises(NoPermissionError):
+        await budgets.Ledger(producer).set_limits("acme", 10**9, 10**9)
+    for command in (
+        ("LPOP", "relevo"),
+        ("HGETALL", "{relevo}:br:vendor:openai"),
+        ("SET", "{relevo}:turn:t1:result", "forged"),
+    ):
+        with pytest.raises(NoPermissionError):
+            await producer.execute_command(*command)
+
+
+@pytest.mark.redis
+async def test_operator_flips_the_kill_switch_and_workers_see_it(clients: dict[str, Any]) -> None:
+    operator, worker = clients["operator"], clients["relevo"]
+    await budgets.Ledger(operator).set_limits("acme", 5_000_000, 100_000_000)
+    await breakers.KillSwitch(operator).on("alice", "acl test")
+    try:
+        state = await breakers.KillSwitch(worker).status()
+        assert state is not None
+        assert state.who == "alice"
+    finally:
+        await breakers.KillSwitch(operator).off("alice")
+    held = await budgets.Ledger(worker).reserve(
+        "acme", "turn-acl:0", provider="openai", micros=1_000, fallback=False, ttl_s=60
+    )
+    assert isinstance(held, budgets.Reservation)
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("user", ["relevo", "operator"])
+async def test_no_relevo_user_administers_the_server(clients: dict[str, Any], user: str) -> None:
+    for command in (
+        ("CONFIG", "GET", "*"),
+        ("FLUSHALL",),
+        ("KEYS", "*"),
+        ("ACL", "LIST"),
+        ("GET", "otherapp:secret"),
+    ):
+        with pytest.raises(NoPermissionError):
+            await clients[user].execute_command(*command)
