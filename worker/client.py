@@ -11,8 +11,9 @@ from celery.result import AsyncResult
 
 from worker.adapters import make_client
 from worker.chain import Chain
-from worker.models import TurnRequest, TurnResult, parse_turn_request
-from worker.settings import Settings
+from worker.limits import checked_turn
+from worker.models import TurnRequest, TurnResult
+from worker.settings import LimitsSettings, Settings
 from worker.tasks import TASK_NAME
 
 __all__ = ["TurnHandle", "enqueue_turn", "run_turn"]
@@ -33,9 +34,17 @@ class TurnHandle:
         return TurnResult.model_validate(raw)
 
 
-def enqueue_turn(request: TurnRequest | dict[str, Any], *, app: Celery) -> TurnHandle:
-    """Validate the turn here (a bad one never reaches a worker) and enqueue it."""
-    turn = request if isinstance(request, TurnRequest) else parse_turn_request(request)
+def enqueue_turn(
+    request: TurnRequest | dict[str, Any],
+    *,
+    app: Celery,
+    limits: LimitsSettings | None = None,
+) -> TurnHandle:
+    """Validate the turn and its size here (a bad one never reaches a worker) and enqueue it.
+
+    `limits` should be the workers' (`settings.limits`); the defaults otherwise.
+    """
+    turn = checked_turn(request, limits or LimitsSettings())
     sent = app.send_task(TASK_NAME, args=[turn.model_dump(mode="json")], task_id=turn.turn_id)
     return TurnHandle(turn.turn_id, sent)
 

@@ -91,6 +91,15 @@ class TurnRequest(_Frozen):
     stream: bool = False
     deadline_s: float = Field(default=60.0, gt=0, le=3600)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _encodable(cls, data: Any) -> Any:
+        # Python's JSON decoder (Celery's) lets lone surrogates through; no request can carry them.
+        where = lone_surrogate(data)
+        if where is not None:
+            raise ValueError(f"{where}: text with a lone surrogate is not valid Unicode")
+        return data
+
     @model_validator(mode="after")
     def _consistent(self) -> TurnRequest:
         if self.messages[-1].role not in ("user", "tool"):
@@ -99,6 +108,27 @@ class TurnRequest(_Frozen):
         if len(names) != len(set(names)):
             raise ValueError("tool names must be unique")
         return self
+
+
+def lone_surrogate(value: object) -> str | None:
+    """The path of a string (or key) in `value` that cannot be encoded as UTF-8, if any."""
+    stack: list[tuple[str, object]] = [("(root)", value)]
+    while stack:  # a loop, not recursion: the nesting depth is the sender's choice
+        where, item = stack.pop()
+        if isinstance(item, str):
+            if not item.isascii():
+                try:
+                    item.encode("utf-8")
+                except UnicodeEncodeError:
+                    return where
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                shown = str(key).encode("utf-8", "backslashreplace").decode()
+                path = shown if where == "(root)" else f"{where}.{shown}"
+                stack.extend(((path, key), (path, child)))
+        elif isinstance(item, list | tuple):
+            stack.extend((f"{where}.{i}".removeprefix("(root)."), c) for i, c in enumerate(item))
+    return None
 
 
 def parse_turn_request(data: bytes | str | dict[str, Any]) -> TurnRequest:

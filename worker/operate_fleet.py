@@ -1,6 +1,6 @@
 """The fleet commands: run a worker node, enqueue turns, read results, tail streams.
 
-relevo worker --config FILE [--processes N] [--threads N]
+relevo worker --config FILE [--processes N] [--threads N] [--metrics-port P]
 relevo enqueue --config FILE [--input FILE|-] [--wait] [--timeout S]
 relevo result TURN_ID [--config FILE]
 relevo tail TURN_ID [--config FILE]
@@ -18,6 +18,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from worker.metrics_fleet import serve_metrics
 from worker.models import TurnResult, parse_turn_request
 from worker.operate_base import (
     EXIT_FAILED,
@@ -44,6 +45,11 @@ def register(commands: Commands) -> None:
     node.add_argument("--processes", type=positive_int, help="worker processes (default: config)")
     node.add_argument("--threads", type=positive_int, help="threads per process (default: config)")
     node.add_argument("--loglevel", default="WARNING", help="Celery's log level")
+    node.add_argument(
+        "--metrics-port",
+        type=int,
+        help="serve Prometheus metrics on this port, 0 for none (default: config, 9464)",
+    )
     node.set_defaults(func=_worker)
 
     enqueue = commands.add_parser("enqueue", help="send a turn to the fleet")
@@ -79,17 +85,24 @@ def _worker(args: argparse.Namespace) -> int:
     settings = load_settings(config)
     processes = args.processes or settings.worker.processes
     threads = args.threads or settings.worker.threads
-    env = {**os.environ, "RELEVO_CONFIG": str(config)}
+    port = settings.observability.metrics_port if args.metrics_port is None else args.metrics_port
+    with serve_metrics(settings, port) as metrics_env:
+        env = {**os.environ, "RELEVO_CONFIG": str(config), **metrics_env}
+        return _run_children(settings.worker.queue, processes, threads, args.loglevel, env)
+
+
+def _run_children(
+    queue: str, processes: int, threads: int, loglevel: str, env: dict[str, str]
+) -> int:
     children = [
         subprocess.Popen(  # noqa: S603 - our own interpreter and arguments, no shell
-            celery_command(settings.worker.queue, threads, f"relevo-{i}", args.loglevel),
+            celery_command(queue, threads, f"relevo-{i}", loglevel),
             env=env,
         )
         for i in range(processes)
     ]
     print(
-        f"relevo worker: {processes} processes x {threads} threads on queue "
-        f"{settings.worker.queue!r}",
+        f"relevo worker: {processes} processes x {threads} threads on queue {queue!r}",
         file=sys.stderr,
     )
 

@@ -1,12 +1,16 @@
 """What a turn reports: one `Attempt` per try or skip, then one `TurnResult`.
 
 Reports and logs live outside the model's context. They carry names, codes,
-statuses and timings; never API keys, never whole prompts.
+statuses and timings; never API keys, never whole prompts. Log events also carry
+the OpenTelemetry GenAI names (`gen_ai.request.model`, `gen_ai.provider.name`…)
+beside our own, so a GenAI-aware backend reads them without a mapping.
 """
 
 from __future__ import annotations
 
+import itertools
 import time
+from collections.abc import Sequence
 
 import structlog
 
@@ -23,13 +27,22 @@ from worker.models import (
     TurnResult,
     Usage,
 )
+from worker.redact import redact_text
 from worker.settings import DegradationSettings
 
-__all__ = ["TurnReport"]
+__all__ = ["TurnReport", "jumps"]
 
 log = structlog.get_logger("relevo.turn")
 
 _DETAIL_CHARS = 300
+# OpenTelemetry GenAI semantic conventions (gen-ai registry): the names GenAI tooling reads.
+GEN_AI_OPERATION = "gen_ai.operation.name"
+GEN_AI_PROVIDER = "gen_ai.provider.name"
+GEN_AI_REQUEST_MODEL = "gen_ai.request.model"
+GEN_AI_RESPONSE_MODEL = "gen_ai.response.model"
+GEN_AI_INPUT_TOKENS = "gen_ai.usage.input_tokens"
+GEN_AI_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+ERROR_TYPE = "error.type"
 
 
 class TurnReport:
@@ -53,13 +66,26 @@ class TurnReport:
     def lock(self) -> None:
         self.locked = True
 
-    def _add(self, attempt: Attempt) -> None:
+    def _add(self, attempt: Attempt, usage: Usage | None = None) -> None:
         self.attempts.append(attempt)
+        semconv: dict[str, object] = {
+            GEN_AI_OPERATION: "chat",
+            GEN_AI_PROVIDER: attempt.provider,
+            GEN_AI_REQUEST_MODEL: attempt.provider_model,
+        }
+        if attempt.outcome is AttemptOutcome.OK:
+            semconv[GEN_AI_RESPONSE_MODEL] = attempt.provider_model
+        if attempt.error_class is not None:
+            semconv[ERROR_TYPE] = attempt.error_class
+        if usage is not None:
+            semconv[GEN_AI_INPUT_TOKENS] = usage.input_tokens
+            semconv[GEN_AI_OUTPUT_TOKENS] = usage.output_tokens
         log.info(
             "turn.attempt",
             turn_id=self.request.turn_id,
             tenant_id=self.request.tenant_id,
             **attempt.model_dump(mode="json", exclude_none=True),
+            **semconv,
         )
 
     def skip(self, target: Target, reason: str, detail: str | None = None) -> None:
@@ -113,7 +139,8 @@ class TurnReport:
                 http_status=200,
                 latency_ms=round(latency_s * 1000),
                 retry_index=retry_index,
-            )
+            ),
+            completion.usage,
         )
         self.step, self.target, self.fit = step, target, fit
         self.reply = Reply(text=completion.text, tool_calls=completion.tool_calls)
@@ -147,13 +174,17 @@ class TurnReport:
         """Every model was tried or skipped and none answered."""
         return self._result(Status.FAILED, "chain_exhausted")
 
-    def rejected(self, reason: str) -> TurnResult:
+    def rejected(self, reason: str, error: Exception | None = None) -> TurnResult:
+        if error is not None:
+            self.errors.append(error)
         return self._result(Status.REJECTED, reason)
 
     def _result(self, status: Status, reason: str | None, **extra: object) -> TurnResult:
         target, fit = self.target, self.fit
         failed = status in (Status.FAILED, Status.REJECTED)
         error = "; ".join(str(e) for e in self.errors) if failed and self.errors else None
+        if error is not None:
+            error = redact_text(error)
         result = TurnResult.model_validate(
             {
                 "turn_id": self.request.turn_id,
@@ -177,6 +208,20 @@ class TurnReport:
             }
         )
         result._errors = tuple(self.errors)
+        self._log_completed(result)
+        return result
+
+    def _log_completed(self, result: TurnResult) -> None:
+        target, attempts = self.target, result.attempts
+        # The first attempt is always the primary's (a try or a skip): its provider model id.
+        requested = attempts[0].provider_model if attempts else result.primary_model
+        semconv: dict[str, object] = {GEN_AI_OPERATION: "chat", GEN_AI_REQUEST_MODEL: requested}
+        if target is not None:
+            semconv[GEN_AI_PROVIDER] = target.provider
+            semconv[GEN_AI_RESPONSE_MODEL] = target.provider_model
+        if self.reply is not None:
+            semconv[GEN_AI_INPUT_TOKENS] = result.usage.input_tokens
+            semconv[GEN_AI_OUTPUT_TOKENS] = result.usage.output_tokens
         log.info(
             "turn.completed",
             turn_id=result.turn_id,
@@ -187,13 +232,34 @@ class TurnReport:
             effective_model=result.effective_model,
             effective_provider=result.effective_provider,
             step=result.step,
-            attempts=len(result.attempts),
+            attempts=len(attempts),
+            jumps=jumps(attempts),
+            attempt_latency_ms=[a.latency_ms for a in attempts],
             latency_ms=result.latency_ms,
+            cost_micros=result.cost_micros,
+            **semconv,
         )
-        return result
+
+
+def jumps(attempts: Sequence[Attempt]) -> list[dict[str, object]]:
+    """Why the turn left each model or provider it left: the last attempt there, in order."""
+    moves: list[dict[str, object]] = []
+    for here, after in itertools.pairwise(attempts):
+        if (here.model, here.provider) != (after.model, after.provider):
+            moves.append(
+                {
+                    "model": here.model,
+                    "provider": here.provider,
+                    "status": here.http_status,
+                    "error_class": here.error_class,
+                }
+            )
+    return moves
 
 
 def _attempt(target: Target, outcome: AttemptOutcome, **fields: object) -> Attempt:
+    if isinstance(fields.get("detail"), str):
+        fields["detail"] = redact_text(str(fields["detail"]))
     return Attempt.model_validate(
         {
             "model": target.model,

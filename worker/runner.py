@@ -24,7 +24,11 @@ from worker.adapters import make_client
 from worker.chain import Chain
 from worker.errors import InputError
 from worker.guard import open_guard
-from worker.models import Status, TurnRequest, TurnResult, parse_turn_request
+from worker.limits import checked_turn
+from worker.logs import redact_secrets
+from worker.metrics import TurnMetrics
+from worker.models import Status, TurnRequest, TurnResult
+from worker.redact import provider_secrets
 from worker.settings import Settings
 from worker.turnstore import TurnStore
 
@@ -73,9 +77,17 @@ def rejected_input(payload: object, error: InputError) -> TurnResult:
 class TurnRunner:
     """Runs each turn once per turn id, however often it is delivered."""
 
-    def __init__(self, settings: Settings, *, loop: LoopThread | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        loop: LoopThread | None = None,
+        metrics: TurnMetrics | None = None,
+    ) -> None:
         self.settings = settings
         self.loop = loop or LoopThread()
+        self.metrics = metrics or TurnMetrics.from_settings(settings.observability)
+        redact_secrets(provider_secrets(settings))
         self.holder = f"{socket.gethostname()}:{os.getpid()}"
         self.guard = open_guard(settings)
         self.store = TurnStore(
@@ -99,10 +111,12 @@ class TurnRunner:
     def run(self, payload: object) -> dict[str, Any]:
         """Run a task payload from a worker thread; always returns a result dict."""
         try:
-            request = parse_turn_request(payload if isinstance(payload, dict) else str(payload))
+            request = checked_turn(payload, self.settings.limits)
         except InputError as error:
             log.warning("turn.invalid_input", error=str(error))
-            return rejected_input(payload, error).model_dump(mode="json")
+            rejected = rejected_input(payload, error)
+            self.metrics.record(rejected)
+            return rejected.model_dump(mode="json")
         budget_s = min(request.deadline_s, self.settings.turn_deadline_s)
         result = self.loop.run(self.run_once(request), timeout_s=budget_s + 2 * _MARGIN_S)
         return result.model_dump(mode="json")
@@ -132,6 +146,12 @@ class TurnRunner:
             return result
 
     async def _run(self, request: TurnRequest) -> TurnResult:
+        """Run the turn (it was not run before) and count it, once."""
+        result = await self._run_chain(request)
+        self.metrics.record(result)
+        return result
+
+    async def _run_chain(self, request: TurnRequest) -> TurnResult:
         chain = await self._get_chain()
         if not request.stream:
             return await chain.run(request)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+from collections.abc import Callable
 from decimal import ROUND_CEILING, Decimal
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -17,6 +18,9 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+import breakers
+import budgets
+from budgets.keys import check_namespace
 from worker.errors import ConfigError
 
 __all__ = [
@@ -24,7 +28,9 @@ __all__ = [
     "BudgetSettings",
     "ChainSettings",
     "DegradationSettings",
+    "LimitsSettings",
     "ModelSettings",
+    "ObservabilitySettings",
     "ProviderSettings",
     "RedisSettings",
     "RetrySettings",
@@ -184,6 +190,31 @@ class WorkerSettings(_Section):
     result_ttl_s: int = Field(default=86_400, ge=60)
 
 
+class LimitsSettings(_Section):
+    """How big one turn may be: checked at enqueue and again on the worker (`worker.limits`)."""
+
+    max_request_bytes: int = Field(default=1024 * 1024, ge=1024, le=64 * 1024 * 1024)
+    max_messages: int = Field(default=500, ge=1, le=100_000)
+    max_tools: int = Field(default=128, ge=0, le=10_000)
+    max_message_chars: int = Field(default=256 * 1024, ge=1)
+
+
+class ObservabilitySettings(_Section):
+    """Logs, the metrics endpoint and the fleet fallback-rate alert."""
+
+    # 0 turns the endpoint off.
+    metrics_port: int = Field(default=9464, ge=0, le=65535)
+    # Every interface: Prometheus scrapes the node from elsewhere.
+    metrics_addr: str = "0.0.0.0"  # noqa: S104
+    fallback_alert_threshold: float = Field(default=0.10, gt=0, lt=1)
+    fallback_window_s: float = Field(default=300.0, gt=0, le=86_400)
+    # Below this many turns in the window the rate is noise (1 of 2 is not 50 %).
+    fallback_min_turns: int = Field(default=20, ge=1)
+    # None: JSON unless the output is a terminal.
+    log_json: bool | None = None
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+
 class Settings(BaseSettings):
     """Everything relevo is configured with."""
 
@@ -204,6 +235,8 @@ class Settings(BaseSettings):
     breakers: BreakerSettings = BreakerSettings()
     budgets: BudgetSettings = BudgetSettings()
     worker: WorkerSettings = WorkerSettings()
+    limits: LimitsSettings = LimitsSettings()
+    observability: ObservabilitySettings = ObservabilitySettings()
 
     @property
     def visibility_timeout_s(self) -> float:
@@ -236,6 +269,7 @@ class Settings(BaseSettings):
                         f'models."{slug}".serve[{index}].provider: '
                         f"{serving.provider!r} is not defined under [providers]"
                     )
+        problems.extend(self._key_name_problems())
         if self.visibility_timeout_s <= self.turn_deadline_s:
             problems.append(
                 "worker.visibility_timeout_s: must be longer than turn_deadline_s, or a live "
@@ -248,6 +282,31 @@ class Settings(BaseSettings):
             )
         if problems:
             raise ConfigError("; ".join(problems))
+
+    def _key_name_problems(self) -> list[str]:
+        """Names that become Redis keys, checked by the rules of `breakers` and `budgets`."""
+        # The field patterns are looser (e.g. ".." or 200+ characters in a scope), and a name
+        # those packages refuse would only fail later, on every turn.
+        checks: list[tuple[str, str, Callable[[str], object]]] = [
+            ("redis.namespace", self.redis.namespace, breakers.validate_name),
+            ("redis.namespace", self.redis.namespace, check_namespace),
+        ]
+        checks += [(f"providers.{n}", n, budgets.check_provider) for n in self.providers]
+        for slug, model in self.models.items():
+            where = f'models."{slug}"'
+            checks.append((f"{where}.vendor", f"vendor:{model.vendor}", breakers.validate_name))
+            for index, serving in enumerate(model.serve):
+                at = f"{where}.serve[{index}]"
+                scope = f"model:{slug}@{serving.provider}"
+                checks.append((at, scope, breakers.validate_name))
+                checks.append((f"{at}.model_id", serving.model_id, breakers.validate_name))
+        problems = []
+        for where, name, check in checks:
+            try:
+                check(name)
+            except (breakers.InvalidNameError, budgets.InvalidNameError) as exc:
+                problems.append(f"{where}: {exc}")
+        return problems
 
     def chain_providers(self) -> list[str]:
         """The providers the chain can call, in order of first use."""

@@ -11,11 +11,13 @@ twice is run once (the runner's claim and stored result). Start a worker with
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
 
 from celery import Celery
+from celery.signals import celeryd_init
 
 from worker.runner import TurnRunner
 from worker.settings import RedisSettings, Settings, load_settings
@@ -58,7 +60,8 @@ def make_app(
     )
     get_runner = runner or _lazy_runner(settings)
 
-    @app.task(name=TASK_NAME, acks_late=True, reject_on_worker_lost=True)  # type: ignore[untyped-decorator]
+    # shared=False: each app runs its own runner, even with several apps in one process.
+    @app.task(name=TASK_NAME, acks_late=True, reject_on_worker_lost=True, shared=False)  # type: ignore[untyped-decorator]
     def run_turn(payload: Any) -> dict[str, Any]:
         return get_runner().run(payload)
 
@@ -95,7 +98,19 @@ def _settings_from_env() -> Settings:
 
 def _app_from_env() -> Celery:
     path = os.environ.get("RELEVO_CONFIG")
-    return make_app(load_settings(path) if path else None)
+    settings = load_settings(path) if path else None
+    app = make_app(settings)
+
+    def configure_logging(instance: Any, **_: Any) -> None:
+        # Only `celery -A worker.tasks worker` starting this app: not an app made in-process.
+        if settings is not None and getattr(instance, "app", None) is app:
+            from worker.logs import configure_from_settings
+
+            # Celery redirects `sys.stderr` into its logger, which would prefix each JSON line.
+            configure_from_settings(settings, stream=sys.__stderr__ or sys.stderr)
+
+    celeryd_init.connect(configure_logging, weak=False)
+    return app
 
 
 app = _app_from_env()

@@ -1,0 +1,441 @@
+"""Logs, metrics and the fallback-rate alert: per turn, per process, and through `relevo worker`."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis.asyncio
+from prometheus_client.parser import text_string_to_metric_families
+from structlog.testing import capture_logs
+
+import breakers
+import budgets
+from tests.chainkit import KEY, run, settings, turn
+from worker.logs import configure_logging
+from worker.metrics import (
+    ATTEMPTS_TOTAL,
+    FALLBACK_RATE,
+    METRIC_NAMES,
+    TURNS_TOTAL,
+    TurnMetrics,
+    is_exported,
+)
+from worker.metrics_alert import FallbackWatch
+from worker.metrics_fleet import FleetCollector, serve_metrics
+from worker.models import Message, Status, TurnRequest, TurnResult
+from worker.settings import Settings, load_settings
+from worker.simulator import Fault, Simulator
+
+RELEVO = [sys.executable, "-m", "worker.cli"]
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[Simulator]:
+    with Simulator() as simulator:
+        yield simulator
+
+
+@pytest.fixture(autouse=True)
+def _fresh(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> None:
+    sim.reset()
+    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
+
+
+# -- logs ---------------------------------------------------------------------------------
+
+
+async def test_turn_completed_names_each_jump_and_its_status(sim: Simulator) -> None:
+    sim.set_faults("alpha", Fault(status=529))
+    with capture_logs() as events:
+        result = await run(settings(sim.url), turn())
+    assert result.step == 1
+    attempts = [e for e in events if e["event"] == "turn.attempt"]
+    (done,) = [e for e in events if e["event"] == "turn.completed"]
+    assert len(attempts) == len(result.attempts) == 2
+    assert done["turn_id"] == result.turn_id
+    assert done["tenant_id"] == "acme"
+    assert done["status"] == "ok"
+    assert done["primary_model"] == "openai/alpha"
+    assert done["effective_model"] == "anthropic/beta"
+    assert done["effective_provider"] == "an"
+    assert done["step"] == 1
+    assert done["jumps"] == [
+        {"model": "openai/alpha", "provider": "oa", "status": 529, "error_class": "overloaded"}
+    ]
+    assert done["attempt_latency_ms"] == [a.latency_ms for a in result.attempts]
+    assert done["latency_ms"] == result.latency_ms
+    # OpenTelemetry GenAI names beside ours.
+    assert done["gen_ai.request.model"] == "alpha"
+    assert done["gen_ai.response.model"] == "beta"
+    assert done["gen_ai.provider.name"] == "an"
+    assert done["gen_ai.usage.input_tokens"] == result.usage.input_tokens
+    assert done["gen_ai.usage.output_tokens"] == result.usage.output_tokens
+    failed, answered = attempts
+    assert failed["http_status"] == 529
+    assert failed["error.type"] == "overloaded"
+    assert failed["gen_ai.request.model"] == "alpha"
+    assert "gen_ai.response.model" not in failed
+    assert answered["gen_ai.response.model"] == "beta"
+    assert answered["gen_ai.usage.output_tokens"] == result.usage.output_tokens
+
+
+async def test_logs_are_json_lines_without_prompts(sim: Simulator) -> None:
+    out = io.StringIO()
+    configure_logging(level="info", json=True, stream=out)
+    secret_prompt = "the launch code is 31337"
+    await run(settings(sim.url), turn(secret_prompt))
+    events = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [e["event"] for e in events] == ["turn.attempt", "turn.completed"]
+    assert all("timestamp" in e and e["level"] == "info" for e in events)
+    assert secret_prompt not in out.getvalue()
+
+
+# -- the sliding-window alert ---------------------------------------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _alerts(events: list[dict[str, Any]]) -> list[str]:
+    return [e["event"] for e in events if e["event"].startswith("fallback_rate.")]
+
+
+def test_one_warning_per_crossing_and_one_recovery() -> None:
+    watch = FallbackWatch(threshold=0.10, window_s=300, min_turns=10, clock=Clock())
+    with capture_logs() as events:
+        for _ in range(20):
+            watch.record(fell_back=False)
+        for _ in range(10):  # 10 of 30 is above 10 %: one warning, not ten
+            watch.record(fell_back=True)
+        for _ in range(100):  # 10 of 130 is under again: one recovery
+            watch.record(fell_back=False)
+    assert _alerts(events) == ["fallback_rate.above_threshold", "fallback_rate.recovered"]
+    warning = next(e for e in events if e["event"] == "fallback_rate.above_threshold")
+    assert warning["log_level"] == "warning"
+    assert warning["threshold"] == 0.10
+    assert warning["rate"] > 0.10
+
+
+def test_a_second_crossing_warns_again() -> None:
+    watch = FallbackWatch(threshold=0.5, window_s=60, min_turns=2, clock=Clock())
+    with capture_logs() as events:
+        for fell_back in (True, True, False, False, False, True, True, True, True):
+            watch.record(fell_back)
+    assert _alerts(events) == [
+        "fallback_rate.above_threshold",
+        "fallback_rate.recovered",
+        "fallback_rate.above_threshold",
+    ]
+
+
+def test_too_few_turns_never_alert() -> None:
+    watch = FallbackWatch(threshold=0.10, window_s=300, min_turns=20, clock=Clock())
+    with capture_logs() as events:
+        assert watch.record(fell_back=True) == 1.0
+        assert watch.record(fell_back=False) == 0.5
+    assert _alerts(events) == []
+
+
+def test_old_turns_leave_the_window() -> None:
+    clock = Clock()
+    watch = FallbackWatch(threshold=0.10, window_s=300, min_turns=5, clock=clock)
+    with capture_logs() as events:
+        for _ in range(10):
+            watch.record(fell_back=True)
+        clock.now += 301
+        assert watch.rate() == 0.0
+        for _ in range(10):
+            watch.record(fell_back=False)
+    assert _alerts(events) == ["fallback_rate.above_threshold", "fallback_rate.recovered"]
+
+
+# -- metrics in one process ----------------------------------------------------------------
+
+
+def _sample(metrics: TurnMetrics, name: str, **labels: str) -> float:
+    value = metrics.registry.get_sample_value(name, labels)
+    return 0.0 if value is None else value
+
+
+async def test_turn_metrics_count_turns_attempts_and_latency(sim: Simulator) -> None:
+    metrics = TurnMetrics(watch=FallbackWatch(min_turns=1))
+    config = settings(sim.url)
+    metrics.record(await run(config, turn()))
+    sim.set_faults("alpha", Fault(status=529))
+    metrics.record(await run(config, turn()))
+
+    turns = {"status": "ok", "effective_model": "anthropic/beta", "step": "1"}
+    assert _sample(metrics, TURNS_TOTAL, **turns) == 1
+    assert _sample(metrics, TURNS_TOTAL, **{**turns, "effective_model": "openai/alpha"}) == 0
+    assert _sample(metrics, TURNS_TOTAL, status="ok", effective_model="openai/alpha", step="0") == 1
+    error = {"model": "openai/alpha", "provider": "oa", "outcome": "error"}
+    assert _sample(metrics, ATTEMPTS_TOTAL, **error, error_class="overloaded") == 1
+    assert _sample(metrics, "relevo_turn_duration_seconds_count", status="ok") == 2
+    assert _sample(metrics, "relevo_attempt_duration_seconds_count", **error) == 1
+    assert _sample(metrics, FALLBACK_RATE) == 0.5
+
+
+def test_a_turn_that_never_ran_counts_with_empty_labels() -> None:
+    metrics = TurnMetrics()
+    rejected = TurnResult(
+        turn_id="t1", tenant_id="acme", status=Status.REJECTED, primary_model="openai/alpha"
+    )
+    metrics.record(rejected)
+    assert _sample(metrics, TURNS_TOTAL, status="rejected", effective_model="", step="") == 1
+
+
+def test_every_metric_name_is_a_series_we_export() -> None:
+    assert all(name.startswith("relevo_") for name in METRIC_NAMES)
+    assert is_exported("relevo_turn_duration_seconds_bucket")
+    assert is_exported("relevo_turns_total")
+    assert not is_exported("relevo_turns")
+    for family in TurnMetrics().registry.collect():
+        # prometheus-client names a counter's family without its `_total`.
+        name = f"{family.name}_total" if family.type == "counter" else family.name
+        assert name in METRIC_NAMES
+        assert all(is_exported(s.name) for s in family.samples if not s.name.endswith("_created"))
+
+
+# -- fleet state from Redis at scrape time ---------------------------------------------------
+
+
+def _gauges(collector: FleetCollector) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in collector.collect()
+        for s in family.samples
+    }
+
+
+def test_fleet_collector_reads_breakers_budgets_and_kill_switch(
+    sim: Simulator, redis_url: str, namespace: str
+) -> None:
+    config = settings(sim.url, redis={"url": redis_url, "namespace": namespace})
+
+    async def arrange() -> None:
+        client = redis.asyncio.Redis.from_url(redis_url)
+        try:
+            store = breakers.FleetBreakers(client, namespace=namespace, scopes=["vendor:openai"])
+            await breakers.Operators(store).force_open("vendor:openai", 60)
+            ledger = budgets.Ledger(client, namespace=namespace)
+            await ledger.set_limits("acme", daily_micros=1_000_000, monthly_micros=10_000_000)
+            await ledger.reserve(
+                "acme", "c1", provider="oa", micros=950_000, fallback=False, ttl_s=60
+            )
+            await ledger.settle("acme", "c1", 950_000, provider="oa")
+            await breakers.KillSwitch(client, namespace=namespace).on("test", "drill")
+        finally:
+            await client.aclose()
+
+    asyncio.run(arrange())
+    gauges = _gauges(FleetCollector(config))
+    assert gauges[("relevo_breaker_state", (("scope", "vendor:openai"),))] == 2
+    assert gauges[("relevo_breaker_state", (("scope", "vendor:anthropic"),))] == 0
+    day = (("period", "day"), ("tenant", "acme"))
+    assert gauges[("relevo_tenant_spend_micros", day)] == 950_000
+    assert gauges[("relevo_tenant_budget_remaining_micros", day)] == 50_000
+    assert gauges[("relevo_tenant_budget_used_ratio", day)] == pytest.approx(0.95)
+    assert gauges[("relevo_kill_switch", ())] == 1
+
+
+def test_fleet_collector_with_redis_down_yields_nothing_and_says_so(sim: Simulator) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    config = settings(sim.url, redis={"url": f"redis://127.0.0.1:{port}/0"})
+    with capture_logs() as events:
+        assert list(FleetCollector(config, timeout_s=1).collect()) == []
+    assert [e["event"] for e in events] == ["metrics.fleet_unreadable"]
+
+
+def test_metrics_port_zero_serves_nothing(sim: Simulator) -> None:
+    with serve_metrics(settings(sim.url), 0) as env:
+        assert env == {}
+
+
+def test_a_busy_metrics_port_is_logged_and_the_node_runs_without_it(sim: Simulator) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        config = settings(sim.url, observability={"metrics_addr": "127.0.0.1"})
+        with capture_logs() as events, serve_metrics(config, port) as env:
+            assert env == {}
+    assert [e["event"] for e in events] == ["metrics.not_served"]
+
+
+# -- through a real `relevo worker` ----------------------------------------------------------
+
+CONFIG = """
+turn_deadline_s = 10
+
+[chain]
+models = ["openai/alpha", "anthropic/beta"]
+
+[retry]
+retries_per_model = 0
+
+[redis]
+url = "{redis_url}"
+namespace = "{namespace}"
+
+[worker]
+queue = "{namespace}"
+
+[breakers]
+consecutive_failures_threshold = 3
+break_s = 60
+
+[observability]
+fallback_min_turns = 2
+
+[providers.oa]
+kind = "openai"
+base_url = "{sim}/v1"
+api_key_env = "RELEVO_TEST_KEY"
+
+[providers.an]
+kind = "anthropic"
+base_url = "{sim}"
+api_key_env = "RELEVO_TEST_KEY"
+
+[models."openai/alpha"]
+vendor = "openai"
+context_window = 100000
+input_usd_per_mtok = 2
+output_usd_per_mtok = 8
+serve = [{{ provider = "oa", model_id = "alpha" }}]
+
+[models."anthropic/beta"]
+vendor = "anthropic"
+context_window = 100000
+input_usd_per_mtok = 3
+output_usd_per_mtok = 15
+serve = [{{ provider = "an", model_id = "beta" }}]
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _scrape(port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def _request(tenant: str, i: int) -> TurnRequest:
+    return TurnRequest(
+        tenant_id=tenant, messages=(Message(role="user", content=f"question {i}"),), deadline_s=10
+    )
+
+
+@pytest.mark.slow
+def test_relevo_worker_serves_turn_fleet_and_budget_metrics(
+    sim: Simulator, redis_url: str, namespace: str, tmp_path: Path
+) -> None:
+    from worker.client import enqueue_turn
+    from worker.tasks import make_app
+
+    path = tmp_path / "chain.toml"
+    path.write_text(CONFIG.format(redis_url=redis_url, namespace=namespace, sim=sim.url))
+    config: Settings = load_settings(path)
+    port = _free_port()
+    logs = tmp_path / "worker.log"
+    with logs.open("wb") as err:
+        node = subprocess.Popen(
+            [
+                *RELEVO,
+                "worker",
+                "--config",
+                str(path),
+                "--processes",
+                "2",
+                "--threads",
+                "4",
+                "--metrics-port",
+                str(port),
+            ],
+            env={**os.environ, "RELEVO_TEST_KEY": KEY},
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+    try:
+        app = make_app(config)
+        healthy = [enqueue_turn(_request("obs", i), app=app) for i in range(6)]
+        results = [h.get(timeout_s=30) for h in healthy]
+        sim.set_faults("alpha", Fault(status=529))
+        # One at a time: 3 overloaded answers open alpha's breakers, the 4th turn skips it.
+        results += [enqueue_turn(_request("obs", i), app=app).get(timeout_s=30) for i in range(4)]
+        series = _scrape(port)
+    finally:
+        node.send_signal(signal.SIGTERM)
+        node.wait(timeout=30)
+
+    assert [r.step for r in results] == [0] * 6 + [1] * 4
+
+    def value(name: str, **labels: str) -> float:
+        return series.get((name, frozenset(labels.items())), 0.0)
+
+    ok = {"status": "ok"}
+    assert value(TURNS_TOTAL, **ok, effective_model="openai/alpha", step="0") == 6
+    assert value(TURNS_TOTAL, **ok, effective_model="anthropic/beta", step="1") == 4
+    alpha = {"model": "openai/alpha", "provider": "oa"}
+    assert value(ATTEMPTS_TOTAL, **alpha, outcome="ok", error_class="") == 6
+    assert value(ATTEMPTS_TOTAL, **alpha, outcome="error", error_class="overloaded") == 3
+    skipped = [
+        v
+        for (name, labels), v in series.items()
+        if name == ATTEMPTS_TOTAL and ("outcome", "skipped") in labels
+    ]
+    assert sum(skipped) == 1
+    assert value("relevo_turn_duration_seconds_count", status="ok") == 10
+    assert value("relevo_attempt_duration_seconds_count", **alpha, outcome="error") == 3
+    assert value("relevo_breaker_state", scope="model:openai/alpha@oa") == 2
+    assert value("relevo_breaker_state", scope="vendor:anthropic") == 0
+    spent = sum(r.cost_micros for r in results)
+    assert spent > 0
+    for period in ("day", "month"):
+        assert value("relevo_tenant_spend_micros", tenant="obs", period=period) == spent
+    daily = config.budgets.default_limits_micros()
+    assert daily is not None
+    left = value("relevo_tenant_budget_remaining_micros", tenant="obs", period="day")
+    assert left == daily[0] - spent
+    assert value("relevo_tenant_budget_used_ratio", tenant="obs", period="day") == pytest.approx(
+        spent / daily[0]
+    )
+    assert value("relevo_kill_switch") == 0
+    rates = [v for (name, _), v in series.items() if name == FALLBACK_RATE]
+    assert rates
+    assert all(0 <= r <= 1 for r in rates)
+    assert max(rates) > 0.1
+    # Each process that crossed 10 % said so once; none recovered.
+    events = [json.loads(line) for line in logs.read_text().splitlines() if line.startswith("{")]
+    crossings = [e for e in events if e.get("event") == "fallback_rate.above_threshold"]
+    assert 1 <= len(crossings) <= 2
+    assert not [e for e in events if e.get("event") == "fallback_rate.recovered"]
+    assert KEY not in logs.read_text()

@@ -1,0 +1,194 @@
+"""API keys and prompts never reach a log line, a result or an exception's text."""
+
+from __future__ import annotations
+
+import io
+import json
+import traceback
+from collections.abc import Iterator
+
+import httpx
+import pytest
+import structlog
+
+from tests.chainkit import ID_OF, KEY, ORDER, run, settings, turn
+from worker.errors import TurnFailed
+from worker.logs import configure_logging
+from worker.models import Status, TurnResult
+from worker.redact import REDACTED, Redactor, provider_secrets, redact_text
+from worker.runner import LoopThread, TurnRunner
+from worker.settings import Settings
+from worker.simulator import Fault, Simulator
+
+# A key no pattern recognises: only the configured providers' exact values catch it.
+PLAIN_KEY = "Zq7pLainSecretNoPattern42"
+PROMPT = "canary-prompt-7f3e: my account number is 0042"
+KEYS = [KEY, PLAIN_KEY]
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[Simulator]:
+    with Simulator() as simulator:
+        yield simulator
+
+
+@pytest.fixture(autouse=True)
+def _fresh(sim: Simulator) -> None:
+    sim.reset()
+
+
+def _log_lines() -> io.StringIO:
+    return io.StringIO()
+
+
+def _exception_texts(result: TurnResult) -> str:
+    """Everything an exception from `raise_for_status` could show: messages, reprs, tracebacks."""
+    with pytest.raises(TurnFailed) as caught:
+        result.raise_for_status()
+    group = caught.value
+    parts = ["".join(traceback.format_exception(group))]
+    for error in (group, *group.exceptions):
+        parts += [str(error), repr(error), repr(error.args), repr(vars(error))]
+    return "\n".join(parts)
+
+
+def _assert_absent(key: str, *texts: str) -> None:
+    for text in texts:
+        assert key not in text
+        assert key[4:-4] not in text  # nor a slice of it
+
+
+def test_the_simulator_really_echoes_the_key(sim: Simulator) -> None:
+    """The leak the other tests guard against exists: the provider's error body quotes the key."""
+    sim.set_faults("alpha", Fault(status=401, echo_key=True))
+    response = httpx.post(
+        f"{sim.url}/v1/chat/completions",
+        headers={"authorization": f"Bearer {PLAIN_KEY}"},
+        json={"model": "alpha", "messages": [{"role": "user", "content": "hi"}]},
+    )
+    assert response.status_code == 401
+    assert PLAIN_KEY in response.text
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic", "gemini"])
+@pytest.mark.parametrize("key", KEYS, ids=["patterned", "plain"])
+async def test_echoed_key_is_in_no_log_result_or_exception(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch, kind: str, key: str
+) -> None:
+    monkeypatch.setenv("RELEVO_TEST_KEY", key)
+    config = settings(sim.url, ORDER[kind])
+    primary = ORDER[kind][0]
+    sim.set_faults(ID_OF[primary], Fault(status=401, echo_key=True))
+    logs = _log_lines()
+    configure_logging(level="debug", json=True, stream=logs, secrets=provider_secrets(config))
+
+    result = await run(config, turn(PROMPT))
+
+    assert result.status is Status.FAILED
+    assert result.attempts[0].http_status == 401
+    lines = [json.loads(line) for line in logs.getvalue().splitlines()]
+    assert {"turn.attempt", "turn.completed"} <= {line["event"] for line in lines}
+    _assert_absent(key, logs.getvalue(), result.to_json(), _exception_texts(result))
+    assert PROMPT not in logs.getvalue()
+
+
+@pytest.mark.parametrize("key", KEYS, ids=["patterned", "plain"])
+def test_echoed_key_is_absent_through_the_turn_runner(
+    sim: Simulator,
+    redis_url: str,
+    namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+    key: str,
+) -> None:
+    monkeypatch.setenv("RELEVO_TEST_KEY", key)
+    config = settings(sim.url, redis={"url": redis_url, "namespace": namespace})
+    sim.set_faults("alpha", Fault(status=401, echo_key=True))
+    logs = _log_lines()
+    # No secrets given here: the runner adds its providers' keys itself.
+    configure_logging(level="debug", json=True, stream=logs)
+    runner = TurnRunner(config, loop=LoopThread())
+    try:
+        payload = runner.run(turn(PROMPT).model_dump(mode="json"))
+        direct = runner.loop.run(runner.run_once(turn(PROMPT)))
+    finally:
+        runner.close()
+
+    assert payload["status"] == "failed"
+    assert direct.status is Status.FAILED
+    assert sim.calls("alpha") == 2
+    _assert_absent(key, logs.getvalue(), json.dumps(payload), _exception_texts(direct))
+    assert PROMPT not in logs.getvalue()
+
+
+def test_redactor_cleans_nested_values_fields_and_tracebacks() -> None:
+    logs = _log_lines()
+    configure_logging(level="debug", json=True, stream=logs, secrets=[PLAIN_KEY])
+    log = structlog.get_logger("test")
+    try:
+        raise RuntimeError(f"provider said: bad key {PLAIN_KEY} and {KEY}")
+    except RuntimeError:
+        log.exception(
+            "call.failed",
+            headers={"Authorization": "Basic dXNlcjpwYXNz", "x-api-key": "whatever"},
+            body={"error": {"message": f"Incorrect API key provided: {KEY}"}},
+            nested=[({"deep": [PLAIN_KEY]},)],
+            messages=[{"role": "user", "content": PROMPT}],
+            url=f"https://example.test/v1beta/models/g:generateContent?key={PLAIN_KEY}",
+            api_key=PLAIN_KEY,
+        )
+    text = logs.getvalue()
+    event = json.loads(text)
+    _assert_absent(PLAIN_KEY, text)
+    _assert_absent(KEY, text)
+    assert PROMPT not in text
+    assert "dXNlcjpwYXNz" not in text
+    assert event["headers"] == {"Authorization": REDACTED, "x-api-key": REDACTED}
+    assert event["api_key"] == REDACTED
+    assert event["nested"] == [[{"deep": [REDACTED]}]]
+    assert "RuntimeError" in event["exception"]
+    assert event["url"].endswith(f"?key={REDACTED}")
+
+
+def test_console_output_is_redacted_too() -> None:
+    logs = _log_lines()
+    configure_logging(level="info", json=False, stream=logs, secrets=[PLAIN_KEY])
+    structlog.get_logger("test").warning("echo", detail=f"key={PLAIN_KEY} bearer {KEY}")
+    assert "echo" in logs.getvalue()
+    _assert_absent(PLAIN_KEY, logs.getvalue())
+    _assert_absent(KEY, logs.getvalue())
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ("Incorrect API key provided: sk-proj-abcDEF0123456789xyz.", "sk-proj-abcDEF0123456789xyz"),
+        ("x-api-key: sk-ant-api03-AAAABBBBCCCCDDDD", "sk-ant-api03-AAAABBBBCCCCDDDD"),
+        ("API key not valid: AIzaSyA1234567890abcdefghijklmnopqrs", "AIzaSyA1234567890abcdefghi"),
+        ("Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.e30.sig", "eyJhbGciOiJIUzI1NiJ9"),
+        ('{"api-key": "0123456789abcdef0123456789abcdef"}', "0123456789abcdef0123456789abcdef"),
+    ],
+)
+def test_key_shapes_are_redacted_without_knowing_the_key(text: str, secret: str) -> None:
+    cleaned = redact_text(text)
+    assert secret not in cleaned
+    assert REDACTED in cleaned
+
+
+def test_ordinary_text_is_left_alone() -> None:
+    text = "model openai/alpha answered in 812 ms; task-list sk- skipped; tokens=42"
+    assert redact_text(text) == text
+
+
+def test_secrets_added_later_are_redacted_from_then_on() -> None:
+    redactor = Redactor()
+    assert redactor(None, "info", {"event": PLAIN_KEY}) == {"event": PLAIN_KEY}
+    redactor.add([PLAIN_KEY, "", "  "])
+    assert redactor(None, "info", {"event": PLAIN_KEY}) == {"event": REDACTED}
+
+
+def test_provider_secrets_are_the_configured_keys(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RELEVO_TEST_KEY", PLAIN_KEY)
+    config: Settings = settings(sim.url)
+    assert set(provider_secrets(config)) == {PLAIN_KEY}

@@ -1,0 +1,115 @@
+"""Secrets and prompts out of every log line: a structlog processor and the text scrubber it uses.
+
+`Redactor` walks each event, nested values included, and removes:
+
+- the exact API keys it was given (raw and URL-encoded), e.g. the configured providers' keys;
+- anything shaped like a key: `sk-…`, `sk-ant-…`, `AIza…`, `Bearer …`, `?key=…`;
+- the values of fields named like credentials (`authorization`, `api-key`, `x-api-key`…);
+- whole prompts: the value of any `messages`/`prompt`/`contents` field becomes a placeholder.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterable, Mapping
+from typing import Any
+from urllib.parse import quote
+
+from structlog.typing import EventDict, WrappedLogger
+
+from worker.settings import Settings
+
+__all__ = ["REDACTED", "Redactor", "provider_secrets", "redact_text"]
+
+REDACTED = "[redacted]"
+OMITTED = "[omitted]"
+
+_PATTERNS = re.compile(
+    "|".join(
+        (
+            r"\bsk-(?:ant-)?[A-Za-z0-9_\-]{8,}",
+            r"\bAIza[0-9A-Za-z_\-]{20,}",
+            r"\b(?i:bearer)\s+[A-Za-z0-9._~+/=\-]{8,}",
+        )
+    )
+)
+# "x-api-key: abc", "authorization=Basic abc", "?key=abc": keep the name, drop the value.
+_NAMED = re.compile(
+    r"(?i)(\b(?:x-goog-api-key|x-api-key|api[-_]?key|authorization|proxy-authorization)"
+    r"[\"']?\s*[:=]\s*[\"']?|[?&]key=)"
+    r"(?:(?:basic|bearer)\s+)?[^\s\"'&,;}]+"
+)
+_CREDENTIAL_FIELDS = frozenset(
+    {
+        "api_key",
+        "apikey",
+        "authorization",
+        "proxy_authorization",
+        "x_api_key",
+        "x_goog_api_key",
+        "secret",
+        "password",
+        "token",
+    }
+)
+_PROMPT_FIELDS = frozenset({"messages", "prompt", "contents", "system_prompt"})
+_MAX_DEPTH = 8
+
+
+def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
+    """`text` without the given secrets nor anything shaped like a key or credential header."""
+    for secret in secrets:
+        for form in {secret, quote(secret, safe="")}:
+            text = text.replace(form, REDACTED)
+    text = _NAMED.sub(lambda m: m.group(1) + REDACTED, text)
+    return _PATTERNS.sub(REDACTED, text)
+
+
+class Redactor:
+    """A structlog processor that removes secrets and prompts from every event, at any depth."""
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        self._lock = threading.Lock()
+        self._secrets: tuple[str, ...] = ()
+        self.add(secrets)
+
+    def add(self, secrets: Iterable[str]) -> None:
+        """Also remove these exact values from now on (blank values are ignored)."""
+        with self._lock:
+            known = set(self._secrets) | {s for s in secrets if s and s.strip()}
+            # Longest first, so a key containing another is removed whole.
+            self._secrets = tuple(sorted(known, key=len, reverse=True))
+
+    def __call__(self, logger: WrappedLogger, method: str, event: EventDict) -> EventDict:
+        secrets = self._secrets
+        return {key: self._field(key, value, secrets, 0) for key, value in event.items()}
+
+    def _field(self, key: object, value: Any, secrets: tuple[str, ...], depth: int) -> Any:
+        if isinstance(key, str) and value is not None:
+            name = key.lower().replace("-", "_")
+            if name in _CREDENTIAL_FIELDS or name.endswith("_api_key"):
+                return REDACTED
+            if name in _PROMPT_FIELDS:
+                return OMITTED
+        return self._value(value, secrets, depth)
+
+    def _value(self, value: Any, secrets: tuple[str, ...], depth: int) -> Any:
+        if value is None or isinstance(value, bool | int | float):
+            return value
+        if isinstance(value, str):
+            return redact_text(value, secrets)
+        if depth >= _MAX_DEPTH:
+            return OMITTED
+        if isinstance(value, Mapping):
+            return {k: self._field(k, v, secrets, depth + 1) for k, v in value.items()}
+        if isinstance(value, list | tuple | set | frozenset):
+            return [self._value(v, secrets, depth + 1) for v in value]
+        # Exceptions, models, anything else: rendered as text, then scrubbed like text.
+        return redact_text(str(value), secrets)
+
+
+def provider_secrets(settings: Settings) -> list[str]:
+    """The API keys of every configured provider that has one where the config says."""
+    keys = (provider.api_key() for provider in settings.providers.values())
+    return [key for key in keys if key]
