@@ -74,8 +74,13 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from worker.demo import run_demo
 
-    run_demo(concurrency=args.concurrency)
-    return 0
+    return run_demo(
+        redis_url=args.redis,
+        config=args.config,
+        rate=args.rate,
+        concurrency=args.concurrency,
+        as_json=args.json,
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -94,8 +99,22 @@ def _parser() -> argparse.ArgumentParser:
     simulate.add_argument("--port", type=int, default=8900)
     simulate.set_defaults(func=_cmd_simulate)
 
-    demo = commands.add_parser("demo", help="run turns against misbehaving simulated providers")
-    demo.add_argument("--concurrency", type=int, default=20)
+    demo = commands.add_parser(
+        "demo", help="run the fleet end to end on misbehaving simulated providers"
+    )
+    demo.add_argument(
+        "--redis",
+        metavar="URL",
+        help="use this Redis server and a separate `relevo worker` (default: both in-process)",
+    )
+    demo.add_argument(
+        "--config",
+        default="examples/demo.toml",
+        help="with --redis: the configuration the worker runs with too",
+    )
+    demo.add_argument("--rate", type=float, default=15.0, help="turns sent per second")
+    demo.add_argument("--concurrency", type=int, default=16, help="turns in flight at most")
+    demo.add_argument("--json", action="store_true", help="print the summary as JSON")
     demo.set_defaults(func=_cmd_demo)
 
     add_operator_commands(commands)

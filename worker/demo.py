@@ -1,140 +1,153 @@
-"""`relevo demo`: the chain against simulated providers that misbehave on cue.
+"""`relevo demo`: the real path end to end, with no Redis server and no API keys.
 
-Runs in one process with no Redis and no API keys: simulated providers on
-loopback, the real adapters and chain, and a few hundred turns in phases
-(healthy, a primary outage, a rate-limit burst, an auth failure) with a summary
-of what each turn got and how many calls each provider received.
+Embedded (the default): a Redis server in this process (fakeredis over TCP,
+with Lua), simulated providers on loopback, and a real Celery worker (threads
+pool) in this process. A few hundred turns from four tenants go through
+`enqueue_turn` -> Redis broker -> worker -> chain -> simulated providers ->
+result backend, while the phases of `worker.demo_plan` inject a primary outage,
+its recovery and a rate-limit burst; one tenant has a tiny daily budget and
+runs out. A live view shows turns, fallback rate, breakers and budgets; tables
+at the end show what each phase got and how many calls each model received.
+
+`relevo demo --redis URL` runs the same against a real Redis server and a
+separate `relevo worker` started with the same configuration
+(examples/demo.toml); the demo serves the simulated providers at the address
+that file names, and resets the file's Redis namespace when it starts.
+
+The embedded demo ignores RELEVO_* environment variables. Logs (structlog and
+the standard library's) go to a file, not the terminal.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections import Counter
-from collections.abc import Sequence
+import json
+import logging
+import sys
+import tempfile
+import time
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from rich.console import Console
-from rich.table import Table
+from rich.live import Live
 
-from worker.adapters import make_client
-from worker.chain import Chain
-from worker.models import Message, TurnRequest, TurnResult
-from worker.settings import Settings, load_settings
-from worker.simulator import Fault, Simulator
+from worker.demo_drive import Driver, Monitor
+from worker.demo_plan import PHASES, TENANTS, THRIFTY_DAILY_MICROS, THRIFTY_TENANT, demo_settings
+from worker.demo_remote import remote_fleet
+from worker.demo_stack import Fleet, embedded_fleet
+from worker.demo_summary import summarize
+from worker.demo_view import LiveState, live_view, summary_view
+from worker.errors import ConfigError
+from worker.logs import configure_logging
 
-__all__ = ["run_demo"]
+__all__ = ["DEFAULT_CONFIG", "LOG_FILE", "demo_settings", "run_demo"]
 
-CHAIN = ("anthropic/claude-sim", "openai/gpt-sim", "google/gemini-sim")
-MODEL_IDS = {"anthropic/claude-sim": "claude-sim", "openai/gpt-sim": "gpt-sim"}
-MODEL_IDS["google/gemini-sim"] = "gemini-sim"
-
-
-@dataclass(frozen=True)
-class Phase:
-    name: str
-    turns: int
-    faults: dict[str, tuple[Fault, ...]]
+DEFAULT_CONFIG = "examples/demo.toml"
+LOG_FILE = Path(tempfile.gettempdir()) / "relevo-demo.log"
 
 
-PHASES = (
-    Phase("healthy", 80, {}),
-    Phase("primary outage (529)", 80, {"claude-sim": (Fault(status=529),)}),
-    Phase(
-        "rate-limit burst",
-        80,
-        {"claude-sim": (Fault(status=429, headers={"retry-after": "0.2"}, rate=0.5),)},
-    ),
-    Phase("primary key revoked (401)", 20, {"claude-sim": (Fault(status=401),)}),
-)
+@dataclass(frozen=True, slots=True)
+class _Options:
+    rate: float
+    concurrency: int
+    as_json: bool
+    console: Console  # the live view and tables; notices go to stderr
 
 
-def demo_settings(url: str) -> Settings:
-    providers = {
-        "anthropic_sim": {"kind": "anthropic", "base_url": url},
-        "openai_sim": {"kind": "openai", "base_url": f"{url}/v1"},
-        "gemini_sim": {"kind": "gemini", "base_url": url},
-    }
-    models = {
-        slug: {
-            "vendor": slug.split("/")[0],
-            "context_window": 100_000,
-            "input_usd_per_mtok": 3,
-            "output_usd_per_mtok": 15,
-            "serve": [{"provider": provider, "model_id": MODEL_IDS[slug]}],
-        }
-        for slug, provider in zip(CHAIN, providers, strict=True)
-    }
-    return load_settings(
-        data={
-            "chain": {"models": list(CHAIN)},
-            "providers": providers,
-            "models": models,
-            "retry": {"base_delay_s": 0.05, "retry_after_cap_s": 1.0},
-        }
+def run_demo(
+    *,
+    redis_url: str | None = None,
+    config: str | Path = DEFAULT_CONFIG,
+    rate: float = 15.0,
+    concurrency: int = 16,
+    as_json: bool = False,
+    console: Console | None = None,
+) -> int:
+    """Run the demo; print the summary (tables, or JSON with `as_json`). Returns the exit status.
+
+    `rate` is turns sent per second; `concurrency` the client threads (and, embedded,
+    the worker's threads). Exit status 1 when a turn got no result.
+    """
+    if not 0.5 <= rate <= 100:
+        raise ConfigError("--rate: between 0.5 and 100 turns per second")
+    if not 1 <= concurrency <= 256:
+        raise ConfigError("--concurrency: between 1 and 256")
+    options = _Options(rate, concurrency, as_json, console or Console())
+    _logs_to(LOG_FILE)
+    fleets = (
+        embedded_fleet(concurrency) if redis_url is None else remote_fleet(redis_url, Path(config))
     )
-
-
-def _request(i: int) -> TurnRequest:
-    return TurnRequest(
-        tenant_id=f"tenant-{i % 4}",
-        messages=(
-            Message(role="system", content="You are a support agent."),
-            Message(role="user", content=f"Question number {i}?"),
-        ),
-        deadline_s=10,
-    )
-
-
-async def _run_phase(chain: Chain, phase: Phase, concurrency: int) -> list[TurnResult]:
-    gate = asyncio.Semaphore(concurrency)
-
-    async def one(i: int) -> TurnResult:
-        async with gate:
-            return await chain.run(_request(i))
-
-    return list(await asyncio.gather(*(one(i) for i in range(phase.turns))))
-
-
-def _summary(rows: Sequence[tuple[Phase, list[TurnResult], dict[str, int]]]) -> Table:
-    table = Table(title="relevo demo: what each turn got")
-    for column in ("phase", "turns", "status", "step", "effective model", "provider calls"):
-        table.add_column(column)
-    for phase, results, calls in rows:
-        status = Counter(r.status.value for r in results)
-        steps = Counter(r.step for r in results if r.step is not None)
-        models = Counter(r.effective_model for r in results if r.effective_model)
-        table.add_row(
-            phase.name,
-            str(len(results)),
-            _fmt(status),
-            _fmt({f"step {k}": v for k, v in sorted(steps.items())}),
-            _fmt(models),
-            _fmt(calls),
+    with fleets as fleet:
+        if fleet is None:
+            return 2
+        summary = _drive(fleet, options)
+    if as_json:
+        print(json.dumps(summary, indent=2))
+    else:
+        options.console.print()
+        options.console.print(*summary_view(summary))
+        options.console.print(
+            f"{summary['total']['turns']} turns in {summary['seconds']} s · logs: {LOG_FILE}"
         )
-    return table
+    lost = int(summary["total"]["lost"])
+    if lost:
+        print(f"relevo demo: {lost} turns got no result: {summary['errors']}", file=sys.stderr)
+    return 1 if lost else 0
 
 
-def _fmt(counts: dict[str, int] | Counter[str]) -> str:
-    return "\n".join(f"{name}: {count}" for name, count in counts.items()) or "-"
+def _logs_to(path: Path) -> None:
+    """Send every log (structlog, Celery's, warnings) to `path` for the rest of the process."""
+    stream = path.open("w", encoding="utf-8")
+    configure_logging(level="info", json=True, stream=stream)
+    root = logging.getLogger()
+    root.handlers = [logging.StreamHandler(stream)]
+    root.setLevel(logging.WARNING)
+    logging.captureWarnings(True)
 
 
-async def _main(concurrency: int, console: Console) -> None:
-    with Simulator() as sim:
-        settings = demo_settings(sim.url)
-        rows = []
-        async with make_client() as client:
-            chain = Chain.from_settings(settings, client)
-            for phase in PHASES:
-                sim.reset()
-                for model_id, faults in phase.faults.items():
-                    sim.set_faults(model_id, *faults)
-                with console.status(f"{phase.name}: {phase.turns} turns"):
-                    results = await _run_phase(chain, phase, concurrency)
-                calls = {m: sim.calls(m) for m in MODEL_IDS.values()}
-                rows.append((phase, results, calls))
-        console.print(_summary(rows))
+def _drive(fleet: Fleet, options: _Options) -> dict[str, Any]:
+    """Run every phase on `fleet`, with the live view unless JSON is wanted; the summary."""
+    header = fleet.header
+    threshold = fleet.settings.observability.fallback_alert_threshold
+    monitor = Monitor(fleet.settings, TENANTS)
+    try:
+        monitor.set_daily_limit(THRIFTY_TENANT, THRIFTY_DAILY_MICROS)
+        driver = Driver(fleet.app, fleet.sim, rate=options.rate, concurrency=options.concurrency)
+        planned = driver.planned(PHASES)
+        started = time.monotonic()
 
+        def state() -> LiveState:
+            index, elapsed, records = driver.snapshot()
+            return LiveState(
+                header,
+                PHASES,
+                index,
+                elapsed,
+                planned,
+                records,
+                monitor.latest,
+                monitor.changes,
+                threshold,
+            )
 
-def run_demo(*, concurrency: int = 20, console: Console | None = None) -> None:
-    """Run the demo and print its summary."""
-    asyncio.run(_main(concurrency, console or Console()))
+        if options.as_json:
+            runs = driver.run(PHASES, on_tick=monitor.poll)
+        else:
+            with Live(live_view(state()), console=options.console, refresh_per_second=4) as live:
+
+                def tick() -> None:
+                    monitor.poll()
+                    live.update(live_view(state()))
+
+                runs = driver.run(PHASES, on_tick=tick)
+        monitor.poll()
+        return summarize(
+            runs,
+            fleet=monitor.latest,
+            changes=monitor.changes,
+            mode=fleet.mode,
+            seconds=time.monotonic() - started,
+        )
+    finally:
+        monitor.close()
