@@ -201,3 +201,61 @@ class ScriptedGuard:
 
     async def handoff(self, tenant: str, turn_id: str, reason: str, payload: str) -> None:
         self.handed_off.append((reason, payload))
+
+
+# The two-model chain a worker process reads from a file: top-level keys first,
+# then each test's own sections, then these tables (TOML wants that order).
+_WORKER_TABLES = """
+[chain]
+models = ["openai/alpha", "anthropic/beta"]
+
+[redis]
+url = "{redis_url}"
+namespace = "{namespace}"
+
+[providers.oa]
+kind = "openai"
+base_url = "{sim}/v1"
+api_key_env = "{key_env}"
+first_byte_timeout_s = 2
+
+[providers.an]
+kind = "anthropic"
+base_url = "{sim}"
+api_key_env = "{key_env}"
+first_byte_timeout_s = 2
+
+[models."openai/alpha"]
+vendor = "openai"
+context_window = 100000
+input_usd_per_mtok = 2
+output_usd_per_mtok = 8
+serve = [{{ provider = "oa", model_id = "alpha" }}]
+
+[models."anthropic/beta"]
+vendor = "anthropic"
+context_window = 100000
+input_usd_per_mtok = 3
+output_usd_per_mtok = 15
+serve = [{{ provider = "an", model_id = "beta" }}]
+"""
+
+
+def worker_config(
+    *,
+    sim: str,
+    redis_url: str,
+    namespace: str,
+    sections: str = "",
+    key_env: str = "RELEVO_TEST_KEY",
+    deadline_s: float = 10,
+) -> str:
+    """A worker's TOML configuration: the two-model chain on the simulator, plus `sections`.
+
+    The queue is the namespace, so tests sharing one Redis never take each other's turns.
+    """
+    queue = f'[worker]\nqueue = "{namespace}"\n' if "[worker]" not in sections else ""
+    tables = _WORKER_TABLES.format(
+        sim=sim, redis_url=redis_url, namespace=namespace, key_env=key_env
+    )
+    return f"turn_deadline_s = {deadline_s}\n\n{queue}{sections}\n{tables}"

@@ -15,7 +15,7 @@ import pytest
 import redis
 
 import budgets
-from tests.chainkit import KEY
+from tests.chainkit import KEY, worker_config
 from worker.client import enqueue_turn
 from worker.models import Message, Status, TurnRequest
 from worker.settings import load_settings
@@ -24,18 +24,9 @@ from worker.tasks import TASK_NAME, make_app
 
 pytestmark = pytest.mark.slow
 
-CONFIG = """
-turn_deadline_s = 10
-
-[chain]
-models = ["openai/alpha", "anthropic/beta"]
-
+SECTIONS = """
 [retry]
 base_delay_s = 0.01
-
-[redis]
-url = "{redis_url}"
-namespace = "{namespace}"
 
 [worker]
 queue = "{namespace}"
@@ -44,29 +35,15 @@ restore_interval_s = 1
 
 [budgets]
 hold_ttl_s = 10
-
-[providers.oa]
-kind = "openai"
-base_url = "{sim}/v1"
-api_key_env = "RELEVO_TEST_KEY"
-
-[providers.an]
-kind = "anthropic"
-base_url = "{sim}"
-api_key_env = "RELEVO_TEST_KEY"
-
-[models."openai/alpha"]
-vendor = "openai"
-context_window = 100000
-input_usd_per_mtok = 2
-output_usd_per_mtok = 8
-serve = [{{ provider = "oa", model_id = "alpha" }}]
-
-[models."anthropic/beta"]
-vendor = "anthropic"
-context_window = 100000
-serve = [{{ provider = "an", model_id = "beta" }}]
 """
+
+
+def write_config(path: Path, *, sim: str, redis_url: str, namespace: str) -> Path:
+    """The two-model chain, with a short visibility timeout so lost turns come back soon."""
+    sections = SECTIONS.format(namespace=namespace)
+    text = worker_config(sim=sim, redis_url=redis_url, namespace=namespace, sections=sections)
+    path.write_text(text)
+    return path
 
 
 @pytest.fixture(scope="module")
@@ -82,9 +59,9 @@ def _fresh(sim: Simulator) -> None:
 
 @pytest.fixture
 def config(sim: Simulator, redis_url: str, namespace: str, tmp_path: Path) -> Path:
-    path = tmp_path / "chain.toml"
-    path.write_text(CONFIG.format(redis_url=redis_url, namespace=namespace, sim=sim.url))
-    return path
+    return write_config(
+        tmp_path / "chain.toml", sim=sim.url, redis_url=redis_url, namespace=namespace
+    )
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.chainkit import KEY
-from tests.test_celery_fleet import CONFIG
+from tests.test_celery_fleet import write_config
 from worker.cli import main
 from worker.logs import configure_logging
 from worker.models import Message, Status, TurnRequest
@@ -37,9 +37,9 @@ def config(
 ) -> Path:
     sim.reset()
     monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
-    path = tmp_path / "chain.toml"
-    path.write_text(CONFIG.format(redis_url=redis_url, namespace=namespace, sim=sim.url))
-    return path
+    return write_config(
+        tmp_path / "chain.toml", sim=sim.url, redis_url=redis_url, namespace=namespace
+    )
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from structlog.testing import capture_logs
 
 import breakers
 import budgets
-from tests.chainkit import KEY, run, settings, turn
+from tests.chainkit import KEY, run, settings, turn, worker_config
 from worker.logs import configure_logging
 from worker.metrics import (
     ATTEMPTS_TOTAL,
@@ -283,21 +283,9 @@ def test_a_busy_metrics_port_is_logged_and_the_node_runs_without_it(sim: Simulat
 
 # -- through a real `relevo worker` ----------------------------------------------------------
 
-CONFIG = """
-turn_deadline_s = 10
-
-[chain]
-models = ["openai/alpha", "anthropic/beta"]
-
+SECTIONS = """
 [retry]
 retries_per_model = 0
-
-[redis]
-url = "{redis_url}"
-namespace = "{namespace}"
-
-[worker]
-queue = "{namespace}"
 
 [breakers]
 consecutive_failures_threshold = 3
@@ -305,30 +293,6 @@ break_s = 60
 
 [observability]
 fallback_min_turns = 2
-
-[providers.oa]
-kind = "openai"
-base_url = "{sim}/v1"
-api_key_env = "RELEVO_TEST_KEY"
-
-[providers.an]
-kind = "anthropic"
-base_url = "{sim}"
-api_key_env = "RELEVO_TEST_KEY"
-
-[models."openai/alpha"]
-vendor = "openai"
-context_window = 100000
-input_usd_per_mtok = 2
-output_usd_per_mtok = 8
-serve = [{{ provider = "oa", model_id = "alpha" }}]
-
-[models."anthropic/beta"]
-vendor = "anthropic"
-context_window = 100000
-input_usd_per_mtok = 3
-output_usd_per_mtok = 15
-serve = [{{ provider = "an", model_id = "beta" }}]
 """
 
 
@@ -362,7 +326,9 @@ def test_relevo_worker_serves_turn_fleet_and_budget_metrics(
     from worker.tasks import make_app
 
     path = tmp_path / "chain.toml"
-    path.write_text(CONFIG.format(redis_url=redis_url, namespace=namespace, sim=sim.url))
+    path.write_text(
+        worker_config(sim=sim.url, redis_url=redis_url, namespace=namespace, sections=SECTIONS)
+    )
     config: Settings = load_settings(path)
     port = _free_port()
     logs = tmp_path / "worker.log"

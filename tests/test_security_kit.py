@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 import redis
 
+from tests.chainkit import worker_config
+
 # Shaped like no known key prefix, so only exact-key scrubbing can hide it.
 KEY = "9d2c4e6f8a0b1c3d5e7f9a1b3c5d7e9f"
 KEY_ENV = "RELEVO_SECURITY_TEST_KEY"
@@ -28,18 +30,9 @@ USER, PASSWORD = "relevo", "s3cret-relevo-pass"
 # The worker user of docs/security.md: every key, no admin or dangerous commands.
 WORKER_USER, WORKER_PASSWORD = "relevo-worker", "w0rker-pass"
 
-CONFIG = """
-turn_deadline_s = 10
-
-[chain]
-models = ["openai/alpha", "anthropic/beta"]
-
+SECTIONS = """
 [retry]
 base_delay_s = 0.01
-
-[redis]
-url = "{redis_url}"
-namespace = "{namespace}"
 
 [worker]
 queue = "{namespace}"
@@ -54,28 +47,6 @@ max_request_bytes = {max_bytes}
 max_messages = 50
 max_tools = 8
 max_message_chars = 4096
-
-[providers.oa]
-kind = "openai"
-base_url = "{sim}/v1"
-api_key_env = "{key_env}"
-first_byte_timeout_s = 2
-
-[providers.an]
-kind = "anthropic"
-base_url = "{sim}"
-api_key_env = "{key_env}"
-first_byte_timeout_s = 2
-
-[models."openai/alpha"]
-vendor = "openai"
-context_window = 100000
-serve = [{{ provider = "oa", model_id = "alpha" }}]
-
-[models."anthropic/beta"]
-vendor = "anthropic"
-context_window = 100000
-serve = [{{ provider = "an", model_id = "beta" }}]
 """
 
 
@@ -83,8 +54,9 @@ def write_config(
     path: Path, *, redis_url: str, namespace: str, sim: str, max_bytes: int = 16_384
 ) -> Path:
     """A chain of two simulated models whose API key comes from `KEY_ENV`."""
-    text = CONFIG.format(
-        redis_url=redis_url, namespace=namespace, sim=sim, key_env=KEY_ENV, max_bytes=max_bytes
+    sections = SECTIONS.format(namespace=namespace, max_bytes=max_bytes)
+    text = worker_config(
+        sim=sim, redis_url=redis_url, namespace=namespace, sections=sections, key_env=KEY_ENV
     )
     path.write_text(text, encoding="utf-8")
     return path
