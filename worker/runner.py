@@ -127,10 +127,10 @@ class TurnRunner:
         budget_s = min(request.deadline_s, self.settings.turn_deadline_s)
         try:
             while True:
-                stored = await self.store.result(turn_id)
-                if stored is not None:
-                    return stored
-                if await self.store.claim(turn_id, self.holder, budget_s + _MARGIN_S):
+                claimed = await self.store.claim(turn_id, self.holder, budget_s + _MARGIN_S)
+                if isinstance(claimed, TurnResult):
+                    return claimed
+                if claimed:
                     break
                 stored = await self.store.wait_result(turn_id, budget_s + _MARGIN_S)
                 if stored is not None:

@@ -56,10 +56,19 @@ class TurnStore:
         raw = await self.redis.get(self.keys.result(turn_id))
         return None if raw is None else TurnResult.model_validate_json(raw)
 
-    async def claim(self, turn_id: str, holder: str, ttl_s: float) -> bool:
-        """Take the right to run the turn now; False while another delivery holds it."""
-        key = self.keys.claim(turn_id)
-        return bool(await self.redis.set(key, holder, nx=True, px=max(1, int(ttl_s * 1000))))
+    async def claim(self, turn_id: str, holder: str, ttl_s: float) -> bool | TurnResult:
+        """Take the right to run the turn now (True), unless it already ran (its result)
+        or another delivery is running it (False). One round trip."""
+        claim = self.keys.claim(turn_id)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.get(self.keys.result(turn_id))
+            pipe.set(claim, holder, nx=True, px=max(1, int(ttl_s * 1000)))
+            raw, claimed = await pipe.execute()
+        if raw is None:
+            return bool(claimed)
+        if claimed:
+            await self.redis.delete(claim)
+        return TurnResult.model_validate_json(raw)
 
     async def save(self, result: TurnResult) -> TurnResult:
         """Save the result unless one was saved first; return the one that stands."""
