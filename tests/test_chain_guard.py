@@ -104,7 +104,7 @@ async def test_verdicts_reach_the_guard(sim: Simulator) -> None:
     await run(settings(sim.url), turn(), guard=guard)
     verdicts = [(t.provider_model, v) for t, _, v, _ in guard.concluded]
     assert verdicts == [
-        ("alpha", Verdict.FAILURE),
+        ("alpha", Verdict.MODEL_FAILURE),
         ("beta", Verdict.RATE_LIMITED),
         ("gamma", Verdict.SUCCESS),
     ]

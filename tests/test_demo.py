@@ -179,7 +179,7 @@ def test_summary_tables_show_phases_calls_and_reasons(
         "claude-sim calls",
         "gemini-sim calls",
         "tenant_budget_exhausted",
-        "vendor_breaker_open",
+        "breaker_open",
         "per effective model",
         "breaker changes seen",
         PRIMARY_SCOPE,

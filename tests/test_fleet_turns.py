@@ -47,7 +47,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.redis]
 T = TypeVar("T")
 ALPHA, BETA, GAMMA = "alpha", "beta", "gamma"  # provider model ids of the chain's three models
 PRIMARY = "openai/alpha"
-MODEL_SCOPE, VENDOR_SCOPE = "model:openai/alpha@oa", "vendor:openai"
+MODEL_SCOPE = "model:openai/alpha@oa"
 # Breakers that never trip: tests about money must see the primary tried on every turn.
 NEVER_TRIP = {"consecutive_failures_threshold": 10_000, "min_calls_in_window": 10_000}
 
@@ -214,9 +214,10 @@ def _outage(sim: Simulator, workers: Workers, url: str, ns: str, processes: int)
     assert calls <= THRESHOLD + in_flight
     # At most one call in flight per other lane: 5 to 8 calls whatever the process count.
     assert calls <= THRESHOLD + FLEET_LANES - 1
-    # One "opened" transition per scope for the whole fleet, not one per process.
+    # One "opened" transition for the whole fleet, not one per process. A 503 says
+    # this model is overloaded, not its vendor: the vendor's breaker stays closed.
     opened_events = sorted(e["scope"] for e in events_of(reports, "breaker.opened"))
-    assert opened_events == sorted([MODEL_SCOPE, VENDOR_SCOPE])
+    assert opened_events == [MODEL_SCOPE]
     assert len(turns) > 10 * processes
     assert all(t.status == "ok" and t.step == 1 for t in turns)
     return calls, in_flight
@@ -298,10 +299,10 @@ def test_half_open_herd_sends_one_probe_per_break_until_the_primary_heals(
         assert len(meanwhile) >= 5
         assert not any(t.called(PRIMARY) for t in meanwhile)
     assert sim.calls(ALPHA, "error") == len(failed) + len(tripped)
-    # Every failed probe re-opened both breakers once; the first success closed them once.
-    assert len(events_of(reports, "breaker.reopened")) == 2 * len(failed)
+    # Every failed probe re-opened the breaker once; the first success closed it once.
+    assert len(events_of(reports, "breaker.reopened")) == len(failed)
     closed = events_of(reports, "breaker.closed")
-    assert sorted(e["scope"] for e in closed) == sorted([MODEL_SCOPE, VENDOR_SCOPE])
+    assert [e["scope"] for e in closed] == [MODEL_SCOPE]
     # Once the fault cleared, the next probe succeeded and every later turn used the primary.
     assert answered_at(first_ok) > healed
     after_close = [t for t in turns if t.started > first_ok.ended]

@@ -56,13 +56,16 @@ def _fail_closed(
     return guarded
 
 
-# What the breaker layer is told, per verdict of the policy table.
+# What the model's breaker and its vendor's breaker are told, per verdict of the
+# policy table. An overloaded model says nothing about its vendor's other models.
+_NEUTRAL = (breakers.Verdict.NEUTRAL, breakers.Verdict.NEUTRAL)
 _BREAKER_VERDICT = {
-    Verdict.SUCCESS: breakers.Verdict.SUCCESS,
-    Verdict.FAILURE: breakers.Verdict.FAILURE,
-    Verdict.NEUTRAL: breakers.Verdict.NEUTRAL,
-    Verdict.RATE_LIMITED: breakers.Verdict.NEUTRAL,
-    Verdict.EXHAUSTED: breakers.Verdict.NEUTRAL,
+    Verdict.SUCCESS: (breakers.Verdict.SUCCESS, breakers.Verdict.SUCCESS),
+    Verdict.FAILURE: (breakers.Verdict.FAILURE, breakers.Verdict.FAILURE),
+    Verdict.MODEL_FAILURE: (breakers.Verdict.FAILURE, breakers.Verdict.NEUTRAL),
+    Verdict.NEUTRAL: _NEUTRAL,
+    Verdict.RATE_LIMITED: _NEUTRAL,
+    Verdict.EXHAUSTED: _NEUTRAL,
 }
 _STORE_ERRORS = (RedisError, OSError, TimeoutError)
 _FORBIDDEN = (
@@ -183,8 +186,11 @@ class RedisGuard:
     ) -> None:
         entries: list[breakers.Entry] = []
         if verdict is not None or holder is not None:
-            said = _BREAKER_VERDICT[verdict] if verdict else breakers.Verdict.NEUTRAL
-            entries += [breakers.Outcome(s, said, holder) for s in _scopes([target])]
+            model, vendor = _BREAKER_VERDICT.get(verdict, _NEUTRAL) if verdict else _NEUTRAL
+            entries += [
+                breakers.Outcome(model_scope(target), model, holder),
+                breakers.Outcome(vendor_scope(target), vendor, holder),
+            ]
         if verdict is Verdict.RATE_LIMITED:
             entries.append(breakers.Cooldown(target.provider, target.provider_model, retry_after_s))
         elif verdict is Verdict.EXHAUSTED:

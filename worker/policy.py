@@ -239,7 +239,8 @@ class Verdict(StrEnum):
     """What the breaker and cooldown layer is told about an attempt."""
 
     SUCCESS = "success"
-    FAILURE = "failure"
+    FAILURE = "failure"  # the model and its vendor: 5xx, silence, broken connections
+    MODEL_FAILURE = "model_failure"  # this model only: overloaded, another model may serve
     NEUTRAL = "neutral"
     RATE_LIMITED = "rate_limited"
     EXHAUSTED = "exhausted"
@@ -258,7 +259,7 @@ RULES: Mapping[type[BaseException], Rule] = MappingProxyType(
         ServerError: Rule(Decision.RETRY_THEN_NEXT, Verdict.FAILURE),
         ConnectionFailed: Rule(Decision.RETRY_THEN_NEXT, Verdict.FAILURE),
         MalformedResponse: Rule(Decision.RETRY_THEN_NEXT, Verdict.FAILURE),
-        Overloaded: Rule(Decision.NEXT, Verdict.FAILURE),
+        Overloaded: Rule(Decision.NEXT, Verdict.MODEL_FAILURE),
         FirstByteTimeout: Rule(Decision.NEXT, Verdict.FAILURE),
         # Only raised once content has streamed, where the chain's lock forbids moving on.
         ResponseTimeout: Rule(Decision.NEXT, Verdict.FAILURE),
