@@ -43,4 +43,7 @@ def in_memory() -> Redis:
     """A private in-process Redis (fakeredis with Lua), for local breakers and the demo."""
     import fakeredis
 
-    return cast(Redis, fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer()))
+    # Every turn of a process may lean on it at once while Redis is down: a pool
+    # as small as redis-py's default (100) would fail turns instead of serving them.
+    fake = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer(), max_connections=100_000)
+    return cast(Redis, fake)

@@ -201,3 +201,12 @@ async def test_a_forgotten_script_is_reloaded_without_losing_the_fleet_view() ->
     assert breakers.fleet_view
     assert fleet.scopes[SCOPE].state is BreakerState.OPEN
     await redis.aclose()
+
+
+async def test_local_breakers_serve_hundreds_of_turns_at_once(dead_redis: Redis) -> None:
+    """While Redis is down every turn of a process leans on the local store at once."""
+    breakers = ResilientBreakers(FleetBreakers(dead_redis, policy=POLICY), timeout_s=TIMEOUT_S)
+    await breakers.check([SCOPE])  # loses the fleet view
+    states = await asyncio.gather(*(breakers.check([SCOPE]) for _ in range(500)))
+    assert all(not s.fleet_view for s in states)
+    await asyncio.gather(*(breakers.record([Outcome(SCOPE, V.SUCCESS)]) for _ in range(500)))
