@@ -157,6 +157,7 @@ class ScriptedGuard:
         self.concluded: list[tuple[Target, Charge, Verdict | None, int | None]] = []
         self.held: list[str] = []
         self.handed_off: list[tuple[str, str]] = []
+        self.released_target: Target | None = None
         self.probes: list[str] = []
 
     def _refusal(self, charge: Charge) -> str | None:
@@ -171,12 +172,15 @@ class ScriptedGuard:
                 if t.provider_model in self.availability
             },
         )
+        self.released_target = targets[0]
         if first is None:
             return Admission(view)
         self.reserved.append(first)
         return Admission(view, self._refusal(first))
 
-    async def reserve(self, charge: Charge) -> str | None:
+    async def reserve(self, charge: Charge, *, replacing: Charge | None = None) -> str | None:
+        if replacing is not None and self.released_target is not None:
+            self.concluded.append((self.released_target, replacing, None, None))
         self.reserved.append(charge)
         return self._refusal(charge)
 

@@ -168,9 +168,9 @@ class _Timed:
         timing.admitted = time.time()
         return admission
 
-    async def reserve(self, charge: Charge) -> str | None:
+    async def reserve(self, charge: Charge, *, replacing: Charge | None = None) -> str | None:
         began = time.perf_counter()
-        refusal = await self.guard.reserve(charge)
+        refusal = await self.guard.reserve(charge, replacing=replacing)
         self._timing(charge).guard_s += time.perf_counter() - began
         return refusal
 

@@ -91,7 +91,12 @@ class _Turn:
         self.on_text = on_text
         self.report = TurnReport(request, primary_model=self.settings.chain.models[0])
         self.calls = 0
+        # The first attempt's reservation, made by `admit` before the fleet view was
+        # known; `unused` once that attempt is skipped, given back with the next
+        # reservation (one round trip) or when the turn ends.
         self.pending: Charge | None = None
+        self.unused: Charge | None = None
+        self.primary: Target | None = None
         budget_s = min(request.deadline_s, self.settings.turn_deadline_s)
         self.deadline = asyncio.get_running_loop().time() + budget_s
 
@@ -117,18 +122,22 @@ class _Turn:
             # Fail closed: a worker that may not read the kill switch runs nothing.
             log.error("turn.store_forbidden", turn_id=self.request.turn_id, error=str(exc))
             return self.report.rejected(StoreForbidden.code, exc)
+        finally:
+            self._skip_first()
+            if self.unused is not None and self.primary is not None:
+                unused, self.unused = self.unused, None
+                await self.guard.conclude(self.primary, unused, verdict=None, cost_micros=None)
 
     async def _run(self) -> TurnResult:
         slugs = self.settings.chain.models
         every = [t for slug in slugs for t in self._targets(slug)]
-        primary = every[0]
+        primary = self.primary = every[0]
         first_fit = fit_turn(self.request, self.settings.models[primary.model])
         first = self._charge(primary, first_fit, False) if isinstance(first_fit, Fit) else None
         admission = await self.guard.admit(every, first)
         self.pending = first
         view = admission.view
         if view.kill_switch is not None:
-            await self._release(primary)
             return await self._reject()
         if admission.refusal is not None and first is not None:
             self.pending = None
@@ -138,7 +147,6 @@ class _Turn:
             async with asyncio.timeout_at(self.deadline):
                 return await self._walk(view.of)
         except TimeoutError:
-            await self._release(primary)
             error = DeadlineExceeded("the turn's deadline passed")
             return self.report.failed("deadline_exceeded", error)
 
@@ -149,17 +157,17 @@ class _Turn:
             targets = self._targets(slug)
             fit = fit_turn(self.request, model, min_window=min_window)
             if isinstance(fit, Unfit):
-                await self._release(targets[0])
+                self._skip_first()
                 self.report.skip(targets[0], fit.reason, fit.detail)
                 continue
             for index, target in enumerate(targets):
                 state = availability(target)
                 if state is Availability.EXHAUSTED:
-                    await self._release(target)
+                    self._skip_first()
                     self.report.skip(target, state.value)
                     return await self._degrade(state.value)
                 if state in (Availability.OPEN, Availability.VENDOR_OPEN, Availability.COOLDOWN):
-                    await self._release(target)
+                    self._skip_first()
                     self.report.skip(target, state.value)
                     continue
                 outcome = await self._try(
@@ -183,7 +191,7 @@ class _Turn:
         for retry_index in range(self.settings.retry.retries_per_model + 1):
             holder = f"{self.request.turn_id}:{self.calls}" if probe else None
             if holder is not None and not await self.guard.acquire_probe(target, holder):
-                await self._release(target)
+                self._skip_first()
                 self.report.skip(target, "breaker_half_open", "another worker holds the probe")
                 return _MoveOn()
             charge = await self._reserve(target, fit, fallback)
@@ -200,12 +208,13 @@ class _Turn:
     async def _reserve(self, target: Target, fit: Fit, fallback: bool) -> Charge | TurnResult:
         """This attempt's reservation, or the degraded result when the budget refuses it."""
         if self.pending is not None:
-            # Reserved by `admit`: every skip before the first call released it,
+            # Reserved by `admit`: every skip before the first call set it aside,
             # so it is this target's.
             charge, self.pending = self.pending, None
             return charge
         charge = self._charge(target, fit, fallback)
-        refusal = await self.guard.reserve(charge)
+        unused, self.unused = self.unused, None
+        refusal = await self.guard.reserve(charge, replacing=unused)
         if refusal is None:
             return charge
         if refusal == KILL_SWITCH:
@@ -346,8 +355,7 @@ class _Turn:
             await events.aclose()
         raise MalformedResponse("the response ended without a complete answer")
 
-    async def _release(self, target: Target) -> None:
-        """Give back the first attempt's reservation when that attempt never happens."""
+    def _skip_first(self) -> None:
+        """The first planned attempt will not happen: its reservation is to be given back."""
         if self.pending is not None:
-            charge, self.pending = self.pending, None
-            await self.guard.conclude(target, charge, verdict=None, cost_micros=None)
+            self.unused, self.pending = self.pending, None

@@ -146,21 +146,28 @@ class RedisGuard:
         return Admission(_view(state, targets), refusal)
 
     @_fail_closed
-    async def reserve(self, charge: Charge) -> str | None:
+    async def reserve(self, charge: Charge, *, replacing: Charge | None = None) -> str | None:
         if not self.fleet.fleet_view:
             state = await self.fleet.check(())
             if not state.fleet_view:
                 return None
+            if replacing is not None:
+                await self.conclude_charge(replacing, None)
             return _kill(state) or await self._reserve_alone(charge)
         pipe = self.redis.pipeline(transaction=False)
         parse_state = self.fleet.check_on(pipe, ())
+        if replacing is not None:
+            release = self._settle_on(pipe, replacing, None)
         parse_charge = self._reserve_on(pipe, charge)
         replies = await _execute(pipe)
         killed = _kill(await parse_state(replies[0]))
+        if replacing is not None:
+            again = replacing
+            await self._budget(replies[1], release, lambda: self._settle(again, None))
         if killed is not None:
             await self.conclude_charge(charge, None)
             return killed
-        return await self._budget(replies[1], parse_charge, lambda: self._reserve(charge))
+        return await self._budget(replies[-1], parse_charge, lambda: self._reserve(charge))
 
     @_fail_closed
     async def acquire_probe(self, target: Target, holder: str) -> bool:

@@ -88,10 +88,12 @@ class Guard(Protocol):
         """Look at the fleet and reserve the first planned attempt, if there is one."""
         ...
 
-    async def reserve(self, charge: Charge) -> str | None:
+    async def reserve(self, charge: Charge, *, replacing: Charge | None = None) -> str | None:
         """Reserve a later attempt: None when granted, else the refusal reason.
 
-        "kill_switch" means the switch went on since `admit`.
+        `replacing` is a reservation to give back in the same breath (the first
+        attempt's, when that attempt was skipped). "kill_switch" means the switch
+        went on since `admit`.
         """
         ...
 
@@ -127,7 +129,7 @@ class OpenGuard:
     async def admit(self, targets: Sequence[Target], first: Charge | None) -> Admission:
         return Admission(FleetView())
 
-    async def reserve(self, charge: Charge) -> str | None:
+    async def reserve(self, charge: Charge, *, replacing: Charge | None = None) -> str | None:
         return None
 
     async def acquire_probe(self, target: Target, holder: str) -> bool:

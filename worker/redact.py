@@ -59,8 +59,19 @@ _MAX_DEPTH = 8
 
 def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
     """`text` without the given secrets nor anything shaped like a key or credential header."""
-    for secret in secrets:
-        for form in {secret, quote(secret, safe="")}:
+    return _scrub(text, _forms(secrets))
+
+
+def _forms(secrets: Iterable[str]) -> tuple[str, ...]:
+    """Each secret as written and URL-encoded, longest first (a key containing another
+    is removed whole)."""
+    forms = {form for s in secrets if s for form in (s, quote(s, safe=""))}
+    return tuple(sorted(forms, key=len, reverse=True))
+
+
+def _scrub(text: str, forms: tuple[str, ...]) -> str:
+    for form in forms:
+        if form in text:
             text = text.replace(form, REDACTED)
     text = _NAMED.sub(lambda m: m.group(1) + REDACTED, text)
     return _PATTERNS.sub(REDACTED, text)
@@ -71,15 +82,16 @@ class Redactor:
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
         self._lock = threading.Lock()
+        self._known: set[str] = set()
         self._secrets: tuple[str, ...] = ()
         self.add(secrets)
 
     def add(self, secrets: Iterable[str]) -> None:
         """Also remove these exact values from now on (blank values are ignored)."""
         with self._lock:
-            known = set(self._secrets) | {s for s in secrets if s and s.strip()}
-            # Longest first, so a key containing another is removed whole.
-            self._secrets = tuple(sorted(known, key=len, reverse=True))
+            self._known |= {s for s in secrets if s and s.strip()}
+            # Encoded once here, not once per logged string.
+            self._secrets = _forms(self._known)
 
     def __call__(self, logger: WrappedLogger, method: str, event: EventDict) -> EventDict:
         secrets = self._secrets
@@ -98,7 +110,7 @@ class Redactor:
         if value is None or isinstance(value, bool | int | float):
             return value
         if isinstance(value, str):
-            return redact_text(value, secrets)
+            return _scrub(value, secrets)
         if depth >= _MAX_DEPTH:
             return OMITTED
         if isinstance(value, Mapping):
@@ -106,7 +118,7 @@ class Redactor:
         if isinstance(value, list | tuple | set | frozenset):
             return [self._value(v, secrets, depth + 1) for v in value]
         # Exceptions, models, anything else: rendered as text, then scrubbed like text.
-        return redact_text(str(value), secrets)
+        return _scrub(str(value), secrets)
 
 
 def provider_secrets(settings: Settings) -> list[str]:
