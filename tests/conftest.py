@@ -36,6 +36,13 @@ def _free_port() -> int:
         return port
 
 
+def skip_unless_ci(reason: str) -> None:
+    """Skip locally when a tool the test needs is missing; in CI that is a failure."""
+    if IN_CI:
+        pytest.fail(f"CI must run this test: {reason}")
+    pytest.skip(reason)
+
+
 @pytest.fixture(scope="session")
 def redis_url() -> Iterator[str]:
     """A reachable Redis server: the machine's own, else one started for the session.

@@ -28,6 +28,7 @@ from redis.exceptions import AuthenticationError, NoPermissionError
 
 import breakers
 import budgets
+from tests.conftest import skip_unless_ci
 from worker.client import enqueue_turn
 from worker.metrics import METRIC_NAMES
 from worker.operate_fleet import celery_command
@@ -388,7 +389,7 @@ def acl_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, s
     if binary is None:
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
             pytest.fail("CI needs redis-server to check the ACL users")
-        pytest.skip("no redis-server binary to check the ACL users on")
+        skip_unless_ci("no redis-server binary to check the ACL users on")
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]

@@ -26,6 +26,7 @@ from redis.asyncio import Redis
 import breakers
 import budgets
 from tests.chainkit import KEY, fault, settings
+from tests.conftest import skip_unless_ci
 from tests.fleetkit import (
     Job,
     ProcessReport,
@@ -397,7 +398,7 @@ def private_redis() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     if binary is None:
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
             pytest.fail("CI needs the redis-server binary for the Redis-outage tests")
-        pytest.skip("no redis-server binary to start a private server")
+        skip_unless_ci("no redis-server binary to start a private server")
     port = _free_port()
     args = [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no"]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

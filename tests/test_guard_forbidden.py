@@ -12,6 +12,7 @@ import pytest
 import redis
 
 from tests.chainkit import KEY, run, settings, turn
+from tests.conftest import skip_unless_ci
 from worker.guard import open_guard
 from worker.models import Status
 from worker.simulator import Simulator
@@ -24,7 +25,7 @@ def acl_redis() -> Iterator[int]:
     """A private redis-server: user `full` may do anything, `noscripts` may not run Lua."""
     binary = shutil.which("redis-server")
     if binary is None:
-        pytest.skip("no redis-server binary")
+        skip_unless_ci("no redis-server binary")
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]

@@ -18,10 +18,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
 import redis
 
 from tests.chainkit import worker_config
+from tests.conftest import skip_unless_ci
 
 # Shaped like no known key prefix, so only exact-key scrubbing can hide it.
 KEY = "9d2c4e6f8a0b1c3d5e7f9a1b3c5d7e9f"
@@ -81,7 +81,7 @@ class Tls:
 def make_tls(where: Path) -> Tls:
     """A throwaway CA and a server certificate signed by it (SAN IP:127.0.0.1)."""
     if shutil.which("openssl") is None:
-        pytest.skip("no openssl to make a test CA")
+        skip_unless_ci("no openssl to make a test CA")
     where.mkdir(parents=True, exist_ok=True)
     tls = Tls(where / "ca.pem", where / "server.pem", where / "server.key")
     ext = where / "san.cnf"
@@ -138,7 +138,7 @@ def private_redis(tls: Tls | None = None) -> Iterator[PrivateRedis]:
     """Start a private redis-server on a free port with ACL users; stop it afterwards."""
     binary = shutil.which("redis-server")
     if binary is None:
-        pytest.skip("no redis-server binary to start a private server")
+        skip_unless_ci("no redis-server binary to start a private server")
     port = free_port()
     args = [binary, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
     if tls is None:

@@ -17,6 +17,7 @@ import pytest
 import redis
 
 from tests.chainkit import settings as chain_settings
+from tests.conftest import skip_unless_ci
 from tests.test_security_kit import (
     KEY,
     KEY_ENV,
@@ -249,7 +250,7 @@ def test_a_celery_round_trip_as_an_acl_user_stores_no_echoed_key(
 @pytest.fixture(scope="module")
 def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateRedis]:
     if not tls_supported():
-        pytest.skip("this redis-server is built without TLS")
+        skip_unless_ci("this redis-server is built without TLS")
     with private_redis(make_tls(tmp_path_factory.mktemp("tls"))) as server:
         yield server
 
