@@ -129,3 +129,14 @@ def test_missing_input_file_is_a_usage_error(simulator: SimulatorClient, tmp_pat
     done = relevo(simulator, "turn", "--config", str(CONFIG), "--input", str(tmp_path / "no"))
     assert done.returncode == 2
     assert "cannot read input" in done.stderr
+
+
+def test_turn_over_the_configured_limits_is_refused(
+    simulator: SimulatorClient, tmp_path: Path
+) -> None:
+    config = tmp_path / "small.toml"
+    config.write_text(CONFIG.read_text() + "\n[limits]\nmax_messages = 1\n")
+    done = relevo(simulator, "turn", "--config", str(config), "--input", str(TURN))
+    assert done.returncode == 2
+    assert "limits.max_messages" in done.stderr
+    assert simulator.calls() == 0

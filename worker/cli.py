@@ -14,7 +14,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from worker.errors import ConfigError, InputError
-from worker.models import Status, TurnRequest, TurnResult, parse_turn_request
+from worker.limits import checked_turn
+from worker.models import Status, TurnRequest, TurnResult
 from worker.operate import add_commands as add_operator_commands
 from worker.settings import Settings, load_settings
 
@@ -39,7 +40,7 @@ def read_input(source: str) -> bytes:
 
 def _cmd_turn(args: argparse.Namespace) -> int:
     settings = load_settings(args.config)
-    request = parse_turn_request(read_input(args.input))
+    request = checked_turn(read_input(args.input), settings.limits)
     on_text = _echo_to_stderr if args.stream else None
     if args.stream and not request.stream:
         request = request.model_copy(update={"stream": True})

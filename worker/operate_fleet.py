@@ -18,8 +18,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from worker.limits import checked_turn
 from worker.metrics_fleet import serve_metrics
-from worker.models import TurnResult, parse_turn_request
+from worker.models import TurnResult
 from worker.operate_base import (
     EXIT_FAILED,
     Commands,
@@ -127,8 +128,8 @@ def _enqueue(args: argparse.Namespace) -> int:
     from worker.tasks import make_app
 
     settings = load_settings(args.config, require_secrets=False)
-    request = parse_turn_request(read_input(args.input))
-    handle = enqueue_turn(request, app=make_app(settings))
+    request = checked_turn(read_input(args.input), settings.limits)
+    handle = enqueue_turn(request, app=make_app(settings), limits=settings.limits)
     if not args.wait:
         print(handle.turn_id)
         return 0
