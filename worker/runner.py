@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import httpx
 import structlog
+import uvloop
 from redis.exceptions import RedisError
 
 from worker.adapters import make_client
@@ -45,7 +46,8 @@ class LoopThread:
     """An asyncio event loop running in a daemon thread."""
 
     def __init__(self, name: str = "relevo-loop") -> None:
-        self.loop = asyncio.new_event_loop()
+        # uvloop: the loop's own bookkeeping was a fifth of a worker's CPU per turn.
+        self.loop = uvloop.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
         self._thread.start()
 
