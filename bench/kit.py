@@ -15,6 +15,7 @@ the primary and one retry. litellm is a bench-only dependency (`pip install -e .
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import resource
@@ -25,10 +26,10 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 # LiteLLM fetches a model-cost map from the internet at import time unless told not to.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -38,6 +39,8 @@ import httpx
 
 from worker.settings import Settings, load_settings
 from worker.simulator import SimulatorClient
+
+T = TypeVar("T")
 
 HOST = "127.0.0.1"
 ROOT = Path(__file__).resolve().parents[1]
@@ -303,3 +306,18 @@ def bare_request(sim_url: str, *, stream: bool = False) -> tuple[str, dict[str, 
         body |= {"stream": True, "stream_options": {"include_usage": True}}
     headers = {"authorization": f"Bearer {KEY}", "content-type": "application/json"}
     return f"{sim_url}/v1/chat/completions", headers, json.dumps(body).encode()
+
+
+def run_pinned(
+    measure: Callable[[Rig], Coroutine[Any, Any, T]], report: Callable[[T], None]
+) -> int:
+    """The usual bench: client on one core, simulator and Redis on the other, then report."""
+    client_core, server_core = cores()
+    pin(0, client_core)
+    quiet_relevo_logs()
+    started = time.monotonic()
+    with rig(server_core) as the_rig:
+        out = asyncio.run(measure(the_rig))
+    report(out)
+    say(f"# done in {time.monotonic() - started:.0f} s")
+    return 0

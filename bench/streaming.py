@@ -165,15 +165,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    client_core, server_core = kit.cores()
-    kit.pin(0, client_core)
-    kit.quiet_relevo_logs()
-    started = time.monotonic()
-    with kit.rig(server_core) as rig:
-        out = asyncio.run(measure(args, rig))
-    report(out)
-    kit.say(f"# done in {time.monotonic() - started:.0f} s")
-    return 0
+    return kit.run_pinned(lambda rig: measure(args, rig), report)
 
 
 if __name__ == "__main__":
