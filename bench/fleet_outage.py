@@ -126,7 +126,7 @@ async def _contender(job: Round) -> Any:
                 return f"{result.status}:{result.effective_model}"
 
             yield relevo_turn
-        await guard.redis.aclose()
+        await guard.aclose()
     else:
         router = kit.litellm_router(
             job.sim_url,

@@ -104,8 +104,8 @@ async def measure(args: argparse.Namespace, rig: kit.Rig) -> dict[int, dict[str,
                 kit.figure(f"{_LABEL[name]}_cpu_per_turn_c{concurrency}", round(us), "us")
             p = {k: (kit.pct(v, 50), kit.pct(v, 99)) for k, v in per.items()}
             kit.say(f"# c{concurrency}: p50/p99 ms {p}")
-    await guard_a.redis.aclose()
-    await guard_b.redis.aclose()
+    await guard_a.aclose()
+    await guard_b.aclose()
     return out
 
 

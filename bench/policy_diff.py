@@ -71,7 +71,7 @@ async def relevo_case(rig: kit.Rig, stream: bool, turns: int) -> list[tuple[str,
             result = await chain.run(kit.turn_request(i, stream=stream), on_text=text.append)
             what = f"{result.status}:{result.reason or ''}:{result.effective_model or '-'}"
             out.append((what, "".join(text)))
-    await guard.redis.aclose()
+    await guard.aclose()
     return out
 
 

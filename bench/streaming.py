@@ -62,7 +62,7 @@ async def contender(name: str, rig: kit.Rig) -> AsyncIterator[Ttft]:
                 return (first[0] - started) * 1000
 
             yield relevo_ttft
-        await guard.redis.aclose()
+        await guard.aclose()
     elif name == "httpx":
         url, headers, body = kit.bare_request(rig.sim_url, stream=True)
         async with make_client() as client:

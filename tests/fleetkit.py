@@ -264,7 +264,7 @@ async def _run_job(job: Job, index: int, go: Event, stop: Event, out: Queue[Any]
             await asyncio.gather(*(one(TurnRequest.model_validate_json(r)) for r in job.requests))
         else:
             await asyncio.gather(*(lane() for _ in range(job.lanes)))
-    await guard.redis.aclose()
+    await guard.aclose()
     report.events = [json.loads(line) for line in logs.getvalue().splitlines() if line]
     out.put(("done", report))
 

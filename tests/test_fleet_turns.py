@@ -114,7 +114,7 @@ def run_turns(
                 chain = Chain.from_settings(config, client, guard=guard)
                 return [await chain.run(parse_turn_request(p)) for p in payloads]
         finally:
-            await guard.redis.aclose()
+            await guard.aclose()
 
     return asyncio.run(go())
 
@@ -441,7 +441,7 @@ def test_concurrent_first_turns_on_a_fresh_redis_keep_the_fleet_view(
                 assert all(r.status == "ok" for r in results)
                 if not guard.fleet.fleet_view:
                     lost.append(index)
-                await guard.redis.aclose()
+                await guard.aclose()
         await flusher.aclose()
         return lost
 

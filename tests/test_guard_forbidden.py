@@ -71,7 +71,7 @@ async def test_a_refused_worker_rejects_the_turn_without_calling_anyone(
     try:
         result = await run(config, turn(), guard=guard)
     finally:
-        await guard.redis.aclose()
+        await guard.aclose()
     assert result.status is Status.REJECTED
     assert result.reason == "store_forbidden"
     assert "secret" not in (result.error or "")
@@ -88,7 +88,7 @@ async def test_the_allowed_user_runs_turns(
     try:
         result = await run(config, turn(), guard=guard)
     finally:
-        await guard.redis.aclose()
+        await guard.aclose()
     assert result.status is Status.OK
 
 

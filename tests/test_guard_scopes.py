@@ -51,7 +51,7 @@ async def test_only_vendor_wide_failures_skip_the_vendors_other_models(
             await run(config, turn(), guard=guard)
         result = await run(config, turn(), guard=guard)
     finally:
-        await guard.redis.aclose()
+        await guard.aclose()
     skips = [a.error_class for a in result.attempts if a.outcome == "skipped"]
     if second_skip is None:
         # The overloaded model is skipped; its smaller sibling still answers.

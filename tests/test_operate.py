@@ -281,7 +281,7 @@ def run_turns(config: Path, count: int) -> list[TurnResult]:
                 chain = Chain.from_settings(settings, http, guard=guard)
                 return [await chain.run(turn()) for _ in range(count)]
         finally:
-            await guard.redis.aclose()
+            await guard.aclose()
 
     return asyncio.run(go())
 

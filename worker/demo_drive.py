@@ -231,6 +231,6 @@ class Monitor:
 
     def close(self) -> None:
         try:
-            self._run(self._guard.redis.aclose())
+            self._run(self._guard.aclose())
         finally:
             self._loop.stop()

@@ -29,6 +29,7 @@ from redis.exceptions import (
 
 import breakers
 import budgets
+from worker.autopipeline import AutoPipeline
 from worker.errors import StoreForbidden
 from worker.hooks import Admission, Availability, Charge, FleetView, Target
 from worker.policy import Verdict
@@ -99,13 +100,16 @@ class RedisGuard:
         handoffs: budgets.Handoffs,
         *,
         hold_ttl_s: float,
+        pipes: AutoPipeline | None = None,
     ) -> None:
+        """`pipes` carries the per-turn round trips (by default, on `redis`)."""
         self.redis = redis
         self.fleet = fleet
         self.ledger = ledger
         self.held = held
         self.handoffs = handoffs
         self.hold_ttl_s = hold_ttl_s
+        self.pipes = pipes or AutoPipeline(redis)
         self._budgets_lost = False
         self._scripts_loaded = False
         self._scripts_loading = asyncio.Lock()
@@ -135,10 +139,11 @@ class RedisGuard:
             state = await self.fleet.check(scopes, pairs, accounts)
             refusal = await self._reserve_alone(first) if state.fleet_view else None
             return Admission(_view(state, targets), refusal)
-        pipe = self.redis.pipeline(transaction=False)
+        slot = self.pipes.open()
+        pipe = slot.pipe
         parse_state = self.fleet.check_on(pipe, scopes, pairs, accounts)
         parse_charge = self._reserve_on(pipe, first) if first is not None else None
-        replies = await _execute(pipe)
+        replies = await slot.send()
         state = await parse_state(replies[0])
         refusal = None
         if parse_charge is not None and first is not None:
@@ -154,12 +159,13 @@ class RedisGuard:
             if replacing is not None:
                 await self.conclude_charge(replacing, None)
             return _kill(state) or await self._reserve_alone(charge)
-        pipe = self.redis.pipeline(transaction=False)
+        slot = self.pipes.open()
+        pipe = slot.pipe
         parse_state = self.fleet.check_on(pipe, ())
         if replacing is not None:
             release = self._settle_on(pipe, replacing, None)
         parse_charge = self._reserve_on(pipe, charge)
-        replies = await _execute(pipe)
+        replies = await slot.send()
         killed = _kill(await parse_state(replies[0]))
         if replacing is not None:
             again = replacing
@@ -206,13 +212,20 @@ class RedisGuard:
             if entries:
                 _log_transitions(await self.fleet.record(entries))
             return
-        pipe = self.redis.pipeline(transaction=False)
+        slot = self.pipes.open()
+        pipe = slot.pipe
         parse_record = self.fleet.record_on(pipe, entries) if entries else None
         settle = self._settle_on(pipe, charge, cost_micros)
-        replies = await _execute(pipe)
+        replies = await slot.send()
         if parse_record is not None:
             _log_transitions(await parse_record(replies[0]))
         await self._budget(replies[-1], settle, lambda: self._settle(charge, cost_micros))
+
+    async def aclose(self) -> None:
+        """Close the guard's Redis clients (both, when `open_guard` made them)."""
+        if self.pipes.redis is not self.redis:
+            await self.pipes.redis.aclose()
+        await self.redis.aclose()
 
     async def conclude_charge(self, charge: Charge, cost_micros: int | None) -> None:
         """Settle or release a charge alone (no breaker verdict)."""
@@ -317,9 +330,17 @@ class RedisGuard:
 
 
 def open_guard(settings: Settings, redis: Redis | None = None) -> RedisGuard:
-    """A guard on the configured Redis (or `redis`); nothing is connected until first use."""
+    """A guard on the configured Redis (or `redis`); nothing is connected until first use.
+
+    Close it with `aclose()`; a `redis` given here stays the caller's to close.
+    """
     store = settings.redis
-    redis = redis or breakers.connect(store.url, timeout_s=store.timeout_s)
+    pipes = None
+    if redis is None:
+        redis = breakers.connect(store.url, timeout_s=store.timeout_s)
+        # The per-turn round trips get a client of their own, timed per round trip.
+        timed = breakers.connect(store.url, timeout_s=store.timeout_s, timed_by_caller=True)
+        pipes = AutoPipeline(timed, timeout_s=store.timeout_s)
     b = settings.breakers
     policy = breakers.Policy(
         window_s=b.window_s,
@@ -349,19 +370,8 @@ def open_guard(settings: Settings, redis: Redis | None = None) -> RedisGuard:
         breakers.HeldTurns(redis, namespace=store.namespace),
         budgets.Handoffs(redis, namespace=store.namespace),
         hold_ttl_s=settings.budgets.hold_ttl_s,
+        pipes=pipes,
     )
-
-
-async def _execute(pipe: Any) -> list[object]:
-    """Run a pipeline; a failure of the whole pipeline stands in for every reply."""
-    size = len(pipe.command_stack)
-    try:
-        replies: list[object] = await pipe.execute(raise_on_error=False)
-    except _STORE_ERRORS as exc:
-        return [exc] * size
-    finally:
-        await pipe.reset()
-    return replies
 
 
 def _scopes(targets: Sequence[Target]) -> list[str]:
