@@ -19,6 +19,7 @@ a primary with replicas, not on Redis Cluster.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from budgets.errors import InvalidNameError
@@ -46,6 +47,9 @@ _NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012
 # Charge ids may hold a colon ("turn-1:0"): they are always the last segment of a key.
 _CHARGE_CHARS = _NAME_CHARS | {":"}
 _SHOWN = 40
+# The same alphabets as regexes: a valid name (every key of every turn) is checked in C.
+_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+_CHARGE_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]*")
 
 
 def _problem(value: str, chars: frozenset[str], max_len: int, allowed: str) -> str | None:
@@ -65,6 +69,9 @@ def _problem(value: str, chars: frozenset[str], max_len: int, allowed: str) -> s
 def _check(kind: str, value: object, chars: frozenset[str], max_len: int, allowed: str) -> str:
     if not isinstance(value, str):
         raise InvalidNameError(f"{kind} must be a string, not {type(value).__name__}")
+    valid = _CHARGE_RE if ":" in chars else _NAME_RE
+    if len(value) <= max_len and valid.fullmatch(value):
+        return value
     problem = _problem(value, chars, max_len, allowed)
     if problem is not None:
         shown = value if len(value) <= _SHOWN else value[:_SHOWN] + "…"
