@@ -97,7 +97,8 @@ async def test_logs_are_json_lines_without_prompts(sim: Simulator) -> None:
     secret_prompt = "the launch code is 31337"
     await run(settings(sim.url), turn(secret_prompt))
     events = [json.loads(line) for line in out.getvalue().splitlines()]
-    assert [e["event"] for e in events] == ["turn.attempt", "turn.completed"]
+    # One info line per healthy turn; the answering attempt's own line is at debug.
+    assert [e["event"] for e in events] == ["turn.completed"]
     assert all("timestamp" in e and e["level"] == "info" for e in events)
     assert secret_prompt not in out.getvalue()
 

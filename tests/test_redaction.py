@@ -10,12 +10,14 @@ from collections.abc import Iterator
 import httpx
 import pytest
 import structlog
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.chainkit import ID_OF, KEY, ORDER, run, settings, turn
 from worker.errors import TurnFailed
 from worker.logs import configure_logging
 from worker.models import Status, TurnResult
-from worker.redact import REDACTED, Redactor, provider_secrets, redact_text
+from worker.redact import _NAMED, _PATTERNS, REDACTED, Redactor, provider_secrets, redact_text
 from worker.runner import LoopThread, TurnRunner
 from worker.settings import Settings
 from worker.simulator import Fault, Simulator
@@ -192,3 +194,39 @@ def test_provider_secrets_are_the_configured_keys(
     monkeypatch.setenv("RELEVO_TEST_KEY", PLAIN_KEY)
     config: Settings = settings(sim.url)
     assert set(provider_secrets(config)) == {PLAIN_KEY}
+
+
+_FRAGMENTS = st.sampled_from(
+    [
+        "sk-",
+        "SK-",
+        "sk-ant-",
+        "AIza",
+        "aiza",
+        "Bearer ",
+        "bearer\t",
+        "key",
+        "KEY",
+        "?key=",
+        "&key=",
+        "x-api-key: ",
+        "api_key=",
+        "Authorization: Basic ",
+        "proxy-authorization=",
+        "abcdefgh12345678",
+        "0123456789abcdefghijklmn",
+        " ",
+        '"',
+        "'",
+        ":",
+        "=",
+        "é",
+    ]
+)
+
+
+@given(st.lists(_FRAGMENTS | st.text(max_size=6), max_size=12).map("".join))
+def test_text_passed_by_the_fast_check_needs_no_rewrite(text: str) -> None:
+    # The slow path, always taken: what redact_text must agree with.
+    full = _PATTERNS.sub(REDACTED, _NAMED.sub(lambda m: m.group(1) + REDACTED, text))
+    assert redact_text(text) == full

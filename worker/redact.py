@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 from collections.abc import Iterable, Mapping
@@ -55,6 +56,9 @@ _CREDENTIAL_FIELDS = frozenset(
 )
 _PROMPT_FIELDS = frozenset({"messages", "prompt", "contents", "system_prompt"})
 _MAX_DEPTH = 8
+# Every match of `_PATTERNS` or `_NAMED` contains one of these (any case): most logged
+# strings (ids, model names, statuses) are passed by one search instead of two rewrites.
+_SUSPECT = re.compile(r"(?i)sk-|aiza|bearer|key|authorization")
 
 
 def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
@@ -73,6 +77,8 @@ def _scrub(text: str, forms: tuple[str, ...]) -> str:
     for form in forms:
         if form in text:
             text = text.replace(form, REDACTED)
+    if _SUSPECT.search(text) is None:
+        return text
     text = _NAMED.sub(lambda m: m.group(1) + REDACTED, text)
     return _PATTERNS.sub(REDACTED, text)
 
@@ -99,11 +105,9 @@ class Redactor:
 
     def _field(self, key: object, value: Any, secrets: tuple[str, ...], depth: int) -> Any:
         if isinstance(key, str) and value is not None:
-            name = key.lower().replace("-", "_")
-            if name in _CREDENTIAL_FIELDS or name.endswith("_api_key"):
-                return REDACTED
-            if name in _PROMPT_FIELDS:
-                return OMITTED
+            placeholder = _placeholder(key)
+            if placeholder is not None:
+                return placeholder
         return self._value(value, secrets, depth)
 
     def _value(self, value: Any, secrets: tuple[str, ...], depth: int) -> Any:
@@ -119,6 +123,18 @@ class Redactor:
             return [self._value(v, secrets, depth + 1) for v in value]
         # Exceptions, models, anything else: rendered as text, then scrubbed like text.
         return _scrub(str(value), secrets)
+
+
+@functools.lru_cache(maxsize=1024)
+def _placeholder(key: str) -> str | None:
+    """What replaces the value of a field named `key`, if its name says it is a secret
+    or a prompt (the same few field names come back on every line)."""
+    name = key.lower().replace("-", "_")
+    if name in _CREDENTIAL_FIELDS or name.endswith("_api_key"):
+        return REDACTED
+    if name in _PROMPT_FIELDS:
+        return OMITTED
+    return None
 
 
 def provider_secrets(settings: Settings) -> list[str]:

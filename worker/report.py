@@ -9,6 +9,7 @@ beside our own, so a GenAI-aware backend reads them without a mapping.
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 from collections.abc import Sequence
 
@@ -68,19 +69,24 @@ class TurnReport:
 
     def _add(self, attempt: Attempt, usage: Usage | None = None) -> None:
         self.attempts.append(attempt)
+        # The answering attempt is in the turn's own line (turn.completed); its own
+        # line is debug: one info line per healthy turn, failures logged as they happen.
+        answered = attempt.outcome is AttemptOutcome.OK
+        if answered and not log.is_enabled_for(logging.DEBUG):
+            return
         semconv: dict[str, object] = {
             GEN_AI_OPERATION: "chat",
             GEN_AI_PROVIDER: attempt.provider,
             GEN_AI_REQUEST_MODEL: attempt.provider_model,
         }
-        if attempt.outcome is AttemptOutcome.OK:
+        if answered:
             semconv[GEN_AI_RESPONSE_MODEL] = attempt.provider_model
         if attempt.error_class is not None:
             semconv[ERROR_TYPE] = attempt.error_class
         if usage is not None:
             semconv[GEN_AI_INPUT_TOKENS] = usage.input_tokens
             semconv[GEN_AI_OUTPUT_TOKENS] = usage.output_tokens
-        log.info(
+        (log.debug if answered else log.info)(
             "turn.attempt",
             turn_id=self.request.turn_id,
             tenant_id=self.request.tenant_id,
