@@ -96,6 +96,8 @@ class TurnRunner:
             self.guard.redis,
             namespace=settings.redis.namespace,
             ttl_s=settings.worker.result_ttl_s,
+            # Claims and saves join the guard's batches: one round trip for many turns.
+            pipes=self.guard.pipes,
         )
         self._chain: Chain | None = None
         self._client: httpx.AsyncClient | None = None
@@ -108,7 +110,7 @@ class TurnRunner:
     async def _aclose(self) -> None:
         if self._client is not None:
             await self._client.aclose()
-        await self.guard.redis.aclose()
+        await self.guard.aclose()
 
     def run(self, payload: object) -> dict[str, Any]:
         """Run a task payload from a worker thread; always returns a result dict."""

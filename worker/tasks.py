@@ -15,9 +15,11 @@ import sys
 import threading
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 from celery import Celery
 from celery.signals import celeryd_init
+from kombu.transport import redis as kombu_redis
 
 from worker.runner import TurnRunner
 from worker.settings import RedisSettings, Settings, load_settings
@@ -53,6 +55,7 @@ def make_app(
         worker_prefetch_multiplier=1,
         broker_transport_options=transport,
         broker_connection_retry_on_startup=True,
+        broker_transport=_broker_transport(redis.url),
         result_expires=settings.worker.result_ttl_s if settings else 86_400,
         task_default_queue=settings.worker.queue if settings else "relevo",
         worker_hijack_root_logger=False,
@@ -66,6 +69,36 @@ def make_app(
         return get_runner().run(payload)
 
     return app
+
+
+class _Channel(kombu_redis.Channel):
+    """kombu's Redis channel, keeping one synchronous client per connection pool.
+
+    kombu makes a new `redis.Redis` for each delivery's unacked record and each
+    ack, and redis-py 8 takes about 60 us to build one: two per turn, in the
+    consumer thread every turn passes through. A client holds no connection of
+    its own (each command takes one from the pool), so threads may share it.
+    """
+
+    _shared: Any = None
+
+    def _create_client(self, asynchronous: bool = False) -> Any:
+        if asynchronous:
+            return super()._create_client(asynchronous=True)  # type: ignore[no-untyped-call]
+        shared = self._shared
+        # A reconnect replaces the pool: the client must follow it.
+        if shared is None or shared.connection_pool is not self.pool:
+            shared = self._shared = super()._create_client()  # type: ignore[no-untyped-call]
+        return shared
+
+
+class _Transport(kombu_redis.Transport):
+    Channel = _Channel
+
+
+def _broker_transport(url: str) -> type[_Transport] | None:
+    """kombu's Redis transport with a reused client, for the URLs that transport serves."""
+    return _Transport if urlsplit(url).scheme in ("redis", "rediss") else None
 
 
 def _redis_from_env() -> RedisSettings:

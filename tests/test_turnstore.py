@@ -1,0 +1,121 @@
+"""TurnStore on the real Redis: one claim per turn, the first saved result stands."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+import breakers
+from tests.chainkit import closed_port
+from worker.autopipeline import AutoPipeline
+from worker.models import Status, TurnResult
+from worker.turnstore import TurnStore
+
+
+@pytest.fixture
+async def redis(redis_url: str) -> AsyncIterator[Redis]:
+    client = breakers.connect(redis_url, timeout_s=2.0)
+    yield client
+    await client.aclose()
+
+
+def result(turn_id: str, text: str = "first") -> TurnResult:
+    return TurnResult(
+        turn_id=turn_id,
+        tenant_id="acme",
+        status=Status.FAILED,
+        reason=text,
+        primary_model="openai/alpha",
+    )
+
+
+async def test_the_first_saved_result_stands_and_releases_the_claim(
+    redis: Redis, namespace: str
+) -> None:
+    store = TurnStore(redis, namespace=namespace, ttl_s=60)
+    assert await store.claim("t1", "w1", 30) is True
+    assert await store.save(result("t1", "first")) == result("t1", "first")
+    assert not await redis.exists(store.keys.claim("t1"))
+    assert await store.save(result("t1", "second")) == result("t1", "first")
+    assert await store.result("t1") == result("t1", "first")
+    assert 0 < await redis.ttl(store.keys.result("t1")) <= 60
+
+
+async def test_a_claim_is_taken_once_and_a_finished_turn_returns_its_result(
+    redis: Redis, namespace: str
+) -> None:
+    store = TurnStore(redis, namespace=namespace)
+    assert await store.claim("t2", "w1", 30) is True
+    assert await store.claim("t2", "w2", 30) is False
+    await store.save(result("t2"))
+    assert await store.claim("t2", "w3", 30) == result("t2")
+    # Finding the result must not leave a claim behind for the waiters to sit on.
+    assert not await redis.exists(store.keys.claim("t2"))
+
+
+async def test_concurrent_saves_in_one_batch_all_return_the_first(
+    redis: Redis, namespace: str
+) -> None:
+    pipes = AutoPipeline(redis)
+    store = TurnStore(redis, namespace=namespace, pipes=pipes)
+    saves = [store.save(result("t3", f"run {i}")) for i in range(20)]
+    standing = await asyncio.gather(*saves, store.save(result("t4", "other")))
+    assert standing[:20] == [result("t3", "run 0")] * 20
+    assert standing[20] == result("t4", "other")
+
+
+async def test_claims_of_many_turns_share_the_guards_round_trips(
+    redis: Redis, namespace: str
+) -> None:
+    pipes = AutoPipeline(redis)
+    store = TurnStore(redis, namespace=namespace, pipes=pipes)
+    sent: list[int] = []
+    execute = type(redis.pipeline()).execute
+
+    async def counted(pipe: object, *args: object, **kwargs: object) -> list[object]:
+        sent.append(len(pipe.command_stack))  # type: ignore[attr-defined]
+        return await execute(pipe, *args, **kwargs)  # type: ignore[arg-type]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(type(redis.pipeline()), "execute", counted)
+        claimed = await asyncio.gather(*(store.claim(f"m{i}", "w", 30) for i in range(50)))
+    assert claimed == [True] * 50
+    assert sent == [100]  # 50 turns x (GET result, SET claim), one round trip
+
+
+async def test_a_waiting_delivery_gets_the_other_ones_result(redis: Redis, namespace: str) -> None:
+    store = TurnStore(redis, namespace=namespace)
+    assert await store.claim("t5", "w1", 30) is True
+    waiting = asyncio.create_task(store.wait_result("t5", 5))
+    await asyncio.sleep(0.15)
+    await store.save(result("t5"))
+    assert await waiting == result("t5")
+
+
+async def test_a_waiting_delivery_stops_when_the_claim_lapses(redis: Redis, namespace: str) -> None:
+    store = TurnStore(redis, namespace=namespace)
+    assert await store.claim("t6", "dead", 0.2) is True
+    assert await asyncio.wait_for(store.wait_result("t6", 5), 2) is None
+
+
+async def test_stream_chunks_arrive_in_order_until_the_end(redis: Redis, namespace: str) -> None:
+    store = TurnStore(redis, namespace=namespace, ttl_s=60)
+    await asyncio.gather(*(store.publish("t7", f"{i} ") for i in range(3)))
+    await store.end_stream("t7")
+    assert [text async for text in store.tail("t7", block_ms=100)] == ["0 ", "1 ", "2 "]
+
+
+async def test_an_unreachable_store_raises_a_redis_error(namespace: str) -> None:
+    down = breakers.connect(f"redis://127.0.0.1:{closed_port()}/0", timeout_s=0.2)
+    store = TurnStore(down, namespace=namespace)
+    try:
+        with pytest.raises((RedisError, OSError)):
+            await store.claim("t8", "w1", 30)
+        with pytest.raises((RedisError, OSError)):
+            await store.save(result("t8"))
+    finally:
+        await down.aclose()
