@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import resource
 import shutil
@@ -224,12 +225,20 @@ def quiet_relevo_logs() -> None:
     configure_logging(level="info", json=True, stream=sink)
 
 
+@functools.cache
+def _messages() -> Any:
+    from worker.models import Message
+
+    # Built once, as LiteLLM's contender builds its `messages` once.
+    return (Message(role="user", content=PROMPT),)
+
+
 def turn_request(i: int = 0, *, stream: bool = False) -> Any:
-    from worker.models import Message, TurnRequest
+    from worker.models import TurnRequest
 
     return TurnRequest(
         tenant_id=f"tenant{i % 8}",
-        messages=(Message(role="user", content=PROMPT),),
+        messages=_messages(),
         max_tokens=MAX_TOKENS,
         stream=stream,
     )

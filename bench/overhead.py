@@ -39,6 +39,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import kit
+import uvloop
 
 from worker.adapters import make_client
 from worker.chain import Chain
@@ -71,7 +72,7 @@ async def contender(
                     raise RuntimeError(f"relevo turn {result.status} step {result.step}")
 
             yield relevo_turn
-        await guard.redis.aclose()
+        await guard.aclose()
     elif name == "litellm":
         router = kit.litellm_router(sim_url)
         messages = kit.litellm_messages()
@@ -266,6 +267,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=200, help="turns per contender first")
     parser.add_argument("--parked", type=int, default=1000, help="turns held for memory (1000)")
     parser.add_argument("--parked-s", type=float, default=5.0, help="how long they are held")
+    parser.add_argument(
+        "--loop",
+        choices=("asyncio", "uvloop"),
+        default="asyncio",
+        help="event loop for every contender (asyncio; relevo's workers run uvloop)",
+    )
     parser.add_argument("--budget-s", type=float, help="stop starting CPU rounds after (150; 25)")
     args = parser.parse_args(argv)
     defaults = {"turns": 400, "repeats": 3, "budget_s": 25.0} if args.quick else {}
@@ -286,7 +293,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     with kit.rig(server_core) as rig:
         kit.say(f"# sim {rig.sim_url} redis {rig.redis_url} cores {client_core}/{server_core}")
-        per = asyncio.run(cpu_runs(args, rig))
+        kit.say(f"# event loop: {args.loop}")
+        per = (uvloop.run if args.loop == "uvloop" else asyncio.run)(cpu_runs(args, rig))
         rig.sim.set_faults(kit.PRIMARY)
         memory = memory_runs(args, rig)
     report(per, memory)
