@@ -4,7 +4,8 @@ Runs the real chain with its Redis guard against simulated providers and a
 private redis-server started for the run (so nothing else's traffic is
 counted). Round trips are counted on the client (one per packet of commands
 sent and answered); scripts and the commands they run are counted on the server
-(INFO commandstats).
+(INFO commandstats). Turns run one at a time, and the healthy ones also 50 at
+a time (their round trips are shared: see `worker/autopipeline.py`).
 
     python bench/redis_round_trips.py [--turns 200]
 """
@@ -72,15 +73,22 @@ async def server_counts(client: aioredis.Redis) -> tuple[int, int]:
     return scripts, every
 
 
-async def measure(chain: Chain, client: aioredis.Redis, turns: int) -> tuple[float, ...]:
+async def measure(
+    chain: Chain, client: aioredis.Redis, turns: int, in_flight: int = 1
+) -> tuple[float, ...]:
     before_rt = CountingConnection.sent
     before_scripts, before_every = await server_counts(client)
-    for i in range(turns):
-        request = TurnRequest(
-            tenant_id="bench",
-            messages=(Message(role="user", content=f"question {i}"),),
-        )
-        await chain.run(request)
+    numbers = iter(range(turns))
+
+    async def lane() -> None:
+        for i in numbers:
+            request = TurnRequest(
+                tenant_id="bench",
+                messages=(Message(role="user", content=f"question {i}"),),
+            )
+            await chain.run(request)
+
+    await asyncio.gather(*(lane() for _ in range(in_flight)))
     round_trips = CountingConnection.sent - before_rt
     scripts, every = await server_counts(client)
     return (
@@ -110,11 +118,17 @@ async def main(turns: int) -> None:
             chain = Chain.from_settings(settings, http, guard=guard)
             await measure(chain, admin, 5)  # warm up: scripts loaded, connections open
             healthy = await measure(chain, admin, turns)
+            # Turns ready in the same loop iteration share their round trips.
+            crowded = await measure(chain, admin, turns, in_flight=50)
             sim.set_faults("claude-sim", Fault(status=529))  # overloaded: next, no retry
             fallback = await measure(chain, admin, turns)
         await counted.aclose()
         await admin.aclose()
-    for name, figures in (("healthy_turn", healthy), ("turn_one_fallback", fallback)):
+    for name, figures in (
+        ("healthy_turn", healthy),
+        ("healthy_turn_50_in_flight", crowded),
+        ("turn_one_fallback", fallback),
+    ):
         round_trips, scripts, every = figures
         print(f"FIGURE redis_round_trips_per_{name} {round_trips:.2f} round_trips")
         print(f"FIGURE redis_scripts_per_{name} {scripts:.2f} scripts")

@@ -66,6 +66,11 @@ class Chain:
         self.adapters = adapters
         self.guard: Guard = guard or OpenGuard()
         self.rng = rng or random.Random()
+        # The settings are frozen: each model's targets are the same for every turn.
+        self.targets = {
+            slug: tuple(Target(slug, model.vendor, s.provider, s.model_id) for s in model.serve)
+            for slug, model in settings.models.items()
+        }
 
     @classmethod
     def from_settings(
@@ -100,10 +105,6 @@ class _Turn:
         budget_s = min(request.deadline_s, self.settings.turn_deadline_s)
         self.deadline = asyncio.get_running_loop().time() + budget_s
 
-    def _targets(self, slug: str) -> list[Target]:
-        model = self.settings.models[slug]
-        return [Target(slug, model.vendor, s.provider, s.model_id) for s in model.serve]
-
     def _charge(self, target: Target, fit: Fit, fallback: bool) -> Charge:
         model = self.settings.models[target.model]
         micros = cost_micros(
@@ -130,7 +131,7 @@ class _Turn:
 
     async def _run(self) -> TurnResult:
         slugs = self.settings.chain.models
-        every = [t for slug in slugs for t in self._targets(slug)]
+        every = [t for slug in slugs for t in self.chain.targets[slug]]
         primary = self.primary = every[0]
         first_fit = fit_turn(self.request, self.settings.models[primary.model])
         first = self._charge(primary, first_fit, False) if isinstance(first_fit, Fit) else None
@@ -145,17 +146,20 @@ class _Turn:
             return await self._degrade(admission.refusal)
         try:
             async with asyncio.timeout_at(self.deadline):
-                return await self._walk(view.of)
+                return await self._walk(view.of, first_fit)
         except TimeoutError:
             error = DeadlineExceeded("the turn's deadline passed")
             return self.report.failed("deadline_exceeded", error)
 
-    async def _walk(self, availability: Callable[[Target], Availability]) -> TurnResult:
+    async def _walk(
+        self, availability: Callable[[Target], Availability], first_fit: Fit | Unfit
+    ) -> TurnResult:
         min_window = 0
         for step, slug in enumerate(self.settings.chain.models):
             model = self.settings.models[slug]
-            targets = self._targets(slug)
-            fit = fit_turn(self.request, model, min_window=min_window)
+            targets = self.chain.targets[slug]
+            # The primary's fit was made for the first reservation: same request, same model.
+            fit = first_fit if step == 0 else fit_turn(self.request, model, min_window=min_window)
             if isinstance(fit, Unfit):
                 self._skip_first()
                 self.report.skip(targets[0], fit.reason, fit.detail)
