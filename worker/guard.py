@@ -3,9 +3,10 @@
 A healthy turn costs two round trips: `admit` pipelines the breaker check
 (kill switch, breakers, cooldowns, exhausted accounts) with the first
 attempt's reservation, and `conclude` pipelines the breaker record with the
-settlement. When Redis cannot be reached, breakers answer from this process's
-own (`breakers.ResilientBreakers`) and budgets are not enforced (logged once):
-a turn never fails because the shared store is down.
+settlement. Turns that reach the guard in the same loop iteration share those
+round trips (`worker.autopipeline`). When Redis cannot be reached, breakers
+answer from this process's own (`breakers.ResilientBreakers`) and budgets are
+not enforced (logged once): a turn never fails because the shared store is down.
 """
 
 from __future__ import annotations
@@ -332,7 +333,7 @@ class RedisGuard:
 def open_guard(settings: Settings, redis: Redis | None = None) -> RedisGuard:
     """A guard on the configured Redis (or `redis`); nothing is connected until first use.
 
-    Close it with `aclose()`; a `redis` given here stays the caller's to close.
+    Close it with `aclose()`, which closes a `redis` given here too.
     """
     store = settings.redis
     pipes = None
