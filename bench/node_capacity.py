@@ -150,6 +150,9 @@ class Cell:
     cpu_ms: dict[str, float] = field(default_factory=dict)
 
 
+STORE_LOST = ("breakers.fleet_view_lost", "guard.budgets_unreachable", "turn.store_unreachable")
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind((HOST, 0))
@@ -449,6 +452,10 @@ async def run_shape(rig: Rig, shape: Shape, loads: Sequence[int]) -> dict[int, C
         if errors:
             say(f"  worker log: {len(errors)} errors; the first:")
             say("\n".join(f"    {line[:200]}" for line in lines[errors[0] : errors[0] + 30]))
+        # A worker that thinks Redis is gone: breakers go local, budgets and claims lapse.
+        for event in STORE_LOST:
+            count = sum(f'"{event}"' in line for line in lines)
+            print(f"FIGURE node_{shape.name}_log_{event.replace('.', '_')} {count} lines")
     assert not rig.url.startswith(f"redis://{HOST}:6379/")
     sync = redis.Redis.from_url(rig.url)
     sync.flushdb()  # the private server only: the next shape starts from an empty store

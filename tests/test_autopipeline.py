@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 from redis.asyncio import Redis
@@ -23,12 +23,15 @@ async def redis(redis_url: str) -> AsyncIterator[Redis]:
 
 
 @pytest.fixture
-def silent_port() -> Iterator[int]:
-    """A port that accepts connections and never answers."""
+async def silent() -> AsyncIterator[Redis]:
+    """A timed client of a server that accepts connections and never answers."""
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen(64)
-        yield server.getsockname()[1]
+        url = f"redis://127.0.0.1:{server.getsockname()[1]}"
+        client = breakers.connect(url, timeout_s=5.0, timed_by_caller=True)
+        yield client
+        await client.aclose()
 
 
 async def _incr(pipes: AutoPipeline, key: str, by: int) -> list[object]:
@@ -107,16 +110,36 @@ async def test_redis_gone_puts_the_error_in_every_place() -> None:
     assert all(len(r) == 2 and all(isinstance(e, Exception) for e in r) for r in replies)
 
 
-async def test_a_silent_redis_times_out_once_per_round_trip(silent_port: int) -> None:
-    client = breakers.connect(
-        f"redis://127.0.0.1:{silent_port}", timeout_s=5.0, timed_by_caller=True
-    )
-    try:
-        pipes = AutoPipeline(client, timeout_s=0.3)
-        started = time.monotonic()
-        replies = await asyncio.gather(*(_incr(pipes, f"k{i}", 1) for i in range(5)))
-        elapsed = time.monotonic() - started
-    finally:
-        await client.aclose()
+async def test_a_silent_redis_times_out_once_per_round_trip(silent: Redis) -> None:
+    pipes = AutoPipeline(silent, timeout_s=0.3)
+    started = time.monotonic()
+    replies = await asyncio.gather(*(_incr(pipes, f"k{i}", 1) for i in range(5)))
+    elapsed = time.monotonic() - started
     assert all(isinstance(e, TimeoutError) for r in replies for e in r)
     assert 0.25 < elapsed < 2.0
+
+
+async def test_a_reply_that_came_in_time_survives_a_loop_that_was_busy(
+    redis: Redis, namespace: str
+) -> None:
+    # Redis answers the BLPOP after 0.1 s, while this loop is blocked from 0.05 s
+    # to 0.55 s; the 0.2 s deadline and the reply are then seen in the same
+    # iteration. The reply came in time: the round trip must not time out.
+    pipes = AutoPipeline(redis, timeout_s=0.2)
+    slot = pipes.open()
+    slot.pipe.blpop([f"{namespace}:empty"], timeout=0.1)
+    replies = slot.send()
+    asyncio.get_running_loop().call_later(0.05, time.sleep, 0.5)
+    assert await replies == [None]
+
+
+async def test_a_silent_redis_still_times_out_after_a_busy_loop(silent: Redis) -> None:
+    pipes = AutoPipeline(silent, timeout_s=0.2)
+    started = time.monotonic()
+    pending = _incr(pipes, "k", 1)
+    asyncio.get_running_loop().call_later(0.05, time.sleep, 0.3)
+    replies = await pending
+    elapsed = time.monotonic() - started
+    # The deadline, noticed late, got one more 0.2 s: no more.
+    assert all(isinstance(e, TimeoutError) for e in replies)
+    assert 0.5 < elapsed < 1.5

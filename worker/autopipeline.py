@@ -21,6 +21,8 @@ from redis.exceptions import RedisError
 __all__ = ["AutoPipeline", "Slot"]
 
 _FAILURES = (RedisError, OSError, TimeoutError)
+# A loop that runs a due timer this late was busy, not waiting on Redis.
+_LATE_S = 0.01
 
 
 @dataclass(slots=True)
@@ -81,8 +83,13 @@ class AutoPipeline:
             self._open = None
         size = len(batch.pipe.command_stack)
         try:
-            async with asyncio.timeout(self.timeout_s):
-                replies: list[object] = await batch.pipe.execute(raise_on_error=False)
+            async with asyncio.timeout(None) as limit:
+                watch = _Deadline(limit, self.timeout_s) if self.timeout_s is not None else None
+                try:
+                    replies: list[object] = await batch.pipe.execute(raise_on_error=False)
+                finally:
+                    if watch is not None:
+                        watch.cancel()
         except _FAILURES as exc:
             replies = [exc] * size
         except BaseException as exc:  # cancelled or a bug: no caller may wait forever
@@ -92,3 +99,33 @@ class AutoPipeline:
             for start, end, future in batch.waiting:
                 if not future.done():
                     future.set_result(replies[start:end])
+
+
+class _Deadline:
+    """Expires a round trip `timeout_s` after it left, unless the loop itself was late.
+
+    A loop that ran nothing else for a while (a long callback, a burst of turns) sees
+    a reply that came in time and the deadline in the same iteration, and asyncio
+    runs the timeout first: the reply is dropped and Redis looks slow when it was
+    not. A deadline noticed more than `_LATE_S` late gets one more `timeout_s`.
+    """
+
+    def __init__(self, limit: asyncio.Timeout, timeout_s: float) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.limit = limit
+        self.timeout_s = timeout_s
+        self.extended = False
+        self.deadline = self.loop.time() + timeout_s
+        self.handle = self.loop.call_at(self.deadline, self._expire)
+
+    def _expire(self) -> None:
+        now = self.loop.time()
+        if now - self.deadline > _LATE_S and not self.extended:
+            self.extended = True
+            self.deadline = now + self.timeout_s
+            self.handle = self.loop.call_at(self.deadline, self._expire)
+        else:
+            self.limit.reschedule(now)  # expires the `asyncio.timeout` at once
+
+    def cancel(self) -> None:
+        self.handle.cancel()
