@@ -51,8 +51,9 @@ async def drive(op: Op, count: int, in_flight: int) -> float:
     return (time.process_time() - started) / count * 1e6
 
 
-async def run(redis_url: str, args: argparse.Namespace) -> None:
-    settings = kit.relevo_settings("http://127.0.0.1:9", redis_url, namespace=f"g{time.time_ns()}")
+async def measure(args: argparse.Namespace, rig: kit.Rig) -> dict[str, float]:
+    namespace = f"g{time.time_ns()}"
+    settings = kit.relevo_settings("http://127.0.0.1:9", rig.redis_url, namespace=namespace)
     guard = open_guard(settings)
     floor_client = guard.pipes.redis
     trivial = await floor_client.script_load("return 1")
@@ -71,6 +72,7 @@ async def run(redis_url: str, args: argparse.Namespace) -> None:
             await pipe.execute()
 
     ops = {"guard": guarded, "floor": floor}
+    figures: dict[str, float] = {}
     for op in ops.values():
         await drive(op, 300, 50)
     for in_flight in (1, 50):
@@ -80,8 +82,14 @@ async def run(redis_url: str, args: argparse.Namespace) -> None:
                 per[name].append(await drive(ops[name], args.turns, in_flight))
         for name, values in per.items():
             kit.say(f"# {name} at {in_flight}: {[round(v) for v in values]}")
-            kit.figure(f"guard_cpu_{name}_at_{in_flight}", kit.median(values), "us")
+            figures[f"guard_cpu_{name}_at_{in_flight}"] = kit.median(values)
     await guard.aclose()
+    return figures
+
+
+def report(figures: dict[str, float]) -> None:
+    for name, value in figures.items():
+        kit.figure(name, value, "us")
 
 
 def main() -> int:
@@ -92,12 +100,7 @@ def main() -> int:
     args = parser.parse_args()
     args.turns = args.turns or (500 if args.quick else 2000)
     args.repeats = args.repeats or (3 if args.quick else 5)
-    client_core, server_core = kit.cores()
-    kit.pin(0, client_core)
-    kit.quiet_relevo_logs()
-    with kit.rig(server_core) as rig:
-        asyncio.run(run(rig.redis_url, args))
-    return 0
+    return kit.run_pinned(lambda rig: measure(args, rig), report)
 
 
 if __name__ == "__main__":
