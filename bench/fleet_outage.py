@@ -106,8 +106,8 @@ async def run_round(job: Round) -> dict[str, int]:
 async def _contender(job: Round) -> Any:
     if job.contender == "relevo":
         from worker.adapters import make_client
-        from worker.chain import Chain
-        from worker.guard import open_guard
+        from worker.guard.redis_guard import open_guard
+        from worker.turn.chain import Chain
 
         breakers = {
             "consecutive_failures_threshold": job.threshold,

@@ -25,9 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import kit
 
-from worker.guard import open_guard
-from worker.hooks import Charge, Target
-from worker.policy import Verdict
+from worker.guard.protocol import Charge, Signal, Target
+from worker.guard.redis_guard import open_guard
 
 Op = Callable[[int], Awaitable[None]]
 TARGETS = [
@@ -63,7 +62,7 @@ async def measure(args: argparse.Namespace, rig: kit.Rig) -> dict[str, float]:
         admission = await guard.admit(TARGETS, charge)
         if admission.refusal is not None:
             raise RuntimeError(f"refused: {admission.refusal}")
-        await guard.conclude(TARGETS[0], charge, verdict=Verdict.SUCCESS, cost_micros=1_000)
+        await guard.conclude(TARGETS[0], charge, signal=Signal.SUCCESS, cost_micros=1_000)
 
     async def floor(i: int) -> None:
         for _ in range(2):

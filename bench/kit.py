@@ -219,7 +219,7 @@ def _model(vendor: str, provider: str, model_id: str) -> dict[str, Any]:
 
 def quiet_relevo_logs() -> None:
     """relevo's production logging (JSON, info: one line per turn), written to /dev/null."""
-    from worker.logs import configure_logging
+    from worker.observability.logs import configure_logging
 
     sink = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
     configure_logging(level="info", json=True, stream=sink)
@@ -227,14 +227,14 @@ def quiet_relevo_logs() -> None:
 
 @functools.cache
 def _messages() -> Any:
-    from worker.models import Message
+    from worker.types import Message
 
     # Built once, as LiteLLM's contender builds its `messages` once.
     return (Message(role="user", content=PROMPT),)
 
 
 def turn_request(i: int = 0, *, stream: bool = False) -> Any:
-    from worker.models import TurnRequest
+    from worker.types import TurnRequest
 
     return TurnRequest(
         tenant_id=f"tenant{i % 8}",

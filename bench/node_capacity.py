@@ -54,11 +54,11 @@ from typing import Any, cast
 import redis
 import redis.asyncio as aioredis
 
-from worker.models import Message, TurnRequest
-from worker.runner import TurnRunner
+from worker.fleet.app import TASK_NAME, make_app
+from worker.fleet.runner import TurnRunner
 from worker.settings import load_settings
 from worker.simulator import Fault, SimulatorClient
-from worker.tasks import TASK_NAME, make_app
+from worker.types import Message, TurnRequest
 
 HOST = "127.0.0.1"
 ROOT = Path(__file__).resolve().parents[1]
@@ -379,7 +379,7 @@ async def measure_cell(rig: Rig, feeder: Feeder, k: int, pids: dict[str, list[in
 
 def worker_command(shape: Shape, queue: str, index: int) -> list[str]:
     # `floor` runs Celery alone: the same app and settings, a task that only sleeps.
-    module = "node_capacity:floor" if shape.floor else "worker.tasks"
+    module = "node_capacity:floor" if shape.floor else "worker.fleet.app"
     return [
         *(sys.executable, "-m", "celery", "-A", module, "worker"),
         *("-P", shape.pool, "-c", str(shape.concurrency), "-Q", queue, "-n", f"cap{index}@%h"),
@@ -576,7 +576,7 @@ def __getattr__(name: str) -> Any:
     if not _FLOOR:
         sleeper = cast(TurnRunner, _Sleeper())
         app = make_app(load_settings(os.environ["RELEVO_CONFIG"]), runner=lambda: sleeper)
-        # make_app's task is shared: finalizing also attaches worker.tasks' module-level
+        # make_app's task is shared: finalizing also attaches worker.fleet.app's module-level
         # app's task of the same name, which may win. Pin the sleeper explicitly.
         app.finalize()
         app.tasks[TASK_NAME].run = sleeper.run

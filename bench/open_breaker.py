@@ -32,10 +32,10 @@ import kit
 
 import breakers
 from worker.adapters import make_client
-from worker.chain import Chain
-from worker.guard import model_scope, open_guard
-from worker.hooks import Target
+from worker.guard.protocol import Target
+from worker.guard.redis_guard import model_scope, open_guard
 from worker.simulator import Fault
+from worker.turn.chain import Chain
 
 TARGET_P99_MS = 5.0
 BACKUP_FIRST = ("anthropic/beta", "google/gamma", "openai/alpha")

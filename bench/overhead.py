@@ -42,9 +42,9 @@ import kit
 import uvloop
 
 from worker.adapters import make_client
-from worker.chain import Chain
-from worker.guard import open_guard
+from worker.guard.redis_guard import open_guard
 from worker.simulator import Fault, SimulatorClient
+from worker.turn.chain import Chain
 
 Turn = Callable[[int], Coroutine[Any, Any, None]]
 CONTENDERS = ("relevo", "litellm", "httpx")

@@ -31,10 +31,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import kit
 
 from worker.adapters import make_client
-from worker.chain import Chain
-from worker.guard import open_guard
+from worker.guard.redis_guard import open_guard
 from worker.simulator import Fault
 from worker.simulator.catalogue import canned
+from worker.turn.chain import Chain
 
 
 def catalogue_fault(name: str) -> Fault:

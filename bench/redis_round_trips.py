@@ -5,7 +5,7 @@ private redis-server started for the run (so nothing else's traffic is
 counted). Round trips are counted on the client (one per packet of commands
 sent and answered); scripts and the commands they run are counted on the server
 (INFO commandstats). Turns run one at a time, and the healthy ones also 50 at
-a time (their round trips are shared: see `worker/autopipeline.py`).
+a time (their round trips are shared: see `worker/guard/autopipeline.py`).
 
     python bench/redis_round_trips.py [--turns 200]
 """
@@ -26,12 +26,12 @@ import redis.asyncio as aioredis
 from redis.asyncio.connection import Connection
 
 from worker.adapters import make_client
-from worker.chain import Chain
-from worker.demo import demo_settings
-from worker.guard import open_guard
-from worker.models import Message, TurnRequest
+from worker.demo.run import demo_settings
+from worker.guard.redis_guard import open_guard
 from worker.settings import BreakerSettings, RedisSettings, Settings
 from worker.simulator import Fault, Simulator
+from worker.turn.chain import Chain
+from worker.types import Message, TurnRequest
 
 
 class CountingConnection(Connection):

@@ -31,9 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import kit
 
 from worker.adapters import make_client
-from worker.chain import Chain
-from worker.guard import open_guard
+from worker.guard.redis_guard import open_guard
 from worker.simulator import Fault
+from worker.turn.chain import Chain
 
 Ttft = Callable[[int], Awaitable[float]]  # one streamed turn; ms to its first content
 CONTENDERS = ("relevo", "httpx", "litellm")

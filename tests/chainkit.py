@@ -7,13 +7,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from worker.adapters import make_client
-from worker.chain import Chain
-from worker.hooks import Admission, Availability, Charge, FleetView, Guard, Target
-from worker.models import Message, Tool, TurnRequest, TurnResult
-from worker.policy import Verdict
+from worker.guard.protocol import Admission, Availability, Charge, FleetView, Guard, Signal, Target
 from worker.settings import Settings, load_settings
 from worker.simulator import Fault
 from worker.simulator.catalogue import Kind, canned
+from worker.turn.chain import Chain
+from worker.types import Message, Tool, TurnRequest, TurnResult
 
 KEY = "sk-test-0123456789abcdef"
 
@@ -154,7 +153,7 @@ class ScriptedGuard:
         self.probe_granted = probe_granted
         self.refuse = refuse or {}
         self.reserved: list[Charge] = []
-        self.concluded: list[tuple[Target, Charge, Verdict | None, int | None]] = []
+        self.concluded: list[tuple[Target, Charge, Signal | None, int | None]] = []
         self.held: list[str] = []
         self.handed_off: list[tuple[str, str]] = []
         self.released_target: Target | None = None
@@ -193,12 +192,12 @@ class ScriptedGuard:
         target: Target,
         charge: Charge,
         *,
-        verdict: Verdict | None,
+        signal: Signal | None,
         cost_micros: int | None,
         holder: str | None = None,
         retry_after_s: float | None = None,
     ) -> None:
-        self.concluded.append((target, charge, verdict, cost_micros))
+        self.concluded.append((target, charge, signal, cost_micros))
 
     async def hold(self, turn_id: str, payload: str) -> None:
         self.held.append(payload)

@@ -28,12 +28,11 @@ from typing import Any
 
 from tests.chainkit import ORDER, settings
 from worker.adapters import make_client
-from worker.chain import Chain
-from worker.guard import open_guard
-from worker.hooks import Admission, Charge, Guard, Target
-from worker.logs import configure_logging
-from worker.models import AttemptOutcome, Message, TurnRequest, TurnResult
-from worker.policy import Verdict
+from worker.guard.protocol import Admission, Charge, Guard, Signal, Target
+from worker.guard.redis_guard import open_guard
+from worker.observability.logs import configure_logging
+from worker.turn.chain import Chain
+from worker.types import AttemptOutcome, Message, TurnRequest, TurnResult
 
 __all__ = [
     "Fleet",
@@ -186,7 +185,7 @@ class _Timed:
         target: Target,
         charge: Charge,
         *,
-        verdict: Verdict | None,
+        signal: Signal | None,
         cost_micros: int | None,
         holder: str | None = None,
         retry_after_s: float | None = None,
@@ -195,14 +194,14 @@ class _Timed:
         await self.guard.conclude(
             target,
             charge,
-            verdict=verdict,
+            signal=signal,
             cost_micros=cost_micros,
             holder=holder,
             retry_after_s=retry_after_s,
         )
         timing = self._timing(charge)
         timing.guard_s += time.perf_counter() - began
-        if verdict is not None:
+        if signal is not None:
             timing.concluded.append((target.provider_model, began_at, time.time()))
 
     async def hold(self, turn_id: str, payload: str) -> None:

@@ -43,9 +43,9 @@ from worker.errors import (
     RateLimited,
     ServerError,
 )
-from worker.models import Message, Tool, ToolCall
 from worker.settings import ProviderSettings
 from worker.simulator import Fault, Simulator
+from worker.types import Message, Tool, ToolCall
 
 SECRET = "sk-test-SECRET-0123456789abcdef"
 KEY_ENV = "RELEVO_TEST_ADAPTER_KEY"

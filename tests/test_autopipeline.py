@@ -12,7 +12,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 import breakers
-from worker.autopipeline import AutoPipeline
+from worker.guard.autopipeline import AutoPipeline
 
 
 @pytest.fixture

@@ -16,11 +16,11 @@ import redis
 
 import budgets
 from tests.chainkit import KEY, worker_config
-from worker.client import enqueue_turn
-from worker.models import Message, Status, TurnRequest
+from worker.fleet.app import TASK_NAME, make_app
+from worker.fleet.enqueue import enqueue_turn
 from worker.settings import load_settings
 from worker.simulator import Fault, Simulator
-from worker.tasks import TASK_NAME, make_app
+from worker.types import Message, Status, TurnRequest
 
 pytestmark = pytest.mark.slow
 
@@ -73,7 +73,7 @@ def start_worker(config: Path) -> Iterator[Callable[[str], subprocess.Popen[byte
     def start(name: str) -> subprocess.Popen[bytes]:
         proc = subprocess.Popen(
             [
-                *(sys.executable, "-m", "celery", "-A", "worker.tasks", "worker"),
+                *(sys.executable, "-m", "celery", "-A", "worker.fleet.app", "worker"),
                 *("-P", "threads", "-c", "20", "-Q", queue, "-n", f"{name}@%h"),
                 *("--without-gossip", "--without-mingle", "--without-heartbeat"),
                 *("--loglevel", "WARNING"),

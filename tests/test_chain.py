@@ -14,9 +14,9 @@ import pytest
 
 from tests.chainkit import ID_OF, KEY, ORDER, fault, run, settings, turn
 from worker.errors import TurnFailed
-from worker.models import AttemptOutcome, Status
 from worker.simulator import Fault, Simulator
 from worker.simulator.catalogue import Kind
+from worker.types import AttemptOutcome, Status
 
 
 @pytest.fixture(scope="module")

@@ -7,10 +7,9 @@ from collections.abc import Iterator
 import pytest
 
 from tests.chainkit import KEY, ScriptedGuard, fault, run, settings, turn
-from worker.hooks import Availability
-from worker.models import AttemptOutcome, Message, Status, Tool, ToolCall
-from worker.policy import Verdict
+from worker.guard.protocol import Availability, Signal
 from worker.simulator import Fault, Simulator
+from worker.types import AttemptOutcome, Message, Status, Tool, ToolCall
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +77,7 @@ async def test_half_open_calls_only_with_the_probe(sim: Simulator) -> None:
     result = await run(settings(sim.url), turn(), guard=guard)
     assert result.step == 0
     assert len(guard.probes) == 1
-    assert guard.concluded[-1][2] is Verdict.SUCCESS
+    assert guard.concluded[-1][2] is Signal.SUCCESS
 
 
 async def test_half_open_without_the_probe_skips(sim: Simulator) -> None:
@@ -104,9 +103,9 @@ async def test_verdicts_reach_the_guard(sim: Simulator) -> None:
     await run(settings(sim.url), turn(), guard=guard)
     verdicts = [(t.provider_model, v) for t, _, v, _ in guard.concluded]
     assert verdicts == [
-        ("alpha", Verdict.MODEL_FAILURE),
-        ("beta", Verdict.RATE_LIMITED),
-        ("gamma", Verdict.SUCCESS),
+        ("alpha", Signal.MODEL_FAILURE),
+        ("beta", Signal.RATE_LIMITED),
+        ("gamma", Signal.SUCCESS),
     ]
 
 

@@ -17,7 +17,7 @@ import pytest
 import redis
 from rich.console import Console
 
-from worker.demo_plan import (
+from worker.demo.plan import (
     EXAMPLE_REDIS_URL,
     EXAMPLE_SIM_URL,
     PHASES,
@@ -26,7 +26,7 @@ from worker.demo_plan import (
     demo_settings,
     render_config,
 )
-from worker.demo_view import summary_view
+from worker.demo.view import summary_view
 from worker.settings import load_settings
 
 ROOT = Path(__file__).resolve().parent.parent

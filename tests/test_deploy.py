@@ -29,11 +29,11 @@ from redis.exceptions import AuthenticationError, NoPermissionError
 import breakers
 import budgets
 from tests.conftest import skip_unless_ci
-from worker.client import enqueue_turn
-from worker.metrics import METRIC_NAMES
-from worker.operate_fleet import celery_command
+from worker.cli.fleet import celery_command
+from worker.fleet.app import make_app
+from worker.fleet.enqueue import enqueue_turn
+from worker.observability.metrics import METRIC_NAMES
 from worker.settings import ObservabilitySettings, load_settings
-from worker.tasks import make_app
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -234,7 +234,7 @@ def test_image_entrypoint_port_and_healthcheck_match_the_worker() -> None:
     }
     assert bases == {"python:3.11-slim-bookworm"}
     (health,) = [line for line in lines if line.startswith("HEALTHCHECK")]
-    assert "celery -A worker.tasks inspect ping" in health
+    assert "celery -A worker.fleet.app inspect ping" in health
     # `relevo worker` names process 0 `relevo-0@%h`; the probe must ask for that node.
     command = celery_command("relevo", 1, "relevo-0", "INFO")
     node = command[command.index("--hostname") + 1]
@@ -317,7 +317,8 @@ def test_k8s_worker_has_probes_resources_and_a_long_enough_grace_period() -> Non
     for probe in ("livenessProbe", "readinessProbe"):
         command = " ".join(container[probe]["exec"]["command"])
         assert (
-            'celery -A worker.tasks inspect ping --timeout 10 -d "relevo-0@${HOSTNAME}"' in command
+            'celery -A worker.fleet.app inspect ping --timeout 10 -d "relevo-0@${HOSTNAME}"'
+            in command
         )
         assert container[probe]["timeoutSeconds"] > 10
     resources = container["resources"]

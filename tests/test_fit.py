@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from worker.fit import Fit, Unfit, estimate_tokens, fit_turn, trim_history
-from worker.models import Message, Tool, ToolCall, TurnRequest
 from worker.settings import ModelSettings, Serving
+from worker.turn.capability import Fit, Unfit, estimate_tokens, fit_turn, trim_history
+from worker.types import Message, Tool, ToolCall, TurnRequest
 
 SEND = Tool(name="send_invoice", side_effects=True)
 LOOKUP = Tool(name="lookup_order")

@@ -15,12 +15,12 @@ import pytest
 
 from tests.chainkit import KEY
 from tests.test_celery_fleet import write_config
-from worker.cli import main
-from worker.logs import configure_logging
-from worker.models import Message, Status, TurnRequest
-from worker.runner import LoopThread, TurnRunner
+from worker.cli.main import main
+from worker.fleet.runner import LoopThread, TurnRunner
+from worker.observability.logs import configure_logging
 from worker.settings import load_settings
 from worker.simulator import Fault, Simulator
+from worker.types import Message, Status, TurnRequest
 
 RELEVO = [sys.executable, "-m", "worker.cli"]
 

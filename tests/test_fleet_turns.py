@@ -37,11 +37,11 @@ from tests.fleetkit import (
     turns_of,
 )
 from worker.adapters import make_client
-from worker.chain import Chain
-from worker.fit import Fit, fit_turn
-from worker.guard import open_guard
-from worker.models import TurnResult, parse_turn_request
+from worker.guard.redis_guard import open_guard
 from worker.simulator import Fault, Simulator
+from worker.turn.capability import Fit, fit_turn
+from worker.turn.chain import Chain
+from worker.types import TurnResult, parse_turn_request
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis]
 

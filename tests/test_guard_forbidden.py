@@ -13,9 +13,9 @@ import redis
 
 from tests.chainkit import KEY, run, settings, turn
 from tests.conftest import skip_unless_ci
-from worker.guard import open_guard
-from worker.models import Status
+from worker.guard.redis_guard import open_guard
 from worker.simulator import Simulator
+from worker.types import Status
 
 pytestmark = pytest.mark.redis
 
@@ -95,7 +95,7 @@ async def test_the_allowed_user_runs_turns(
 def test_operators_are_told_redis_refused_them(
     acl_redis: int, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from worker.cli import main
+    from worker.cli.main import main
 
     monkeypatch.setenv("RELEVO_REDIS__URL", f"redis://full:wrong@127.0.0.1:{acl_redis}/0")
     assert main(["kill-switch", "status"]) == 6

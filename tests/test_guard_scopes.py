@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.chainkit import KEY, run, settings, turn
-from worker.guard import open_guard
+from worker.guard.redis_guard import open_guard
 from worker.simulator import Fault, Simulator
 
 pytestmark = pytest.mark.redis

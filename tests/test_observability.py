@@ -23,8 +23,10 @@ from structlog.testing import capture_logs
 import breakers
 import budgets
 from tests.chainkit import KEY, run, settings, turn, worker_config
-from worker.logs import configure_logging
-from worker.metrics import (
+from worker.fleet.exporter import FleetCollector, serve_metrics
+from worker.observability.alert import FallbackWatch
+from worker.observability.logs import configure_logging
+from worker.observability.metrics import (
     ATTEMPTS_TOTAL,
     FALLBACK_RATE,
     METRIC_NAMES,
@@ -32,11 +34,9 @@ from worker.metrics import (
     TurnMetrics,
     is_exported,
 )
-from worker.metrics_alert import FallbackWatch
-from worker.metrics_fleet import FleetCollector, serve_metrics
-from worker.models import Message, Status, TurnRequest, TurnResult
 from worker.settings import Settings, load_settings
 from worker.simulator import Fault, Simulator
+from worker.types import Message, Status, TurnRequest, TurnResult
 
 RELEVO = [sys.executable, "-m", "worker.cli"]
 
@@ -323,8 +323,8 @@ def _request(tenant: str, i: int) -> TurnRequest:
 def test_relevo_worker_serves_turn_fleet_and_budget_metrics(
     sim: Simulator, redis_url: str, namespace: str, tmp_path: Path
 ) -> None:
-    from worker.client import enqueue_turn
-    from worker.tasks import make_app
+    from worker.fleet.app import make_app
+    from worker.fleet.enqueue import enqueue_turn
 
     path = tmp_path / "chain.toml"
     path.write_text(

@@ -1,5 +1,5 @@
 """The operator commands (`relevo breakers`, `kill-switch`, `replay-held`, `budgets`, `handoffs`)
-on the real Redis server, called in-process through `worker.cli.main`."""
+on the real Redis server, called in-process through `worker.cli.main.main`."""
 
 from __future__ import annotations
 
@@ -22,13 +22,13 @@ import budgets
 from breakers import BreakerState, Cooldown, Exhausted, FleetBreakers, Outcome, Policy, Verdict
 from tests.chainkit import closed_port, turn
 from worker.adapters import make_client
-from worker.chain import Chain
-from worker.cli import main
-from worker.guard import open_guard
-from worker.models import Status, TurnResult
-from worker.operate_replay import replay_held
+from worker.cli.main import main
+from worker.cli.replay import replay_held
+from worker.guard.redis_guard import open_guard
 from worker.settings import load_settings
 from worker.simulator import Simulator
+from worker.turn.chain import Chain
+from worker.types import Status, TurnResult
 
 ROOT = Path(__file__).parent.parent
 T = TypeVar("T")
@@ -567,7 +567,7 @@ def test_config_file_redis_section_is_used(
 
 
 def test_console_script_smoke(ns: str, redis_url: str) -> None:
-    """The real `python -m worker.cli` process: a table, then JSON."""
+    """The real `python -m worker.cli.main` process: a table, then JSON."""
     seed_fleet(redis_url, ns)
     env = {**os.environ, "RELEVO_REDIS__URL": redis_url, "RELEVO_REDIS__NAMESPACE": ns}
     cmd = [sys.executable, "-m", "worker.cli", "--log-level", "warning"]

@@ -1,4 +1,4 @@
-"""The policy table: real provider error shapes → error class → decision and verdict."""
+"""The policy table: real provider error shapes → error class → decision and signal."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from email.utils import format_datetime
 import httpx
 import pytest
 
-import worker.policy
+import worker.adapters.classify
+import worker.turn.policy
+from worker.adapters.classify import classify_response, classify_stream_error, parse_retry_after
 from worker.errors import (
     AuthFailed,
     ConnectionFailed,
@@ -26,16 +28,7 @@ from worker.errors import (
     ResponseTimeout,
     ServerError,
 )
-from worker.policy import (
-    RULES,
-    Decision,
-    Rule,
-    Verdict,
-    classify_response,
-    classify_stream_error,
-    parse_retry_after,
-    rule_for,
-)
+from worker.guard.protocol import Signal
 from worker.simulator.catalogue import (
     NAMES,
     STREAM_NAMES,
@@ -45,6 +38,7 @@ from worker.simulator.catalogue import (
     canned_stream,
     stream_frame,
 )
+from worker.turn.policy import RULES, Decision, Rule, rule_for
 
 EXPECTED: dict[tuple[str, str], type[ProviderError]] = {
     ("openai", "rate_limit_exceeded"): RateLimited,
@@ -121,7 +115,7 @@ def test_catalogue_entry_is_classified(kind: Kind, name: str) -> None:
     error = classify(kind, name)
     assert type(error) is EXPECTED[(kind, name)]
     assert error.status == raw.status
-    assert 0 < len(error.message) <= worker.policy.MAX_MESSAGE_CHARS
+    assert 0 < len(error.message) <= worker.adapters.classify.MAX_MESSAGE_CHARS
     assert "\n" not in error.message
     assert raw.body_bytes().decode() not in error.message or not raw.body_bytes()
 
@@ -147,49 +141,49 @@ def test_mid_stream_error_event_is_classified(kind: Kind, name: str) -> None:
 
 # One row per line of DESIGN.md "What each failure gets" (rows about chain state —
 # streamed content, open breakers — are the chain's and are tested there).
-DESIGN_ROWS: list[tuple[str, ProviderError | BaseException, Decision, Verdict]] = [
-    ("500", classify("openai", "server_error"), Decision.RETRY_THEN_NEXT, Verdict.FAILURE),
-    ("502 html", classify("openai", "proxy_502_html"), Decision.RETRY_THEN_NEXT, Verdict.FAILURE),
-    ("504", classify("gemini", "deadline_exceeded"), Decision.RETRY_THEN_NEXT, Verdict.FAILURE),
-    ("api_error", classify("anthropic", "api_error"), Decision.RETRY_THEN_NEXT, Verdict.FAILURE),
-    ("503", classify("openai", "server_is_overloaded"), Decision.NEXT, Verdict.MODEL_FAILURE),
-    ("529", classify("anthropic", "overloaded_error"), Decision.NEXT, Verdict.MODEL_FAILURE),
-    ("first byte", FirstByteTimeout("silent"), Decision.NEXT, Verdict.FAILURE),
-    ("stalled stream", ResponseTimeout("stalled"), Decision.NEXT, Verdict.FAILURE),
-    ("refused", ConnectionFailed("refused"), Decision.RETRY_THEN_NEXT, Verdict.FAILURE),
-    ("garbled", MalformedResponse("bad json"), Decision.RETRY_THEN_NEXT, Verdict.FAILURE),
-    ("429", classify("anthropic", "rate_limit_error"), Decision.WAIT_OR_NEXT, Verdict.RATE_LIMITED),
-    ("429 quota", classify("openai", "insufficient_quota"), Decision.DEGRADE, Verdict.EXHAUSTED),
-    ("400 spend", classify("anthropic", "spend_limit"), Decision.DEGRADE, Verdict.EXHAUSTED),
-    ("402", classify("anthropic", "billing_error"), Decision.DEGRADE, Verdict.EXHAUSTED),
-    ("401", classify("anthropic", "authentication_error"), Decision.FAIL, Verdict.NEUTRAL),
-    ("403", classify("gemini", "permission_denied"), Decision.FAIL, Verdict.NEUTRAL),
-    ("400", classify("anthropic", "invalid_request_error"), Decision.FAIL, Verdict.NEUTRAL),
-    ("413", classify("anthropic", "request_too_large"), Decision.FAIL, Verdict.NEUTRAL),
+DESIGN_ROWS: list[tuple[str, ProviderError | BaseException, Decision, Signal]] = [
+    ("500", classify("openai", "server_error"), Decision.RETRY_THEN_NEXT, Signal.FAILURE),
+    ("502 html", classify("openai", "proxy_502_html"), Decision.RETRY_THEN_NEXT, Signal.FAILURE),
+    ("504", classify("gemini", "deadline_exceeded"), Decision.RETRY_THEN_NEXT, Signal.FAILURE),
+    ("api_error", classify("anthropic", "api_error"), Decision.RETRY_THEN_NEXT, Signal.FAILURE),
+    ("503", classify("openai", "server_is_overloaded"), Decision.NEXT, Signal.MODEL_FAILURE),
+    ("529", classify("anthropic", "overloaded_error"), Decision.NEXT, Signal.MODEL_FAILURE),
+    ("first byte", FirstByteTimeout("silent"), Decision.NEXT, Signal.FAILURE),
+    ("stalled stream", ResponseTimeout("stalled"), Decision.NEXT, Signal.FAILURE),
+    ("refused", ConnectionFailed("refused"), Decision.RETRY_THEN_NEXT, Signal.FAILURE),
+    ("garbled", MalformedResponse("bad json"), Decision.RETRY_THEN_NEXT, Signal.FAILURE),
+    ("429", classify("anthropic", "rate_limit_error"), Decision.WAIT_OR_NEXT, Signal.RATE_LIMITED),
+    ("429 quota", classify("openai", "insufficient_quota"), Decision.DEGRADE, Signal.EXHAUSTED),
+    ("400 spend", classify("anthropic", "spend_limit"), Decision.DEGRADE, Signal.EXHAUSTED),
+    ("402", classify("anthropic", "billing_error"), Decision.DEGRADE, Signal.EXHAUSTED),
+    ("401", classify("anthropic", "authentication_error"), Decision.FAIL, Signal.NEUTRAL),
+    ("403", classify("gemini", "permission_denied"), Decision.FAIL, Signal.NEUTRAL),
+    ("400", classify("anthropic", "invalid_request_error"), Decision.FAIL, Signal.NEUTRAL),
+    ("413", classify("anthropic", "request_too_large"), Decision.FAIL, Signal.NEUTRAL),
     (
         "422",
         classify_response("openai", 422, {}, b'{"detail":"bad"}'),
         Decision.FAIL,
-        Verdict.NEUTRAL,
+        Signal.NEUTRAL,
     ),
     (
         "context",
         classify("openai", "context_length_exceeded"),
         Decision.LARGER_WINDOW,
-        Verdict.NEUTRAL,
+        Signal.NEUTRAL,
     ),
-    ("deadline", DeadlineExceeded("late"), Decision.STOP, Verdict.NEUTRAL),
-    ("cancelled", asyncio.CancelledError(), Decision.STOP, Verdict.NEUTRAL),
+    ("deadline", DeadlineExceeded("late"), Decision.STOP, Signal.NEUTRAL),
+    ("cancelled", asyncio.CancelledError(), Decision.STOP, Signal.NEUTRAL),
 ]
 
 
 @pytest.mark.parametrize(
-    ("row", "error", "decision", "verdict"), DESIGN_ROWS, ids=[r[0] for r in DESIGN_ROWS]
+    ("row", "error", "decision", "signal"), DESIGN_ROWS, ids=[r[0] for r in DESIGN_ROWS]
 )
 def test_design_table_row(
-    row: str, error: BaseException, decision: Decision, verdict: Verdict
+    row: str, error: BaseException, decision: Decision, signal: Signal
 ) -> None:
-    assert rule_for(error) == Rule(decision, verdict)
+    assert rule_for(error) == Rule(decision, signal)
 
 
 def _all_subclasses(cls: type[ProviderError]) -> set[type[ProviderError]]:
@@ -211,8 +205,8 @@ def test_rule_for_walks_the_mro_and_defaults_to_a_neutral_fail() -> None:
         pass
 
     assert rule_for(FlakyGatewayError("x")) == RULES[ServerError]
-    assert rule_for(ProviderError("x")) == Rule(Decision.FAIL, Verdict.NEUTRAL)
-    assert rule_for(KeyError("x")) == Rule(Decision.FAIL, Verdict.NEUTRAL)
+    assert rule_for(ProviderError("x")) == Rule(Decision.FAIL, Signal.NEUTRAL)
+    assert rule_for(KeyError("x")) == Rule(Decision.FAIL, Signal.NEUTRAL)
 
 
 # --- status alone misleads -------------------------------------------------------
@@ -406,12 +400,12 @@ def test_message_is_truncated_and_never_the_body() -> None:
     long_message = "overloaded " * 2000
     body = json.dumps({"type": "error", "error": {"type": "api_error", "message": long_message}})
     error = classify_response("anthropic", 500, {}, body.encode())
-    assert len(error.message) <= worker.policy.MAX_MESSAGE_CHARS
+    assert len(error.message) <= worker.adapters.classify.MAX_MESSAGE_CHARS
     assert "api_error" not in error.message
     html = b"<html>" + b"<p>secret page</p>" * 5000 + b"</html>"
     error = classify_response("openai", 502, {"content-type": "text/html"}, html)
     assert "secret page" not in error.message
-    assert len(error.message) <= worker.policy.MAX_MESSAGE_CHARS
+    assert len(error.message) <= worker.adapters.classify.MAX_MESSAGE_CHARS
 
 
 def test_echoed_api_keys_are_redacted() -> None:
@@ -483,6 +477,6 @@ def test_public_surface_is_sorted_and_exported() -> None:
     def isort_key(name: str) -> tuple[int, str]:
         return (0 if name.isupper() else 1 if name[0].isupper() else 2, name)
 
-    assert worker.policy.__all__ == sorted(worker.policy.__all__, key=isort_key)
-    for name in worker.policy.__all__:
-        assert hasattr(worker.policy, name)
+    assert worker.turn.policy.__all__ == sorted(worker.turn.policy.__all__, key=isort_key)
+    for name in worker.turn.policy.__all__:
+        assert hasattr(worker.turn.policy, name)

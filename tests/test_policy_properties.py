@@ -11,17 +11,16 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from worker.errors import ProviderError
-from worker.policy import (
+from worker.adapters.classify import (
     MAX_BODY_BYTES,
     MAX_MESSAGE_CHARS,
-    RULES,
     classify_response,
     classify_stream_error,
     parse_retry_after,
-    rule_for,
 )
+from worker.errors import ProviderError
 from worker.simulator.catalogue import NAMES, canned
+from worker.turn.policy import RULES, rule_for
 
 FAST = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

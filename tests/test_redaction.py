@@ -15,12 +15,19 @@ from hypothesis import strategies as st
 
 from tests.chainkit import ID_OF, KEY, ORDER, run, settings, turn
 from worker.errors import TurnFailed
-from worker.logs import configure_logging
-from worker.models import Status, TurnResult
-from worker.redact import _NAMED, _PATTERNS, REDACTED, Redactor, provider_secrets, redact_text
-from worker.runner import LoopThread, TurnRunner
+from worker.fleet.runner import LoopThread, TurnRunner
+from worker.observability.logs import configure_logging
+from worker.observability.redact import (
+    _NAMED,
+    _PATTERNS,
+    REDACTED,
+    Redactor,
+    provider_secrets,
+    redact_text,
+)
 from worker.settings import Settings
 from worker.simulator import Fault, Simulator
+from worker.types import Status, TurnResult
 
 # A key no pattern recognises: only the configured providers' exact values catch it.
 PLAIN_KEY = "Zq7pLainSecretNoPattern42"

@@ -173,7 +173,7 @@ def celery_worker(config: Path, queue: str, env: Mapping[str, str] | None = None
     environ = {**os.environ, "RELEVO_CONFIG": str(config), KEY_ENV: KEY, **(env or {})}
     proc = subprocess.Popen(
         [
-            *(sys.executable, "-m", "celery", "-A", "worker.tasks", "worker"),
+            *(sys.executable, "-m", "celery", "-A", "worker.fleet.app", "worker"),
             *("-P", "threads", "-c", "8", "-Q", queue, "-n", f"security-{queue}@%h"),
             *("--without-gossip", "--without-mingle", "--without-heartbeat"),
             *("--loglevel", "WARNING"),

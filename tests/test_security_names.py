@@ -14,10 +14,10 @@ import pytest
 
 from tests.chainkit import closed_port
 from tests.chainkit import settings as chain_settings
-from worker.cli import main
+from worker.cli.main import main
 from worker.errors import ConfigError, InputError
-from worker.models import parse_turn_request
 from worker.settings import load_settings
+from worker.types import parse_turn_request
 
 # Each would let a name reach another key, pattern or tenant, or look like one it is not.
 TRICKY: dict[str, str] = {

@@ -19,14 +19,14 @@ import redis
 from celery import Celery
 
 from tests.test_security_kit import celery_worker, write_config
-from worker.client import enqueue_turn
 from worker.errors import InputError
-from worker.limits import checked_turn
-from worker.models import TurnRequest
-from worker.runner import TurnRunner
+from worker.fleet.app import TASK_NAME, make_app
+from worker.fleet.enqueue import enqueue_turn
+from worker.fleet.runner import TurnRunner
 from worker.settings import LimitsSettings, Settings, load_settings
 from worker.simulator import Simulator
-from worker.tasks import TASK_NAME, make_app
+from worker.turn.intake import checked_turn
+from worker.types import TurnRequest
 
 # The limits of the workers' configuration (tests/test_security_kit.py).
 LIMITS = LimitsSettings(

@@ -20,10 +20,10 @@ from hypothesis import strategies as st
 
 from worker.adapters import ADAPTERS, ProviderCall
 from worker.errors import InputError
-from worker.fit import Fit, estimate_tokens, fit_turn, trim_history
-from worker.limits import checked_turn
-from worker.models import Message, ToolCall, TurnRequest, parse_turn_request
 from worker.settings import LimitsSettings, ModelSettings, ProviderSettings
+from worker.turn.capability import Fit, estimate_tokens, fit_turn, trim_history
+from worker.turn.intake import checked_turn
+from worker.types import Message, ToolCall, TurnRequest, parse_turn_request
 
 TRIM_EXAMPLES = 400
 PARSER_EXAMPLES = 400

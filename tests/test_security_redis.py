@@ -31,13 +31,13 @@ from tests.test_security_kit import (
     tls_supported,
     write_config,
 )
-from worker.cli import main
-from worker.client import enqueue_turn
-from worker.models import Message, TurnRequest
-from worker.runner import TurnRunner
+from worker.cli.main import main
+from worker.fleet.app import make_app
+from worker.fleet.enqueue import enqueue_turn
+from worker.fleet.runner import TurnRunner
 from worker.settings import Settings, load_settings
 from worker.simulator import Fault, Simulator
-from worker.tasks import make_app
+from worker.types import Message, TurnRequest
 
 pytestmark = pytest.mark.redis
 

@@ -22,9 +22,9 @@ from aiohttp import web
 
 import worker.adapters.http
 from worker.adapters import make_client
-from worker.chain import Chain
-from worker.models import AttemptOutcome, Message, Status, TurnRequest, TurnResult
 from worker.settings import Settings, load_settings
+from worker.turn.chain import Chain
+from worker.types import AttemptOutcome, Message, Status, TurnRequest, TurnResult
 
 DEADLINE_S = 3.0
 FIRST_BYTE_S = 0.8

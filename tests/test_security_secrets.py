@@ -21,9 +21,9 @@ import pytest
 from tests.chainkit import run, turn
 from tests.chainkit import settings as chain_settings
 from worker.errors import InputError, TurnFailed
-from worker.models import parse_turn_request
 from worker.settings import ProviderSettings
 from worker.simulator import Fault, Simulator
+from worker.types import parse_turn_request
 
 USER = {"role": "user", "content": "hi"}
 # One key shaped like OpenAI's (which pattern-based redaction also catches) and one that no

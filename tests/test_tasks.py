@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from worker.fleet.app import make_app
 from worker.settings import RedisSettings, Settings
-from worker.tasks import make_app
 
 
 @pytest.mark.parametrize(

@@ -11,9 +11,9 @@ from redis.exceptions import RedisError
 
 import breakers
 from tests.chainkit import closed_port
-from worker.autopipeline import AutoPipeline
-from worker.models import Status, TurnResult
-from worker.turnstore import TurnStore
+from worker.fleet.turnstore import TurnStore
+from worker.guard.autopipeline import AutoPipeline
+from worker.types import Status, TurnResult
 
 
 @pytest.fixture

@@ -1,7 +1,6 @@
 """relevo's worker side: the fallback chain, provider adapters, settings and the CLI."""
 
 from worker.adapters import make_client
-from worker.chain import Chain
 from worker.errors import (
     AuthFailed,
     ConfigError,
@@ -21,8 +20,10 @@ from worker.errors import (
     ServerError,
     TurnFailed,
 )
-from worker.hooks import Guard, OpenGuard
-from worker.models import (
+from worker.guard.protocol import Guard, OpenGuard
+from worker.settings import Settings, load_settings
+from worker.turn.chain import Chain
+from worker.types import (
     Attempt,
     AttemptOutcome,
     Message,
@@ -35,7 +36,6 @@ from worker.models import (
     Usage,
     parse_turn_request,
 )
-from worker.settings import Settings, load_settings
 
 __all__ = [
     "Attempt",

@@ -2,7 +2,7 @@
 
 Provider and httpx errors are translated once, in the adapters; nothing above
 them sees an httpx exception. The class of a `ProviderError` decides what the
-chain does next (see `worker.policy.RULES`).
+chain does next (see `worker.turn.policy.RULES`).
 
     RelevoError
     ├── ConfigError            a bad configuration, naming the key

@@ -191,7 +191,7 @@ class WorkerSettings(_Section):
 
 
 class LimitsSettings(_Section):
-    """How big one turn may be: checked at enqueue and again on the worker (`worker.limits`)."""
+    """How big one turn may be: checked at enqueue and again on the worker."""
 
     max_request_bytes: int = Field(default=1024 * 1024, ge=1024, le=64 * 1024 * 1024)
     max_messages: int = Field(default=500, ge=1, le=100_000)

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from worker.adapters.base import Completion, Event, ProviderCall, TextDelta, ToolCallDelta
+from worker.adapters.classify import classify_stream_error
 from worker.adapters.http import (
     HttpAdapter,
     HttpRequest,
@@ -17,8 +18,7 @@ from worker.adapters.http import (
 )
 from worker.adapters.sse import SseEvent
 from worker.errors import ConnectionFailed
-from worker.models import Message, ToolCall, Usage
-from worker.policy import classify_stream_error
+from worker.types import Message, ToolCall, Usage
 
 __all__ = ["ANTHROPIC_VERSION", "AnthropicAdapter"]
 

@@ -12,7 +12,7 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from worker.models import Message, Tool, ToolCall, Usage
+from worker.types import Message, Tool, ToolCall, Usage
 
 __all__ = ["Adapter", "Completion", "Event", "ProviderCall", "TextDelta", "ToolCallDelta"]
 

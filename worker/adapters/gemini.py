@@ -8,6 +8,7 @@ from typing import Any
 from urllib.parse import quote
 
 from worker.adapters.base import Completion, Event, ProviderCall, TextDelta, ToolCallDelta
+from worker.adapters.classify import classify_stream_error
 from worker.adapters.http import (
     HttpAdapter,
     HttpRequest,
@@ -18,8 +19,7 @@ from worker.adapters.http import (
 )
 from worker.adapters.sse import SseEvent
 from worker.errors import ConnectionFailed
-from worker.models import Message, ToolCall, Usage
-from worker.policy import classify_stream_error
+from worker.types import Message, ToolCall, Usage
 
 __all__ = ["GeminiAdapter"]
 

@@ -23,6 +23,7 @@ import httpx
 from httpx_aiohttp import AiohttpTransport
 
 from worker.adapters.base import Completion, Event, ProviderCall
+from worker.adapters.classify import classify_response
 from worker.adapters.sse import SseEvent, SseParser
 from worker.errors import (
     ConnectionFailed,
@@ -30,7 +31,6 @@ from worker.errors import (
     MalformedResponse,
     ProviderError,
 )
-from worker.policy import classify_response
 from worker.settings import ProviderSettings
 
 __all__ = [

@@ -8,6 +8,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 from worker.adapters.base import Completion, Event, ProviderCall, TextDelta, ToolCallDelta
+from worker.adapters.classify import classify_stream_error
 from worker.adapters.http import (
     HttpAdapter,
     HttpRequest,
@@ -19,8 +20,7 @@ from worker.adapters.http import (
 )
 from worker.adapters.sse import SseEvent
 from worker.errors import ConnectionFailed
-from worker.models import Message, Tool, ToolCall, Usage
-from worker.policy import classify_stream_error
+from worker.types import Message, Tool, ToolCall, Usage
 
 __all__ = ["OpenAIAdapter"]
 

@@ -1,0 +1,325 @@
+"""What a provider's error response means: one `worker.errors.ProviderError` subclass.
+
+A provider's error response (status, headers, body) or mid-stream error event becomes
+one error class. The body's own fields decide first — error-detail reasons, then
+`code`, `type`, `status` — then the HTTP status; a few message patterns refine the
+generic classes (a 400 about a spend limit is money, not a bad request; "prompt is too
+long" is the context window). What the chain then does is `worker.turn.policy`.
+
+Classification never raises and never echoes a body: messages are short, single-line
+and have anything that looks like an API key redacted.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+from worker.errors import (
+    AuthFailed,
+    ContextTooLong,
+    InvalidRequest,
+    MalformedResponse,
+    Overloaded,
+    ProviderError,
+    QuotaExhausted,
+    RateLimited,
+    ServerError,
+)
+
+__all__ = ["MAX_MESSAGE_CHARS", "classify_response", "classify_stream_error", "parse_retry_after"]
+
+MAX_MESSAGE_CHARS = 200
+MAX_BODY_BYTES = 64 * 1024  # error bodies are a few hundred bytes; anything bigger is not read
+
+_ErrorClass = type[ProviderError]
+
+# Codes each provider puts in its error body, most specific first. Generic codes whose
+# meaning depends on the status (OpenAI's `server_error`, `invalid_request_error`) are
+# left out on purpose, so the status decides them.
+_OPENAI_CODES: Mapping[str, _ErrorClass] = {
+    "rate_limit_exceeded": RateLimited,
+    "slow_down": RateLimited,
+    "insufficient_quota": QuotaExhausted,
+    "credit_balance_exhausted": QuotaExhausted,
+    "organization_spend_limit_exceeded": QuotaExhausted,
+    "project_spend_limit_exceeded": QuotaExhausted,
+    "organization_usage_limit_exceeded": QuotaExhausted,
+    "billing_hard_limit_reached": QuotaExhausted,
+    "billing_not_active": QuotaExhausted,
+    "server_is_overloaded": Overloaded,
+    "invalid_api_key": AuthFailed,
+    "invalid_authentication": AuthFailed,
+    "unsupported_country_region_territory": AuthFailed,
+    "context_length_exceeded": ContextTooLong,
+    "model_not_found": InvalidRequest,
+}
+_ANTHROPIC_CODES: Mapping[str, _ErrorClass] = {
+    "enforced_spend_limit_reached": QuotaExhausted,
+    "billing_error": QuotaExhausted,
+    "api_error": ServerError,
+    "timeout_error": ServerError,
+    "overloaded_error": Overloaded,
+    "rate_limit_error": RateLimited,
+    "authentication_error": AuthFailed,
+    "permission_error": AuthFailed,
+    "not_found_error": InvalidRequest,
+    "request_too_large": InvalidRequest,
+    "invalid_request_error": InvalidRequest,
+}
+_GEMINI_CODES: Mapping[str, _ErrorClass] = {
+    "API_KEY_INVALID": AuthFailed,
+    "API_KEY_EXPIRED": AuthFailed,
+    "SERVICE_DISABLED": AuthFailed,
+    "CONSUMER_SUSPENDED": AuthFailed,
+    "BILLING_DISABLED": QuotaExhausted,
+    "RATE_LIMIT_EXCEEDED": RateLimited,
+    # Per-minute and per-day quotas are both per model, with a RetryInfo delay: a
+    # cooldown of that (account, model), not an exhausted account.
+    "RESOURCE_EXHAUSTED": RateLimited,
+    "UNAVAILABLE": Overloaded,
+    "INTERNAL": ServerError,
+    "DEADLINE_EXCEEDED": ServerError,
+    "INVALID_ARGUMENT": InvalidRequest,
+    "NOT_FOUND": InvalidRequest,
+    "PERMISSION_DENIED": AuthFailed,
+    "UNAUTHENTICATED": AuthFailed,
+    # The account cannot be used as it is (free tier unavailable, billing not enabled).
+    "FAILED_PRECONDITION": QuotaExhausted,
+}
+_CODES: Mapping[str, Mapping[str, _ErrorClass]] = {
+    "openai": _OPENAI_CODES,
+    "anthropic": _ANTHROPIC_CODES,
+    "gemini": _GEMINI_CODES,
+}
+
+_STATUS: Mapping[int, _ErrorClass] = {
+    401: AuthFailed,
+    402: QuotaExhausted,
+    403: AuthFailed,
+    408: ServerError,
+    429: RateLimited,
+    503: Overloaded,
+    529: Overloaded,
+}
+_STATUS_RANGES: tuple[tuple[range, _ErrorClass], ...] = (
+    (range(500, 600), ServerError),
+    (range(400, 500), InvalidRequest),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _MessageRule:
+    pattern: re.Pattern[str]
+    refines: frozenset[_ErrorClass]
+    to: _ErrorClass
+
+
+_MESSAGE_RULES: tuple[_MessageRule, ...] = (
+    _MessageRule(
+        re.compile(
+            r"credit balance|spend(?:ing)? limit|specified (?:workspace )?api usage limits"
+            r"|billing hard limit|insufficient credits",
+            re.IGNORECASE,
+        ),
+        frozenset({InvalidRequest, RateLimited}),
+        QuotaExhausted,
+    ),
+    _MessageRule(
+        re.compile(
+            r"prompt is too long|maximum context length|context[ _]length|context window"
+            r"|input token count \(\d+\) exceeds",
+            re.IGNORECASE,
+        ),
+        frozenset({InvalidRequest}),
+        ContextTooLong,
+    ),
+)
+
+_SECRET = re.compile(
+    r"sk-[A-Za-z0-9_*-]{4,}|AIza[0-9A-Za-z_-]{8,}|(?:api_key|key)[:=]\s*\S+|Bearer\s+\S+",
+    re.IGNORECASE,
+)
+_CODE_SHAPE = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+_SECONDS = re.compile(r"[0-9]{1,12}(?:\.[0-9]{1,9})?")
+_MEDIA_TYPE = re.compile(r"[\w.+-]{1,40}/[\w.+-]{1,40}", re.ASCII)
+
+
+@dataclass(frozen=True, slots=True)
+class _Fields:
+    """What an error body says, read defensively."""
+
+    codes: tuple[str, ...] = ()
+    message: str = ""
+    status_hint: int | None = None
+    retry_after_s: float | None = None
+
+
+def classify_response(
+    kind: str, status: int, headers: Mapping[str, str], body: bytes
+) -> ProviderError:
+    """Classify one HTTP error response from a provider of `kind`; never raises."""
+    fields = _read_body(body)
+    retry_after = parse_retry_after(headers)
+    if retry_after is None:
+        retry_after = fields.retry_after_s
+    cls, code = _decide(kind, status, fields)
+    message = _clean(fields.message) or _describe_body(status, headers, body)
+    return cls(message, status=status, provider_code=code, retry_after_s=retry_after)
+
+
+def classify_stream_error(kind: str, payload: Mapping[str, Any]) -> ProviderError:
+    """Classify the JSON of a mid-stream error event (Anthropic `event: error`, an
+    OpenAI or Gemini `data:` line carrying `error`); never raises."""
+    fields = _read_document(payload)
+    if not fields.codes and not fields.message and fields.status_hint is None:
+        return MalformedResponse("stream error event without an error object")
+    cls, code = _decide(kind, fields.status_hint, fields)
+    message = _clean(fields.message) or "error event in the stream"
+    return cls(message, provider_code=code, retry_after_s=fields.retry_after_s)
+
+
+def parse_retry_after(headers: Mapping[str, str], *, now: datetime | None = None) -> float | None:
+    """Seconds to wait from `retry-after-ms`, or `Retry-After` as seconds or an HTTP date.
+
+    Header names are case-insensitive. Returns None when absent or unreadable, never a
+    negative or non-finite number (a date in the past is 0.0).
+    """
+    lowered = _lower(headers)
+    millis = _seconds(lowered.get("retry-after-ms"))
+    if millis is not None:
+        return millis / 1000
+    value = lowered.get("retry-after")
+    seconds = _seconds(value)
+    if seconds is not None or value is None:
+        return seconds
+    return _seconds_until(value, now)
+
+
+def _decide(kind: str, status: int | None, fields: _Fields) -> tuple[_ErrorClass, str | None]:
+    table = _CODES.get(kind, {})
+    cls: _ErrorClass | None = None
+    code = fields.codes[0] if fields.codes else None
+    for candidate in fields.codes:
+        cls = table.get(candidate)
+        if cls is not None:
+            code = candidate
+            break
+    if cls is None:
+        cls = _by_status(status)
+    for rule in _MESSAGE_RULES:
+        if cls in rule.refines and rule.pattern.search(fields.message):
+            cls = rule.to
+            break
+    return cls, code
+
+
+def _by_status(status: int | None) -> _ErrorClass:
+    if status is None:
+        return ServerError  # a provider reported an error without saying which
+    if status in _STATUS:
+        return _STATUS[status]
+    for statuses, cls in _STATUS_RANGES:
+        if status in statuses:
+            return cls
+    return MalformedResponse  # an error path with a non-error status
+
+
+def _read_body(body: bytes) -> _Fields:
+    if not body or len(body) > MAX_BODY_BYTES:
+        return _Fields()
+    try:
+        document = json.loads(body)
+    except (ValueError, RecursionError):
+        return _Fields()
+    return _read_document(document)
+
+
+def _read_document(document: object) -> _Fields:
+    if isinstance(document, list) and document:
+        document = document[0]  # Gemini's non-SSE stream wraps the error in a list
+    if not isinstance(document, Mapping):
+        return _Fields()
+    error = document.get("error")
+    if isinstance(error, str):
+        return _Fields(message=error)  # Ollama
+    if not isinstance(error, Mapping):
+        if document.get("object") != "error":
+            return _Fields()
+        error = document  # vLLM puts the fields at the top level
+    codes: list[str] = []
+    retry_after: float | None = None
+    details = error.get("details")
+    if isinstance(details, Mapping):
+        codes.append(_text(details.get("error_code")))
+    elif isinstance(details, list):
+        for detail in details[:16]:
+            if isinstance(detail, Mapping):
+                codes.append(_text(detail.get("reason")))
+                delay = detail.get("retryDelay")
+                if isinstance(delay, str) and delay.endswith("s"):
+                    retry_after = _seconds(delay[:-1])
+    codes.extend(_text(error.get(key)) for key in ("code", "type", "status"))
+    raw_status = error.get("code")
+    status_hint = raw_status if type(raw_status) is int and 100 <= raw_status <= 599 else None
+    return _Fields(
+        codes=tuple(c for c in codes if _CODE_SHAPE.fullmatch(c)),
+        message=_text(error.get("message"))[:1000],
+        status_hint=status_hint,
+        retry_after_s=retry_after,
+    )
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _clean(message: str) -> str:
+    text = " ".join(_SECRET.sub("[redacted]", message).split())
+    text = "".join(ch if ch.isprintable() else " " for ch in text)
+    if len(text) > MAX_MESSAGE_CHARS:
+        text = text[: MAX_MESSAGE_CHARS - 1] + "…"
+    return text
+
+
+def _describe_body(status: int, headers: Mapping[str, str], body: bytes) -> str:
+    if not body:
+        return f"HTTP {status} with an empty body"
+    media = _lower(headers).get("content-type", "").split(";")[0].strip()
+    shown = media if _MEDIA_TYPE.fullmatch(media) else "unknown type"
+    return f"HTTP {status} with an unparsed {len(body)}-byte body ({shown})"
+
+
+def _lower(headers: Mapping[str, str]) -> dict[str, str]:
+    return {str(name).lower(): value for name, value in headers.items() if isinstance(value, str)}
+
+
+def _seconds(value: str | None) -> float | None:
+    if value is None or not _SECONDS.fullmatch(value.strip()):
+        return None
+    return float(value.strip())
+
+
+def _seconds_until(value: str, now: datetime | None) -> float | None:
+    if len(value) > 64:
+        return None
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    now = now or datetime.now(UTC)
+    if now.tzinfo is None:
+        now = now.replace(tzinfo=UTC)
+    try:
+        delta = (when - now).total_seconds()
+    except OverflowError:
+        return None
+    return max(0.0, delta) if math.isfinite(delta) else None

@@ -1,0 +1,221 @@
+"""`relevo budgets` and `relevo handoffs`: per-tenant spend and the turns handed to people.
+
+Amounts are integer micro-dollars in Redis and in `--json`; text output shows dollars.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from dataclasses import asdict
+from typing import Any
+
+from rich.table import Table
+
+import budgets
+from budgets import format_micros as usd
+from worker.cli.common import (
+    Commands,
+    OperatorError,
+    add_redis_options,
+    console,
+    emit_json,
+    iso,
+    operator_command,
+    operator_redis,
+    positive_int,
+    redis_settings,
+    utc,
+)
+from worker.settings import RedisSettings, load_settings
+
+__all__ = ["register"]
+
+
+def _where(config: str | None) -> tuple[RedisSettings, budgets.Limits | None]:
+    """Redis, and the default limits of unknown tenants (none without a configuration)."""
+    if config is None:
+        return redis_settings(None), None
+    settings = load_settings(config, require_secrets=False)
+    limits = settings.budgets.default_limits_micros()
+    return settings.redis, budgets.Limits(*limits) if limits else None
+
+
+def _report_json(report: budgets.BudgetReport) -> dict[str, Any]:
+    return {**asdict(report), "now": iso(report.now_ms)}
+
+
+# -- relevo budgets list / show / set --------------------------------------------------
+
+
+async def _list(args: argparse.Namespace) -> int:
+    where, default = _where(args.config)
+    async with operator_redis(where) as client:
+        ledger = budgets.Ledger(client, namespace=where.namespace, default_limits=default)
+        reports = await asyncio.gather(
+            *(ledger.report(t) for t in await ledger.tenants()), return_exceptions=True
+        )
+    for report in reports:
+        # A tenant whose spend expired and whose limits were never set has nothing to show.
+        if isinstance(report, BaseException) and not isinstance(report, budgets.UnknownTenantError):
+            raise report
+    shown = [r for r in reports if isinstance(r, budgets.BudgetReport)]
+    if args.json:
+        emit_json([_report_json(r) for r in shown])
+        return 0
+    if not shown:
+        print("No tenants have budgets or spend yet.")
+        return 0
+    table = Table(title="Budgets", title_justify="left")
+    for name in ("tenant", "limits", "daily", "spent today", "left today"):
+        table.add_column(name, no_wrap=name == "tenant")
+    for name in ("monthly", "spent this month", "left this month", "fallback cap"):
+        table.add_column(name)
+    for r in shown:
+        cap = r.limits.fallback_cap_micros
+        table.add_row(
+            r.tenant,
+            r.limits_source,
+            usd(r.day.limit_micros),
+            usd(r.day.spent_micros),
+            usd(r.day.remaining_micros),
+            usd(r.month.limit_micros),
+            usd(r.month.spent_micros),
+            usd(r.month.remaining_micros),
+            "-" if cap is None else usd(cap),
+        )
+    console().print(table)
+    return 0
+
+
+def _print_report(r: budgets.BudgetReport) -> None:
+    out = console()
+    periods = Table(
+        title=f"Budget of {r.tenant} (limits {r.limits_source}) at {utc(r.now_ms)}",
+        title_justify="left",
+    )
+    for name in ("period", "limit", "spent", "reserved", "remaining", "fallback spent"):
+        periods.add_column(name, no_wrap=True)
+    for label, p in (("day", r.day), ("month", r.month)):
+        periods.add_row(
+            f"{label} {p.period}",
+            usd(p.limit_micros),
+            usd(p.spent_micros),
+            usd(p.reserved_micros),
+            usd(p.remaining_micros),
+            usd(p.fallback_spent_micros),
+        )
+    out.print(periods)
+    cap = r.limits.fallback_cap_micros
+    if cap is None:
+        out.print("Fallback cap: none")
+    else:
+        left = usd(r.fallback_remaining_micros or 0)
+        held = usd(r.reserved_fallback_micros)
+        out.print(f"Fallback cap: {usd(cap)} per day, {left} left ({held} reserved)")
+    providers = sorted({*r.day.fallback_by_provider, *r.month.fallback_by_provider})
+    if not providers:
+        out.print("Fallback spend by provider: none")
+        return
+    spend = Table(title="Fallback spend by provider", title_justify="left")
+    for name in ("provider", "today", "this month"):
+        spend.add_column(name, no_wrap=True)
+    for name in providers:
+        spend.add_row(
+            name,
+            usd(r.day.fallback_by_provider.get(name, 0)),
+            usd(r.month.fallback_by_provider.get(name, 0)),
+        )
+    out.print(spend)
+
+
+async def _show(args: argparse.Namespace) -> int:
+    tenant = budgets.check_tenant(args.tenant)
+    where, default = _where(args.config)
+    async with operator_redis(where) as client:
+        ledger = budgets.Ledger(client, namespace=where.namespace, default_limits=default)
+        report = await ledger.report(tenant)
+    if args.json:
+        emit_json(_report_json(report))
+    else:
+        _print_report(report)
+    return 0
+
+
+def _dollars(option: str, text: str) -> int:
+    try:
+        return budgets.parse_dollars(text)
+    except budgets.InvalidAmountError as exc:
+        raise OperatorError(f"{option}: {exc}") from None
+
+
+async def _set(args: argparse.Namespace) -> int:
+    tenant = budgets.check_tenant(args.tenant)
+    daily = _dollars("--daily", args.daily)
+    monthly = _dollars("--monthly", args.monthly)
+    cap = None if args.fallback_cap is None else _dollars("--fallback-cap", args.fallback_cap)
+    where = redis_settings(args.config)
+    async with operator_redis(where) as client:
+        ledger = budgets.Ledger(client, namespace=where.namespace)
+        limits = await ledger.set_limits(tenant, daily, monthly, cap)
+    if args.json:
+        emit_json({"tenant": tenant, **asdict(limits)})
+    else:
+        shown = "none" if cap is None else usd(cap)
+        print(
+            f"{tenant}: daily {usd(limits.daily_micros)}, monthly {usd(limits.monthly_micros)}, "
+            f"fallback cap {shown} per day"
+        )
+    return 0
+
+
+# -- relevo handoffs -------------------------------------------------------------------
+
+
+async def _handoffs(args: argparse.Namespace) -> int:
+    where = redis_settings(args.config)
+    async with operator_redis(where) as client:
+        items = await budgets.Handoffs(client, namespace=where.namespace).list(args.count)
+    if args.json:
+        emit_json([{**asdict(h), "at": iso(h.at_ms)} for h in items])
+        return 0
+    if not items:
+        print("No hand-offs.")
+        return 0
+    table = Table(title="Hand-offs, newest first", title_justify="left")
+    for name in ("time", "tenant", "turn id", "reason"):
+        table.add_column(name, no_wrap=True)
+    for h in items:
+        table.add_row(utc(h.at_ms), h.tenant, h.turn_id, h.reason)
+    console().print(table)
+    return 0
+
+
+# -- registration ----------------------------------------------------------------------
+
+
+def register(commands: Commands) -> None:
+    """Add `budgets` and `handoffs` to the `relevo` command."""
+    group = commands.add_parser("budgets", help="per-tenant spend limits and spend")
+    actions = group.add_subparsers(dest="action", required=True, metavar="ACTION")
+    listing = actions.add_parser("list", help="every tenant with limits or spend")
+    add_redis_options(listing)
+    listing.set_defaults(func=operator_command(_list))
+    show = actions.add_parser("show", help="one tenant's limits, spend and reservations")
+    show.add_argument("tenant", metavar="TENANT")
+    add_redis_options(show)
+    show.set_defaults(func=operator_command(_show))
+    put = actions.add_parser("set", help="replace a tenant's limits (dollars, e.g. 5.00)")
+    put.add_argument("tenant", metavar="TENANT")
+    put.add_argument("--daily", required=True, metavar="DOLLARS", help="per UTC day")
+    put.add_argument("--monthly", required=True, metavar="DOLLARS", help="per UTC month")
+    put.add_argument(
+        "--fallback-cap", metavar="DOLLARS", help="fallback spend per UTC day (omitted: no cap)"
+    )
+    add_redis_options(put)
+    put.set_defaults(func=operator_command(_set))
+
+    handoffs = commands.add_parser("handoffs", help="turns handed to people, newest first")
+    handoffs.add_argument("--count", type=positive_int, default=50, metavar="N")
+    add_redis_options(handoffs)
+    handoffs.set_defaults(func=operator_command(_handoffs))

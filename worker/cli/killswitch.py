@@ -1,0 +1,101 @@
+"""`relevo kill-switch on|off|status`: a person turns the whole fleet off, or on again.
+
+While it is on no turn calls any provider; turns end `rejected` and are held for
+`relevo replay-held`. Nothing but these commands ever flips it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+import breakers
+from worker.cli.common import (
+    Commands,
+    OperatorError,
+    add_redis_options,
+    emit_json,
+    iso,
+    operator_command,
+    operator_redis,
+    redis_settings,
+    utc,
+)
+
+__all__ = ["register"]
+
+
+def _who(args: argparse.Namespace) -> str:
+    return args.who or os.environ.get("USER") or "operator"
+
+
+def _text(value: str, what: str) -> str:
+    """The kill switch's own limits on who and why, checked before Redis is asked."""
+    if not value.strip() or len(value) > 1000:
+        raise OperatorError(f"{what} must be 1-1000 characters, not blank")
+    return value
+
+
+async def _kill_on(args: argparse.Namespace) -> int:
+    who, reason = _text(_who(args), "--who"), _text(args.reason, "--reason")
+    where = redis_settings(args.config)
+    async with operator_redis(where) as client:
+        state = await breakers.KillSwitch(client, namespace=where.namespace).on(who, reason)
+    print(f"kill switch ON since {utc(state.since_ms)} by {state.who}: {state.reason}")
+    print("No turn calls any provider; turns are held for `relevo replay-held`.")
+    return 0
+
+
+async def _kill_off(args: argparse.Namespace) -> int:
+    who = _text(_who(args), "--who")
+    where = redis_settings(args.config)
+    async with operator_redis(where) as client:
+        before = await breakers.KillSwitch(client, namespace=where.namespace).off(who)
+        held = await breakers.HeldTurns(client, namespace=where.namespace).count()
+    if before is None:
+        print("kill switch was already off")
+    else:
+        print(f"kill switch OFF (on since {utc(before.since_ms)} by {before.who}: {before.reason})")
+    if held:
+        print(f"{held} held turn(s): run `relevo replay-held --config FILE` to run them.")
+    return 0
+
+
+async def _kill_status(args: argparse.Namespace) -> int:
+    where = redis_settings(args.config)
+    async with operator_redis(where) as client:
+        state = await breakers.KillSwitch(client, namespace=where.namespace).status()
+        held = await breakers.HeldTurns(client, namespace=where.namespace).count()
+    if args.json:
+        on: dict[str, Any] = dict.fromkeys(("who", "reason", "since_ms", "since"))
+        if state is not None:
+            on = {"who": state.who, "reason": state.reason, "since_ms": state.since_ms}
+            on["since"] = iso(state.since_ms)
+        emit_json({"on": state is not None, **on, "held_turns": held})
+    elif state is None:
+        print(f"kill switch: off\nheld turns: {held}")
+    else:
+        print(
+            f"kill switch: ON\nwho: {state.who}\nwhy: {state.reason}\n"
+            f"since: {utc(state.since_ms)}\nheld turns: {held}"
+        )
+    return 0
+
+
+def register(commands: Commands) -> None:
+    """Add `kill-switch` to the `relevo` command."""
+    kill = commands.add_parser("kill-switch", help="turn every turn in the fleet off, or on again")
+    modes = kill.add_subparsers(dest="mode", required=True, metavar="MODE")
+    on = modes.add_parser("on", help="stop every provider call fleet-wide; hold turns")
+    on.add_argument("--reason", required=True)
+    on.add_argument("--who", help="defaults to $USER")
+    add_redis_options(on, json=False)
+    on.set_defaults(func=operator_command(_kill_on))
+    off = modes.add_parser("off", help="let turns run again")
+    off.add_argument("--who", help="defaults to $USER")
+    add_redis_options(off, json=False)
+    off.set_defaults(func=operator_command(_kill_off))
+    status = modes.add_parser("status", help="who turned it on, why and since when")
+    add_redis_options(status)
+    status.set_defaults(func=operator_command(_kill_status))

@@ -1,0 +1,149 @@
+"""Celery: the app and its one task, `relevo.run_turn`.
+
+The task stays thin: it hands the payload to the process's `TurnRunner` and
+returns the result as a dict. Nothing is lost: acknowledgement comes after the
+turn (late ack), a worker that dies puts its turn back, and a turn delivered
+twice is run once (the runner's claim and stored result). Start a worker with
+`relevo worker`, or `celery -A worker.fleet.app worker -P threads` with
+`RELEVO_CONFIG` naming the chain configuration.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+from celery import Celery
+from celery.signals import celeryd_init
+from kombu.transport import redis as kombu_redis
+
+from worker.fleet.runner import TurnRunner
+from worker.settings import RedisSettings, Settings, load_settings
+
+__all__ = ["TASK_NAME", "app", "make_app"]
+
+TASK_NAME = "relevo.run_turn"
+
+
+def make_app(
+    settings: Settings | None = None,
+    *,
+    runner: Callable[[], TurnRunner] | None = None,
+) -> Celery:
+    """A Celery app for `settings` (or the environment), whose task runs on `runner()`."""
+    redis = settings.redis if settings else _redis_from_env()
+    app = Celery("relevo", broker=redis.url, backend=redis.url, set_as_current=False)
+    visibility_s = settings.visibility_timeout_s if settings else 2 * 3600 + 60
+    restore_s = settings.worker.restore_interval_s if settings else 10.0
+    transport = {
+        "visibility_timeout": visibility_s,
+        "unacked_restore_interval": restore_s,
+        "unacked_restore_throttle": 1,
+    }
+    app.conf.update(
+        # JSON only: with pickle, anyone who can write to the broker runs code on workers.
+        task_serializer="json",
+        result_serializer="json",
+        accept_content=["json"],
+        result_accept_content=["json"],
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        broker_transport_options=transport,
+        broker_connection_retry_on_startup=True,
+        broker_transport=_broker_transport(redis.url),
+        result_expires=settings.worker.result_ttl_s if settings else 86_400,
+        task_default_queue=settings.worker.queue if settings else "relevo",
+        worker_hijack_root_logger=False,
+        worker_send_task_events=False,
+    )
+    get_runner = runner or _lazy_runner(settings)
+
+    # shared=False: each app runs its own runner, even with several apps in one process.
+    @app.task(name=TASK_NAME, acks_late=True, reject_on_worker_lost=True, shared=False)  # type: ignore[untyped-decorator]
+    def run_turn(payload: Any) -> dict[str, Any]:
+        return get_runner().run(payload)
+
+    return app
+
+
+class _Channel(kombu_redis.Channel):
+    """kombu's Redis channel, keeping one synchronous client per connection pool.
+
+    kombu makes a new `redis.Redis` for each delivery's unacked record and each
+    ack, and redis-py 8 takes about 60 us to build one: two per turn, in the
+    consumer thread every turn passes through. A client holds no connection of
+    its own (each command takes one from the pool), so threads may share it.
+    """
+
+    _shared: Any = None
+
+    def _create_client(self, asynchronous: bool = False) -> Any:
+        if asynchronous:
+            return super()._create_client(asynchronous=True)  # type: ignore[no-untyped-call]
+        shared = self._shared
+        # A reconnect replaces the pool: the client must follow it.
+        if shared is None or shared.connection_pool is not self.pool:
+            shared = self._shared = super()._create_client()  # type: ignore[no-untyped-call]
+        return shared
+
+
+class _Transport(kombu_redis.Transport):
+    Channel = _Channel
+
+
+def _broker_transport(url: str) -> type[_Transport] | None:
+    """kombu's Redis transport with a reused client, for the URLs that transport serves."""
+    return _Transport if urlsplit(url).scheme in ("redis", "rediss") else None
+
+
+def _redis_from_env() -> RedisSettings:
+    return RedisSettings(
+        url=os.environ.get("RELEVO_REDIS__URL", RedisSettings().url),
+        namespace=os.environ.get("RELEVO_REDIS__NAMESPACE", RedisSettings().namespace),
+    )
+
+
+def _lazy_runner(settings: Settings | None) -> Callable[[], TurnRunner]:
+    """The process's runner, made on first use: importing or starting needs no Redis."""
+    lock = threading.Lock()
+    made: list[TurnRunner] = []
+
+    def get() -> TurnRunner:
+        with lock:
+            if not made:
+                made.append(TurnRunner(settings or _settings_from_env()))
+            return made[0]
+
+    return get
+
+
+def _settings_from_env() -> Settings:
+    path = os.environ.get("RELEVO_CONFIG")
+    if not path:
+        raise RuntimeError("RELEVO_CONFIG must name the chain configuration (TOML) to run turns")
+    return load_settings(path)
+
+
+def _app_from_env() -> Celery:
+    path = os.environ.get("RELEVO_CONFIG")
+    settings = load_settings(path) if path else None
+    app = make_app(settings)
+
+    def configure_logging(instance: Any, **_: Any) -> None:
+        # Only `celery -A worker.fleet.app worker` starting this app: not an app made in-process.
+        if settings is not None and getattr(instance, "app", None) is app:
+            from worker.observability.logs import configure_from_settings
+
+            # Celery redirects `sys.stderr` into its logger, which would prefix each JSON line.
+            configure_from_settings(settings, stream=sys.__stderr__ or sys.stderr)
+
+    celeryd_init.connect(configure_logging, weak=False)
+    return app
+
+
+app = _app_from_env()

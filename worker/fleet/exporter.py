@@ -1,0 +1,165 @@
+"""The node's `/metrics`: every worker process's turn metrics, plus the fleet's state from Redis.
+
+`serve_metrics` runs in `relevo worker` (the parent): it gives the worker
+processes a fresh `PROMETHEUS_MULTIPROC_DIR`, serves their merged metrics on
+one port, and reads breakers, budgets and the kill switch from Redis at each
+scrape (`FleetCollector`). Redis slow or down costs a scrape its fleet gauges
+(logged), never the turn metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import structlog
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.multiprocess import MultiProcessCollector
+from redis.exceptions import RedisError
+
+import breakers
+import budgets
+from worker.guard.stores import breaker_store, budget_ledger
+from worker.observability.metrics import (
+    BREAKER_STATE,
+    KILL_SWITCH,
+    TENANT_BUDGET_REMAINING_MICROS,
+    TENANT_BUDGET_USED_RATIO,
+    TENANT_SPEND_MICROS,
+)
+from worker.settings import Settings
+
+__all__ = ["BREAKER_LEVELS", "FleetCollector", "serve_metrics"]
+
+log = structlog.get_logger("relevo.metrics")
+
+BREAKER_LEVELS = {
+    breakers.BreakerState.CLOSED: 0,
+    breakers.BreakerState.HALF_OPEN: 1,
+    breakers.BreakerState.OPEN: 2,
+}
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+_SCRAPE_TIMEOUT_S = 3.0
+_TENANTS_AT_ONCE = 16
+_UNREADABLE = (RedisError, OSError, TimeoutError, breakers.StoreUnavailableError)
+
+
+@dataclass(frozen=True, slots=True)
+class _Fleet:
+    scopes: list[breakers.ScopeReport]
+    kill_switch: bool
+    budgets: list[budgets.BudgetReport]
+
+
+class FleetCollector:
+    """Breaker states, tenant budgets and the kill switch, read from Redis at each scrape."""
+
+    def __init__(self, settings: Settings, *, timeout_s: float = _SCRAPE_TIMEOUT_S) -> None:
+        self.settings = settings
+        self.timeout_s = timeout_s
+
+    def collect(self) -> Iterator[Metric]:
+        # Called from the HTTP server's thread, where no event loop runs.
+        try:
+            fleet = asyncio.run(self._read())
+        except _UNREADABLE as exc:
+            log.warning("metrics.fleet_unreadable", error=type(exc).__name__)
+            return
+        breaker = GaugeMetricFamily(
+            BREAKER_STATE, "Breaker state: 0 closed, 1 half-open, 2 open", labels=["scope"]
+        )
+        for scope in fleet.scopes:
+            breaker.add_metric([scope.scope], BREAKER_LEVELS[scope.state])
+        yield breaker
+        yield GaugeMetricFamily(
+            KILL_SWITCH, "1 while the kill switch is on", value=fleet.kill_switch
+        )
+        yield from _budget_families(fleet.budgets)
+
+    async def _read(self) -> _Fleet:
+        where = self.settings.redis
+        client = breakers.connect(where.url, timeout_s=max(where.timeout_s, 1.0))
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                store = breaker_store(self.settings, client, know_scopes=True)
+                report = await breakers.Operators(store).report()
+                killed = await breakers.KillSwitch(client, namespace=where.namespace).status()
+                reports = await _budget_reports(budget_ledger(self.settings, client))
+        finally:
+            await client.aclose()
+        return _Fleet(report.scopes, killed is not None, reports)
+
+
+async def _budget_reports(ledger: budgets.Ledger) -> list[budgets.BudgetReport]:
+    gate = asyncio.Semaphore(_TENANTS_AT_ONCE)
+
+    async def one(tenant: str) -> budgets.BudgetReport | None:
+        async with gate:
+            try:
+                return await ledger.report(tenant)
+            except budgets.UnknownTenantError:
+                return None
+
+    found = await asyncio.gather(*(one(t) for t in await ledger.tenants()))
+    return [r for r in found if r is not None]
+
+
+def _budget_families(reports: list[budgets.BudgetReport]) -> Iterator[Metric]:
+    labels = ["tenant", "period"]
+    spend = GaugeMetricFamily(
+        TENANT_SPEND_MICROS, "Spent this UTC day or month, micro-dollars", labels=labels
+    )
+    remaining = GaugeMetricFamily(
+        TENANT_BUDGET_REMAINING_MICROS,
+        "Budget left this UTC day or month (after holds), micro-dollars",
+        labels=labels,
+    )
+    used = GaugeMetricFamily(
+        TENANT_BUDGET_USED_RATIO,
+        "Share of the period's budget spent or held (0 to 1+); absent for a zero budget",
+        labels=labels,
+    )
+    for report in reports:
+        for period, numbers in (("day", report.day), ("month", report.month)):
+            key = [report.tenant, period]
+            spend.add_metric(key, numbers.spent_micros)
+            remaining.add_metric(key, numbers.remaining_micros)
+            if numbers.limit_micros > 0:
+                taken = numbers.spent_micros + numbers.reserved_micros
+                used.add_metric(key, taken / numbers.limit_micros)
+    yield from (spend, remaining, used)
+
+
+@contextmanager
+def serve_metrics(settings: Settings, port: int) -> Iterator[dict[str, str]]:
+    """Serve the node's metrics on `port` while the block runs.
+
+    Yields the environment the worker processes need (the multiprocess directory).
+    With `port` 0, or a port that cannot be bound, nothing is served and the
+    environment is empty: a node without its metrics endpoint still runs turns
+    (and Prometheus sees the target down).
+    """
+    if port == 0:
+        yield {}
+        return
+    with tempfile.TemporaryDirectory(prefix="relevo-metrics-") as path:
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry, path=path)  # type: ignore[no-untyped-call]
+        registry.register(FleetCollector(settings))
+        addr = settings.observability.metrics_addr
+        try:
+            server, thread = start_http_server(port, addr, registry)
+        except OSError as exc:
+            log.error("metrics.not_served", addr=addr, port=port, error=exc.strerror or str(exc))
+            yield {}
+            return
+        try:
+            yield {MULTIPROC_ENV: path}
+        finally:
+            server.shutdown()
+            server.server_close()
+            thread.join(timeout=5)

@@ -1,0 +1,148 @@
+"""Where a turn's outcome lives between deliveries: its result, its claim, its stream.
+
+A turn is reported once: the first result saved wins (SET NX GET: the write and
+the read of the standing result are one command, Redis >= 7), later deliveries
+of the same turn read it instead of calling models again. A claim (SET NX PX)
+keeps two deliveries of one turn from running it at the same time; it expires
+with the turn's deadline, so a dead worker's claim frees itself. Content of a
+streaming turn goes to a Redis stream per turn, ended by an empty `end` entry.
+
+    {N}:turn:<id>:result   string  the TurnResult JSON    (TTL: result_ttl_s)
+    {N}:turn:<id>:claim    string  the claiming worker    (TTL: deadline + margin)
+    {N}:turn:<id>:chunks   stream  text / end entries     (TTL: result_ttl_s)
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, cast
+
+from redis.asyncio import Redis
+
+from worker.guard.autopipeline import AutoPipeline
+from worker.types import TurnResult
+
+__all__ = ["TurnKeys", "TurnStore"]
+
+_CHUNK_MAXLEN = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class TurnKeys:
+    """Every key the worker side writes, under one namespace."""
+
+    namespace: str = "relevo"
+
+    def result(self, turn_id: str) -> str:
+        return f"{{{self.namespace}}}:turn:{turn_id}:result"
+
+    def claim(self, turn_id: str) -> str:
+        return f"{{{self.namespace}}}:turn:{turn_id}:claim"
+
+    def chunks(self, turn_id: str) -> str:
+        return f"{{{self.namespace}}}:turn:{turn_id}:chunks"
+
+
+class TurnStore:
+    """Results, claims and content streams of turns, on Redis."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        *,
+        namespace: str = "relevo",
+        ttl_s: int = 86_400,
+        pipes: AutoPipeline | None = None,
+    ) -> None:
+        """`pipes`: share a process's `AutoPipeline` (on `redis`) so that the claims and
+        saves of concurrent turns ride the guard's round trips."""
+        self.redis = redis
+        self.keys = TurnKeys(namespace)
+        self.ttl_s = ttl_s
+        self.pipes = pipes or AutoPipeline(redis)
+
+    async def result(self, turn_id: str) -> TurnResult | None:
+        """The turn's saved result, if it finished."""
+        raw = await self.redis.get(self.keys.result(turn_id))
+        return None if raw is None else TurnResult.model_validate_json(raw)
+
+    async def claim(self, turn_id: str, holder: str, ttl_s: float) -> bool | TurnResult:
+        """Take the right to run the turn now (True), unless it already ran (its result)
+        or another delivery is running it (False). One round trip."""
+        claim = self.keys.claim(turn_id)
+        slot = self.pipes.open()
+        slot.pipe.get(self.keys.result(turn_id))
+        # execute_command: redis-py 8's `set` checks its arguments for ~10 us a call.
+        slot.pipe.execute_command("SET", claim, holder, "NX", "PX", max(1, int(ttl_s * 1000)))
+        raw, claimed = _raised(await slot.send())
+        if raw is None:
+            return bool(claimed)
+        if claimed:
+            await self.redis.delete(claim)
+        return _parsed(raw)
+
+    async def save(self, result: TurnResult) -> TurnResult:
+        """Save the result unless one was saved first; return the one that stands."""
+        slot = self.pipes.open()
+        # NX GET: the reply is the result saved first (it stands), or nil (ours does).
+        key, saved = self.keys.result(result.turn_id), result.model_dump_json()
+        slot.pipe.execute_command("SET", key, saved, "NX", "GET", "EX", self.ttl_s, get=True)
+        slot.pipe.delete(self.keys.claim(result.turn_id))
+        standing, _ = _raised(await slot.send())
+        return result if standing is None else _parsed(standing)
+
+    async def wait_result(self, turn_id: str, timeout_s: float) -> TurnResult | None:
+        """Wait for another delivery's result, or for its claim to lapse (None)."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + timeout_s
+        while loop.time() < until:
+            slot = self.pipes.open()
+            slot.pipe.get(self.keys.result(turn_id))
+            slot.pipe.exists(self.keys.claim(turn_id))
+            raw, claimed = _raised(await slot.send())
+            if raw is not None:
+                return _parsed(raw)
+            if not claimed:
+                # Released just now: its result, if it saved one, was written first.
+                return await self.result(turn_id)
+            await asyncio.sleep(0.1)
+        return None
+
+    async def publish(self, turn_id: str, text: str) -> None:
+        await self._append(turn_id, {"text": text})
+
+    async def end_stream(self, turn_id: str) -> None:
+        await self._append(turn_id, {"end": "1"})
+
+    async def _append(self, turn_id: str, entry: dict[Any, Any]) -> None:
+        key = self.keys.chunks(turn_id)
+        slot = self.pipes.open()
+        slot.pipe.xadd(key, entry, maxlen=_CHUNK_MAXLEN, approximate=True)
+        slot.pipe.expire(key, self.ttl_s)
+        _raised(await slot.send())
+
+    async def tail(self, turn_id: str, *, block_ms: int = 1000) -> AsyncIterator[str]:
+        """The turn's content as it arrives, from the start, until its end marker."""
+        key, last = self.keys.chunks(turn_id), "0-0"
+        while True:
+            batches: Any = await self.redis.xread({key: last}, block=block_ms, count=100)
+            for _, entries in batches:
+                for entry_id, fields in entries:
+                    last = entry_id
+                    if b"end" in fields:
+                        return
+                    yield bytes(fields[b"text"]).decode()
+
+
+def _raised(replies: list[object]) -> list[object]:
+    """The replies, raising the first that is an error (the runner falls back on it)."""
+    for reply in replies:
+        if isinstance(reply, BaseException):
+            raise reply
+    return replies
+
+
+def _parsed(raw: object) -> TurnResult:
+    return TurnResult.model_validate_json(cast(bytes, raw))

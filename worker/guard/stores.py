@@ -1,0 +1,76 @@
+"""The fleet's stores as the configuration describes them, and the breaker scopes of a chain.
+
+Every path that reads or writes the shared state (the guard, the operator commands,
+the metrics endpoint) builds its breaker store and ledger here, so they all apply the
+same configured policy to the same scope names.
+"""
+
+from __future__ import annotations
+
+from redis.asyncio import Redis
+
+import breakers
+import budgets
+from worker.guard.protocol import Target
+from worker.settings import Settings
+
+__all__ = ["breaker_store", "budget_ledger", "configured_scopes", "model_scope", "vendor_scope"]
+
+
+def model_scope(target: Target) -> str:
+    """The breaker of one model on one provider."""
+    return f"model:{target.model}@{target.provider}"
+
+
+def vendor_scope(target: Target) -> str:
+    """The breaker of every model of a vendor."""
+    return f"vendor:{target.vendor}"
+
+
+def configured_scopes(settings: Settings) -> list[str]:
+    """The model and vendor scopes the configured chain can touch."""
+    scopes: dict[str, None] = {}
+    for slug in settings.chain.models:
+        model = settings.models[slug]
+        for serving in model.serve:
+            target = Target(slug, model.vendor, serving.provider, serving.model_id)
+            scopes[model_scope(target)] = None
+            scopes[vendor_scope(target)] = None
+    return list(scopes)
+
+
+def breaker_store(
+    settings: Settings, redis: Redis, *, know_scopes: bool = False
+) -> breakers.FleetBreakers:
+    """The fleet's breakers with the configured policy; `know_scopes` lets operators name
+    the configured scopes before the fleet has called them."""
+    b = settings.breakers
+    policy = breakers.Policy(
+        window_s=b.window_s,
+        min_calls_in_window=b.min_calls_in_window,
+        failure_rate_threshold=b.failure_rate_threshold,
+        consecutive_failures_threshold=b.consecutive_failures_threshold,
+        break_s=b.break_s,
+        max_break_s=b.max_break_s,
+        probe_ttl_s=b.probe_ttl_s,
+    )
+    cooldowns = breakers.CooldownPolicy(
+        default_cooldown_s=b.default_cooldown_s, exhausted_ttl_s=b.exhausted_ttl_s
+    )
+    return breakers.FleetBreakers(
+        redis,
+        namespace=settings.redis.namespace,
+        policy=policy,
+        cooldowns=cooldowns,
+        scopes=configured_scopes(settings) if know_scopes else (),
+    )
+
+
+def budget_ledger(settings: Settings, redis: Redis) -> budgets.Ledger:
+    """The tenants' budgets, with the configured default limits."""
+    limits = settings.budgets.default_limits_micros()
+    return budgets.Ledger(
+        redis,
+        namespace=settings.redis.namespace,
+        default_limits=budgets.Limits(*limits) if limits else None,
+    )

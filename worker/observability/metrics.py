@@ -1,0 +1,151 @@
+"""Prometheus metrics of turns and attempts, recorded once per turn by the runner.
+
+Each worker process records into its own `TurnMetrics`. Under `relevo worker`
+the processes run in prometheus-client's multiprocess mode
+(`PROMETHEUS_MULTIPROC_DIR`), and the parent serves them all on one port
+together with the fleet's state read from Redis at scrape time
+(`worker.fleet.exporter`). The names below are a contract with `deploy/`
+(alert rules, dashboard): change them there too.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from worker.observability.alert import FallbackWatch
+from worker.settings import ObservabilitySettings
+from worker.types import AttemptOutcome, TurnResult
+
+__all__ = [
+    "ATTEMPTS_TOTAL",
+    "ATTEMPT_DURATION_SECONDS",
+    "BREAKER_STATE",
+    "FALLBACK_RATE",
+    "KILL_SWITCH",
+    "METRIC_NAMES",
+    "SERIES_NAMES",
+    "TENANT_BUDGET_REMAINING_MICROS",
+    "TENANT_BUDGET_USED_RATIO",
+    "TENANT_SPEND_MICROS",
+    "TURNS_TOTAL",
+    "TURN_DURATION_SECONDS",
+    "TurnMetrics",
+    "is_exported",
+]
+
+TURNS_TOTAL = "relevo_turns_total"
+ATTEMPTS_TOTAL = "relevo_attempts_total"
+TURN_DURATION_SECONDS = "relevo_turn_duration_seconds"
+ATTEMPT_DURATION_SECONDS = "relevo_attempt_duration_seconds"
+BREAKER_STATE = "relevo_breaker_state"
+TENANT_SPEND_MICROS = "relevo_tenant_spend_micros"
+TENANT_BUDGET_REMAINING_MICROS = "relevo_tenant_budget_remaining_micros"
+TENANT_BUDGET_USED_RATIO = "relevo_tenant_budget_used_ratio"
+FALLBACK_RATE = "relevo_fallback_rate"
+KILL_SWITCH = "relevo_kill_switch"
+
+# Every metric name and its labels, as PromQL sees them.
+METRIC_NAMES: dict[str, tuple[str, ...]] = {
+    TURNS_TOTAL: ("status", "effective_model", "step"),
+    ATTEMPTS_TOTAL: ("model", "provider", "outcome", "error_class"),
+    TURN_DURATION_SECONDS: ("status",),
+    ATTEMPT_DURATION_SECONDS: ("model", "provider", "outcome"),
+    BREAKER_STATE: ("scope",),
+    TENANT_SPEND_MICROS: ("tenant", "period"),
+    TENANT_BUDGET_REMAINING_MICROS: ("tenant", "period"),
+    TENANT_BUDGET_USED_RATIO: ("tenant", "period"),
+    # `pid` too under several processes: one series per live process.
+    FALLBACK_RATE: (),
+    KILL_SWITCH: (),
+}
+_HISTOGRAMS = (TURN_DURATION_SECONDS, ATTEMPT_DURATION_SECONDS)
+# The series names a query may use: histograms add _bucket, _sum and _count.
+SERIES_NAMES = frozenset(METRIC_NAMES) | {
+    f"{name}{suffix}" for name in _HISTOGRAMS for suffix in ("_bucket", "_sum", "_count")
+}
+
+# Turns wait on LLMs: seconds to minutes. Attempts include first-byte timeouts.
+_TURN_BUCKETS_S = (0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300)
+_ATTEMPT_BUCKETS_S = (0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120)
+
+
+def is_exported(series: str) -> bool:
+    """Whether `series` (e.g. `relevo_turn_duration_seconds_bucket`) is one this code exports."""
+    return series in SERIES_NAMES
+
+
+def _counter_base(name: str) -> str:
+    # prometheus-client adds `_total` to a counter's name itself.
+    return name.removesuffix("_total")
+
+
+class TurnMetrics:
+    """The per-process turn metrics and fallback-rate alert; `record` once per turn run."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        *,
+        watch: FallbackWatch | None = None,
+    ) -> None:
+        # A registry of its own: two runners in one test process do not collide.
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.watch = watch or FallbackWatch()
+        r = self.registry
+        self.turns = Counter(
+            _counter_base(TURNS_TOTAL), "Turns run", METRIC_NAMES[TURNS_TOTAL], registry=r
+        )
+        self.attempts = Counter(
+            _counter_base(ATTEMPTS_TOTAL),
+            "Tries and skips of a model on a provider",
+            METRIC_NAMES[ATTEMPTS_TOTAL],
+            registry=r,
+        )
+        self.turn_seconds = Histogram(
+            TURN_DURATION_SECONDS,
+            "Turn latency, end to end",
+            METRIC_NAMES[TURN_DURATION_SECONDS],
+            buckets=_TURN_BUCKETS_S,
+            registry=r,
+        )
+        self.attempt_seconds = Histogram(
+            ATTEMPT_DURATION_SECONDS,
+            "Latency of one call to a model (skips excluded)",
+            METRIC_NAMES[ATTEMPT_DURATION_SECONDS],
+            buckets=_ATTEMPT_BUCKETS_S,
+            registry=r,
+        )
+        self.fallback_rate = Gauge(
+            FALLBACK_RATE,
+            "Share of this process's turns with step >= 1 over the sliding window",
+            registry=r,
+            multiprocess_mode="liveall",
+        )
+
+    @classmethod
+    def from_settings(cls, settings: ObservabilitySettings) -> TurnMetrics:
+        watch = FallbackWatch(
+            threshold=settings.fallback_alert_threshold,
+            window_s=settings.fallback_window_s,
+            min_turns=settings.fallback_min_turns,
+        )
+        return cls(watch=watch)
+
+    def record(self, result: TurnResult) -> None:
+        """Count a finished turn and each of its attempts; update the fallback rate."""
+        step = "" if result.step is None else str(result.step)
+        status = result.status.value
+        self.turns.labels(status, result.effective_model or "", step).inc()
+        self.turn_seconds.labels(status).observe(result.latency_ms / 1000)
+        for attempt in result.attempts:
+            outcome = attempt.outcome.value
+            self.attempts.labels(
+                attempt.model, attempt.provider, outcome, attempt.error_class or ""
+            ).inc()
+            if attempt.outcome is not AttemptOutcome.SKIPPED:
+                self.attempt_seconds.labels(attempt.model, attempt.provider, outcome).observe(
+                    attempt.latency_ms / 1000
+                )
+        # Every turn counts, as in the fleet-wide rate Prometheus computes from `turns`.
+        fell_back = result.step is not None and result.step >= 1
+        self.fallback_rate.set(self.watch.record(fell_back))

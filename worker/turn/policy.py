@@ -1,0 +1,84 @@
+"""What the chain does about each failure, and what the breakers are told: one table.
+
+`RULES` gives each error class (`worker.errors`) a `Decision` for the chain and a
+`Signal` for the breaker and cooldown layer, as in DESIGN.md "What each failure gets".
+Which class a provider's response is belongs to `worker.adapters.classify`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from types import MappingProxyType
+
+from worker.errors import (
+    AuthFailed,
+    ConnectionFailed,
+    ContextTooLong,
+    DeadlineExceeded,
+    FirstByteTimeout,
+    InvalidRequest,
+    MalformedResponse,
+    Overloaded,
+    QuotaExhausted,
+    RateLimited,
+    ResponseTimeout,
+    ServerError,
+)
+from worker.guard.protocol import Signal
+
+__all__ = ["RULES", "Decision", "Rule", "rule_for"]
+
+
+class Decision(StrEnum):
+    """What the chain does after a failed attempt."""
+
+    RETRY_THEN_NEXT = "retry_then_next"
+    NEXT = "next"
+    WAIT_OR_NEXT = "wait_or_next"
+    DEGRADE = "degrade"
+    FAIL = "fail"
+    LARGER_WINDOW = "larger_window"
+    STOP = "stop"
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One row of the decision table."""
+
+    decision: Decision
+    signal: Signal
+
+
+RULES: Mapping[type[BaseException], Rule] = MappingProxyType(
+    {
+        ServerError: Rule(Decision.RETRY_THEN_NEXT, Signal.FAILURE),
+        ConnectionFailed: Rule(Decision.RETRY_THEN_NEXT, Signal.FAILURE),
+        MalformedResponse: Rule(Decision.RETRY_THEN_NEXT, Signal.FAILURE),
+        Overloaded: Rule(Decision.NEXT, Signal.MODEL_FAILURE),
+        FirstByteTimeout: Rule(Decision.NEXT, Signal.FAILURE),
+        # Only raised once content has streamed, where the chain's lock forbids moving on.
+        ResponseTimeout: Rule(Decision.NEXT, Signal.FAILURE),
+        RateLimited: Rule(Decision.WAIT_OR_NEXT, Signal.RATE_LIMITED),
+        QuotaExhausted: Rule(Decision.DEGRADE, Signal.EXHAUSTED),
+        AuthFailed: Rule(Decision.FAIL, Signal.NEUTRAL),
+        InvalidRequest: Rule(Decision.FAIL, Signal.NEUTRAL),
+        ContextTooLong: Rule(Decision.LARGER_WINDOW, Signal.NEUTRAL),
+        DeadlineExceeded: Rule(Decision.STOP, Signal.NEUTRAL),
+        asyncio.CancelledError: Rule(Decision.STOP, Signal.NEUTRAL),
+    }
+)
+"""The decision table of DESIGN.md, keyed by exception class."""
+
+_UNKNOWN = Rule(Decision.FAIL, Signal.NEUTRAL)
+
+
+def rule_for(error: BaseException) -> Rule:
+    """The rule of the nearest class of `error` in `RULES`; unknown errors fail, neutrally."""
+    for klass in type(error).__mro__:
+        rule = RULES.get(klass)
+        if rule is not None:
+            return rule
+    return _UNKNOWN

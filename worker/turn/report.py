@@ -1,0 +1,277 @@
+"""What a turn reports: one `Attempt` per try or skip, then one `TurnResult`.
+
+Reports and logs live outside the model's context. They carry names, codes,
+statuses and timings; never API keys, never whole prompts. Log events also carry
+the OpenTelemetry GenAI names (`gen_ai.request.model`, `gen_ai.provider.name`…)
+beside our own, so a GenAI-aware backend reads them without a mapping.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections.abc import Sequence
+
+import structlog
+
+from worker.adapters.base import Completion
+from worker.errors import ProviderError
+from worker.guard.protocol import Target
+from worker.observability.redact import redact_text
+from worker.settings import DegradationSettings
+from worker.turn.capability import Fit
+from worker.types import (
+    Attempt,
+    AttemptOutcome,
+    Reply,
+    Status,
+    TurnRequest,
+    TurnResult,
+    Usage,
+)
+
+__all__ = ["TurnReport", "jumps"]
+
+log = structlog.get_logger("relevo.turn")
+
+_DETAIL_CHARS = 300
+# OpenTelemetry GenAI semantic conventions (gen-ai registry): the names GenAI tooling reads.
+GEN_AI_OPERATION = "gen_ai.operation.name"
+GEN_AI_PROVIDER = "gen_ai.provider.name"
+GEN_AI_REQUEST_MODEL = "gen_ai.request.model"
+GEN_AI_RESPONSE_MODEL = "gen_ai.response.model"
+GEN_AI_INPUT_TOKENS = "gen_ai.usage.input_tokens"
+GEN_AI_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+ERROR_TYPE = "error.type"
+
+
+class TurnReport:
+    """Collects a turn's attempts and errors, and builds its result."""
+
+    def __init__(self, request: TurnRequest, *, primary_model: str) -> None:
+        self.request = request
+        self.primary_model = primary_model
+        self.attempts: list[Attempt] = []
+        self.errors: list[Exception] = []
+        self.started = time.monotonic()
+        # True once content has streamed: no fallback after that.
+        self.locked = False
+        self.target: Target | None = None
+        self.step: int | None = None
+        self.fit: Fit | None = None
+        self.reply: Reply | None = None
+        self.usage = Usage()
+        self.cost_micros = 0
+
+    def lock(self) -> None:
+        self.locked = True
+
+    def _add(self, attempt: Attempt, usage: Usage | None = None) -> None:
+        self.attempts.append(attempt)
+        # The answering attempt is in the turn's own line (turn.completed); its own
+        # line is debug: one info line per healthy turn, failures logged as they happen.
+        answered = attempt.outcome is AttemptOutcome.OK
+        if answered and not log.is_enabled_for(logging.DEBUG):
+            return
+        semconv: dict[str, object] = {
+            GEN_AI_OPERATION: "chat",
+            GEN_AI_PROVIDER: attempt.provider,
+            GEN_AI_REQUEST_MODEL: attempt.provider_model,
+        }
+        if answered:
+            semconv[GEN_AI_RESPONSE_MODEL] = attempt.provider_model
+        if attempt.error_class is not None:
+            semconv[ERROR_TYPE] = attempt.error_class
+        if usage is not None:
+            semconv[GEN_AI_INPUT_TOKENS] = usage.input_tokens
+            semconv[GEN_AI_OUTPUT_TOKENS] = usage.output_tokens
+        (log.debug if answered else log.info)(
+            "turn.attempt",
+            turn_id=self.request.turn_id,
+            tenant_id=self.request.tenant_id,
+            **attempt.model_dump(mode="json", exclude_none=True),
+            **semconv,
+        )
+
+    def skip(self, target: Target, reason: str, detail: str | None = None) -> None:
+        self._add(_attempt(target, AttemptOutcome.SKIPPED, error_class=reason, detail=detail))
+
+    def error(
+        self, target: Target, error: ProviderError, latency_s: float, retry_index: int
+    ) -> None:
+        if self.locked and self.target is None:
+            self.target = target
+        self.errors.append(error)
+        self._add(
+            _attempt(
+                target,
+                AttemptOutcome.ERROR,
+                http_status=error.status,
+                error_class=error.code,
+                detail=error.message[:_DETAIL_CHARS],
+                latency_ms=round(latency_s * 1000),
+                retry_index=retry_index,
+            )
+        )
+
+    def interrupted(self, target: Target, latency_s: float, retry_index: int) -> None:
+        """The call was cut short by the turn's deadline or the caller's cancellation."""
+        self._add(
+            _attempt(
+                target,
+                AttemptOutcome.ERROR,
+                error_class="interrupted",
+                latency_ms=round(latency_s * 1000),
+                retry_index=retry_index,
+            )
+        )
+
+    def answered(
+        self,
+        target: Target,
+        completion: Completion,
+        *,
+        step: int,
+        fit: Fit,
+        cost_micros: int,
+        latency_s: float,
+        retry_index: int,
+    ) -> None:
+        self._add(
+            _attempt(
+                target,
+                AttemptOutcome.OK,
+                http_status=200,
+                latency_ms=round(latency_s * 1000),
+                retry_index=retry_index,
+            ),
+            completion.usage,
+        )
+        self.step, self.target, self.fit = step, target, fit
+        self.reply = Reply(text=completion.text, tool_calls=completion.tool_calls)
+        self.usage = completion.usage
+        self.cost_micros = cost_micros
+
+    def ok(self) -> TurnResult:
+        """The turn was answered; read-only answers are a degradation the caller must see."""
+        if self.fit is not None and self.fit.read_only:
+            return self._result(Status.DEGRADED, "read_only")
+        return self._result(Status.OK, None)
+
+    def degraded(
+        self, reason: str, settings: DegradationSettings, error: Exception | None = None
+    ) -> TurnResult:
+        if error is not None:
+            self.errors.append(error)
+        return self._result(
+            Status.DEGRADED,
+            reason,
+            degradation=settings.action,
+            degradation_message=settings.message if settings.action == "message" else None,
+        )
+
+    def failed(self, reason: str, error: Exception | None = None) -> TurnResult:
+        if error is not None and error not in self.errors:
+            self.errors.append(error)
+        return self._result(Status.FAILED, reason)
+
+    def exhausted(self) -> TurnResult:
+        """Every model was tried or skipped and none answered."""
+        return self._result(Status.FAILED, "chain_exhausted")
+
+    def rejected(self, reason: str, error: Exception | None = None) -> TurnResult:
+        if error is not None:
+            self.errors.append(error)
+        return self._result(Status.REJECTED, reason)
+
+    def _result(self, status: Status, reason: str | None, **extra: object) -> TurnResult:
+        target, fit = self.target, self.fit
+        failed = status in (Status.FAILED, Status.REJECTED)
+        error = "; ".join(str(e) for e in self.errors) if failed and self.errors else None
+        if error is not None:
+            error = redact_text(error)
+        result = TurnResult.model_validate(
+            {
+                "turn_id": self.request.turn_id,
+                "tenant_id": self.request.tenant_id,
+                "status": status,
+                "reason": reason,
+                "error": error,
+                "primary_model": self.primary_model,
+                "effective_model": target.model if target else None,
+                "effective_provider": target.provider if target else None,
+                "step": self.step,
+                "attempts": tuple(self.attempts),
+                "reply": self.reply,
+                "usage": self.usage,
+                "cost_micros": self.cost_micros,
+                "read_only": fit.read_only if fit else False,
+                "dropped_tools": fit.dropped_tools if fit else (),
+                "trimmed_messages": fit.trimmed_messages if fit else 0,
+                "latency_ms": round((time.monotonic() - self.started) * 1000),
+                **extra,
+            }
+        )
+        result._errors = tuple(self.errors)
+        self._log_completed(result)
+        return result
+
+    def _log_completed(self, result: TurnResult) -> None:
+        target, attempts = self.target, result.attempts
+        # The first attempt is always the primary's (a try or a skip): its provider model id.
+        requested = attempts[0].provider_model if attempts else result.primary_model
+        semconv: dict[str, object] = {GEN_AI_OPERATION: "chat", GEN_AI_REQUEST_MODEL: requested}
+        if target is not None:
+            semconv[GEN_AI_PROVIDER] = target.provider
+            semconv[GEN_AI_RESPONSE_MODEL] = target.provider_model
+        if self.reply is not None:
+            semconv[GEN_AI_INPUT_TOKENS] = result.usage.input_tokens
+            semconv[GEN_AI_OUTPUT_TOKENS] = result.usage.output_tokens
+        log.info(
+            "turn.completed",
+            turn_id=result.turn_id,
+            tenant_id=result.tenant_id,
+            status=result.status.value,
+            reason=result.reason,
+            primary_model=result.primary_model,
+            effective_model=result.effective_model,
+            effective_provider=result.effective_provider,
+            step=result.step,
+            attempts=len(attempts),
+            jumps=jumps(attempts),
+            attempt_latency_ms=[a.latency_ms for a in attempts],
+            latency_ms=result.latency_ms,
+            cost_micros=result.cost_micros,
+            **semconv,
+        )
+
+
+def jumps(attempts: Sequence[Attempt]) -> list[dict[str, object]]:
+    """Why the turn left each model or provider it left: the last attempt there, in order."""
+    moves: list[dict[str, object]] = []
+    for here, after in itertools.pairwise(attempts):
+        if (here.model, here.provider) != (after.model, after.provider):
+            moves.append(
+                {
+                    "model": here.model,
+                    "provider": here.provider,
+                    "status": here.http_status,
+                    "error_class": here.error_class,
+                }
+            )
+    return moves
+
+
+def _attempt(target: Target, outcome: AttemptOutcome, **fields: object) -> Attempt:
+    if isinstance(fields.get("detail"), str):
+        fields["detail"] = redact_text(str(fields["detail"]))
+    return Attempt.model_validate(
+        {
+            "model": target.model,
+            "provider": target.provider,
+            "provider_model": target.provider_model,
+            "outcome": outcome,
+            **fields,
+        }
+    )
