@@ -1,13 +1,14 @@
 """Fleet-wide circuit breakers, cooldowns, exhausted marks and the kill switch, on Redis.
 
 Knows nothing of Celery, HTTP or LLMs: it takes scope names, holders, seconds and
-verdicts. Importing it never touches Redis. See docs/breakers.md.
+verdicts. Importing it never touches Redis. `breakers.rediskit` holds the Redis plumbing
+that `budgets` shares (keys, names, scripts, clock, failures): budgets imports breakers,
+never the other way. See docs/breakers.md.
 """
 
 from __future__ import annotations
 
-from breakers.client import connect, in_memory
-from breakers.entries import Cooldown, Entry, Exhausted, Outcome, Pair, Verdict
+from breakers.connection import connect, in_memory
 from breakers.errors import (
     BreakersError,
     InvalidNameError,
@@ -17,12 +18,13 @@ from breakers.errors import (
     UnknownScopeError,
 )
 from breakers.held import HeldTurn, HeldTurns
-from breakers.keys import Keys, validate_name
+from breakers.keys import validate_name
 from breakers.killswitch import KillSwitch
 from breakers.operators import CooldownReport, ExhaustedReport, FleetReport, Operators, ScopeReport
+from breakers.outcomes import Cooldown, Entry, Exhausted, Outcome, Pair, Verdict
 from breakers.policy import CooldownPolicy, Policy
+from breakers.rediskit import FORBIDDEN_ERRORS, STORE_ERRORS
 from breakers.resilient import ResilientBreakers
-from breakers.scripts import Parse
 from breakers.state import (
     BreakerState,
     FleetState,
@@ -34,6 +36,8 @@ from breakers.state import (
 from breakers.store import FleetBreakers
 
 __all__ = [
+    "FORBIDDEN_ERRORS",
+    "STORE_ERRORS",
     "BreakerState",
     "BreakersError",
     "Cooldown",
@@ -49,13 +53,11 @@ __all__ = [
     "HeldTurns",
     "InvalidNameError",
     "InvalidPolicyError",
-    "Keys",
     "KillSwitch",
     "KillSwitchState",
     "Operators",
     "Outcome",
     "Pair",
-    "Parse",
     "Policy",
     "ResilientBreakers",
     "ScopeReport",

@@ -13,9 +13,9 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
-from breakers._errors import unavailable_as_error
 from breakers.keys import Keys, validate_name
-from breakers.scripts import Parse, Scripts, raise_if_error, run_one, text
+from breakers.rediskit import Parse, raise_if_error, text, unavailable_as_error
+from breakers.scripts import SCRIPTS
 
 __all__ = ["HeldTurn", "HeldTurns"]
 
@@ -46,7 +46,6 @@ class HeldTurns:
     def __init__(self, redis: Redis, *, namespace: str = "relevo", max_len: int = 100_000) -> None:
         self._redis = redis
         self._keys = Keys(namespace)
-        self._scripts = Scripts(redis)
         self._max_len = max_len
 
     async def hold(self, turn_id: str, payload: str) -> str:
@@ -76,7 +75,7 @@ class HeldTurns:
         """Remove and return up to `limit` of the oldest held turns; no one else gets them."""
 
         def queue(pipe: Pipeline) -> Parse[list[HeldTurn]]:
-            self._scripts.queue(pipe, "take_held", [self._keys.held], [limit])
+            SCRIPTS.queue(pipe, "take_held", [self._keys.held], [limit])
 
             async def parse(reply: object) -> list[HeldTurn]:
                 row: list[Any] = raise_if_error(reply)
@@ -85,4 +84,4 @@ class HeldTurns:
             return parse
 
         async with unavailable_as_error("take held turns"):
-            return await run_one(self._redis, self._scripts, queue)
+            return await SCRIPTS.run(self._redis, queue)

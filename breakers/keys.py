@@ -1,7 +1,9 @@
 """Every Redis key `breakers` writes, in one place.
 
-All keys of a namespace share the Redis Cluster hash tag ``{namespace}``, so one
-Lua script may touch any of them. Layout (``N`` = namespace)::
+All keys of a namespace share the Redis Cluster hash tag ``{namespace}`` (the same tag as
+`budgets`' keys), so one Lua script may touch any of them; every key a script touches is
+passed in KEYS. Names follow `NAME_RULE`, the namespace `rediskit.NAMESPACE`. Layout
+(``N`` = namespace)::
 
     {N}:kill                  hash    who, why, since_ms            (no TTL: set by a person)
     {N}:held                  stream  turn_id, payload              (no TTL: turns kept for replay)
@@ -19,16 +21,24 @@ Every key a worker writes carries a TTL that the Lua scripts refresh.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from breakers.errors import InvalidNameError
+from breakers.rediskit import NAMESPACE, NameRule, check_name, hash_tag
 
-__all__ = ["MAX_NAME_CHARS", "NAME_ALPHABET", "Keys", "validate_name"]
+__all__ = ["MAX_NAME_CHARS", "NAME_ALPHABET", "NAME_RULE", "Keys", "validate_name"]
 
 MAX_NAME_CHARS = 200
 NAME_ALPHABET = "A-Z a-z 0-9 and . _ - : / @"
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@-]*")
+# Scopes, accounts, models, holders and turn ids: wide enough for "model:openai/gpt-5@azure".
+NAME_RULE = NameRule(
+    chars="A-Za-z0-9._:/@-",
+    first="A-Za-z0-9",
+    max_chars=MAX_NAME_CHARS,
+    says=NAME_ALPHABET,
+    first_says="a letter or digit",
+    dots=False,
+)
 PAIR_SEPARATOR = "|"  # outside the alphabet, so "<account>|<model>" splits back unambiguously
 
 
@@ -39,19 +49,7 @@ def validate_name(name: str, what: str = "name") -> str:
     digit, without "..". So ``vendor:openai`` and ``model:openai/gpt-5@azure-east`` pass;
     ``*``, ``{``, whitespace and empty names do not.
     """
-    if not isinstance(name, str) or not name:
-        raise InvalidNameError(f"{what} must be a non-empty string, got {name!r}")
-    if len(name) > MAX_NAME_CHARS:
-        raise InvalidNameError(
-            f"{what} is {len(name)} characters long; the limit is {MAX_NAME_CHARS}"
-        )
-    if ".." in name:
-        raise InvalidNameError(f"{what} {name!r} contains '..'")
-    if not _NAME.fullmatch(name):
-        raise InvalidNameError(
-            f"{what} {name!r} must start with a letter or digit and use only {NAME_ALPHABET}"
-        )
-    return name
+    return check_name(name, what, NAME_RULE, InvalidNameError)
 
 
 @dataclass(frozen=True)
@@ -61,11 +59,11 @@ class Keys:
     namespace: str = "relevo"
 
     def __post_init__(self) -> None:
-        validate_name(self.namespace, "namespace")
+        check_name(self.namespace, "namespace", NAMESPACE, InvalidNameError)
 
     @property
     def _prefix(self) -> str:
-        return "{" + self.namespace + "}"
+        return hash_tag(self.namespace)
 
     @property
     def kill(self) -> str:

@@ -8,9 +8,9 @@ import structlog
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
-from breakers._errors import unavailable_as_error
 from breakers.keys import Keys
-from breakers.scripts import Parse, Scripts, raise_if_error, run_one, text
+from breakers.rediskit import Parse, raise_if_error, text, unavailable_as_error
+from breakers.scripts import SCRIPTS
 from breakers.state import KillSwitchState
 
 __all__ = ["KillSwitch"]
@@ -26,12 +26,14 @@ def _check_text(value: str, what: str) -> str:
 
 
 class KillSwitch:
-    """Only a person turns it on or off; nothing in the chain ever flips it."""
+    """Only a person turns it on or off; nothing in the chain ever flips it.
+
+    Its times are always the Redis server's: a person's action is never on a test clock.
+    """
 
     def __init__(self, redis: Redis, *, namespace: str = "relevo") -> None:
         self._redis = redis
         self._keys = Keys(namespace)
-        self._scripts = Scripts(redis)
 
     async def on(self, who: str, reason: str) -> KillSwitchState:
         """Turn the kill switch on (or replace its reason); return its new state."""
@@ -39,7 +41,7 @@ class KillSwitch:
         _check_text(reason, "reason")
 
         def queue(pipe: Pipeline) -> Parse[int]:
-            self._scripts.queue(pipe, "kill_on", [self._keys.kill], [who, reason])
+            SCRIPTS.queue(pipe, "kill_on", [self._keys.kill], [who, reason])
 
             async def parse(reply: object) -> int:
                 return int(raise_if_error(reply))
@@ -47,7 +49,7 @@ class KillSwitch:
             return parse
 
         async with unavailable_as_error("kill switch on"):
-            since_ms = await run_one(self._redis, self._scripts, queue)
+            since_ms = await SCRIPTS.run(self._redis, queue)
         log.warning("breakers.kill_switch_on", who=who, reason=reason, since_ms=since_ms)
         return KillSwitchState(who, reason, since_ms)
 
@@ -56,7 +58,7 @@ class KillSwitch:
         _check_text(who, "who")
 
         def queue(pipe: Pipeline) -> Parse[KillSwitchState | None]:
-            self._scripts.queue(pipe, "kill_off", [self._keys.kill], [])
+            SCRIPTS.queue(pipe, "kill_off", [self._keys.kill], [])
 
             async def parse(reply: object) -> KillSwitchState | None:
                 row: list[Any] = raise_if_error(reply)
@@ -65,7 +67,7 @@ class KillSwitch:
             return parse
 
         async with unavailable_as_error("kill switch off"):
-            before = await run_one(self._redis, self._scripts, queue)
+            before = await SCRIPTS.run(self._redis, queue)
         log.warning("breakers.kill_switch_off", who=who, was_on=before is not None)
         return before
 

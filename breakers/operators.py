@@ -7,11 +7,10 @@ from typing import Any
 
 from redis.asyncio.client import Pipeline
 
-from breakers._errors import unavailable_as_error
-from breakers.entries import Pair
 from breakers.errors import UnknownScopeError
 from breakers.keys import split_pair, validate_name
-from breakers.scripts import Parse, raise_if_error, run_one, text
+from breakers.outcomes import Pair
+from breakers.rediskit import Parse, raise_if_error, text, unavailable_as_error
 from breakers.state import BreakerState
 from breakers.store import FleetBreakers
 
@@ -86,11 +85,11 @@ class Operators:
         ]
 
         def queue(pipe: Pipeline) -> Parse[FleetReport]:
-            self._store.scripts.queue(pipe, "inspect", keys, args)
+            self._store.queue_script(pipe, "inspect", keys, args)
             return self._parse_report(names)
 
         async with unavailable_as_error("breakers report"):
-            return await run_one(self._store.redis, self._store.scripts, queue)
+            return await self._store.run_script(queue)
 
     def _parse_report(self, names: list[str]) -> Parse[FleetReport]:
         async def parse(reply: object) -> FleetReport:
@@ -153,7 +152,7 @@ class Operators:
         args: list[str | int] = [op, ms, ttl_ms, scope, self._store.index_ttl_ms]
 
         def queue(pipe: Pipeline) -> Parse[BreakerState]:
-            self._store.scripts.queue(pipe, "force", keys, args)
+            self._store.queue_script(pipe, "force", keys, args)
 
             async def parse(reply: object) -> BreakerState:
                 return BreakerState(text(raise_if_error(reply)))
@@ -161,7 +160,7 @@ class Operators:
             return parse
 
         async with unavailable_as_error(f"breakers {op} {scope}"):
-            return await run_one(self._store.redis, self._store.scripts, queue)
+            return await self._store.run_script(queue)
 
 
 def _pairs(flat: list[Any]) -> list[tuple[Any, Any]]:

@@ -20,10 +20,9 @@ import structlog
 from redis.asyncio.client import Pipeline
 from redis.exceptions import NoScriptError
 
-from breakers._errors import FLEET_ERRORS, raise_if_forbidden
-from breakers.client import DEFAULT_TIMEOUT_S, in_memory
-from breakers.entries import Entry, Pair
-from breakers.scripts import Parse
+from breakers.connection import DEFAULT_TIMEOUT_S, in_memory
+from breakers.outcomes import Entry, Pair
+from breakers.rediskit import STORE_ERRORS, Parse, raise_if_forbidden
 from breakers.state import FleetState, Transition
 from breakers.store import FleetBreakers
 
@@ -111,7 +110,7 @@ class ResilientBreakers:
         try:
             async with asyncio.timeout(self.timeout_s):
                 result = await op(self.fleet)
-        except FLEET_ERRORS as exc:
+        except STORE_ERRORS as exc:
             self._lose(exc)
             return as_local(await op(self.local))
         self._rejoin()
@@ -129,7 +128,7 @@ class ResilientBreakers:
                 # load them and ask again, without leaving the fleet view.
                 await self._reload_scripts()
                 return await self._run(op, as_local)
-            if isinstance(reply, FLEET_ERRORS):
+            if isinstance(reply, STORE_ERRORS):
                 self._lose(reply)
                 return as_local(await op(self.local))
             result = await parse(reply)
@@ -142,7 +141,7 @@ class ResilientBreakers:
         try:
             async with asyncio.timeout(self.timeout_s):
                 await self.fleet.load_scripts()
-        except FLEET_ERRORS:
+        except STORE_ERRORS:
             pass  # the next attempt after rejoin_after_s tries again
 
     def _lose(self, exc: BaseException) -> None:

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from breakers.entries import Pair
+from breakers.outcomes import Pair
 
 __all__ = [
     "BreakerState",

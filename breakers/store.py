@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
-from breakers.entries import Cooldown, Entry, Exhausted, Outcome, Pair, Verdict
 from breakers.keys import Keys, pair_member, validate_name
+from breakers.outcomes import Cooldown, Entry, Exhausted, Outcome, Pair, Verdict
 from breakers.policy import CooldownPolicy, Policy
-from breakers.scripts import Parse, Scripts, raise_if_error, run_one, text
+from breakers.rediskit import Parse, raise_if_error, read_clock, text
+from breakers.scripts import SCRIPTS
 from breakers.state import (
     BreakerState,
     FleetState,
@@ -23,6 +24,8 @@ from breakers.state import (
 )
 
 __all__ = ["FleetBreakers"]
+
+T = TypeVar("T")
 
 _VERDICT_CODES = {Verdict.SUCCESS: "s", Verdict.FAILURE: "f", Verdict.NEUTRAL: "n"}
 _PINNED_MS = -1
@@ -37,6 +40,8 @@ class FleetBreakers:
 
     `scopes` names the configured scopes, so operators may act on one before any call.
     `policies` overrides `policy` per scope; every process must use the same ones.
+    `clock_ms` replaces the Redis server's clock in the scripts, for tests only (see
+    `breakers.testing.ManualClock`).
     """
 
     def __init__(
@@ -48,14 +53,15 @@ class FleetBreakers:
         policies: Mapping[str, Policy] | None = None,
         cooldowns: CooldownPolicy | None = None,
         scopes: Iterable[str] = (),
+        clock_ms: Callable[[], int] | None = None,
     ) -> None:
         self.redis = redis
+        self.clock_ms = clock_ms
         self.keys = Keys(namespace)
         self.policy = policy or Policy()
         self.policies: Mapping[str, Policy] = dict(policies or {})
         self.cooldowns = cooldowns or CooldownPolicy()
         self.known_scopes = frozenset(validate_name(s, "scope") for s in (*scopes, *self.policies))
-        self.scripts = Scripts(redis)
         self._outcomes: dict[Outcome, tuple[list[str], list[str | int]]] = {}
         self._checks: dict[
             tuple[tuple[str, ...], tuple[Pair, ...], tuple[str, ...]], _CheckLayout
@@ -79,6 +85,7 @@ class FleetBreakers:
             policies=self.policies,
             cooldowns=self.cooldowns,
             scopes=self.known_scopes,
+            clock_ms=self.clock_ms,
         )
 
     def policy_for(self, scope: str) -> Policy:
@@ -87,7 +94,17 @@ class FleetBreakers:
 
     async def load_scripts(self) -> None:
         """Load the Lua scripts into Redis (done on demand; call it to fail fast at start)."""
-        await self.scripts.load()
+        await SCRIPTS.load(self.redis)
+
+    def queue_script(
+        self, pipe: Pipeline, name: str, keys: list[str], args: list[str | int]
+    ) -> None:
+        """Queue one EVALSHA of breaker script `name` on `pipe`, on this store's clock."""
+        SCRIPTS.queue(pipe, name, keys, args, read_clock(self.clock_ms))
+
+    async def run_script(self, queue: Callable[[Pipeline], Parse[T]]) -> T:
+        """Run what `queue` queues in one round trip of its own (see `LuaScripts.run`)."""
+        return await SCRIPTS.run(self.redis, queue)
 
     def check_on(
         self,
@@ -105,7 +122,7 @@ class FleetBreakers:
                 self._checks.clear()
             self._checks[asked] = layout
         names, wanted_pairs, wanted_accounts, keys, args = layout
-        self.scripts.queue(pipe, "check", keys, args)
+        self.queue_script(pipe, "check", keys, args)
 
         async def parse(reply: object) -> FleetState:
             row: list[Any] = raise_if_error(reply)
@@ -151,9 +168,7 @@ class FleetBreakers:
         accounts: Iterable[str] = (),
     ) -> FleetState:
         """The pre-turn check in one round trip (see `check_on`)."""
-        return await run_one(
-            self.redis, self.scripts, lambda pipe: self.check_on(pipe, scopes, pairs, accounts)
-        )
+        return await self.run_script(lambda pipe: self.check_on(pipe, scopes, pairs, accounts))
 
     def acquire_probe_on(self, pipe: Pipeline, scope: str, holder: str) -> Parse[bool]:
         """Queue a probe-slot request; the reply says whether `holder` may call `scope` now.
@@ -165,7 +180,7 @@ class FleetBreakers:
         policy = self.policy_for(scope)
         keys = [self.keys.breaker(scope), self.keys.probe(scope)]
         ttl_ms = max(1, round(policy.probe_ttl_s * 1000))
-        self.scripts.queue(pipe, "acquire", keys, [holder, ttl_ms, policy.probes])
+        self.queue_script(pipe, "acquire", keys, [holder, ttl_ms, policy.probes])
 
         async def parse(reply: object) -> bool:
             return int(raise_if_error(reply)) > 0
@@ -174,9 +189,7 @@ class FleetBreakers:
 
     async def acquire_probe(self, scope: str, holder: str) -> bool:
         """Whether `holder` may call `scope` now, taking a probe slot if half-open."""
-        return await run_one(
-            self.redis, self.scripts, lambda pipe: self.acquire_probe_on(pipe, scope, holder)
-        )
+        return await self.run_script(lambda pipe: self.acquire_probe_on(pipe, scope, holder))
 
     def record_on(self, pipe: Pipeline, entries: Sequence[Entry]) -> Parse[list[Transition]]:
         """Queue a batch of outcomes, cooldowns and exhausted marks, applied atomically."""
@@ -206,7 +219,7 @@ class FleetBreakers:
         for m in marks:
             keys.append(self.keys.exhausted(m.account))
             args += [m.account, self.cooldowns.exhausted_ms(m.seconds)]
-        self.scripts.queue(pipe, "record", keys, args)
+        self.queue_script(pipe, "record", keys, args)
 
         async def parse(reply: object) -> list[Transition]:
             row: list[Any] = raise_if_error(reply)
@@ -230,4 +243,4 @@ class FleetBreakers:
 
         A transition is returned to exactly one caller in the fleet.
         """
-        return await run_one(self.redis, self.scripts, lambda pipe: self.record_on(pipe, entries))
+        return await self.run_script(lambda pipe: self.record_on(pipe, entries))

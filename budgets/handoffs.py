@@ -7,8 +7,9 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from breakers.rediskit import text
 from budgets.errors import InvalidNameError
-from budgets.keys import BudgetKeys, check_name, check_tenant
+from budgets.keys import BudgetKeys, check_plain, check_tenant
 
 __all__ = ["Handoff", "Handoffs"]
 
@@ -27,10 +28,6 @@ class Handoff:
     at_ms: int
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 class Handoffs:
     """The hand-off stream under `namespace`, trimmed to about `maxlen` entries."""
 
@@ -44,7 +41,7 @@ class Handoffs:
     async def push(self, tenant: str, turn_id: str, reason: str, payload: str) -> str:
         """Append a turn for people to pick up; returns the stream entry id."""
         check_tenant(tenant)
-        check_name("reason", reason)
+        check_plain("reason", reason)
         if not isinstance(turn_id, str) or not turn_id or len(turn_id) > 128:
             raise InvalidNameError("turn id must be a non-empty string of at most 128 characters")
         if len(payload) > MAX_PAYLOAD_CHARS:
@@ -56,7 +53,7 @@ class Handoffs:
             "payload": payload,
         }
         entry = await self._redis.xadd(self._key, fields, maxlen=self.maxlen, approximate=True)
-        return _text(entry)
+        return text(entry)
 
     async def list(self, count: int = 50) -> list[Handoff]:
         """The newest `count` hand-offs, newest first."""
@@ -65,8 +62,8 @@ class Handoffs:
         entries = await self._redis.xrevrange(self._key, count=count)
         result = []
         for entry_id, raw in entries or ():
-            fields = {_text(k): _text(v) for k, v in (raw or {}).items()}
-            ident = _text(entry_id)
+            fields = {text(k): text(v) for k, v in (raw or {}).items()}
+            ident = text(entry_id)
             result.append(
                 Handoff(
                     id=ident,

@@ -1,27 +1,31 @@
 """Every Redis key budgets uses, in one place, and the checks on the names inside them.
 
-Layout under a namespace (default "relevo"); `<t>` is a validated tenant id:
+Layout under a namespace ``N`` (default "relevo"); `<t>` is a validated tenant id. Every
+key starts with the Redis Cluster hash tag ``{N}``, the same as `breakers`' keys (so one
+pipeline may mix both), and every key a script touches is passed in KEYS:
 
-    <ns>:budget:tenants                 set   tenants with limits or spend     no TTL (operators')
-    <ns>:budget:t:<t>:limits            hash  daily, monthly, fallback_cap     no TTL (operators')
-    <ns>:budget:t:<t>:held              hash  charge id -> "micros|fallback"   last hold's expiry
-                                              and =total =fallback =reclaimed  + HOLD_GRACE_S
-    <ns>:budget:t:<t>:holds             zset  charge id by expiry (ms)         same as held
-    <ns>:budget:t:<t>:charge:<charge>   hash  one charge's state               charge_ttl_s (7 d)
-    <ns>:budget:t:<t>:day:<YYYY-MM-DD>  hash  spent, fallback, fb:<provider>   DAY_TTL_S
-    <ns>:budget:t:<t>:month:<YYYY-MM>   hash  the same for the UTC month       MONTH_TTL_S
-    <ns>:handoffs                       stream  degraded turns for people      capped (MAXLEN ~)
+    {N}:budget:tenants                 set   tenants with limits or spend     no TTL (operators')
+    {N}:budget:t:<t>:limits            hash  daily, monthly, fallback_cap     no TTL (operators')
+    {N}:budget:t:<t>:held              hash  charge id -> "micros|fallback"   last hold's expiry
+                                             and =total =fallback =reclaimed  + HOLD_GRACE_S
+    {N}:budget:t:<t>:holds             zset  charge id by expiry (ms)         same as held
+    {N}:budget:t:<t>:charge:<charge>   hash  one charge's state               charge_ttl_s (7 d)
+    {N}:budget:t:<t>:day:<YYYY-MM-DD>  hash  spent, fallback, fb:<provider>   DAY_TTL_S
+    {N}:budget:t:<t>:month:<YYYY-MM>   hash  the same for the UTC month       MONTH_TTL_S
+    {N}:handoffs                       stream  degraded turns for people      capped (MAXLEN ~)
 
-The Lua scripts build the charge, day and month keys from the tenant prefix
-(the period comes from the server's clock), so they run on one Redis server or
-a primary with replicas, not on Redis Cluster.
+The client cannot know the script's clock before it sends, so it passes the day and month
+keys of two instants, 12 h before and after its own clock (`BudgetKeys.periods`); the
+script uses the pair of its own clock.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
+from datetime import date, timedelta
+from functools import lru_cache
 
+from breakers.rediskit import NAMESPACE, NameRule, check_name, hash_tag
 from budgets.errors import InvalidNameError
 
 __all__ = [
@@ -29,10 +33,11 @@ __all__ = [
     "DAY_TTL_S",
     "HOLD_GRACE_S",
     "MONTH_TTL_S",
+    "PERIOD_SLACK_MS",
     "BudgetKeys",
     "check_charge_id",
-    "check_name",
     "check_namespace",
+    "check_plain",
     "check_provider",
     "check_tenant",
 ]
@@ -41,67 +46,53 @@ DAY_TTL_S = 40 * 86_400
 MONTH_TTL_S = 400 * 86_400
 HOLD_GRACE_S = 60
 CHARGE_TTL_S = 7 * 86_400
+# How far the client's clock may be from the script's for it to pass the right period keys.
+PERIOD_SLACK_MS = 12 * 3_600_000
+_DAY_MS = 86_400_000
+_EPOCH = date(1970, 1, 1)
 
-_PLAIN = "ASCII letters, digits, '_', '.' and '-'"
-_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
+_PLAIN_SAYS = "ASCII letters, digits, '_', '.' and '-'"
+_FIRST_SAYS = "a letter, a digit or '_'"
+# Tenant ids, provider names, hand-off reasons.
+PLAIN = NameRule("A-Za-z0-9_.-", "A-Za-z0-9_", 64, _PLAIN_SAYS, _FIRST_SAYS)
 # Charge ids may hold a colon ("turn-1:0"): they are always the last segment of a key.
-_CHARGE_CHARS = _NAME_CHARS | {":"}
-_SHOWN = 40
-# The same alphabets as regexes: a valid name (every key of every turn) is checked in C.
-_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
-_CHARGE_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]*")
+CHARGE = NameRule("A-Za-z0-9_.:-", "A-Za-z0-9_", 200, _PLAIN_SAYS + " and ':'", _FIRST_SAYS)
 
 
-def _problem(value: str, chars: frozenset[str], max_len: int, allowed: str) -> str | None:
-    if not value:
-        return "is empty"
-    if len(value) > max_len:
-        return f"is {len(value)} characters long; at most {max_len} are allowed"
-    for index, char in enumerate(value):
-        if char not in chars:
-            what = "character" if char.isascii() else "non-ASCII character"
-            return f"has the {what} {char!r} at position {index}; only {allowed} are allowed"
-    if value[0] in ".-:":
-        return f"starts with {value[0]!r}; it must start with a letter, a digit or '_'"
-    return None
-
-
-def _check(kind: str, value: object, chars: frozenset[str], max_len: int, allowed: str) -> str:
-    if not isinstance(value, str):
-        raise InvalidNameError(f"{kind} must be a string, not {type(value).__name__}")
-    valid = _CHARGE_RE if ":" in chars else _NAME_RE
-    if len(value) <= max_len and valid.fullmatch(value):
-        return value
-    problem = _problem(value, chars, max_len, allowed)
-    if problem is not None:
-        shown = value if len(value) <= _SHOWN else value[:_SHOWN] + "…"
-        raise InvalidNameError(f"{kind} {shown!r} {problem}")
-    return value
-
-
-def check_name(kind: str, value: object) -> str:
+def check_plain(what: str, value: object) -> str:
     """`value` if it is a plain name (1-64 of A-Z a-z 0-9 _ . -, not starting with . or -)."""
-    return _check(kind, value, _NAME_CHARS, 64, _PLAIN)
+    return check_name(value, what, PLAIN, InvalidNameError)
 
 
 def check_tenant(value: object) -> str:
     """`value` if it is a valid tenant id, else `InvalidNameError` saying what is wrong with it."""
-    return check_name("tenant id", value)
+    return check_plain("tenant id", value)
 
 
 def check_provider(value: object) -> str:
     """`value` if it is a valid provider name."""
-    return check_name("provider", value)
+    return check_plain("provider", value)
 
 
 def check_charge_id(value: object) -> str:
     """`value` if it is a valid charge id (1-200 characters; ':' allowed, e.g. "turn-1:0")."""
-    return _check("charge id", value, _CHARGE_CHARS, 200, _PLAIN + " and ':'")
+    return check_name(value, "charge id", CHARGE, InvalidNameError)
 
 
 def check_namespace(value: object) -> str:
-    """`value` if it is a valid key namespace (1-64 characters; ':' allowed)."""
-    return _check("namespace", value, _CHARGE_CHARS, 64, _PLAIN + " and ':'")
+    """`value` if it is a valid key namespace (`breakers.rediskit.NAMESPACE`, as breakers')."""
+    return check_name(value, "namespace", NAMESPACE, InvalidNameError)
+
+
+@lru_cache(maxsize=16)
+def _periods_of(day_index: int) -> tuple[str, str]:
+    day = (_EPOCH + timedelta(days=day_index)).isoformat()
+    return day, day[:7]
+
+
+def utc_periods(ms: int) -> tuple[str, str]:
+    """The UTC day ("YYYY-MM-DD") and month ("YYYY-MM") of epoch milliseconds `ms`."""
+    return _periods_of(ms // _DAY_MS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,14 +105,14 @@ class BudgetKeys:
         check_namespace(self.namespace)
 
     def tenants(self) -> str:
-        return f"{self.namespace}:budget:tenants"
+        return f"{hash_tag(self.namespace)}:budget:tenants"
 
     def handoffs(self) -> str:
-        return f"{self.namespace}:handoffs"
+        return f"{hash_tag(self.namespace)}:handoffs"
 
     def prefix(self, tenant: str) -> str:
-        """The prefix of every per-tenant key; the Lua scripts append the rest."""
-        return f"{self.namespace}:budget:t:{check_tenant(tenant)}:"
+        """The prefix of every per-tenant key."""
+        return f"{hash_tag(self.namespace)}:budget:t:{check_tenant(tenant)}:"
 
     def limits(self, tenant: str) -> str:
         return self.prefix(tenant) + "limits"
@@ -142,3 +133,18 @@ class BudgetKeys:
     def month(self, tenant: str, month: str) -> str:
         """The spend hash of a UTC month, `month` as "YYYY-MM"."""
         return self.prefix(tenant) + "month:" + month
+
+    def periods(self, tenant: str, around_ms: int) -> tuple[list[str], list[str]]:
+        """The keys a script may need for its day and month, and their periods.
+
+        Day, day, month, month of the instants `PERIOD_SLACK_MS` before and after
+        `around_ms`: one of each is the script's when its clock is that close.
+        """
+        (day_a, month_a), (day_b, month_b) = (
+            utc_periods(around_ms - PERIOD_SLACK_MS),
+            utc_periods(around_ms + PERIOD_SLACK_MS),
+        )
+        names = [day_a, day_b, month_a, month_b]
+        keys = [self.day(tenant, day_a), self.day(tenant, day_b)]
+        keys += [self.month(tenant, month_a), self.month(tenant, month_b)]
+        return keys, names

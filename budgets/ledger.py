@@ -2,23 +2,25 @@
 
 Every decision runs in one Lua script (one EVALSHA, one round trip) on the
 Redis server's clock, so concurrent workers cannot race past a limit and the
-UTC day and month do not depend on a pod's clock. Each operation also comes in
-an `*_on(pipe, ...)` form that queues the EVALSHA on a caller's pipeline and
-returns a parser for its raw reply, so a worker can send a reservation and a
-breaker check together.
+UTC day and month do not depend on a pod's clock (the client passes the period
+keys of both sides of its own clock, and the script picks those of its clock:
+`BudgetKeys.periods`). Each operation also comes in an `*_on(pipe, ...)` form
+that queues the EVALSHA on a caller's pipeline and returns a parser for its raw
+reply, so a worker can send a reservation and a breaker check together.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any, TypeVar
 
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
-from redis.exceptions import NoScriptError
 
+from breakers.rediskit import Parse, read_clock, text
 from budgets.errors import InvalidAmountError
 from budgets.keys import (
     CHARGE_TTL_S,
@@ -30,15 +32,14 @@ from budgets.keys import (
     check_provider,
 )
 from budgets.money import check_micros
-from budgets.records import BudgetReport, Limits, Refusal, Release, Reservation, Settlement
-from budgets.replies import (
+from budgets.parsers import (
     parse_release,
     parse_report,
     parse_reservation,
     parse_settlement,
-    text,
 )
 from budgets.scripts import SCRIPTS
+from budgets.types import BudgetReport, Limits, Refusal, Release, Reservation, Settlement
 
 __all__ = ["Ledger"]
 
@@ -52,7 +53,8 @@ class Ledger:
 
     `default_limits` applies to tenants without configured limits; None (the
     default) refuses them with `unknown_tenant`. `clock_ms` replaces the Redis
-    server's clock, for tests only (see `budgets.testing.ManualClock`).
+    server's clock, for tests only (see `budgets.testing.ManualClock`). Redis
+    failures surface untranslated (`breakers.STORE_ERRORS`).
     """
 
     def __init__(
@@ -71,54 +73,39 @@ class Ledger:
         self.default_limits = default_limits
         self._charge_ttl_ms = charge_ttl_s * 1000
         self._clock_ms = clock_ms
-        self._loaded = False
 
     async def load_scripts(self) -> None:
         """Load the Lua scripts into Redis in one round trip.
 
-        The async methods do it lazily; a worker using the `*_on` forms calls it at
-        start-up, and again after a `NoScriptError` from its pipeline.
+        The async methods do it when Redis answers NOSCRIPT; a worker using the
+        `*_on` forms calls it at start-up, and again after a `NoScriptError` from
+        its pipeline.
         """
-        pipe = self._redis.pipeline(transaction=False)
-        for script in SCRIPTS.values():
-            pipe.script_load(script.body)
-        await pipe.execute()
-        self._loaded = True
+        await SCRIPTS.load(self._redis)
 
-    def _common(self, tenant: str) -> list[str]:
-        now = "" if self._clock_ms is None else str(int(self._clock_ms()))
-        return [self.keys.prefix(tenant), tenant, now, str(HOLD_GRACE_S * 1000)]
+    def _clock(self, tenant: str) -> tuple[int | None, list[str], list[str]]:
+        """The script's clock override, and the period keys and periods to pass it."""
+        now = read_clock(self._clock_ms)
+        around = time.time_ns() // 1_000_000 if now is None else now
+        return now, *self.keys.periods(tenant, around)
 
-    def _default_args(self) -> list[str]:
+    def _default_args(self) -> list[str | int]:
         limits = self.default_limits
         if limits is None:
             return ["", "", ""]
         cap = limits.fallback_cap_micros
-        return [
-            str(limits.daily_micros),
-            str(limits.monthly_micros),
-            "" if cap is None else str(cap),
-        ]
-
-    def _queue(self, pipe: Pipeline, script: str, keys: list[str], args: list[str]) -> None:
-        pipe.evalsha(SCRIPTS[script].sha, len(keys), *keys, *args)
+        return [limits.daily_micros, limits.monthly_micros, "" if cap is None else cap]
 
     async def _run(self, queue: Callable[[Pipeline], Parser[T]]) -> T:
-        if not self._loaded:
-            await self.load_scripts()
-        for attempt in range(2):
-            pipe = self._redis.pipeline(transaction=False)
+        def queue_async(pipe: Pipeline) -> Parse[T]:
             parse = queue(pipe)
-            try:
-                (raw,) = await pipe.execute()
-            except NoScriptError:
-                # The server lost its script cache (restart, SCRIPT FLUSH): load and retry once.
-                if attempt:
-                    raise
-                await self.load_scripts()
-                continue
-            return parse(raw)
-        raise AssertionError("unreachable")  # pragma: no cover
+
+            async def run(reply: object) -> T:
+                return parse(reply)
+
+            return run
+
+        return await SCRIPTS.run(self._redis, queue_async)
 
     def reserve_on(
         self,
@@ -139,28 +126,27 @@ class Ledger:
             raise InvalidAmountError(
                 f"ttl_s must be in (0, {MAX_HOLD_TTL_S}] seconds (got {ttl_s})"
             )
-        args = [
-            *self._common(tenant),
+        key_list = [
+            keys.limits(tenant),
+            keys.held(tenant),
+            keys.holds(tenant),
+            keys.charge(tenant, charge_id),
+            keys.tenants(),
+        ]
+        now, period_keys, periods = self._clock(tenant)
+        args: list[str | int] = [
+            tenant,
             charge_id,
-            str(micros),
+            micros,
             "1" if fallback else "0",
             provider,
-            str(math.ceil(ttl_s * 1000)),
-            str(self._charge_ttl_ms),
+            math.ceil(ttl_s * 1000),
+            HOLD_GRACE_S * 1000,
+            self._charge_ttl_ms,
             *self._default_args(),
+            *periods,
         ]
-        self._queue(
-            pipe,
-            "reserve",
-            [
-                keys.limits(tenant),
-                keys.held(tenant),
-                keys.holds(tenant),
-                keys.charge(tenant, charge_id),
-                keys.tenants(),
-            ],
-            args,
-        )
+        SCRIPTS.queue(pipe, "reserve", key_list + period_keys, args, now)
         return partial(parse_reservation, tenant, charge_id, micros)
 
     async def reserve(
@@ -211,22 +197,25 @@ class Ledger:
         if fallback and provider is None:
             raise ValueError("a fallback charge needs its provider")
         keys = self.keys
-        args = [
-            *self._common(tenant),
+        key_list = [
+            keys.held(tenant),
+            keys.holds(tenant),
+            keys.charge(tenant, charge_id),
+            keys.tenants(),
+        ]
+        now, period_keys, periods = self._clock(tenant)
+        args: list[str | int] = [
+            tenant,
             charge_id,
-            str(actual_micros),
+            actual_micros,
             "" if fallback is None else "1" if fallback else "0",
             provider or "",
-            str(self._charge_ttl_ms),
-            str(DAY_TTL_S * 1000),
-            str(MONTH_TTL_S * 1000),
+            self._charge_ttl_ms,
+            DAY_TTL_S * 1000,
+            MONTH_TTL_S * 1000,
+            *periods,
         ]
-        self._queue(
-            pipe,
-            "settle",
-            [keys.held(tenant), keys.holds(tenant), keys.charge(tenant, charge_id), keys.tenants()],
-            args,
-        )
+        SCRIPTS.queue(pipe, "settle", key_list + period_keys, args, now)
         return partial(parse_settlement, tenant, charge_id)
 
     async def settle(
@@ -253,12 +242,8 @@ class Ledger:
         """Queue a release on `pipe`; the returned function parses its reply."""
         keys = self.keys
         check_charge_id(charge_id)
-        self._queue(
-            pipe,
-            "release",
-            [keys.held(tenant), keys.holds(tenant), keys.charge(tenant, charge_id)],
-            [*self._common(tenant), charge_id],
-        )
+        key_list = [keys.held(tenant), keys.holds(tenant), keys.charge(tenant, charge_id)]
+        SCRIPTS.queue(pipe, "release", key_list, [charge_id], read_clock(self._clock_ms))
         return partial(parse_release, tenant, charge_id)
 
     async def release(self, tenant: str, charge_id: str) -> Release:
@@ -299,7 +284,8 @@ class Ledger:
         key_list = [keys.limits(tenant), keys.held(tenant), keys.holds(tenant), keys.tenants()]
 
         def queue(pipe: Pipeline) -> Parser[BudgetReport]:
-            self._queue(pipe, "report", key_list, self._common(tenant)[:3])
+            now, period_keys, periods = self._clock(tenant)
+            SCRIPTS.queue(pipe, "report", key_list + period_keys, [tenant, *periods], now)
             return partial(parse_report, tenant, self.default_limits)
 
         return await self._run(queue)

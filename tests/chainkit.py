@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Sequence
 from typing import Any
 
+from tests.netkit import free_port
 from worker.adapters import make_client
-from worker.guard.protocol import Admission, Availability, Charge, FleetView, Guard, Signal, Target
+from worker.guard.protocol import Guard
 from worker.settings import Settings, load_settings
 from worker.simulator import Fault
 from worker.simulator.catalogue import Kind, canned
@@ -28,13 +28,6 @@ ORDER = {
     "anthropic": ("anthropic/beta", "google/gamma", "openai/alpha"),
     "gemini": ("google/gamma", "openai/alpha", "anthropic/beta"),
 }
-
-
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 def settings(
@@ -64,7 +57,7 @@ def settings(
             "gg": {"kind": "gemini", "base_url": url, **provider},
             "dead": {
                 "kind": "openai",
-                "base_url": f"http://127.0.0.1:{closed_port()}/v1",
+                "base_url": f"http://127.0.0.1:{free_port()}/v1",
                 **provider,
             },
         },
@@ -135,75 +128,6 @@ async def run(
     async with make_client() as client:
         chain = Chain.from_settings(config, client, guard=guard)
         return await chain.run(request, on_text=on_text)
-
-
-class ScriptedGuard:
-    """A guard whose fleet view is given, and which remembers what it was told."""
-
-    def __init__(
-        self,
-        availability: dict[str, Availability] | None = None,
-        *,
-        kill_switch: str | None = None,
-        probe_granted: bool = True,
-        refuse: dict[str, str] | None = None,
-    ) -> None:
-        self.availability = availability or {}
-        self.kill_switch = kill_switch
-        self.probe_granted = probe_granted
-        self.refuse = refuse or {}
-        self.reserved: list[Charge] = []
-        self.concluded: list[tuple[Target, Charge, Signal | None, int | None]] = []
-        self.held: list[str] = []
-        self.handed_off: list[tuple[str, str]] = []
-        self.released_target: Target | None = None
-        self.probes: list[str] = []
-
-    def _refusal(self, charge: Charge) -> str | None:
-        return self.refuse.get(charge.provider)
-
-    async def admit(self, targets: Sequence[Target], first: Charge | None) -> Admission:
-        view = FleetView(
-            kill_switch=self.kill_switch,
-            availability={
-                t: self.availability[t.provider_model]
-                for t in targets
-                if t.provider_model in self.availability
-            },
-        )
-        self.released_target = targets[0]
-        if first is None:
-            return Admission(view)
-        self.reserved.append(first)
-        return Admission(view, self._refusal(first))
-
-    async def reserve(self, charge: Charge, *, replacing: Charge | None = None) -> str | None:
-        if replacing is not None and self.released_target is not None:
-            self.concluded.append((self.released_target, replacing, None, None))
-        self.reserved.append(charge)
-        return self._refusal(charge)
-
-    async def acquire_probe(self, target: Target, holder: str) -> bool:
-        self.probes.append(holder)
-        return self.probe_granted
-
-    async def conclude(
-        self,
-        target: Target,
-        charge: Charge,
-        *,
-        signal: Signal | None,
-        cost_micros: int | None,
-        holder: str | None = None,
-        retry_after_s: float | None = None,
-    ) -> None:
-        self.concluded.append((target, charge, signal, cost_micros))
-
-    async def hold(self, turn_id: str, payload: str) -> None:
-        self.held.append(payload)
-
-    async def handoff(self, tenant: str, turn_id: str, reason: str, payload: str) -> None:
-        self.handed_off.append((reason, payload))
 
 
 # The two-model chain a worker process reads from a file: top-level keys first,

@@ -1,18 +1,27 @@
-"""Shared fixtures: a real Redis server (never skipped in CI) and a unique key namespace."""
+"""Shared fixtures: a real Redis server (never skipped in CI), a key namespace, the simulator.
+
+Two tiers (see tests/README.md): every test that gets a real Redis server, through
+`redis_url` or a private redis-server fixture, is marked `redis` here at collection.
+"""
 
 from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import time
 import uuid
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 import redis
 import structlog
+
+from tests.netkit import free_port
+
+if TYPE_CHECKING:
+    from worker.simulator import Simulator
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 DEFAULT_REDIS_URL = os.environ.get("RELEVO_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -27,13 +36,6 @@ def _answers(url: str) -> bool:
             client.close()
     except redis.RedisError:
         return False
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def skip_unless_ci(reason: str) -> None:
@@ -55,7 +57,7 @@ def redis_url() -> Iterator[str]:
     binary = shutil.which("redis-server")
     if binary is None:
         skip_unless_ci("no Redis server reachable and no redis-server binary to start")
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [binary, "--port", str(port), "--save", "", "--appendonly", "no"],
         stdout=subprocess.DEVNULL,
@@ -72,6 +74,44 @@ def redis_url() -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+# Fixtures that hand a test a real Redis server: the session's, or a redis-server of the
+# module's own (ACL users, TLS, one to stop and kill). Every Celery or `relevo worker`
+# process a test starts on Redis gets its URL from one of these; the embedded demo and
+# the stub fleet run their Celery worker on fakeredis instead (and are marked `slow`).
+REDIS_FIXTURES = frozenset(
+    {
+        "redis_url",  # here
+        "acl_server",  # test_deploy.py: deploy/redis/start.sh on the rendered ACL file
+        "acl_redis",  # test_guard_forbidden.py
+        "acl",  # test_security_redis.py: tests.test_security_kit.private_redis
+        "tls_server",  # test_security_redis.py: the same, over TLS
+        "private_redis",  # test_fleet_turns.py: one to hang and kill mid-run
+    }
+)
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark `redis` every test that needs a Redis server, through any chain of fixtures.
+
+    `fixturenames` is the whole closure, so a test asking for a fixture that asks for
+    `redis_url` is marked too. A fixture reached only by `request.getfixturevalue` is not
+    in it: mark such a parameter by hand (`pytest.param(..., marks=pytest.mark.redis)`).
+    """
+    for item in items:
+        if REDIS_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.redis)
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[Simulator]:
+    """The simulated providers, one running server per test module; tests reset it."""
+    from worker.simulator import Simulator
+
+    with Simulator() as simulator:
+        yield simulator
 
 
 @pytest.fixture

@@ -10,9 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import socket
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import httpx
@@ -21,6 +20,7 @@ from aiohttp import web
 
 import worker.adapters
 import worker.adapters.http
+from tests.netkit import free_port
 from worker.adapters import (
     AnthropicAdapter,
     Completion,
@@ -62,12 +62,6 @@ WEATHER = Tool(
     description="Current weather in a city",
     parameters={"type": "object", "properties": {"city": {"type": "string"}}},
 )
-
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[Simulator]:
-    with Simulator() as simulator:
-        yield simulator
 
 
 @pytest.fixture(autouse=True)
@@ -466,19 +460,12 @@ async def test_connection_dropped_mid_answer_is_connection_failed(
         await collect(adapter(api, sim.url, client).send(ask(model, stream=stream)))
 
 
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
-
-
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
 @pytest.mark.parametrize("api", APIS)
 async def test_connection_refused_is_connection_failed(
     api: str, stream: bool, client: httpx.AsyncClient
 ) -> None:
-    base = f"http://127.0.0.1:{closed_port()}"
+    base = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(ConnectionFailed, match=r"refused|Connect call failed"):
         await collect(adapter(api, base, client).send(ask("m", stream=stream)))
 

@@ -12,6 +12,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 import breakers
+from tests.netkit import free_port
 from worker.guard.autopipeline import AutoPipeline
 
 
@@ -98,9 +99,7 @@ async def test_a_cancelled_caller_does_not_stop_the_others(redis: Redis, namespa
 
 
 async def test_redis_gone_puts_the_error_in_every_place() -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]  # closed again: nothing listens there
+    port = free_port()  # nothing listens there
     client = breakers.connect(f"redis://127.0.0.1:{port}", timeout_s=0.5, timed_by_caller=True)
     try:
         pipes = AutoPipeline(client, timeout_s=0.5)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import time
 from collections.abc import AsyncIterator
 from urllib.parse import urlparse
@@ -26,19 +25,13 @@ from breakers import (
     connect,
     in_memory,
 )
+from tests.netkit import free_port
 
 V = Verdict
 
 SCOPE = "vendor:openai"
 POLICY = Policy(min_calls_in_window=3, break_s=0.2, probe_ttl_s=1)
 TIMEOUT_S = 0.2
-
-
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class Proxy:
@@ -83,7 +76,7 @@ class Proxy:
 
 @pytest.fixture
 async def dead_redis() -> AsyncIterator[Redis]:
-    client = connect(f"redis://127.0.0.1:{closed_port()}/0", timeout_s=TIMEOUT_S)
+    client = connect(f"redis://127.0.0.1:{free_port()}/0", timeout_s=TIMEOUT_S)
     yield client
     await client.aclose()
 
@@ -95,7 +88,7 @@ async def timed(coro_fn: object) -> float:
 
 
 def test_creating_clients_and_stores_never_touches_redis() -> None:
-    client = connect(f"redis://127.0.0.1:{closed_port()}/0")
+    client = connect(f"redis://127.0.0.1:{free_port()}/0")
     ResilientBreakers(FleetBreakers(client))
 
 
@@ -126,7 +119,7 @@ async def test_redis_down_serves_local_breakers_within_the_timeout(dead_redis: R
 
 
 async def test_hung_redis_costs_at_most_the_timeout_then_nothing(redis_url: str) -> None:
-    hung = Proxy(redis_url, closed_port(), silent=True)
+    hung = Proxy(redis_url, free_port(), silent=True)
     await hung.start()
     client = connect(f"redis://127.0.0.1:{hung.port}/0", timeout_s=TIMEOUT_S)
     breakers = ResilientBreakers(FleetBreakers(client), timeout_s=TIMEOUT_S, rejoin_after_s=30)
@@ -144,7 +137,7 @@ async def test_hung_redis_costs_at_most_the_timeout_then_nothing(redis_url: str)
 async def test_fleet_view_is_lost_then_rejoined_logging_once_each(
     redis_url: str, namespace: str
 ) -> None:
-    proxy = Proxy(redis_url, closed_port())
+    proxy = Proxy(redis_url, free_port())
     await proxy.start()
     client = connect(f"redis://127.0.0.1:{proxy.port}/0", timeout_s=TIMEOUT_S)
     fleet = FleetBreakers(client, namespace=namespace, policy=POLICY)

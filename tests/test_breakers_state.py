@@ -1,13 +1,15 @@
 """The breaker state machine, cooldowns, marks, kill switch and held turns.
 
 Every test runs twice: on fakeredis with Lua (the in-process store) and on the real Redis
-server, with the same Lua scripts reading Redis server TIME.
+server, with the same Lua scripts. Breaks, probe slots, cooldowns and marks elapse on a
+`ManualClock` (tests/test_breakers_fleet.py waits for them in real time).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
 
 import pytest
 from redis.asyncio import Redis
@@ -29,6 +31,7 @@ from breakers import (
     connect,
     in_memory,
 )
+from breakers.testing import ManualClock
 
 V = Verdict
 
@@ -46,7 +49,8 @@ FAST = Policy(
 MakeStore = Callable[..., FleetBreakers]
 
 
-@pytest.fixture(params=["fakeredis", "redis"])
+# The real-Redis case reaches `redis_url` by getfixturevalue, out of the hook's sight: marked here.
+@pytest.fixture(params=["fakeredis", pytest.param("redis", marks=pytest.mark.redis)])
 async def client(request: pytest.FixtureRequest) -> AsyncIterator[Redis]:
     if request.param == "fakeredis":
         redis = in_memory()
@@ -59,9 +63,20 @@ async def client(request: pytest.FixtureRequest) -> AsyncIterator[Redis]:
 
 
 @pytest.fixture
-def make_store(client: Redis, namespace: str) -> MakeStore:
+def clock() -> ManualClock:
+    return ManualClock(datetime(2026, 11, 30, 12, 0, tzinfo=UTC))
+
+
+@pytest.fixture
+def make_store(client: Redis, namespace: str, clock: ManualClock) -> MakeStore:
     def make(policy: Policy = FAST, **kwargs: object) -> FleetBreakers:
-        return FleetBreakers(client, namespace=namespace, policy=policy, **kwargs)  # type: ignore[arg-type]
+        return FleetBreakers(
+            client,
+            namespace=namespace,
+            policy=policy,
+            clock_ms=clock,
+            **kwargs,  # type: ignore[arg-type]
+        )
 
     return make
 
@@ -77,9 +92,11 @@ async def state(store: FleetBreakers, scope: str = SCOPE) -> BreakerState:
     return (await store.check([scope])).scopes[scope].state
 
 
-async def open_then_wait_half_open(store: FleetBreakers) -> None:
+async def open_then_wait_half_open(store: FleetBreakers, clock: ManualClock) -> None:
     assert await record(store, V.FAILURE, V.FAILURE, V.FAILURE)
-    await asyncio.sleep(store.policy.break_s + 0.05)
+    clock.advance(store.policy.break_s - 0.001)
+    assert await state(store) is BreakerState.OPEN
+    clock.advance(0.001)
     assert await state(store) is BreakerState.HALF_OPEN
 
 
@@ -105,6 +122,22 @@ async def test_below_min_calls_never_trips(make_store: MakeStore) -> None:
     assert await state(store) is BreakerState.CLOSED
 
 
+async def test_failures_that_left_the_window_no_longer_count(
+    make_store: MakeStore, clock: ManualClock
+) -> None:
+    store = make_store()
+    assert await record(store, V.FAILURE, V.FAILURE) == []
+    clock.advance(FAST.window_s)
+    assert await record(store, V.FAILURE, V.FAILURE) == []  # 2 of 3 calls, but 2 are gone
+    assert [t.kind for t in await record(store, V.FAILURE)] == [TransitionKind.OPENED]
+
+
+def test_the_same_store_on_another_client_keeps_its_clock(
+    make_store: MakeStore, clock: ManualClock
+) -> None:
+    assert make_store().with_redis(in_memory()).clock_ms is clock
+
+
 async def test_consecutive_failures_trip_and_a_success_resets_the_streak(
     make_store: MakeStore,
 ) -> None:
@@ -127,7 +160,7 @@ async def test_open_breaker_refuses_callers_and_ignores_late_results(
     await record(store, V.FAILURE, V.FAILURE, V.FAILURE)
     scope = (await store.check([SCOPE])).scopes[SCOPE]
     assert scope.state is BreakerState.OPEN
-    assert 4 < scope.retry_in_s <= 5
+    assert scope.retry_in_s == 5
     assert not scope.callable
     assert await store.acquire_probe(SCOPE, "w1") is False
     assert await record(store, V.SUCCESS, V.FAILURE) == []
@@ -135,10 +168,10 @@ async def test_open_breaker_refuses_callers_and_ignores_late_results(
 
 
 async def test_half_open_admits_one_probe_and_only_its_success_closes(
-    make_store: MakeStore,
+    make_store: MakeStore, clock: ManualClock
 ) -> None:
     store = make_store()
-    await open_then_wait_half_open(store)
+    await open_then_wait_half_open(store, clock)
     assert (await store.check([SCOPE])).scopes[SCOPE].probe_free
     assert await store.acquire_probe(SCOPE, "w1") is True
     assert await store.acquire_probe(SCOPE, "w1") is True  # the holder asking again keeps it
@@ -153,9 +186,11 @@ async def test_half_open_admits_one_probe_and_only_its_success_closes(
     assert await store.acquire_probe(SCOPE, "w2") is True  # closed: anyone may call
 
 
-async def test_failed_probe_reopens_with_a_longer_jittered_break(make_store: MakeStore) -> None:
+async def test_failed_probe_reopens_with_a_longer_jittered_break(
+    make_store: MakeStore, clock: ManualClock
+) -> None:
     store = make_store(Policy(min_calls_in_window=3, break_s=0.2, max_break_s=0.3))
-    await open_then_wait_half_open(store)
+    await open_then_wait_half_open(store, clock)
     assert await store.acquire_probe(SCOPE, "w1")
     (t,) = await record(store, V.FAILURE, holder="w1")
     assert t.kind is TransitionKind.REOPENED
@@ -165,13 +200,14 @@ async def test_failed_probe_reopens_with_a_longer_jittered_break(make_store: Mak
 
 
 async def test_probe_of_a_dead_holder_expires_and_its_late_result_is_ignored(
-    make_store: MakeStore,
+    make_store: MakeStore, clock: ManualClock
 ) -> None:
     store = make_store()
-    await open_then_wait_half_open(store)
+    await open_then_wait_half_open(store, clock)
     assert await store.acquire_probe(SCOPE, "dead")
+    clock.advance(FAST.probe_ttl_s - 0.001)
     assert not await store.acquire_probe(SCOPE, "next")
-    await asyncio.sleep(FAST.probe_ttl_s + 0.05)
+    clock.advance(0.001)
     assert await store.acquire_probe(SCOPE, "next")
     assert await record(store, V.SUCCESS, holder="dead") == []
     assert [t.kind for t in await record(store, V.FAILURE, holder="next")] == [
@@ -179,18 +215,22 @@ async def test_probe_of_a_dead_holder_expires_and_its_late_result_is_ignored(
     ]
 
 
-async def test_neutral_result_of_the_holder_frees_the_probe_slot(make_store: MakeStore) -> None:
+async def test_neutral_result_of_the_holder_frees_the_probe_slot(
+    make_store: MakeStore, clock: ManualClock
+) -> None:
     store = make_store()
-    await open_then_wait_half_open(store)
+    await open_then_wait_half_open(store, clock)
     assert await store.acquire_probe(SCOPE, "w1")
     assert await record(store, V.NEUTRAL, holder="w1") == []
     assert await store.acquire_probe(SCOPE, "w2")
     assert await state(store) is BreakerState.HALF_OPEN
 
 
-async def test_configured_probes_are_admitted_and_no_more(make_store: MakeStore) -> None:
+async def test_configured_probes_are_admitted_and_no_more(
+    make_store: MakeStore, clock: ManualClock
+) -> None:
     store = make_store(Policy(min_calls_in_window=3, break_s=0.2, probe_ttl_s=5, probes=2))
-    await open_then_wait_half_open(store)
+    await open_then_wait_half_open(store, clock)
     got = [await store.acquire_probe(SCOPE, f"w{i}") for i in range(5)]
     assert got == [True, True, False, False, False]
 
@@ -221,18 +261,20 @@ async def test_model_and_vendor_scopes_record_in_one_call(make_store: MakeStore)
     ]
 
 
-async def test_rate_limit_cools_the_pair_down_until_it_expires(make_store: MakeStore) -> None:
-    store = make_store(cooldowns=CooldownPolicy(default_cooldown_s=0.4, max_cooldown_s=0.5))
+async def test_rate_limit_cools_the_pair_down_until_it_expires(
+    make_store: MakeStore, clock: ManualClock
+) -> None:
+    store = make_store(cooldowns=CooldownPolicy(default_cooldown_s=4, max_cooldown_s=5))
     pair, other = Pair("acct-a", "gpt-5"), Pair("acct-a", "gpt-5-mini")
-    assert await store.record([Cooldown(*pair, seconds=0.3), Cooldown(*other)]) == []
-    left = (await store.check([], [pair, other])).cooldowns
-    assert 0.2 < left[pair] <= 0.3
-    assert 0.3 < left[other] <= 0.4  # no Retry-After: the default
-    await store.record([Cooldown(*pair, seconds=0.05)])  # a shorter one never shortens it
-    assert (await store.check([], [pair])).cooldowns[pair] > 0.1
+    assert await store.record([Cooldown(*pair, seconds=3), Cooldown(*other)]) == []
+    assert (await store.check([], [pair, other])).cooldowns == {pair: 3, other: 4}  # default
+    await store.record([Cooldown(*pair, seconds=0.5)])  # a shorter one never shortens it
+    assert (await store.check([], [pair])).cooldowns[pair] == 3
     await store.record([Cooldown(*pair, seconds=3600)])  # capped at max_cooldown_s
-    assert (await store.check([], [pair])).cooldowns[pair] <= 0.5
-    await asyncio.sleep(0.55)
+    assert (await store.check([], [pair])).cooldowns[pair] == 5
+    clock.advance(4.999)
+    assert (await store.check([], [pair, other])).cooldowns == {pair: 0.001, other: 0.0}
+    clock.advance(0.001)
     assert (await store.check([], [pair, other])).cooldowns == {pair: 0.0, other: 0.0}
 
 
@@ -244,14 +286,16 @@ async def test_rate_limit_adds_nothing_to_the_failure_rate(make_store: MakeStore
     assert await state(store) is BreakerState.CLOSED
 
 
-async def test_exhausted_mark_lasts_its_ttl(make_store: MakeStore) -> None:
-    store = make_store(cooldowns=CooldownPolicy(exhausted_ttl_s=0.3))
+async def test_exhausted_mark_lasts_its_ttl(make_store: MakeStore, clock: ManualClock) -> None:
+    store = make_store(cooldowns=CooldownPolicy(exhausted_ttl_s=30))
     await store.record([Exhausted("acct-a")])
     assert (await store.check([], accounts=["acct-a", "acct-b"])).exhausted == {
         "acct-a": True,
         "acct-b": False,
     }
-    await asyncio.sleep(0.35)
+    clock.advance(29.999)
+    assert (await store.check([], accounts=["acct-a"])).exhausted == {"acct-a": True}
+    clock.advance(0.001)
     assert (await store.check([], accounts=["acct-a"])).exhausted == {"acct-a": False}
 
 

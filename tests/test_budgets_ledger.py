@@ -232,6 +232,7 @@ async def test_an_expired_hold_is_reclaimed_once_by_the_next_call(
     assert (first.reclaimed, second.reclaimed) == (1, 0)
     report = await ledger.report("acme")
     assert (report.reserved_micros, report.reclaimed_total) == (400, 1)
+    assert not (await ledger.release("acme", "dead")).released  # nothing held any more
 
 
 async def test_settling_after_the_hold_expired_charges_once_directly(
@@ -321,6 +322,21 @@ async def test_spend_at_the_last_millisecond_of_a_day_belongs_to_that_day(
     assert (await reserve(ledger, "c1", 1000)).ok
 
 
+async def test_a_hold_made_before_midnight_and_settled_after_is_spent_on_the_new_day(
+    ledger: Ledger, clock: ManualClock, redis: fakeredis.FakeAsyncRedis
+) -> None:
+    await ledger.set_limits("acme", 1000, 10_000)
+    clock.set(datetime(2026, 11, 30, 23, 59, 59, tzinfo=UTC))
+    assert (await reserve(ledger, "turn-1:0", 800)).ok
+    clock.advance(2)
+    assert not (await reserve(ledger, "c2", 300)).ok  # the hold counts on the new day too
+    settled = await ledger.settle("acme", "turn-1:0", 700)
+    assert (settled.day, settled.month) == ("2026-12-01", "2026-12")
+    assert await redis.exists(ledger.keys.day("acme", "2026-11-30")) == 0
+    report = await ledger.report("acme")
+    assert (report.day.spent_micros, report.month.spent_micros) == (700, 700)
+
+
 async def test_the_month_resets_on_the_first_utc_day(ledger: Ledger, clock: ManualClock) -> None:
     await ledger.set_limits("acme", 10_000, 10_000)
     clock.set(datetime(2026, 12, 31, 23, 0, tzinfo=UTC))
@@ -353,8 +369,7 @@ async def test_lua_utc_periods_match_python_over_boundaries_and_random_instants(
 
 
 async def lua_periods(redis: Redis, instants: list[int]) -> list[tuple[str, str]]:
-    lib = SCRIPTS["reserve"].body.split("local prefix, tenant")[0]
-    script = lib + (
+    script = SCRIPTS.lib + (
         "local out = {}\n"
         "for i, ms in ipairs(ARGV) do local d, m = periods(tonumber(ms)); "
         "out[#out + 1] = d; out[#out + 1] = m end\nreturn out"
@@ -380,7 +395,8 @@ async def test_every_key_a_worker_writes_expires_and_operator_keys_do_not(
     keys = ledger.keys
     permanent = {keys.limits("acme"), keys.tenants()}
     seen = set()
-    async for key in redis.scan_iter(match="t:*"):
+    async for key in redis.scan_iter(match="*"):
+        assert key.startswith("{t}:"), key  # every key carries the namespace's hash tag
         seen.add(key)
         ttl = await redis.ttl(key)
         assert (ttl == -1) if key in permanent else (ttl > 0), key
@@ -432,7 +448,7 @@ async def test_a_reservation_queues_one_command_on_a_shared_pipeline(
     await ledger.set_limits("acme", 1000, 1000)
     await ledger.load_scripts()
     pipe = redis.pipeline(transaction=False)
-    pipe.get("t:breaker:openai")
+    pipe.get("{t}:br:openai")
     parse = ledger.reserve_on(
         pipe, "acme", "c1", provider="openai", micros=10, fallback=False, ttl_s=5
     )

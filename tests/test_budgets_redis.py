@@ -14,11 +14,10 @@ from typing import Any
 
 import pytest
 from redis.asyncio import Redis
+from redis.exceptions import ResponseError
 
 from budgets import Ledger, Refusal, Reservation
 from tests.test_budgets_ledger import lua_periods, python_periods
-
-pytestmark = pytest.mark.redis
 
 SPAWN = mp.get_context("spawn")
 TENANT = "acme"
@@ -28,7 +27,7 @@ TENANT = "acme"
 async def redis(redis_url: str, namespace: str) -> AsyncIterator[Redis]:
     client = Redis.from_url(redis_url, decode_responses=True)
     yield client
-    keys = [key async for key in client.scan_iter(match=f"{namespace}:*", count=1000)]
+    keys = [key async for key in client.scan_iter(match=f"{{{namespace}}}:*", count=1000)]
     if keys:
         await client.delete(*keys)
     await client.aclose()
@@ -177,6 +176,32 @@ async def test_periods_come_from_the_redis_server_clock(redis: Redis, namespace:
     )
 
 
+@pytest.mark.parametrize("skew_h", [-11.9, 11.9])
+async def test_a_pod_clock_hours_off_still_spends_in_the_server_s_period(
+    redis: Redis, namespace: str, monkeypatch: pytest.MonkeyPatch, skew_h: float
+) -> None:
+    real_ns = time.time_ns
+    monkeypatch.setattr(time, "time_ns", lambda: real_ns() + int(skew_h * 3_600e9))
+    ledger = Ledger(redis, namespace=namespace)
+    await ledger.set_limits(TENANT, 1000, 1000)
+    settled = await ledger.settle(TENANT, "c1", 10)
+    server = datetime.fromtimestamp((await redis.time())[0], tz=UTC)
+    assert (settled.day, settled.month) == (server.strftime("%Y-%m-%d"), server.strftime("%Y-%m"))
+
+
+async def test_a_pod_clock_a_day_off_is_an_error_that_writes_nothing(
+    redis: Redis, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ledger = Ledger(redis, namespace=namespace)
+    await ledger.set_limits(TENANT, 1000, 1000)
+    real_ns = time.time_ns
+    monkeypatch.setattr(time, "time_ns", lambda: real_ns() + 36 * 3_600 * 10**9)
+    with pytest.raises(ResponseError, match="12 h"):
+        await ledger.reserve(TENANT, "c1", provider="openai", micros=5, fallback=False, ttl_s=5)
+    monkeypatch.undo()
+    assert (await ledger.report(TENANT)).reserved_micros == 0
+
+
 async def test_real_redis_lua_computes_the_same_utc_periods_as_python(redis: Redis) -> None:
     instants = [0, 951_868_799_999, 951_868_800_000, 1_709_164_800_000, 1_798_761_599_999]
     instants += list(range(1_700_000_000_000, 4_100_000_000_000, 1_234_567_891))
@@ -190,7 +215,7 @@ async def test_a_reservation_and_a_breaker_read_share_one_round_trip(
     await ledger.set_limits(TENANT, 1000, 1000)
     await ledger.load_scripts()
     async with redis.pipeline(transaction=False) as pipe:
-        pipe.get(f"{namespace}:breaker:openai")
+        pipe.get(f"{{{namespace}}}:br:openai")
         parse = ledger.reserve_on(
             pipe, TENANT, "c1", provider="openai", micros=5, fallback=False, ttl_s=5
         )

@@ -46,12 +46,6 @@ def write_config(path: Path, *, sim: str, redis_url: str, namespace: str) -> Pat
     return path
 
 
-@pytest.fixture(scope="module")
-def sim() -> Iterator[Simulator]:
-    with Simulator() as simulator:
-        yield simulator
-
-
 @pytest.fixture(autouse=True)
 def _fresh(sim: Simulator) -> None:
     sim.reset()

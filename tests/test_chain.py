@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -17,12 +16,6 @@ from worker.errors import TurnFailed
 from worker.simulator import Fault, Simulator
 from worker.simulator.catalogue import Kind
 from worker.types import AttemptOutcome, Status
-
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[Simulator]:
-    with Simulator() as simulator:
-        yield simulator
 
 
 @pytest.fixture(autouse=True)

@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
-from tests.chainkit import KEY, ScriptedGuard, fault, run, settings, turn
+from tests.chainkit import KEY, fault, run, settings, turn
 from worker.guard.protocol import Availability, Signal
+from worker.guard.testing import ScriptedGuard
 from worker.simulator import Fault, Simulator
 from worker.types import AttemptOutcome, Message, Status, Tool, ToolCall
-
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[Simulator]:
-    with Simulator() as simulator:
-        yield simulator
 
 
 @pytest.fixture(autouse=True)

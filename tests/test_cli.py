@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.chainkit import closed_port
+from tests.netkit import free_port
 from worker.simulator import Fault, SimulatorClient
 
 ROOT = Path(__file__).parent.parent
@@ -24,7 +24,7 @@ RELEVO = [sys.executable, "-m", "worker.cli"]
 
 @pytest.fixture(scope="module")
 def simulator() -> Iterator[SimulatorClient]:
-    port = closed_port()
+    port = free_port()
     proc = subprocess.Popen(
         [*RELEVO, "simulate", "--port", str(port)],
         stdout=subprocess.DEVNULL,

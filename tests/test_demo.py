@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ import pytest
 import redis
 from rich.console import Console
 
+from tests.netkit import free_port
 from worker.demo.plan import (
     EXAMPLE_REDIS_URL,
     EXAMPLE_SIM_URL,
@@ -53,13 +53,6 @@ def _demo(*args: str, cwd: Path, env: Mapping[str, str]) -> subprocess.Completed
         timeout=RUN_TIMEOUT_S,
         check=False,
     )
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @pytest.fixture(scope="module")
@@ -196,8 +189,8 @@ def test_example_config_is_the_embedded_config_on_fixed_ports() -> None:
 
 def test_demo_with_unreachable_redis_says_so_and_exits_2(tmp_path: Path) -> None:
     config = tmp_path / "demo.toml"
-    dead = f"redis://127.0.0.1:{_free_port()}/0"
-    sim = f"http://127.0.0.1:{_free_port()}"
+    dead = f"redis://127.0.0.1:{free_port()}/0"
+    sim = f"http://127.0.0.1:{free_port()}"
     config.write_text(render_config(sim_url=sim, redis_url=dead), encoding="utf-8")
     proc = _demo("--redis", dead, "--config", str(config), cwd=tmp_path, env=_clean_env())
     assert proc.returncode == 2
@@ -208,7 +201,7 @@ def test_demo_with_unreachable_redis_says_so_and_exits_2(tmp_path: Path) -> None
 @pytest.fixture
 def worker_for(redis_url: str, namespace: str, tmp_path: Path) -> Iterator[Path]:
     """A demo configuration on its own namespace and queue, and a `relevo worker` running it."""
-    text = render_config(sim_url=f"http://127.0.0.1:{_free_port()}", redis_url=redis_url)
+    text = render_config(sim_url=f"http://127.0.0.1:{free_port()}", redis_url=redis_url)
     config = tmp_path / "demo.toml"
     config.write_text(text.replace('"relevo-demo"', f'"{namespace}"'), encoding="utf-8")
     worker = subprocess.Popen(
@@ -244,7 +237,6 @@ def worker_for(redis_url: str, namespace: str, tmp_path: Path) -> Iterator[Path]
 
 
 @pytest.mark.slow
-@pytest.mark.redis
 def test_demo_against_real_redis_uses_a_separate_worker(
     worker_for: Path, redis_url: str, tmp_path: Path
 ) -> None:

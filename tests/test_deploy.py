@@ -13,7 +13,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import time
 import tomllib
@@ -29,6 +28,7 @@ from redis.exceptions import AuthenticationError, NoPermissionError
 import breakers
 import budgets
 from tests.conftest import skip_unless_ci
+from tests.netkit import free_port
 from worker.cli.fleet import celery_command
 from worker.fleet.app import make_app
 from worker.fleet.enqueue import enqueue_turn
@@ -391,9 +391,7 @@ def acl_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, s
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
             pytest.fail("CI needs redis-server to check the ACL users")
         skip_unless_ci("no redis-server binary to check the ACL users on")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     acl = tmp_path_factory.mktemp("acl") / "users.acl"
     args = ["--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
     proc = subprocess.Popen(
@@ -429,13 +427,11 @@ async def clients(acl_server: dict[str, str]) -> AsyncIterator[dict[str, Any]]:
         await client.aclose()
 
 
-@pytest.mark.redis
 async def test_anonymous_clients_are_refused(clients: dict[str, Any]) -> None:
     with pytest.raises(AuthenticationError):
         await clients["anonymous"].ping()
 
 
-@pytest.mark.redis
 def test_producer_enqueues_a_turn(
     acl_server: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -453,7 +449,6 @@ def test_producer_enqueues_a_turn(
     assert handle.turn_id in message.decode()
 
 
-@pytest.mark.redis
 async def test_producer_reaches_nothing_but_the_queue_and_results(clients: dict[str, Any]) -> None:
     producer = clients["producer"]
     assert await producer.get("{relevo}:turn:t1:result") is None
@@ -472,7 +467,6 @@ async def test_producer_reaches_nothing_but_the_queue_and_results(clients: dict[
             await producer.execute_command(*command)
 
 
-@pytest.mark.redis
 async def test_operator_flips_the_kill_switch_and_workers_see_it(clients: dict[str, Any]) -> None:
     operator, worker = clients["operator"], clients["relevo"]
     await budgets.Ledger(operator).set_limits("acme", 5_000_000, 100_000_000)
@@ -489,7 +483,6 @@ async def test_operator_flips_the_kill_switch_and_workers_see_it(clients: dict[s
     assert isinstance(held, budgets.Reservation)
 
 
-@pytest.mark.redis
 @pytest.mark.parametrize("user", ["relevo", "operator"])
 async def test_no_relevo_user_administers_the_server(clients: dict[str, Any], user: str) -> None:
     for command in (

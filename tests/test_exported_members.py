@@ -1,25 +1,63 @@
-"""Each package's public surface is what its `__all__` says (ruff's RUF022 keeps it sorted)."""
+"""Each package's public surface is the set we mean, pinned here name by name.
+
+A name joins a surface on purpose: add it here in the same change. Internals (key
+builders, script plumbing, bounds used only inside a package) are imported from their
+modules by the tests that need them.
+"""
 
 from __future__ import annotations
 
 import importlib
+import subprocess
+import sys
 
 import pytest
 
+_ERRORS = (
+    "AuthFailed ConfigError ConnectionFailed ContextTooLong DeadlineExceeded FirstByteTimeout "
+    "InputError InvalidRequest MalformedResponse Overloaded ProviderError QuotaExhausted "
+    "RateLimited RelevoError ResponseTimeout ServerError TurnFailed"
+)
+SURFACES: dict[str, str] = {
+    "worker": _ERRORS
+    + " Attempt AttemptOutcome Chain Guard Message OpenGuard Reply Settings Status Tool"
+    " ToolCall TurnRequest TurnResult Usage load_settings make_client parse_turn_request",
+    "worker.adapters": "ADAPTERS Adapter AnthropicAdapter Completion Event GeminiAdapter"
+    " OpenAIAdapter ProviderCall TextDelta ToolCallDelta build_adapter make_client",
+    "worker.turn": "RULES Chain Decision Rule rule_for",
+    "worker.guard": "Admission Availability Charge FleetView Guard OpenGuard RedisGuard Signal"
+    " Target open_guard",
+    "worker.guard.testing": "ScriptedGuard",
+    "worker.fleet": "TurnHandle TurnStore enqueue_turn make_app",
+    "worker.fleet.testing": "InProcessRedis InProcessWorker StubFleet stub_fleet",
+    "worker.observability": "Redactor TurnMetrics configure_logging redact_text",
+    "worker.simulator": "CallOutcome Fault RequestRecord Simulator SimulatorClient serve",
+    "worker.cli": "main",
+    "worker.demo": "run_demo",
+    "breakers": "FORBIDDEN_ERRORS STORE_ERRORS BreakerState BreakersError Cooldown"
+    " CooldownPolicy CooldownReport Entry Exhausted ExhaustedReport FleetBreakers FleetReport"
+    " FleetState HeldTurn HeldTurns InvalidNameError InvalidPolicyError KillSwitch"
+    " KillSwitchState Operators Outcome Pair Policy ResilientBreakers ScopeReport ScopeState"
+    " StoreForbiddenError StoreUnavailableError Transition TransitionKind UnknownScopeError"
+    " Verdict connect in_memory validate_name",
+    "breakers.testing": "ManualClock",
+    "budgets": "MICROS_PER_DOLLAR BudgetError BudgetReport Handoff Handoffs InvalidAmountError"
+    " InvalidNameError Ledger Limits PeriodReport Refusal RefusalReason Release Reservation"
+    " Settlement UnknownTenantError check_provider check_tenant cost_micros format_micros"
+    " parse_dollars",
+    "budgets.testing": "ManualClock",
+}
 
-@pytest.mark.parametrize("name", ["worker", "breakers", "budgets"])
-def test_every_exported_name_exists_once(name: str) -> None:
+
+@pytest.mark.parametrize("name", sorted(SURFACES))
+def test_the_public_surface_is_the_intended_one(name: str) -> None:
     package = importlib.import_module(name)
-    exported = package.__all__
-    assert len(exported) == len(set(exported))
-    for member in exported:
+    assert sorted(package.__all__) == sorted(SURFACES[name].split())
+    for member in package.__all__:
         assert hasattr(package, member), f"{name}.{member}"
 
 
 def test_breakers_and_budgets_never_import_worker() -> None:
-    import subprocess
-    import sys
-
     code = (
         "import sys, breakers, budgets; "
         "bad = [m for m in sys.modules if m.split('.')[0] in ('worker', 'celery', 'httpx')]; "

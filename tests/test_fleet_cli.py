@@ -25,12 +25,6 @@ from worker.types import Message, Status, TurnRequest
 RELEVO = [sys.executable, "-m", "worker.cli"]
 
 
-@pytest.fixture(scope="module")
-def sim() -> Iterator[Simulator]:
-    with Simulator() as simulator:
-        yield simulator
-
-
 @pytest.fixture
 def config(
     sim: Simulator, redis_url: str, namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -12,7 +12,6 @@ import itertools
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -36,6 +35,7 @@ from tests.fleetkit import (
     make_request,
     turns_of,
 )
+from tests.netkit import free_port
 from worker.adapters import make_client
 from worker.guard.redis_guard import open_guard
 from worker.simulator import Fault, Simulator
@@ -43,7 +43,7 @@ from worker.turn.capability import Fit, fit_turn
 from worker.turn.chain import Chain
 from worker.types import TurnResult, parse_turn_request
 
-pytestmark = [pytest.mark.slow, pytest.mark.redis]
+pytestmark = pytest.mark.slow
 
 T = TypeVar("T")
 ALPHA, BETA, GAMMA = "alpha", "beta", "gamma"  # provider model ids of the chain's three models
@@ -51,12 +51,6 @@ PRIMARY = "openai/alpha"
 MODEL_SCOPE = "model:openai/alpha@oa"
 # Breakers that never trip: tests about money must see the primary tried on every turn.
 NEVER_TRIP = {"consecutive_failures_threshold": 10_000, "min_calls_in_window": 10_000}
-
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[Simulator]:
-    with Simulator() as simulator:
-        yield simulator
 
 
 @pytest.fixture(scope="module")
@@ -374,13 +368,6 @@ def test_kill_switch_stops_every_process_and_held_turns_replay_after_off(
 STORE_TIMEOUT_S = 0.2
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def _answers(url: str) -> bool:
     client = redis.Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=0.5)
     try:
@@ -399,7 +386,7 @@ def private_redis() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
             pytest.fail("CI needs the redis-server binary for the Redis-outage tests")
         skip_unless_ci("no redis-server binary to start a private server")
-    port = _free_port()
+    port = free_port()
     args = [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no"]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"redis://127.0.0.1:{port}/0"
@@ -439,7 +426,7 @@ def test_concurrent_first_turns_on_a_fresh_redis_keep_the_fleet_view(
                 chain = Chain.from_settings(config, client, guard=guard)
                 results = await asyncio.gather(*(chain.run(make_request()) for _ in range(8)))
                 assert all(r.status == "ok" for r in results)
-                if not guard.fleet.fleet_view:
+                if not guard.circuits.fleet_view:
                     lost.append(index)
                 await guard.aclose()
         await flusher.aclose()

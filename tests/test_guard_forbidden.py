@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -13,11 +12,10 @@ import redis
 
 from tests.chainkit import KEY, run, settings, turn
 from tests.conftest import skip_unless_ci
+from tests.netkit import free_port
 from worker.guard.redis_guard import open_guard
 from worker.simulator import Simulator
 from worker.types import Status
-
-pytestmark = pytest.mark.redis
 
 
 @pytest.fixture(scope="module")
@@ -26,9 +24,7 @@ def acl_redis() -> Iterator[int]:
     binary = shutil.which("redis-server")
     if binary is None:
         skip_unless_ci("no redis-server binary")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
+    port = free_port()
     proc = subprocess.Popen(
         [
             *(binary, "--port", str(port), "--save", "", "--appendonly", "no"),
@@ -49,12 +45,6 @@ def acl_redis() -> Iterator[int]:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
-
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[Simulator]:
-    with Simulator() as simulator:
-        yield simulator
 
 
 @pytest.mark.parametrize(

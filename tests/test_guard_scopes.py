@@ -2,24 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from tests.chainkit import KEY, run, settings, turn
 from worker.guard.redis_guard import open_guard
 from worker.simulator import Fault, Simulator
 
-pytestmark = pytest.mark.redis
-
 BREAKERS = {"min_calls_in_window": 3, "consecutive_failures_threshold": 3, "break_s": 60}
 CHAIN = ("openai/alpha", "openai/alpha-mini", "anthropic/beta")
-
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[Simulator]:
-    with Simulator() as simulator:
-        yield simulator
 
 
 @pytest.mark.parametrize(

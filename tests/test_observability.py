@@ -10,7 +10,6 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from structlog.testing import capture_logs
 import breakers
 import budgets
 from tests.chainkit import KEY, run, settings, turn, worker_config
+from tests.netkit import free_port
 from worker.fleet.exporter import FleetCollector, serve_metrics
 from worker.observability.alert import FallbackWatch
 from worker.observability.logs import configure_logging
@@ -39,12 +39,6 @@ from worker.simulator import Fault, Simulator
 from worker.types import Message, Status, TurnRequest, TurnResult
 
 RELEVO = [sys.executable, "-m", "worker.cli"]
-
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[Simulator]:
-    with Simulator() as simulator:
-        yield simulator
 
 
 @pytest.fixture(autouse=True)
@@ -257,9 +251,7 @@ def test_fleet_collector_reads_breakers_budgets_and_kill_switch(
 
 
 def test_fleet_collector_with_redis_down_yields_nothing_and_says_so(sim: Simulator) -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     config = settings(sim.url, redis={"url": f"redis://127.0.0.1:{port}/0"})
     with capture_logs() as events:
         assert list(FleetCollector(config, timeout_s=1).collect()) == []
@@ -297,13 +289,6 @@ fallback_min_turns = 2
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def _scrape(port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
     return {
@@ -331,7 +316,7 @@ def test_relevo_worker_serves_turn_fleet_and_budget_metrics(
         worker_config(sim=sim.url, redis_url=redis_url, namespace=namespace, sections=SECTIONS)
     )
     config: Settings = load_settings(path)
-    port = _free_port()
+    port = free_port()
     logs = tmp_path / "worker.log"
     with logs.open("wb") as err:
         node = subprocess.Popen(

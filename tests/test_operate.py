@@ -20,7 +20,8 @@ from redis.asyncio import Redis
 import breakers
 import budgets
 from breakers import BreakerState, Cooldown, Exhausted, FleetBreakers, Outcome, Policy, Verdict
-from tests.chainkit import closed_port, turn
+from tests.chainkit import turn
+from tests.netkit import free_port
 from worker.adapters import make_client
 from worker.cli.main import main
 from worker.cli.replay import replay_held
@@ -252,12 +253,6 @@ def test_kill_switch_blank_reason_is_refused(
 
 
 # -- relevo replay-held ----------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[Simulator]:
-    with Simulator() as simulator:
-        yield simulator
 
 
 def write_config(tmp_path: Path, sim_url: str, redis_url: str, namespace: str) -> Path:
@@ -531,7 +526,7 @@ def test_handoffs_count_must_be_positive(ns: str) -> None:
 def test_unreachable_redis_is_one_line_and_exit_6(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], args: tuple[str, ...]
 ) -> None:
-    monkeypatch.setenv("RELEVO_REDIS__URL", f"redis://:hunter2@127.0.0.1:{closed_port()}/0")
+    monkeypatch.setenv("RELEVO_REDIS__URL", f"redis://:hunter2@127.0.0.1:{free_port()}/0")
     assert relevo(*args) == 6
     err = capsys.readouterr().err
     assert err.startswith("relevo: Redis at redis://:***@127.0.0.1:")

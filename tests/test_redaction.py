@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import json
 import traceback
-from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -14,16 +13,20 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.chainkit import ID_OF, KEY, ORDER, run, settings, turn
+from worker.adapters.classify import classify_response
 from worker.errors import TurnFailed
 from worker.fleet.runner import LoopThread, TurnRunner
 from worker.observability.logs import configure_logging
 from worker.observability.redact import (
     _NAMED,
     _PATTERNS,
+    _URL_PASSWORD,
     REDACTED,
     Redactor,
     provider_secrets,
+    redact_exact,
     redact_text,
+    redact_url,
 )
 from worker.settings import Settings
 from worker.simulator import Fault, Simulator
@@ -33,12 +36,6 @@ from worker.types import Status, TurnResult
 PLAIN_KEY = "Zq7pLainSecretNoPattern42"
 PROMPT = "canary-prompt-7f3e: my account number is 0042"
 KEYS = [KEY, PLAIN_KEY]
-
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[Simulator]:
-    with Simulator() as simulator:
-        yield simulator
 
 
 @pytest.fixture(autouse=True)
@@ -175,6 +172,8 @@ def test_console_output_is_redacted_too() -> None:
         ("API key not valid: AIzaSyA1234567890abcdefghijklmnopqrs", "AIzaSyA1234567890abcdefghi"),
         ("Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.e30.sig", "eyJhbGciOiJIUzI1NiJ9"),
         ('{"api-key": "0123456789abcdef0123456789abcdef"}', "0123456789abcdef0123456789abcdef"),
+        ("Error 111 connecting to redis://:hunter2hunter2@10.0.0.5:6379/0", "hunter2hunter2"),
+        ("broker rediss://relevo-worker:p%40ss@redis.internal/1 down", "p%40ss"),
     ],
 )
 def test_key_shapes_are_redacted_without_knowing_the_key(text: str, secret: str) -> None:
@@ -183,9 +182,53 @@ def test_key_shapes_are_redacted_without_knowing_the_key(text: str, secret: str)
     assert REDACTED in cleaned
 
 
+def test_a_url_loses_only_its_password() -> None:
+    assert redact_url("redis://app:pw@h:6379/0") == "redis://app:***@h:6379/0"
+    assert redact_url("rediss://:pw@h/1") == "rediss://:***@h/1"
+    assert redact_url("redis://127.0.0.1:6379/0") == "redis://127.0.0.1:6379/0"
+    assert redact_text("see https://example.com/a:b@c") == "see https://example.com/a:b@c"
+
+
 def test_ordinary_text_is_left_alone() -> None:
     text = "model openai/alpha answered in 812 ms; task-list sk- skipped; tokens=42"
     assert redact_text(text) == text
+
+
+# Each was known to one of the three scrubbers that existed before `redact.py` was the only
+# one: the masked key and the `…_key=` value to the provider error messages
+# (adapters/classify.py), the quoted header field to the logs.
+ONE_SCRUBBER_ONLY = {
+    "masked sk- key": ("Incorrect API key provided: sk-live***********wxyz.", "live****"),
+    "a _key= value": ("denied access_key=9f8e7d6c5b4a3f2e", "9f8e7d6c5b4a3f2e"),
+    "quoted header field": ('sent {"x-api-key": "a1b2c3d4e5f6a7b8"}', "a1b2c3d4e5f6a7b8"),
+}
+
+
+@pytest.mark.parametrize("shape", ONE_SCRUBBER_ONLY)
+async def test_a_shape_once_known_to_one_scrubber_is_redacted_on_every_path(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch, shape: str
+) -> None:
+    text, secret = ONE_SCRUBBER_ONLY[shape]
+    body = {"error": {"message": f"provider says: {text}", "type": "invalid_request_error"}}
+    error = classify_response("openai", 401, {}, json.dumps(body).encode())
+    logs = _log_lines()
+    configure_logging(level="debug", json=True, stream=logs)
+    structlog.get_logger("test").warning("echo", detail=text)
+    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
+    sim.set_faults("alpha", Fault(status=401, body=body))
+
+    result = await run(settings(sim.url, ORDER["openai"]), turn(PROMPT))
+
+    assert result.attempts[0].http_status == 401
+    shown = (str(error), logs.getvalue(), result.to_json(), _exception_texts(result))
+    for text_shown in shown:
+        assert secret not in text_shown
+
+
+def test_exact_redaction_leaves_an_error_body_parseable() -> None:
+    body = json.dumps({"error": {"message": f"bad key {PLAIN_KEY}, Bearer {KEY}"}})
+    cleaned = json.loads(redact_exact(body, [PLAIN_KEY]))
+    assert cleaned == {"error": {"message": f"bad key {REDACTED}, Bearer {KEY}"}}
 
 
 def test_secrets_added_later_are_redacted_from_then_on() -> None:
@@ -228,6 +271,9 @@ _FRAGMENTS = st.sampled_from(
         ":",
         "=",
         "é",
+        "redis://",
+        "u:",
+        "@",
     ]
 )
 
@@ -235,5 +281,7 @@ _FRAGMENTS = st.sampled_from(
 @given(st.lists(_FRAGMENTS | st.text(max_size=6), max_size=12).map("".join))
 def test_text_passed_by_the_fast_check_needs_no_rewrite(text: str) -> None:
     # The slow path, always taken: what redact_text must agree with.
-    full = _PATTERNS.sub(REDACTED, _NAMED.sub(lambda m: m.group(1) + REDACTED, text))
+    full = _NAMED.sub(lambda m: m.group(1) + REDACTED, text)
+    full = _URL_PASSWORD.sub(lambda m: m.group(1) + REDACTED + "@", full)
+    full = _PATTERNS.sub(REDACTED, full)
     assert redact_text(text) == full

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ import redis
 
 from tests.chainkit import worker_config
 from tests.conftest import skip_unless_ci
+from tests.netkit import free_port
 
 # Shaped like no known key prefix, so only exact-key scrubbing can hide it.
 KEY = "9d2c4e6f8a0b1c3d5e7f9a1b3c5d7e9f"
@@ -60,13 +60,6 @@ def write_config(
     )
     path.write_text(text, encoding="utf-8")
     return path
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @dataclass(frozen=True)

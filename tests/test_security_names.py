@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from tests.chainkit import closed_port
 from tests.chainkit import settings as chain_settings
+from tests.netkit import free_port
 from worker.cli.main import main
 from worker.errors import ConfigError, InputError
 from worker.settings import load_settings
@@ -76,7 +76,7 @@ def test_a_tricky_tenant_id_on_the_command_line_is_refused_before_redis(
     name: str, action: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Nothing listens there: a command that reached for Redis would exit 6, not 2.
-    monkeypatch.setenv("RELEVO_REDIS__URL", f"redis://127.0.0.1:{closed_port()}/0")
+    monkeypatch.setenv("RELEVO_REDIS__URL", f"redis://127.0.0.1:{free_port()}/0")
     options = ["--daily", "1", "--monthly", "2"] if action == "set" else []
     assert main(["budgets", action, *options, "--", TRICKY[name]]) == 2
     out, err = capsys.readouterr()

@@ -139,12 +139,6 @@ def test_the_default_limits_are_sensible() -> None:
 # --- the worker, without Celery: every malformed payload is a failed result -------------
 
 
-@pytest.fixture(scope="module")
-def sim() -> Iterator[Simulator]:
-    with Simulator() as simulator:
-        yield simulator
-
-
 @pytest.fixture
 def config(sim: Simulator, redis_url: str, namespace: str, tmp_path: Path) -> Path:
     return write_config(

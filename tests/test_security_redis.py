@@ -39,16 +39,8 @@ from worker.settings import Settings, load_settings
 from worker.simulator import Fault, Simulator
 from worker.types import Message, TurnRequest
 
-pytestmark = pytest.mark.redis
-
 # Valid, but each close to a rule's edge: a turn for each must stay inside the namespace.
 EDGE_TENANTS = ["_", "0", "a.b-c_d", "t..t", "T" * 64, "x-", "acme.eu"]
-
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[Simulator]:
-    with Simulator() as simulator:
-        yield simulator
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,6 @@ import os
 import subprocess
 import sys
 import traceback
-from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
@@ -74,12 +73,6 @@ def test_the_key_comes_from_a_mounted_file_or_the_environment(
     monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
     env = ProviderSettings(kind="openai", base_url="http://x", api_key_env="RELEVO_TEST_KEY")
     assert env.api_key() == KEY
-
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[Simulator]:
-    with Simulator() as simulator:
-        yield simulator
 
 
 @pytest.fixture(params=list(KEYS))

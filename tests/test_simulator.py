@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 import worker.simulator
-from worker.simulator import Fault, Outcome, RequestRecord, Simulator, SimulatorClient
+from worker.simulator import CallOutcome, Fault, RequestRecord, Simulator, SimulatorClient
 
 MESSAGES = [{"role": "user", "content": "What is the weather in Paris?"}]
 TEXT_8 = "Answer from {model}. alpha bravo charlie delta echo"
@@ -397,7 +397,7 @@ def test_error_status_gets_the_api_error_envelope(
     assert response.headers["content-type"].startswith("application/json")
     assert (response.headers["retry-after"], response.headers["retry-after-ms"]) == ("2", "1500")
     assert field(response.json())
-    assert sim.calls("m", Outcome.ERROR) == 1
+    assert sim.calls("m", CallOutcome.ERROR) == 1
     assert sim.requests("m")[0].status == status
 
 
@@ -458,8 +458,8 @@ def test_first_byte_stall_sends_nothing_and_counts_stalled_when_the_client_leave
     path, body = openai_call("m")
     with pytest.raises(httpx.ReadTimeout):
         http.post(path, json=body, timeout=httpx.Timeout(5, read=0.3))
-    wait_for(lambda: sim.calls("m", Outcome.STALLED) == 1)
-    assert sim.requests("m")[0].outcome is Outcome.STALLED
+    wait_for(lambda: sim.calls("m", CallOutcome.STALLED) == 1)
+    assert sim.requests("m")[0].outcome is CallOutcome.STALLED
 
 
 @pytest.mark.parametrize(
@@ -480,7 +480,7 @@ def test_stall_before_content_opens_the_stream_then_stays_silent(
         received = read_until_silent(response)
     assert len(parse_sse(received)) == preamble
     assert "Answer" not in received
-    wait_for(lambda: sim.calls("m", Outcome.STALLED) == 1)
+    wait_for(lambda: sim.calls("m", CallOutcome.STALLED) == 1)
 
 
 def test_stall_after_tokens_goes_silent_mid_stream(sim: Simulator, http: httpx.Client) -> None:
@@ -489,7 +489,7 @@ def test_stall_after_tokens_goes_silent_mid_stream(sim: Simulator, http: httpx.C
     with http.stream("POST", path, json=body, timeout=httpx.Timeout(5, read=0.4)) as response:
         received = read_until_silent(response)
     assert anthropic_text(parse_sse(received)) == "Answer from m."
-    wait_for(lambda: sim.calls("m", Outcome.STALLED) == 1)
+    wait_for(lambda: sim.calls("m", CallOutcome.STALLED) == 1)
 
 
 def test_a_short_stall_after_tokens_then_the_answer_completes(
@@ -520,7 +520,7 @@ def test_error_after_tokens_sends_the_api_mid_stream_error(
     name, data = events[-1]
     assert name == event
     assert data["error"].items() >= error.items()
-    assert sim.calls("m", Outcome.STREAM_ERROR) == 1
+    assert sim.calls("m", CallOutcome.STREAM_ERROR) == 1
 
 
 def test_a_given_stream_error_payload_is_sent(sim: Simulator, http: httpx.Client) -> None:
@@ -539,7 +539,7 @@ def test_drop_cuts_the_connection_after_tokens(sim: Simulator, http: httpx.Clien
     ):
         lines.extend(response.iter_lines())
     assert openai_text(parse_sse("\n".join(lines))) == "Answer from"
-    assert sim.calls("m", Outcome.DROPPED) == 1
+    assert sim.calls("m", CallOutcome.DROPPED) == 1
 
 
 def test_non_streaming_error_after_tokens_tears_the_body(
@@ -548,7 +548,7 @@ def test_non_streaming_error_after_tokens_tears_the_body(
     sim.set_faults("m", Fault(error_after_tokens=2))
     with pytest.raises(httpx.RemoteProtocolError):
         post(http, "anthropic", "m")
-    wait_for(lambda: sim.calls("m", Outcome.DROPPED) == 1)
+    wait_for(lambda: sim.calls("m", CallOutcome.DROPPED) == 1)
 
 
 def test_client_leaving_mid_stream_counts_abandoned(sim: Simulator, http: httpx.Client) -> None:
@@ -556,7 +556,7 @@ def test_client_leaving_mid_stream_counts_abandoned(sim: Simulator, http: httpx.
     path, body = openai_call("m", stream=True)
     with http.stream("POST", path, json=body) as response:
         next(response.iter_lines())
-    wait_for(lambda: sim.calls("m", Outcome.ABANDONED) == 1)
+    wait_for(lambda: sim.calls("m", CallOutcome.ABANDONED) == 1)
 
 
 @pytest.mark.parametrize("api", ["openai", "anthropic", "gemini"])
@@ -695,7 +695,7 @@ def test_admin_api_drives_the_simulator(sim: Simulator, http: httpx.Client) -> N
         )
         post(http, "openai", "vendor/model-x")
         assert client.calls("vendor/model-x") == 2
-        assert client.calls("vendor/model-x", Outcome.ERROR) == 1
+        assert client.calls("vendor/model-x", CallOutcome.ERROR) == 1
         records = client.requests("vendor/model-x")
         assert all(isinstance(r, RequestRecord) for r in records)
         assert [r.status for r in records] == [429, 200]
@@ -735,7 +735,7 @@ def test_stop_ends_a_stalled_call_at_once() -> None:
     caller.join(5)
     assert not caller.is_alive()
     assert len(failures) == 1
-    assert sim.calls("m", Outcome.STALLED) == 1
+    assert sim.calls("m", CallOutcome.STALLED) == 1
     with pytest.raises(RuntimeError):
         _ = sim.url
 
@@ -770,7 +770,7 @@ def test_exported_members() -> None:
     assert worker.simulator.__all__ == sorted(worker.simulator.__all__)
     assert set(worker.simulator.__all__) == {
         "Fault",
-        "Outcome",
+        "CallOutcome",
         "RequestRecord",
         "Simulator",
         "SimulatorClient",

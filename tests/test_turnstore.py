@@ -10,7 +10,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 import breakers
-from tests.chainkit import closed_port
+from tests.netkit import free_port
 from worker.fleet.turnstore import TurnStore
 from worker.guard.autopipeline import AutoPipeline
 from worker.types import Status, TurnResult
@@ -110,7 +110,7 @@ async def test_stream_chunks_arrive_in_order_until_the_end(redis: Redis, namespa
 
 
 async def test_an_unreachable_store_raises_a_redis_error(namespace: str) -> None:
-    down = breakers.connect(f"redis://127.0.0.1:{closed_port()}/0", timeout_s=0.2)
+    down = breakers.connect(f"redis://127.0.0.1:{free_port()}/0", timeout_s=0.2)
     store = TurnStore(down, namespace=namespace)
     try:
         with pytest.raises((RedisError, OSError)):

@@ -28,7 +28,11 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+import breakers
+
 __all__ = [
+    "STORE_DOWN",
+    "STORE_REFUSED",
     "AuthFailed",
     "ConfigError",
     "ConnectionFailed",
@@ -48,6 +52,19 @@ __all__ = [
     "StoreForbidden",
     "TurnFailed",
 ]
+
+
+# The shared store's failures as every room of worker catches them: Redis slow, gone or
+# refusing us, as redis-py and sockets raise it and as breakers translates it.
+STORE_DOWN: tuple[type[BaseException], ...] = (
+    *breakers.STORE_ERRORS,
+    breakers.StoreUnavailableError,
+)
+# The part of it that means "Redis answered and said no" (password, ACL): fail closed.
+STORE_REFUSED: tuple[type[BaseException], ...] = (
+    *breakers.FORBIDDEN_ERRORS,
+    breakers.StoreForbiddenError,
+)
 
 
 class RelevoError(Exception):

@@ -15,7 +15,14 @@ from decimal import ROUND_CEILING, Decimal
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 import breakers
@@ -44,7 +51,6 @@ ModelSlug = Annotated[
     str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._:-]*$")
 ]
 Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")]
-MICROS_PER_DOLLAR = 1_000_000
 
 
 class _Section(BaseModel):
@@ -103,7 +109,7 @@ class ModelSettings(_Section):
 
 
 def _to_micros(dollars: Decimal) -> int:
-    return int((dollars * MICROS_PER_DOLLAR).to_integral_value(rounding=ROUND_CEILING))
+    return int((dollars * budgets.MICROS_PER_DOLLAR).to_integral_value(rounding=ROUND_CEILING))
 
 
 class ChainSettings(_Section):
@@ -139,18 +145,54 @@ class RedisSettings(_Section):
     timeout_s: float = Field(default=0.25, gt=0, le=5)
 
 
-class BreakerSettings(_Section):
-    """When a model or a vendor is skipped fleet-wide, and for how long."""
+_POLICY = breakers.Policy()
+_COOLDOWNS = breakers.CooldownPolicy()
 
-    window_s: float = Field(default=30.0, gt=0)
-    min_calls_in_window: int = Field(default=10, ge=1)
-    failure_rate_threshold: float = Field(default=0.5, gt=0, le=1)
-    consecutive_failures_threshold: int = Field(default=5, ge=1)
-    break_s: float = Field(default=10.0, gt=0)
-    max_break_s: float = Field(default=300.0, gt=0)
-    probe_ttl_s: float = Field(default=30.0, gt=0)
-    default_cooldown_s: float = Field(default=30.0, gt=0)
-    exhausted_ttl_s: float = Field(default=900.0, gt=0)
+
+class BreakerSettings(_Section):
+    """When a model or a vendor is skipped fleet-wide, and for how long.
+
+    The defaults and the checks are `breakers.Policy`'s and `breakers.CooldownPolicy`'s.
+    """
+
+    window_s: float = _POLICY.window_s
+    min_calls_in_window: int = _POLICY.min_calls_in_window
+    failure_rate_threshold: float = _POLICY.failure_rate_threshold
+    consecutive_failures_threshold: int = _POLICY.consecutive_failures_threshold
+    break_s: float = _POLICY.break_s
+    max_break_s: float = _POLICY.max_break_s
+    probe_ttl_s: float = _POLICY.probe_ttl_s
+    default_cooldown_s: float = _COOLDOWNS.default_cooldown_s
+    exhausted_ttl_s: float = _COOLDOWNS.exhausted_ttl_s
+
+    @model_validator(mode="after")
+    def _valid_for_breakers(self) -> BreakerSettings:
+        try:
+            self.policy()
+            self.cooldowns()
+        except breakers.InvalidPolicyError as exc:
+            # "Policy.break_s must be > 0" -> "break_s must be > 0", under [breakers].
+            message = str(exc).replace("CooldownPolicy.", "").replace("Policy.", "")
+            raise ValueError(message) from None
+        return self
+
+    def policy(self) -> breakers.Policy:
+        """The breakers' policy these settings describe."""
+        return breakers.Policy(
+            window_s=self.window_s,
+            min_calls_in_window=self.min_calls_in_window,
+            failure_rate_threshold=self.failure_rate_threshold,
+            consecutive_failures_threshold=self.consecutive_failures_threshold,
+            break_s=self.break_s,
+            max_break_s=self.max_break_s,
+            probe_ttl_s=self.probe_ttl_s,
+        )
+
+    def cooldowns(self) -> breakers.CooldownPolicy:
+        """The cooldown and exhausted-mark policy these settings describe."""
+        return breakers.CooldownPolicy(
+            default_cooldown_s=self.default_cooldown_s, exhausted_ttl_s=self.exhausted_ttl_s
+        )
 
 
 class BudgetSettings(_Section):
@@ -361,5 +403,6 @@ def _describe(exc: ValidationError) -> str:
     lines = []
     for error in exc.errors(include_input=False, include_url=False):
         parts = [f'"{p}"' if isinstance(p, str) and "/" in p else str(p) for p in error["loc"]]
-        lines.append(f"{'.'.join(parts) or '(root)'}: {error['msg']}")
+        message = error["msg"].removeprefix("Value error, ")
+        lines.append(f"{'.'.join(parts) or '(root)'}: {message}")
     return "; ".join(lines)

@@ -2,21 +2,20 @@
 --
 -- KEYS[1]                       kill switch hash
 -- KEYS[2 .. 1+2S]               per scope: breaker hash, probe zset
--- KEYS[2+2S .. 1+2S+P]          per pair: cooldown string
--- KEYS[2+2S+P .. 1+2S+P+A]      per account: exhausted string
--- ARGV[1], ARGV[2], ARGV[3]     S (scopes), P (pairs), A (accounts)
--- ARGV[3+i]                     probes allowed in half-open for scope i
+-- KEYS[2+2S .. 1+2S+P]          per pair: cooldown string (its end, ms)
+-- KEYS[2+2S+P .. 1+2S+P+A]      per account: exhausted string (its end, ms)
+-- ARGV[1]                       clock (clock.lua)
+-- ARGV[2], ARGV[3], ARGV[4]     S (scopes), P (pairs), A (accounts)
+-- ARGV[4+i]                     probes allowed in half-open for scope i
 --
 -- Returns a flat array:
 --   who, why, since_ms                         ("" "" 0 when the kill switch is off)
 --   per scope: state, remaining_ms, probe_free ("closed"|"open"|"half_open";
 --              remaining_ms = -1 while pinned open by an operator; probe_free 0/1)
 --   per pair: cooldown ms left (0 = none); per account: exhausted mark ms left (0 = none)
--- Time is Redis server TIME, never a worker's clock.
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local scopes, pairs_n, accounts = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local now = now_ms()
+local scopes, pairs_n, accounts = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 
 local out = {}
 local kill = redis.call('HMGET', KEYS[1], 'who', 'why', 'since_ms')
@@ -29,18 +28,11 @@ end
 for i = 1, scopes do
   local bkey, pkey = KEYS[2 * i], KEYS[2 * i + 1]
   local h = redis.call('HMGET', bkey, 'state', 'until_ms', 'pinned')
-  local state, remaining, free = 'closed', 0, 0
-  if h[1] == 'open' then
-    local until_ms = tonumber(h[2]) or 0
-    if h[3] == '1' then
-      state, remaining = 'open', -1
-    elseif now < until_ms then
-      state, remaining = 'open', until_ms - now
-    else
-      state = 'half_open'
-      local taken = redis.call('ZCOUNT', pkey, '(' .. now, '+inf')
-      if taken < tonumber(ARGV[3 + i]) then free = 1 end
-    end
+  local state, remaining = phase(h[1], h[2], h[3], now)
+  local free = 0
+  if state == 'half_open' then
+    local taken = redis.call('ZCOUNT', pkey, '(' .. now, '+inf')
+    if taken < tonumber(ARGV[4 + i]) then free = 1 end
   end
   out[#out + 1] = state
   out[#out + 1] = remaining
@@ -49,7 +41,7 @@ end
 
 local base = 2 + 2 * scopes
 for i = 0, pairs_n + accounts - 1 do
-  local left = redis.call('PTTL', KEYS[base + i])
+  local left = (tonumber(redis.call('GET', KEYS[base + i])) or 0) - now
   if left < 0 then left = 0 end
   out[#out + 1] = left
 end

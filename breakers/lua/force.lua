@@ -1,24 +1,20 @@
 -- force.lua: an operator opens, closes or resets one breaker.
 --
 -- KEYS[1] breaker hash   KEYS[2] window hash   KEYS[3] probe zset   KEYS[4] scope index
--- ARGV[1] "open" | "close" | "reset"
--- ARGV[2] break ms for "open" (0 = pinned open until closed: the key then has no TTL,
+-- ARGV[1] clock (clock.lua)   ARGV[2] "open" | "close" | "reset"
+-- ARGV[3] break ms for "open" (0 = pinned open until closed: the key then has no TTL,
 --         because a person, not a worker, left it there)
--- ARGV[3] state TTL ms   ARGV[4] scope   ARGV[5] index TTL ms
+-- ARGV[4] state TTL ms   ARGV[5] scope   ARGV[6] index TTL ms
 --
 -- Returns the state before: "closed" | "open" | "half_open".
 -- open:  open now (window and probe slots cleared); close: closed now, probe slots and the
 -- failure streak cleared; reset: every key of the scope deleted and its index entry removed.
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local op, ms, ttl, scope, index_ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
+local now = now_ms()
+local op, ms, ttl, scope, index_ttl = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6])
 
 local h = redis.call('HMGET', KEYS[1], 'state', 'until_ms', 'pinned')
-local before = 'closed'
-if h[1] == 'open' then
-  if h[3] == '1' or now < (tonumber(h[2]) or 0) then before = 'open' else before = 'half_open' end
-end
+local before = phase(h[1], h[2], h[3], now)
 
 if op == 'open' then
   redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])

@@ -1,6 +1,6 @@
 -- kill_off.lua: a person turns the kill switch off.
 --
--- KEYS[1] kill switch hash
+-- KEYS[1] kill switch hash   ARGV[1] clock (clock.lua; unused: nothing here is timed)
 -- Returns the state it had: {who, why, since_ms}, or an empty array if it was off.
 
 local h = redis.call('HMGET', KEYS[1], 'who', 'why', 'since_ms')

@@ -2,8 +2,9 @@
 --
 -- KEYS[1], KEYS[2], KEYS[3]     scope index, cooldown index, exhausted index (zsets)
 -- KEYS[4 .. 3+3O]               per outcome: breaker hash, window hash, probe zset
--- then C cooldown strings, then E exhausted strings
--- ARGV[1..5]                    O, C, E, jitter draw (0..1e6), index TTL (ms)
+-- then C cooldown strings, then E exhausted strings (each holds its end, ms)
+-- ARGV[1]                       clock (clock.lua)
+-- ARGV[2..6]                    O, C, E, jitter draw (0..1e6), index TTL (ms)
 -- then per outcome (11 each):   scope, verdict ("s"|"f"|"n"), holder ("" = none),
 --                               window_ms, min_calls, rate_ppm, streak_max, break_ms,
 --                               max_break_ms, jitter_ppm, state_ttl_ms
@@ -14,33 +15,11 @@
 -- A transition happens inside this script, so exactly one caller in the fleet receives it.
 -- Closed: SUCCESS and FAILURE count in the window (10 buckets), NEUTRAL counts nothing.
 -- Open: everything is ignored. Half-open: only a live probe holder's result counts;
--- its NEUTRAL frees its slot. Time is Redis server TIME.
+-- its NEUTRAL frees its slot.
 
-local BUCKETS = 10
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local n_out, n_cool, n_exh = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local draw, index_ttl = tonumber(ARGV[4]), tonumber(ARGV[5])
-
-local function window_counts(wkey, window_ms)
-  local width = math.ceil(window_ms / BUCKETS)
-  local current = math.floor(now / width)
-  local calls, fails, stale = 0, 0, {}
-  local flat = redis.call('HGETALL', wkey)
-  for i = 1, #flat, 2 do
-    local field, count = flat[i], tonumber(flat[i + 1])
-    local bucket = tonumber(string.sub(field, 2))
-    if bucket <= current - BUCKETS then
-      stale[#stale + 1] = field
-    elseif string.sub(field, 1, 1) == 'c' then
-      calls = calls + count
-    else
-      fails = fails + count
-    end
-  end
-  if #stale > 0 then redis.call('HDEL', wkey, unpack(stale)) end
-  return calls, fails
-end
+local now = now_ms()
+local n_out, n_cool, n_exh = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local draw, index_ttl = tonumber(ARGV[5]), tonumber(ARGV[6])
 
 local function open(bkey, wkey, pkey, break_ms, shown_ms, ttl)
   redis.call('HSET', bkey, 'state', 'open', 'opened_at_ms', now, 'until_ms', now + shown_ms,
@@ -52,8 +31,7 @@ end
 
 local function count(bkey, wkey, verdict, a)
   local window_ms, min_calls, rate_ppm, streak_max, ttl = a[1], a[2], a[3], a[4], a[8]
-  local width = math.ceil(window_ms / BUCKETS)
-  local current = math.floor(now / width)
+  local current, width = bucket(window_ms, now)
   redis.call('HINCRBY', wkey, 'c' .. current, 1)
   if verdict == 'f' then redis.call('HINCRBY', wkey, 'f' .. current, 1) end
   redis.call('PEXPIRE', wkey, window_ms + width)
@@ -64,26 +42,28 @@ local function count(bkey, wkey, verdict, a)
   end
   local streak = redis.call('HINCRBY', bkey, 'streak', 1)
   redis.call('PEXPIRE', bkey, ttl)
-  local calls, fails = window_counts(wkey, window_ms)
+  local calls, fails, stale = window_counts(wkey, window_ms, now)
+  if #stale > 0 then redis.call('HDEL', wkey, unpack(stale)) end
   return streak >= streak_max or (calls >= min_calls and fails * 1000000 >= rate_ppm * calls)
 end
 
 local out = {}
 for i = 1, n_out do
   local bkey, wkey, pkey = KEYS[3 * i + 1], KEYS[3 * i + 2], KEYS[3 * i + 3]
-  local at = 5 + (i - 1) * 11
+  local at = 6 + (i - 1) * 11
   local scope, verdict, holder = ARGV[at + 1], ARGV[at + 2], ARGV[at + 3]
   local a = {}
   for j = 1, 8 do a[j] = tonumber(ARGV[at + 3 + j]) end
   local kind, shown = '', 0
   local h = redis.call('HMGET', bkey, 'state', 'until_ms', 'pinned', 'break_ms')
+  local state = phase(h[1], h[2], h[3], now)
 
-  if h[1] ~= 'open' then
+  if state == 'closed' then
     if verdict ~= 'n' and count(bkey, wkey, verdict, a) then
       open(bkey, wkey, pkey, a[5], a[5], a[8])
       kind, shown = 'opened', a[5]
     end
-  elseif h[3] ~= '1' and now >= (tonumber(h[2]) or 0) and holder ~= '' then
+  elseif state == 'half_open' and holder ~= '' then
     local slot = redis.call('ZSCORE', pkey, holder)
     if slot and tonumber(slot) > now then
       if verdict == 's' then
@@ -110,8 +90,9 @@ if n_out > 0 then
   redis.call('PEXPIRE', KEYS[1], index_ttl)
 end
 
+-- A mark only ever grows: a shorter cooldown never shortens the one in place.
 local function mark(key, index, member, ms)
-  if redis.call('PTTL', key) < ms then
+  if (tonumber(redis.call('GET', key)) or 0) < now + ms then
     redis.call('SET', key, now + ms, 'PX', ms)
     redis.call('ZADD', index, now + ms, member)
   end
@@ -119,7 +100,7 @@ local function mark(key, index, member, ms)
   redis.call('PEXPIRE', index, index_ttl)
 end
 
-local key_at, arg_at = 3 * n_out + 4, 5 + n_out * 11
+local key_at, arg_at = 3 * n_out + 4, 6 + n_out * 11
 for i = 0, n_cool - 1 do
   mark(KEYS[key_at + i], KEYS[2], ARGV[arg_at + 2 * i + 1], tonumber(ARGV[arg_at + 2 * i + 2]))
 end

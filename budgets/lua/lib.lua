@@ -1,4 +1,4 @@
--- lib.lua: helpers prepended to every budgets script (not a script on its own).
+-- lib.lua: helpers prepended to every budgets script, after clock.lua (not a script on its own).
 --
 -- Money is integer micro-dollars. Lua numbers are doubles: exact below 2^53,
 -- and budgets caps every amount at 10^15, so sums stay exact. Numbers going
@@ -13,16 +13,6 @@ local function num(v)
     return 0
   end
   return tonumber(v)
-end
-
--- Milliseconds since the epoch on the Redis server's clock, or the override
--- that tests pass (an empty string means "use the server's clock").
-local function now_ms(override)
-  if override ~= nil and override ~= '' then
-    return tonumber(override)
-  end
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
 -- UTC day ('YYYY-MM-DD') and month ('YYYY-MM') of a millisecond timestamp
@@ -41,6 +31,23 @@ local function periods(ms)
   if mp < 10 then m = mp + 3 else m = mp - 9 end
   if m <= 2 then y = y + 1 end
   return string.format('%04d-%02d-%02d', y, m, d), string.format('%04d-%02d', y, m)
+end
+
+-- The spend hashes of the UTC day and month at `now`, the script's clock. The client
+-- cannot read that clock before it sends, so it passes the periods of two instants,
+-- 12 h before and after its own clock: KEYS[k .. k+3] (day, day, month, month), named
+-- by ARGV[a .. a+3]. One of each is the script's when the clocks are within 12 h; when
+-- neither is, the script fails before it writes: never a wrong period.
+-- Returns the day key, the month key, the day and the month.
+local function period_keys(k, a, now)
+  local day, month = periods(now)
+  local dk, mk
+  if ARGV[a] == day then dk = KEYS[k] elseif ARGV[a + 1] == day then dk = KEYS[k + 1] end
+  if ARGV[a + 2] == month then mk = KEYS[k + 2] elseif ARGV[a + 3] == month then mk = KEYS[k + 3] end
+  if not dk or not mk then
+    error('budgets: the client clock is over 12 h from the script clock')
+  end
+  return dk, mk, day, month
 end
 
 -- A hold is stored in the held hash as "<micros>|<0 or 1 for fallback>".
@@ -65,22 +72,25 @@ local function drop_hold(held, holds, charge_id)
   return micros
 end
 
--- Reclaim holds whose expiry (server time) has passed: a dead worker's
+-- Reclaim holds whose expiry (script time) has passed: a dead worker's
 -- reservation stops counting against the budget. ZREM inside the script makes
 -- each one reclaimed exactly once. Bounded per call; leftovers wait for the next.
-local function reclaim(held, holds, charge_prefix, now)
+-- The charge record is left as it is (its key is not in KEYS): a record that says
+-- "reserved" without a hold behind it (see live_hold) is an expired charge.
+local function reclaim(held, holds, now)
   local expired = redis.call('ZRANGEBYSCORE', holds, '-inf', int(now), 'LIMIT', 0, 500)
   for _, charge_id in ipairs(expired) do
     drop_hold(held, holds, charge_id)
-    local ck = charge_prefix .. charge_id
-    if redis.call('HGET', ck, 'state') == 'reserved' then
-      redis.call('HSET', ck, 'state', 'expired')
-    end
   end
   if #expired > 0 then
     redis.call('HINCRBY', held, '=reclaimed', #expired)
   end
   return #expired
+end
+
+-- Whether a charge still has its hold (false once released, settled or reclaimed).
+local function live_hold(held, charge_id)
+  return redis.call('HEXISTS', held, charge_id) == 1
 end
 
 -- Keep the held hash and the expiry set alive until their last hold has

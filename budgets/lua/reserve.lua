@@ -1,25 +1,25 @@
 -- reserve.lua: hold a worst-case amount for one charge, if the budget allows it.
 --
 -- KEYS[1] limits hash   KEYS[2] held hash   KEYS[3] holds zset (score: expiry ms)
--- KEYS[4] charge hash   KEYS[5] tenants set
--- ARGV[1] tenant key prefix "<ns>:budget:t:<tenant>:"   ARGV[2] tenant
--- ARGV[3] now ms override ("" = server TIME)   ARGV[4] hold grace ms
--- ARGV[5] charge id   ARGV[6] micros   ARGV[7] fallback "1"/"0"   ARGV[8] provider
--- ARGV[9] hold ttl ms   ARGV[10] charge record ttl ms
--- ARGV[11] default daily micros ("" = refuse unknown tenants)   ARGV[12] default monthly
--- ARGV[13] default fallback cap ("" = none)
+-- KEYS[4] charge hash   KEYS[5] tenants set   KEYS[6..9] day and month candidates (lib.lua)
+-- ARGV[1] clock (clock.lua)   ARGV[2] tenant   ARGV[3] charge id   ARGV[4] micros
+-- ARGV[5] fallback "1"/"0"   ARGV[6] provider   ARGV[7] hold ttl ms   ARGV[8] hold grace ms
+-- ARGV[9] charge record ttl ms
+-- ARGV[10] default daily micros ("" = refuse unknown tenants)   ARGV[11] default monthly
+-- ARGV[12] default fallback cap ("" = none)   ARGV[13..16] the candidates' periods
 --
 -- Returns {state "reserved"|"settled"|"refused", replayed 0/1, micros, expires_at_ms,
 --          fallback "1"/"0", provider, reclaimed, reason, period, remaining micros, now_ms}
 
-local prefix, tenant, charge_id = ARGV[1], ARGV[2], ARGV[5]
-local micros, fallback, provider = tonumber(ARGV[6]), ARGV[7], ARGV[8]
-local now = now_ms(ARGV[3])
-local reclaimed = reclaim(KEYS[2], KEYS[3], prefix .. 'charge:', now)
+local tenant, charge_id = ARGV[2], ARGV[3]
+local micros, fallback, provider = tonumber(ARGV[4]), ARGV[5], ARGV[6]
+local now = now_ms()
+local dk, mk = period_keys(6, 13, now)
+local reclaimed = reclaim(KEYS[2], KEYS[3], now)
 
 -- Idempotency: a live hold or a settled charge is returned as it is.
 local rec = redis.call('HMGET', KEYS[4], 'state', 'micros', 'expires_at', 'fallback', 'provider', 'actual')
-if rec[1] == 'reserved' then
+if rec[1] == 'reserved' and live_hold(KEYS[2], charge_id) then
   return {'reserved', 1, num(rec[2]), num(rec[3]), rec[4], rec[5], reclaimed, '', '', 0, now}
 elseif rec[1] == 'settled' then
   return {'settled', 1, num(rec[6]), 0, rec[4], rec[5], reclaimed, '', '', 0, now}
@@ -32,14 +32,12 @@ end
 
 local lim = redis.call('HMGET', KEYS[1], 'daily', 'monthly', 'fallback_cap')
 if not lim[1] then
-  if ARGV[11] == '' then
+  if ARGV[10] == '' then
     return refuse('unknown_tenant', '', 0)
   end
-  lim = {ARGV[11], ARGV[12], ARGV[13]}
+  lim = {ARGV[10], ARGV[11], ARGV[12]}
 end
 
-local day, month = periods(now)
-local dk, mk = prefix .. 'day:' .. day, prefix .. 'month:' .. month
 local held = redis.call('HMGET', KEYS[2], '=total', '=fallback')
 local held_total, held_fallback = num(held[1]), num(held[2])
 
@@ -58,17 +56,17 @@ if fallback == '1' and lim[3] and lim[3] ~= '' then
   end
 end
 
-local expires_at = now + tonumber(ARGV[9])
+local expires_at = now + tonumber(ARGV[7])
 redis.call('HSET', KEYS[2], charge_id, int(micros) .. '|' .. fallback)
 redis.call('HINCRBY', KEYS[2], '=total', int(micros))
 if fallback == '1' then
   redis.call('HINCRBY', KEYS[2], '=fallback', int(micros))
 end
 redis.call('ZADD', KEYS[3], int(expires_at), charge_id)
-refresh_hold_ttl(KEYS[2], KEYS[3], now, tonumber(ARGV[4]))
+refresh_hold_ttl(KEYS[2], KEYS[3], now, tonumber(ARGV[8]))
 
 redis.call('HSET', KEYS[4], 'state', 'reserved', 'micros', int(micros),
   'expires_at', int(expires_at), 'fallback', fallback, 'provider', provider)
-redis.call('PEXPIRE', KEYS[4], ARGV[10])
+redis.call('PEXPIRE', KEYS[4], ARGV[9])
 redis.call('SADD', KEYS[5], tenant)
 return {'reserved', 0, micros, expires_at, fallback, provider, reclaimed, '', '', 0, now}

@@ -7,7 +7,7 @@ generic classes (a 400 about a spend limit is money, not a bad request; "prompt 
 long" is the context window). What the chain then does is `worker.turn.policy`.
 
 Classification never raises and never echoes a body: messages are short, single-line
-and have anything that looks like an API key redacted.
+and have anything that looks like an API key redacted (`worker.observability.redact`).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from worker.errors import (
     RateLimited,
     ServerError,
 )
+from worker.observability.redact import redact_text
 
 __all__ = ["MAX_MESSAGE_CHARS", "classify_response", "classify_stream_error", "parse_retry_after"]
 
@@ -142,10 +143,6 @@ _MESSAGE_RULES: tuple[_MessageRule, ...] = (
     ),
 )
 
-_SECRET = re.compile(
-    r"sk-[A-Za-z0-9_*-]{4,}|AIza[0-9A-Za-z_-]{8,}|(?:api_key|key)[:=]\s*\S+|Bearer\s+\S+",
-    re.IGNORECASE,
-)
 _CODE_SHAPE = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 _SECONDS = re.compile(r"[0-9]{1,12}(?:\.[0-9]{1,9})?")
 _MEDIA_TYPE = re.compile(r"[\w.+-]{1,40}/[\w.+-]{1,40}", re.ASCII)
@@ -281,7 +278,7 @@ def _text(value: object) -> str:
 
 
 def _clean(message: str) -> str:
-    text = " ".join(_SECRET.sub("[redacted]", message).split())
+    text = " ".join(redact_text(message).split())
     text = "".join(ch if ch.isprintable() else " " for ch in text)
     if len(text) > MAX_MESSAGE_CHARS:
         text = text[: MAX_MESSAGE_CHARS - 1] + "…"

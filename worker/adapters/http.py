@@ -3,8 +3,8 @@
 `HttpAdapter.send` owns everything the three APIs have in common: the request
 timeout backstop, status and content-type checks, capped reads of untrusted
 bodies, the SSE loop, and the one place where httpx and aiohttp exceptions
-become `ProviderError`s with the API key scrubbed out. Subclasses only map
-requests and responses.
+become `ProviderError`s, with the API key and anything shaped like a key
+redacted. Subclasses only map requests and responses.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
-from urllib.parse import quote
 
 import aiohttp
 import httpx
@@ -31,6 +30,7 @@ from worker.errors import (
     MalformedResponse,
     ProviderError,
 )
+from worker.observability.redact import redact_exact, redact_text
 from worker.settings import ProviderSettings
 
 __all__ = [
@@ -45,14 +45,12 @@ __all__ = [
     "as_str",
     "make_client",
     "parse_arguments",
-    "scrub",
 ]
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 MAX_STREAM_BYTES = 64 * 1024 * 1024
 MAX_ERROR_BODY_BYTES = 64 * 1024
 _DRAIN_S = 0.5  # how long a finished stream may take to reach EOF before we drop the connection
-_REDACTED = "[redacted]"
 
 
 def make_client(*, max_connections: int = 1000) -> httpx.AsyncClient:
@@ -75,15 +73,6 @@ def make_client(*, max_connections: int = 1000) -> httpx.AsyncClient:
         # Env proxies would make httpx mount its own (slow) pool beside aiohttp's.
         trust_env=False,
     )
-
-
-def scrub(text: str, secret: str | None) -> str:
-    """`text` without `secret` (raw or URL-encoded) in it."""
-    if not secret:
-        return text
-    for form in {secret, quote(secret, safe="")}:
-        text = text.replace(form, _REDACTED)
-    return text
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +110,7 @@ class HttpAdapter(ABC):
         self._provider = provider
         self._client = client
         self._secret = provider.api_key()
+        self._secrets = (self._secret,) if self._secret else ()
         self._timeout = httpx.Timeout(
             provider.total_timeout_s, connect=min(10.0, provider.first_byte_timeout_s)
         )
@@ -179,8 +169,10 @@ class HttpAdapter(ABC):
     async def _check(self, response: httpx.Response, *, streaming: bool) -> None:
         if not response.is_success:
             body = await _read_capped(response, MAX_ERROR_BODY_BYTES, truncate=True)
-            if self._secret:
-                body = scrub(body.decode("utf-8", "replace"), self._secret).encode()
+            if self._secrets:
+                # Before parsing: the message is cut short later, and a cut key is no longer
+                # the key `_scrubbed` looks for.
+                body = redact_exact(body.decode("utf-8", "replace"), self._secrets).encode()
             raise classify_response(self.kind, response.status_code, response.headers, body)
         media = response.headers.get("content-type", "").partition(";")[0].strip().lower()
         wanted = "text/event-stream" if streaming else "application/json"
@@ -199,11 +191,10 @@ class HttpAdapter(ABC):
             ) from None
 
     def _scrubbed(self, exc: ProviderError) -> ProviderError:
-        if self._secret:
-            exc.message = scrub(exc.message, self._secret)
-            exc.args = (exc.message,)
-            if exc.provider_code is not None:
-                exc.provider_code = scrub(exc.provider_code, self._secret)
+        exc.message = redact_text(exc.message, self._secrets)
+        exc.args = (exc.message,)
+        if exc.provider_code is not None:
+            exc.provider_code = redact_text(exc.provider_code, self._secrets)
         return exc
 
 

@@ -19,21 +19,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeAlias
-from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import ValidationError
 from redis.asyncio import Redis
-from redis.exceptions import (
-    AuthenticationError,
-    AuthorizationError,
-    NoPermissionError,
-    RedisError,
-)
 from rich.console import Console
 
 import breakers
 import budgets
-from worker.errors import ConfigError, InputError
+from worker.errors import STORE_DOWN, STORE_REFUSED, ConfigError, InputError
+from worker.observability.redact import redact_url
 from worker.settings import RedisSettings, Settings, load_settings
 from worker.types import Status
 
@@ -41,6 +35,7 @@ __all__ = [
     "EXIT_BY_STATUS",
     "EXIT_DEGRADED",
     "EXIT_FAILED",
+    "EXIT_INCOMPLETE",
     "EXIT_OK",
     "EXIT_REFUSED",
     "EXIT_REJECTED",
@@ -59,12 +54,12 @@ __all__ = [
     "operator_settings",
     "positive_int",
     "read_input",
-    "redact",
     "redis_settings",
     "utc",
 ]
 
 EXIT_OK = 0
+EXIT_INCOMPLETE = 1  # the demo: some turn got no result
 EXIT_USAGE = 2  # bad arguments, input, configuration, name or amount
 EXIT_DEGRADED = 3
 EXIT_FAILED = 4
@@ -83,13 +78,6 @@ EXIT_BY_STATUS: Mapping[Status, int] = MappingProxyType(
 OPERATOR_TIMEOUT_S = 2.0
 # The `relevo` parser's subcommands, as argparse types them (not subscriptable at run time).
 Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
-_UNAVAILABLE = (breakers.StoreUnavailableError, RedisError, OSError, TimeoutError)
-_FORBIDDEN = (
-    breakers.StoreForbiddenError,
-    AuthenticationError,
-    AuthorizationError,
-    NoPermissionError,
-)
 # What an operator typed wrong, whichever package noticed it.
 _USAGE = (ConfigError, InputError, breakers.BreakersError, budgets.BudgetError)
 
@@ -133,33 +121,22 @@ def operator_settings(config: str) -> Settings:
     return load_settings(config)
 
 
-def redact(url: str) -> str:
-    """`url` without its password, fit for a message."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    port = f":{parts.port}" if parts.port else ""
-    user = f"{parts.username}:***@" if parts.username else ":***@"
-    return urlunsplit(parts._replace(netloc=f"{user}{host}{port}"))
-
-
 @asynccontextmanager
 async def operator_redis(where: RedisSettings) -> AsyncIterator[Redis]:
     """A client with the operator timeout; Redis failures become `OperatorError`, exit 6."""
     client = breakers.connect(where.url, timeout_s=max(where.timeout_s, OPERATOR_TIMEOUT_S))
     try:
         yield client
-    except _FORBIDDEN as exc:
+    except STORE_REFUSED as exc:
         raise OperatorError(
-            f"Redis at {redact(where.url)} refused this client ({type(exc).__name__}); "
+            f"Redis at {redact_url(where.url)} refused this client ({type(exc).__name__}); "
             "check the user and password in the URL and its ACL permissions",
             EXIT_UNAVAILABLE,
         ) from None
-    except _UNAVAILABLE as exc:
+    except STORE_DOWN as exc:
         cause = exc.__cause__ if isinstance(exc, breakers.StoreUnavailableError) else exc
         raise OperatorError(
-            f"Redis at {redact(where.url)} did not answer ({type(cause or exc).__name__}); "
+            f"Redis at {redact_url(where.url)} did not answer ({type(cause or exc).__name__}); "
             "check --config or RELEVO_REDIS__URL",
             EXIT_UNAVAILABLE,
         ) from None

@@ -20,7 +20,13 @@ import sys
 from collections.abc import Callable, Sequence
 
 from worker.cli import breakers, budgets, fleet, killswitch, replay
-from worker.cli.common import EXIT_BY_STATUS, EXIT_USAGE, read_input
+from worker.cli.common import (
+    EXIT_BY_STATUS,
+    EXIT_INCOMPLETE,
+    EXIT_OK,
+    EXIT_USAGE,
+    read_input,
+)
 from worker.errors import ConfigError, InputError
 from worker.settings import Settings, load_settings
 from worker.turn.intake import checked_turn
@@ -66,13 +72,14 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from worker.demo.run import run_demo
 
-    return run_demo(
+    lost = run_demo(
         redis_url=args.redis,
         config=args.config,
         rate=args.rate,
         concurrency=args.concurrency,
         as_json=args.json,
     )
+    return EXIT_INCOMPLETE if lost else EXIT_OK
 
 
 def _parser() -> argparse.ArgumentParser:

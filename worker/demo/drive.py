@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from celery import Celery
-from redis.exceptions import RedisError
 
 import breakers
 import budgets
 from worker.demo.plan import DEADLINE_S, SIM_MODELS, Phase, make_request
+from worker.errors import STORE_DOWN
 from worker.fleet.enqueue import enqueue_turn
 from worker.fleet.runner import LoopThread
 from worker.guard.redis_guard import open_guard
@@ -32,6 +32,8 @@ from worker.types import TurnResult
 
 __all__ = ["BreakerChange", "Driver", "FleetSnapshot", "Monitor", "PhaseRun", "TurnRecord"]
 
+# A snapshot not taken this time: Redis slow or gone, or a breakers error while reading.
+_UNREADABLE: tuple[type[BaseException], ...] = (breakers.BreakersError, *STORE_DOWN)
 T = TypeVar("T")
 # A turn ends by its deadline; past this it is counted as lost.
 _RESULT_TIMEOUT_S = DEADLINE_S + 20
@@ -179,7 +181,7 @@ class Monitor:
         self._states: dict[str, str] = {}
         self._loop = LoopThread("relevo-demo-monitor")
         self._guard = open_guard(settings)
-        self._operators = breakers.Operators(self._guard.fleet.fleet)
+        self._operators = breakers.Operators(self._guard.circuits.fleet)
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         return self._loop.run(coro, timeout_s=10)
@@ -205,7 +207,7 @@ class Monitor:
         """Take a fresh snapshot into `latest` (kept as it is when Redis is slow to answer)."""
         try:
             snapshot = self._run(self._read())
-        except (breakers.BreakersError, RedisError, OSError, TimeoutError):
+        except _UNREADABLE:
             return
         for scope in snapshot.scopes:
             new = scope.state.value

@@ -17,12 +17,12 @@ from urllib.parse import urlsplit
 
 from celery import Celery
 from pydantic import ValidationError
-from redis.exceptions import RedisError
 
 from worker.demo.drive import Monitor
 from worker.demo.plan import TENANTS, make_request
 from worker.demo.stack import Fleet
-from worker.errors import ConfigError
+from worker.errors import STORE_DOWN, ConfigError
+from worker.observability.redact import redact_url
 from worker.settings import RedisSettings, Settings, load_settings
 from worker.simulator import Simulator
 
@@ -33,8 +33,8 @@ _MORE_WAIT_S = 60.0
 
 
 @contextmanager
-def remote_fleet(redis_url: str, config: Path) -> Iterator[Fleet | None]:
-    """The fleet on `redis_url`, or None when no worker answered in time."""
+def remote_fleet(redis_url: str, config: Path) -> Iterator[Fleet]:
+    """The fleet on `redis_url`; `ConfigError` when no worker answers in time."""
     settings = _settings_for(config, redis_url)
     host, port = _sim_address(settings, config)
     sim = Simulator(host=host, port=port)
@@ -50,9 +50,10 @@ def remote_fleet(redis_url: str, config: Path) -> Iterator[Fleet | None]:
         app.control.purge()
         if not _await_worker(app, _worker_command(config, redis_url)):
             app.control.purge()
-            yield None
-            return
-        header = f"Redis at {redis_url}, a separate worker, simulated providers at {sim.url}"
+            raise ConfigError(f"no worker answered on Redis at {redact_url(redis_url)}")
+        header = (
+            f"Redis at {redact_url(redis_url)}, a separate worker, simulated providers at {sim.url}"
+        )
         yield Fleet("redis", app, sim, settings, header)
     finally:
         sim.stop()
@@ -63,7 +64,7 @@ def _settings_for(config: Path, redis_url: str) -> Settings:
     try:
         redis = RedisSettings(**(settings.redis.model_dump() | {"url": redis_url}))
     except ValidationError:
-        raise ConfigError(f"--redis: not a Redis URL: {redis_url}") from None
+        raise ConfigError(f"--redis: not a Redis URL: {redact_url(redis_url)}") from None
     return settings.model_copy(update={"redis": redis})
 
 
@@ -89,8 +90,8 @@ def _reset_namespace(settings: Settings) -> None:
     monitor = Monitor(settings, TENANTS)
     try:
         monitor.reset()
-    except (RedisError, OSError, TimeoutError) as exc:
-        url = settings.redis.url
+    except STORE_DOWN as exc:
+        url = redact_url(settings.redis.url)
         raise ConfigError(f"cannot reach Redis at {url}: {type(exc).__name__}: {exc}") from None
     finally:
         monitor.close()
@@ -99,7 +100,7 @@ def _reset_namespace(settings: Settings) -> None:
 def _worker_command(config: Path, redis_url: str) -> str:
     command = f"relevo worker --config {shlex.quote(str(config))}"
     if redis_url != load_settings(config).redis.url:
-        command = f"RELEVO_REDIS__URL={shlex.quote(redis_url)} {command}"
+        command = f"RELEVO_REDIS__URL={shlex.quote(redact_url(redis_url))} {command}"
     return command
 
 
@@ -126,6 +127,5 @@ def _await_worker(app: Celery, command: str) -> bool:
     try:
         handle.get(timeout_s=_MORE_WAIT_S)
     except CeleryTimeout:
-        print("relevo demo: still no worker; giving up.", file=sys.stderr)
         return False
     return True

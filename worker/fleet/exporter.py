@@ -19,10 +19,10 @@ import structlog
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
-from redis.exceptions import RedisError
 
 import breakers
 import budgets
+from worker.errors import STORE_DOWN
 from worker.guard.stores import breaker_store, budget_ledger
 from worker.observability.metrics import (
     BREAKER_STATE,
@@ -45,7 +45,6 @@ BREAKER_LEVELS = {
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 _SCRAPE_TIMEOUT_S = 3.0
 _TENANTS_AT_ONCE = 16
-_UNREADABLE = (RedisError, OSError, TimeoutError, breakers.StoreUnavailableError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +65,7 @@ class FleetCollector:
         # Called from the HTTP server's thread, where no event loop runs.
         try:
             fleet = asyncio.run(self._read())
-        except _UNREADABLE as exc:
+        except STORE_DOWN as exc:
             log.warning("metrics.fleet_unreadable", error=type(exc).__name__)
             return
         breaker = GaugeMetricFamily(

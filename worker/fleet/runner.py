@@ -19,10 +19,9 @@ from typing import Any, TypeVar
 import httpx
 import structlog
 import uvloop
-from redis.exceptions import RedisError
 
 from worker.adapters import make_client
-from worker.errors import InputError
+from worker.errors import STORE_DOWN, InputError
 from worker.fleet.turnstore import TurnStore
 from worker.guard.redis_guard import open_guard
 from worker.observability.logs import redact_secrets
@@ -37,7 +36,6 @@ __all__ = ["LoopThread", "TurnRunner", "rejected_input"]
 
 log = structlog.get_logger("relevo.runner")
 T = TypeVar("T")
-_STORE_ERRORS = (RedisError, OSError, TimeoutError)
 # Beyond the turn's deadline: time to save the result and release the claim.
 _MARGIN_S = 5.0
 
@@ -139,13 +137,13 @@ class TurnRunner:
                 stored = await self.store.wait_result(turn_id, budget_s + _MARGIN_S)
                 if stored is not None:
                     return stored
-        except _STORE_ERRORS as exc:
+        except STORE_DOWN as exc:
             log.warning("turn.store_unreachable", turn_id=turn_id, error=type(exc).__name__)
             return await self._run(request)
         result = await self._run(request)
         try:
             return await self.store.save(result)
-        except _STORE_ERRORS as exc:
+        except STORE_DOWN as exc:
             log.warning("turn.result_not_saved", turn_id=turn_id, error=type(exc).__name__)
             return result
 
@@ -173,7 +171,7 @@ class TurnRunner:
             while (text := await chunks.get()) is not None:
                 await self.store.publish(turn_id, text)
             await self.store.end_stream(turn_id)
-        except _STORE_ERRORS as exc:
+        except STORE_DOWN as exc:
             log.warning("turn.chunks_not_published", turn_id=turn_id, error=type(exc).__name__)
 
     async def _get_chain(self) -> Chain:

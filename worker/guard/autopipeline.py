@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
-from redis.exceptions import RedisError
+
+from worker.errors import STORE_DOWN
 
 __all__ = ["AutoPipeline", "Slot"]
 
-_FAILURES = (RedisError, OSError, TimeoutError)
 # A loop that runs a due timer this late was busy, not waiting on Redis.
 _LATE_S = 0.01
 
@@ -90,7 +90,7 @@ class AutoPipeline:
                 finally:
                     if watch is not None:
                         watch.cancel()
-        except _FAILURES as exc:
+        except STORE_DOWN as exc:
             replies = [exc] * size
         except BaseException as exc:  # cancelled or a bug: no caller may wait forever
             replies = [exc] * size

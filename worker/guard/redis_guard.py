@@ -19,18 +19,11 @@ from typing import Any, ParamSpec, TypeVar
 
 import structlog
 from redis.asyncio import Redis
-from redis.exceptions import (
-    AuthenticationError,
-    AuthenticationWrongNumberOfArgsError,
-    AuthorizationError,
-    NoPermissionError,
-    NoScriptError,
-    RedisError,
-)
+from redis.exceptions import NoScriptError
 
 import breakers
 import budgets
-from worker.errors import StoreForbidden
+from worker.errors import STORE_DOWN, STORE_REFUSED, StoreForbidden
 from worker.guard.autopipeline import AutoPipeline
 from worker.guard.protocol import Admission, Availability, Charge, FleetView, Signal, Target
 from worker.guard.stores import breaker_store, budget_ledger, model_scope, vendor_scope
@@ -69,14 +62,6 @@ _BREAKER_VERDICT = {
     Signal.RATE_LIMITED: _NEUTRAL,
     Signal.EXHAUSTED: _NEUTRAL,
 }
-_STORE_ERRORS = (RedisError, OSError, TimeoutError)
-_FORBIDDEN = (
-    AuthenticationError,
-    AuthenticationWrongNumberOfArgsError,
-    AuthorizationError,
-    NoPermissionError,
-    breakers.StoreForbiddenError,
-)
 
 
 class RedisGuard:
@@ -85,7 +70,7 @@ class RedisGuard:
     def __init__(
         self,
         redis: Redis,
-        fleet: breakers.ResilientBreakers,
+        circuits: breakers.ResilientBreakers,
         ledger: budgets.Ledger,
         held: breakers.HeldTurns,
         handoffs: budgets.Handoffs,
@@ -95,7 +80,7 @@ class RedisGuard:
     ) -> None:
         """`pipes` carries the per-turn round trips (by default, on `redis`)."""
         self.redis = redis
-        self.fleet = fleet
+        self.circuits = circuits
         self.ledger = ledger
         self.held = held
         self.handoffs = handoffs
@@ -113,9 +98,9 @@ class RedisGuard:
             if self._scripts_loaded:
                 return
             try:
-                await self.fleet.fleet.load_scripts()
+                await self.circuits.fleet.load_scripts()
                 await self.ledger.load_scripts()
-            except _STORE_ERRORS as exc:
+            except STORE_DOWN as exc:
                 log.warning("guard.scripts_not_loaded", error=type(exc).__name__)
             self._scripts_loaded = True
 
@@ -126,13 +111,13 @@ class RedisGuard:
         scopes = _scopes(targets)
         pairs = [(t.provider, t.provider_model) for t in targets]
         accounts = sorted({t.provider for t in targets})
-        if not self.fleet.fleet_view:
-            state = await self.fleet.check(scopes, pairs, accounts)
+        if not self.circuits.fleet_view:
+            state = await self.circuits.check(scopes, pairs, accounts)
             refusal = await self._reserve_alone(first) if state.fleet_view else None
             return Admission(_view(state, targets), refusal)
         slot = self.pipes.open()
         pipe = slot.pipe
-        parse_state = self.fleet.check_on(pipe, scopes, pairs, accounts)
+        parse_state = self.circuits.check_on(pipe, scopes, pairs, accounts)
         parse_charge = self._reserve_on(pipe, first) if first is not None else None
         replies = await slot.send()
         state = await parse_state(replies[0])
@@ -143,8 +128,8 @@ class RedisGuard:
 
     @_fail_closed
     async def reserve(self, charge: Charge, *, replacing: Charge | None = None) -> str | None:
-        if not self.fleet.fleet_view:
-            state = await self.fleet.check(())
+        if not self.circuits.fleet_view:
+            state = await self.circuits.check(())
             if not state.fleet_view:
                 return None
             if replacing is not None:
@@ -152,7 +137,7 @@ class RedisGuard:
             return _kill(state) or await self._reserve_alone(charge)
         slot = self.pipes.open()
         pipe = slot.pipe
-        parse_state = self.fleet.check_on(pipe, ())
+        parse_state = self.circuits.check_on(pipe, ())
         if replacing is not None:
             release = self._settle_on(pipe, replacing, None)
         parse_charge = self._reserve_on(pipe, charge)
@@ -169,12 +154,12 @@ class RedisGuard:
     @_fail_closed
     async def acquire_probe(self, target: Target, holder: str) -> bool:
         scopes = (model_scope(target), vendor_scope(target))
-        granted = [await self.fleet.acquire_probe(scope, holder) for scope in scopes]
+        granted = [await self.circuits.acquire_probe(scope, holder) for scope in scopes]
         if all(granted):
             return True
         # Give back a slot taken on one scope when the other refused.
         taken = [breakers.Outcome(s, breakers.Verdict.NEUTRAL, holder) for s in scopes]
-        await self.fleet.record(taken)
+        await self.circuits.record(taken)
         return False
 
     @_fail_closed
@@ -199,13 +184,13 @@ class RedisGuard:
             entries.append(breakers.Cooldown(target.provider, target.provider_model, retry_after_s))
         elif signal is Signal.EXHAUSTED:
             entries.append(breakers.Exhausted(target.provider))
-        if not self.fleet.fleet_view:
+        if not self.circuits.fleet_view:
             if entries:
-                _log_transitions(await self.fleet.record(entries))
+                _log_transitions(await self.circuits.record(entries))
             return
         slot = self.pipes.open()
         pipe = slot.pipe
-        parse_record = self.fleet.record_on(pipe, entries) if entries else None
+        parse_record = self.circuits.record_on(pipe, entries) if entries else None
         settle = self._settle_on(pipe, charge, cost_micros)
         replies = await slot.send()
         if parse_record is not None:
@@ -222,19 +207,19 @@ class RedisGuard:
         """Settle or release a charge alone (no breaker verdict)."""
         try:
             await self._settle(charge, cost_micros)
-        except _STORE_ERRORS as exc:
+        except STORE_DOWN as exc:
             self._lose_budgets(exc)
 
     async def hold(self, turn_id: str, payload: str) -> None:
         try:
             await self.held.hold(turn_id, payload)
-        except _STORE_ERRORS as exc:
+        except STORE_DOWN as exc:
             log.error("guard.hold_failed", turn_id=turn_id, error=type(exc).__name__)
 
     async def handoff(self, tenant: str, turn_id: str, reason: str, payload: str) -> None:
         try:
             await self.handoffs.push(tenant, turn_id, reason, payload)
-        except _STORE_ERRORS as exc:
+        except STORE_DOWN as exc:
             log.error("guard.handoff_failed", turn_id=turn_id, error=type(exc).__name__)
 
     # -- budgets ---------------------------------------------------------------
@@ -265,7 +250,7 @@ class RedisGuard:
             return None
         try:
             return _refusal(await self._reserve(charge))
-        except _STORE_ERRORS as exc:
+        except STORE_DOWN as exc:
             self._lose_budgets(exc)
             return None
 
@@ -304,7 +289,7 @@ class RedisGuard:
                 raise reply
             else:
                 outcome = parse(reply)
-        except _STORE_ERRORS as exc:
+        except STORE_DOWN as exc:
             self._lose_budgets(exc)
             return None
         if self._budgets_lost:
@@ -313,7 +298,7 @@ class RedisGuard:
         return _refusal(outcome)
 
     def _lose_budgets(self, exc: BaseException) -> None:
-        if isinstance(exc, _FORBIDDEN):
+        if isinstance(exc, STORE_REFUSED):
             raise StoreForbidden(f"Redis refused this worker: {exc}") from exc
         if not self._budgets_lost:
             self._budgets_lost = True

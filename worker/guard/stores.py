@@ -44,24 +44,11 @@ def breaker_store(
 ) -> breakers.FleetBreakers:
     """The fleet's breakers with the configured policy; `know_scopes` lets operators name
     the configured scopes before the fleet has called them."""
-    b = settings.breakers
-    policy = breakers.Policy(
-        window_s=b.window_s,
-        min_calls_in_window=b.min_calls_in_window,
-        failure_rate_threshold=b.failure_rate_threshold,
-        consecutive_failures_threshold=b.consecutive_failures_threshold,
-        break_s=b.break_s,
-        max_break_s=b.max_break_s,
-        probe_ttl_s=b.probe_ttl_s,
-    )
-    cooldowns = breakers.CooldownPolicy(
-        default_cooldown_s=b.default_cooldown_s, exhausted_ttl_s=b.exhausted_ttl_s
-    )
     return breakers.FleetBreakers(
         redis,
         namespace=settings.redis.namespace,
-        policy=policy,
-        cooldowns=cooldowns,
+        policy=settings.breakers.policy(),
+        cooldowns=settings.breakers.cooldowns(),
         scopes=configured_scopes(settings) if know_scopes else (),
     )
 

@@ -1,11 +1,18 @@
-"""Secrets and prompts out of every log line: a structlog processor and the text scrubber it uses.
+"""What looks like a secret, and removing it: from log lines, results and provider errors.
 
-`Redactor` walks each event, nested values included, and removes:
+This module is the one definition; the adapters (provider error messages, httpx
+errors) and the turn report use it as the logs do. `redact_text` removes:
 
-- the exact API keys it was given (raw and URL-encoded), e.g. the configured providers' keys;
-- anything shaped like a key: `sk-…`, `sk-ant-…`, `AIza…`, `Bearer …`, `?key=…`;
-- the values of fields named like credentials (`authorization`, `api-key`, `x-api-key`…);
-- whole prompts: the value of any `messages`/`prompt`/`contents` field becomes a placeholder.
+- the exact secrets it is given (raw and URL-encoded), e.g. the configured providers' keys;
+- anything shaped like a key: `sk-…` (masked ones too), `AIza…`, `Bearer …`;
+- the value after a credential's name: `x-api-key: …`, `"api_key": "…"`, `?key=…`,
+  `Authorization: Basic …`;
+- the password of a URL: `redis://user:…@host` (`redact_url` does only that).
+
+`Redactor` is the structlog processor: it walks each event, nested values included,
+scrubs every string as above, and also replaces whole values: those of fields named
+like credentials (`authorization`, `api_key`…) and whole prompts (`messages`,
+`prompt`, `contents`).
 """
 
 from __future__ import annotations
@@ -15,32 +22,31 @@ import re
 import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from structlog.typing import EventDict, WrappedLogger
 
 from worker.settings import Settings
 
-__all__ = ["REDACTED", "Redactor", "provider_secrets", "redact_text"]
+__all__ = ["REDACTED", "Redactor", "provider_secrets", "redact_exact", "redact_text", "redact_url"]
 
 REDACTED = "[redacted]"
 OMITTED = "[omitted]"
 
+# Key shapes, at a word's start ("task-list" is no key): OpenAI and Anthropic keys, also
+# as providers echo them masked (`sk-abc***xyz`); Google keys; any bearer token.
 _PATTERNS = re.compile(
-    "|".join(
-        (
-            r"\bsk-(?:ant-)?[A-Za-z0-9_\-]{8,}",
-            r"\bAIza[0-9A-Za-z_\-]{20,}",
-            r"\b(?i:bearer)\s+[A-Za-z0-9._~+/=\-]{8,}",
-        )
-    )
+    r"\bsk-[a-z0-9_*\-]{4,}|\bAIza[0-9a-z_\-]{8,}|\bbearer\s+\S+",
+    re.IGNORECASE,
 )
-# "x-api-key: abc", "authorization=Basic abc", "?key=abc": keep the name, drop the value.
+# Keep a credential's name, drop its value: "x-api-key: abc", '"api_key": "abc"', "?key=abc",
+# "secret_key=abc", "authorization=Basic abc". Any name ending in "key" counts.
 _NAMED = re.compile(
-    r"(?i)(\b(?:x-goog-api-key|x-api-key|api[-_]?key|authorization|proxy-authorization)"
-    r"[\"']?\s*[:=]\s*[\"']?|[?&]key=)"
+    r"(?i)((?:key|\bauthorization)[\"']?\s*[:=]\s*[\"']?)"
     r"(?:(?:basic|bearer)\s+)?[^\s\"'&,;}]+"
 )
+# A URL's password: "redis://user:pw@host", "rediss://:pw@host".
+_URL_PASSWORD = re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^\s/@:]*:)[^\s/@]+@")
 _CREDENTIAL_FIELDS = frozenset(
     {
         "api_key",
@@ -57,14 +63,20 @@ _CREDENTIAL_FIELDS = frozenset(
 _PROMPT_FIELDS = frozenset({"messages", "prompt", "contents", "system_prompt"})
 _MAX_DEPTH = 8
 _PLAIN = frozenset({bool, int, float})
-# Every match of `_PATTERNS` or `_NAMED` contains one of these (any case): most logged
-# strings (ids, model names, statuses) are passed by one search instead of two rewrites.
-_SUSPECT = re.compile(r"(?i)sk-|aiza|bearer|key|authorization")
+# Every match of `_PATTERNS`, `_NAMED` or `_URL_PASSWORD` contains one of these (any case):
+# most logged strings (ids, model names, statuses) pass with one search, not three rewrites.
+_SUSPECT = re.compile(r"(?i)sk-|aiza|bearer|key|authorization|://")
 
 
 def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
     """`text` without the given secrets nor anything shaped like a key or credential header."""
     return _scrub(text, _forms(secrets))
+
+
+def redact_exact(text: str, secrets: Iterable[str]) -> str:
+    """`text` without the given secrets, and nothing else changed: for a provider's error
+    body before it is parsed, where a pattern could cut the JSON apart."""
+    return _replace(text, _forms(secrets))
 
 
 def _forms(secrets: Iterable[str]) -> tuple[str, ...]:
@@ -74,14 +86,30 @@ def _forms(secrets: Iterable[str]) -> tuple[str, ...]:
     return tuple(sorted(forms, key=len, reverse=True))
 
 
-def _scrub(text: str, forms: tuple[str, ...]) -> str:
+def _replace(text: str, forms: tuple[str, ...]) -> str:
     for form in forms:
         if form in text:
             text = text.replace(form, REDACTED)
+    return text
+
+
+def _scrub(text: str, forms: tuple[str, ...]) -> str:
+    text = _replace(text, forms)
     if _SUSPECT.search(text) is None:
         return text
     text = _NAMED.sub(lambda m: m.group(1) + REDACTED, text)
+    text = _URL_PASSWORD.sub(lambda m: m.group(1) + REDACTED + "@", text)
     return _PATTERNS.sub(REDACTED, text)
+
+
+def redact_url(url: str) -> str:
+    """`url` without its password (user, host and port kept), fit for a message."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port else ""
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}{port}"))
 
 
 class Redactor:

@@ -13,10 +13,10 @@ stall, an error or a dropped connection after N tokens, flakiness, latency.
 
 from __future__ import annotations
 
-from worker.simulator.client import SimulatorClient
-from worker.simulator.faults import Fault, Outcome
+from worker.simulator.control import SimulatorClient
+from worker.simulator.faults import CallOutcome, Fault
 from worker.simulator.harness import Simulator
 from worker.simulator.server import serve
 from worker.simulator.state import RequestRecord
 
-__all__ = ["Fault", "Outcome", "RequestRecord", "Simulator", "SimulatorClient", "serve"]
+__all__ = ["CallOutcome", "Fault", "RequestRecord", "Simulator", "SimulatorClient", "serve"]

@@ -8,8 +8,8 @@ from typing import Any
 
 from worker.simulator.wire import (
     BadRequest,
+    CannedReply,
     Inspection,
-    Reply,
     estimate_tokens,
     fragments,
     require,
@@ -59,7 +59,7 @@ class AnthropicDialect:
             max_tokens=limit,
         )
 
-    def reply_body(self, reply: Reply) -> dict[str, Any]:
+    def reply_body(self, reply: CannedReply) -> dict[str, Any]:
         """A `message` object with text and tool_use blocks."""
         content: list[dict[str, Any]] = []
         if _has_text_block(reply):
@@ -80,7 +80,7 @@ class AnthropicDialect:
             "usage": _usage(reply.input_tokens, reply.output_tokens),
         }
 
-    def preamble(self, reply: Reply) -> list[bytes]:
+    def preamble(self, reply: CannedReply) -> list[bytes]:
         """message_start, the empty text block's start, ping."""
         start = {
             **self._message(reply),
@@ -95,7 +95,7 @@ class AnthropicDialect:
         out.append(_event("ping", {}))
         return out
 
-    def pieces(self, reply: Reply) -> list[bytes]:
+    def pieces(self, reply: CannedReply) -> list[bytes]:
         """text_delta per token; the tool_use block's start, then input_json_delta fragments."""
         out = [
             _event("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": t}})
@@ -118,7 +118,7 @@ class AnthropicDialect:
                 out.append(_event("content_block_delta", {"index": index, "delta": delta}))
         return out
 
-    def ending(self, reply: Reply) -> list[bytes]:
+    def ending(self, reply: CannedReply) -> list[bytes]:
         """content_block_stop, message_delta (stop_reason, output_tokens), message_stop."""
         last = 1 if reply.tool is not None and _has_text_block(reply) else 0
         delta = {"stop_reason": _stop_reason(reply), "stop_sequence": None}
@@ -142,7 +142,7 @@ class AnthropicDialect:
             "request_id": "req_simulated",
         }
 
-    def _message(self, reply: Reply) -> dict[str, Any]:
+    def _message(self, reply: CannedReply) -> dict[str, Any]:
         return {
             "id": f"msg_sim{reply.seq:08d}",
             "type": "message",
@@ -156,11 +156,11 @@ def _event(name: str, data: dict[str, Any]) -> bytes:
     return sse({"type": name, **data}, event=name)
 
 
-def _has_text_block(reply: Reply) -> bool:
+def _has_text_block(reply: CannedReply) -> bool:
     return bool(reply.tokens) or reply.tool is None
 
 
-def _stop_reason(reply: Reply) -> str:
+def _stop_reason(reply: CannedReply) -> str:
     if reply.tool is not None:
         return "tool_use"
     return "max_tokens" if reply.truncated else "end_turn"

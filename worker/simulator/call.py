@@ -15,9 +15,9 @@ from typing import Any
 from aiohttp import web
 from multidict import CIMultiDict
 
-from worker.simulator.faults import API_KEY_PLACEHOLDER, Body, Fault, Outcome
+from worker.simulator.faults import API_KEY_PLACEHOLDER, Body, CallOutcome, Fault
 from worker.simulator.state import CallTicket
-from worker.simulator.wire import Dialect, Inspection, Reply, build_reply
+from worker.simulator.wire import CannedReply, Dialect, Inspection, build_reply
 
 __all__ = ["Call"]
 
@@ -55,7 +55,7 @@ class Call:
         if fault.status is not None:
             self.status = fault.status
             response = self._error_response(fault.status)
-            self.ticket.finish(Outcome.ERROR, fault.status)
+            self.ticket.finish(CallOutcome.ERROR, fault.status)
             return response
         reply = build_reply(self.ticket.seq, self.model, fault, inspection)
         if self.stream:
@@ -79,7 +79,7 @@ class Call:
         self.request.writer.send_headers()
         return response
 
-    async def _json(self, reply: Reply) -> web.StreamResponse:
+    async def _json(self, reply: CannedReply) -> web.StreamResponse:
         fault = self.fault
         data = json.dumps(self.dialect.reply_body(reply)).encode()
         if fault.error_after_tokens is not None:
@@ -94,10 +94,10 @@ class Call:
         else:
             response = web.Response(body=data, content_type="application/json")
             self.status = 200
-        self.ticket.finish(Outcome.OK, 200)
+        self.ticket.finish(CallOutcome.OK, 200)
         return response
 
-    async def _stream(self, reply: Reply) -> web.StreamResponse:
+    async def _stream(self, reply: CannedReply) -> web.StreamResponse:
         fault, dialect = self.fault, self.dialect
         response = await self._open("text/event-stream")
         for chunk in dialect.preamble(reply):
@@ -114,7 +114,7 @@ class Call:
                     return self._drop(response)
                 await response.write(dialect.stream_error(fault.stream_error))
                 # Counted before the stream ends, so a client that read it all sees the count.
-                self.ticket.finish(Outcome.STREAM_ERROR, 200)
+                self.ticket.finish(CallOutcome.STREAM_ERROR, 200)
                 await response.write_eof()
                 return response
             if i == len(pieces):
@@ -124,12 +124,12 @@ class Call:
             await response.write(pieces[i])
         for chunk in dialect.ending(reply):
             await response.write(chunk)
-        self.ticket.finish(Outcome.OK, 200)
+        self.ticket.finish(CallOutcome.OK, 200)
         await response.write_eof()
         return response
 
     def _drop(self, response: web.StreamResponse) -> web.StreamResponse:
-        self.ticket.finish(Outcome.DROPPED, self.status)
+        self.ticket.finish(CallOutcome.DROPPED, self.status)
         transport = self.request.transport
         if transport is not None:
             transport.close()

@@ -1,4 +1,4 @@
-"""What a simulated model does on its next calls: a `Fault`, and what became of a call: `Outcome`.
+"""What a simulated model does on its next calls (a `Fault`), and how a call ended (`CallOutcome`).
 
 A fault with nothing set is a healthy call; the shape fields (`tokens`,
 `reply_tool`…) change the healthy reply, the others make it misbehave. Faults
@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import ConfigDict, TypeAdapter, with_config
 
-__all__ = ["API_KEY_PLACEHOLDER", "DEFAULT_TOKENS", "Body", "Fault", "Outcome", "fault_adapter"]
+__all__ = ["API_KEY_PLACEHOLDER", "DEFAULT_TOKENS", "Body", "CallOutcome", "Fault", "fault_adapter"]
 
 DEFAULT_TOKENS = 8
 API_KEY_PLACEHOLDER = "$API_KEY"
@@ -23,7 +23,7 @@ API_KEY_PLACEHOLDER = "$API_KEY"
 Body = dict[str, Any] | list[Any] | str | bytes
 
 
-class Outcome(StrEnum):
+class CallOutcome(StrEnum):
     """How a call ended, as counted by the simulator."""
 
     OK = "ok"

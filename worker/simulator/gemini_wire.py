@@ -8,8 +8,8 @@ from typing import Any
 
 from worker.simulator.wire import (
     BadRequest,
+    CannedReply,
     Inspection,
-    Reply,
     estimate_tokens,
     require,
     sse,
@@ -72,7 +72,7 @@ class GeminiDialect:
             max_tokens=limit if isinstance(limit, int) else None,
         )
 
-    def reply_body(self, reply: Reply) -> dict[str, Any]:
+    def reply_body(self, reply: CannedReply) -> dict[str, Any]:
         """A GenerateContentResponse with text and functionCall parts."""
         parts: list[dict[str, Any]] = [{"text": reply.text}] if reply.tokens else []
         if reply.tool is not None:
@@ -81,18 +81,18 @@ class GeminiDialect:
             parts.append({"text": ""})
         return self._response(reply, parts, finish=True)
 
-    def preamble(self, reply: Reply) -> list[bytes]:
+    def preamble(self, reply: CannedReply) -> list[bytes]:
         """Gemini sends nothing before the first content chunk."""
         return []
 
-    def pieces(self, reply: Reply) -> list[bytes]:
+    def pieces(self, reply: CannedReply) -> list[bytes]:
         """One chunk per token; a function call arrives whole in one chunk."""
         out = [self._chunk(self._response(reply, [{"text": t}])) for t in reply.tokens]
         if reply.tool is not None:
             out.append(self._chunk(self._response(reply, [_function_call(reply)])))
         return out
 
-    def ending(self, reply: Reply) -> list[bytes]:
+    def ending(self, reply: CannedReply) -> list[bytes]:
         """A last chunk with finishReason and the whole usageMetadata; no end marker."""
         return [self._chunk(self._response(reply, [{"text": ""}], finish=True))]
 
@@ -111,7 +111,7 @@ class GeminiDialect:
         return sse(data, separator=self.separator)
 
     def _response(
-        self, reply: Reply, parts: list[dict[str, Any]], *, finish: bool = False
+        self, reply: CannedReply, parts: list[dict[str, Any]], *, finish: bool = False
     ) -> dict[str, Any]:
         candidate: dict[str, Any] = {"content": {"parts": parts, "role": "model"}, "index": 0}
         usage = {"promptTokenCount": reply.input_tokens, "totalTokenCount": reply.input_tokens}
@@ -130,6 +130,6 @@ class GeminiDialect:
         }
 
 
-def _function_call(reply: Reply) -> dict[str, Any]:
+def _function_call(reply: CannedReply) -> dict[str, Any]:
     assert reply.tool is not None
     return {"functionCall": {"name": reply.tool.name, "args": dict(reply.tool.arguments)}}

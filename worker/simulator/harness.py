@@ -8,7 +8,7 @@ from types import TracebackType
 
 from aiohttp import web
 
-from worker.simulator.faults import Fault, Outcome
+from worker.simulator.faults import CallOutcome, Fault
 from worker.simulator.server import SHUTDOWN_GRACE_S, build_app
 from worker.simulator.state import RequestRecord, SimState
 
@@ -92,7 +92,7 @@ class Simulator:
         """Forget faults, counts and recorded requests."""
         self._state.reset()
 
-    def calls(self, model: str | None = None, outcome: Outcome | str | None = None) -> int:
+    def calls(self, model: str | None = None, outcome: CallOutcome | str | None = None) -> int:
         """Calls that arrived (outcome None) or ended with `outcome`, for `model` or all models."""
         return self._state.calls(model, outcome)
 

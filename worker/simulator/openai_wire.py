@@ -8,8 +8,8 @@ from typing import Any
 
 from worker.simulator.wire import (
     BadRequest,
+    CannedReply,
     Inspection,
-    Reply,
     estimate_tokens,
     fragments,
     require,
@@ -63,7 +63,7 @@ class OpenAIDialect:
             include_usage=isinstance(options, dict) and options.get("include_usage") is True,
         )
 
-    def reply_body(self, reply: Reply) -> dict[str, Any]:
+    def reply_body(self, reply: CannedReply) -> dict[str, Any]:
         """A `chat.completion` object."""
         message: dict[str, Any] = {
             "role": "assistant",
@@ -95,12 +95,12 @@ class OpenAIDialect:
             "system_fingerprint": "fp_simulated",
         }
 
-    def preamble(self, reply: Reply) -> list[bytes]:
+    def preamble(self, reply: CannedReply) -> list[bytes]:
         """The role chunk (its content is empty: not content yet)."""
         content = "" if reply.tokens or reply.tool is None else None
         return [self._chunk(reply, {"role": "assistant", "content": content, "refusal": None})]
 
-    def pieces(self, reply: Reply) -> list[bytes]:
+    def pieces(self, reply: CannedReply) -> list[bytes]:
         """`delta.content` per token, then `delta.tool_calls` name and argument fragments."""
         out = [self._chunk(reply, {"content": token}) for token in reply.tokens]
         if reply.tool is not None:
@@ -116,7 +116,7 @@ class OpenAIDialect:
                 out.append(self._chunk(reply, {"tool_calls": [more]}))
         return out
 
-    def ending(self, reply: Reply) -> list[bytes]:
+    def ending(self, reply: CannedReply) -> list[bytes]:
         """The finish chunk, the usage chunk when asked for, then `[DONE]`."""
         out = [self._chunk(reply, {}, finish_reason=_finish_reason(reply))]
         if reply.include_usage:
@@ -134,7 +134,7 @@ class OpenAIDialect:
         kind, code = _ERRORS.get(status, default)
         return {"error": {"message": message, "type": kind, "param": None, "code": code}}
 
-    def _base(self, reply: Reply) -> dict[str, Any]:
+    def _base(self, reply: CannedReply) -> dict[str, Any]:
         base: dict[str, Any] = {
             "id": _id(reply),
             "object": "chat.completion.chunk",
@@ -147,23 +147,23 @@ class OpenAIDialect:
         return base
 
     def _chunk(
-        self, reply: Reply, delta: dict[str, Any], finish_reason: str | None = None
+        self, reply: CannedReply, delta: dict[str, Any], finish_reason: str | None = None
     ) -> bytes:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
         return sse({**self._base(reply), "choices": [choice]})
 
 
-def _id(reply: Reply) -> str:
+def _id(reply: CannedReply) -> str:
     return f"chatcmpl-sim{reply.seq:08d}"
 
 
-def _finish_reason(reply: Reply) -> str:
+def _finish_reason(reply: CannedReply) -> str:
     if reply.tool is not None:
         return "tool_calls"
     return "length" if reply.truncated else "stop"
 
 
-def _usage(reply: Reply) -> dict[str, int]:
+def _usage(reply: CannedReply) -> dict[str, int]:
     return {
         "prompt_tokens": reply.input_tokens,
         "completion_tokens": reply.output_tokens,

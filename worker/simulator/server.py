@@ -23,7 +23,7 @@ from aiohttp import web
 from worker.simulator.admin import STATE, add_admin_routes
 from worker.simulator.anthropic_wire import AnthropicDialect
 from worker.simulator.call import Call
-from worker.simulator.faults import Fault, Outcome
+from worker.simulator.faults import CallOutcome, Fault
 from worker.simulator.gemini_wire import GeminiDialect
 from worker.simulator.openai_wire import OpenAIDialect
 from worker.simulator.state import RequestRecord, SimState
@@ -109,7 +109,7 @@ async def _serve_call(
         label = model or str(body.get("model") or "unknown")
         record = _record(request, api=api, model=label, stream=False, body=body, inspection=None)
         ticket = state.arrive(record)
-        ticket.finish(Outcome.ERROR, 400)
+        ticket.finish(CallOutcome.ERROR, 400)
         return web.json_response(dialect.error_body(400, str(exc)), status=400)
     name = model or inspection.model or "unknown"
     streaming = inspection.stream if stream is None else stream
@@ -130,10 +130,10 @@ async def _serve_call(
     try:
         return await call.run(inspection)
     except asyncio.CancelledError:
-        ticket.finish(Outcome.STALLED if call.silent else Outcome.ABANDONED, call.status)
+        ticket.finish(CallOutcome.STALLED if call.silent else CallOutcome.ABANDONED, call.status)
         raise
     except ConnectionResetError:
-        ticket.finish(Outcome.ABANDONED, call.status)
+        ticket.finish(CallOutcome.ABANDONED, call.status)
         return call.response or web.Response(status=499)
 
 

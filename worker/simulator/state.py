@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from worker.simulator.faults import Fault, Outcome
+from worker.simulator.faults import CallOutcome, Fault
 
 __all__ = ["CallTicket", "RequestRecord", "SimState"]
 
@@ -41,7 +41,7 @@ class RequestRecord:
     """Names of the tools the request offered."""
     message_count: int
     """Length of the API's message list (messages, or Gemini's contents)."""
-    outcome: Outcome | None
+    outcome: CallOutcome | None
     """None while the call is in flight."""
     status: int | None
 
@@ -69,7 +69,7 @@ class CallTicket:
         """The call's number, unique within the simulator."""
         return self._record.seq
 
-    def finish(self, outcome: Outcome, status: int | None) -> None:
+    def finish(self, outcome: CallOutcome, status: int | None) -> None:
         """Count the call under `outcome`; only the first call counts."""
         if not self._done:
             self._done = True
@@ -84,7 +84,7 @@ class SimState:
         self._random = random.Random(seed)
         self._faults: dict[str, deque[_Entry]] = {}
         self._calls: Counter[str] = Counter()
-        self._outcomes: Counter[tuple[str, Outcome]] = Counter()
+        self._outcomes: Counter[tuple[str, CallOutcome]] = Counter()
         self._recent: dict[str, deque[RequestRecord]] = {}
         self._seq = 0
 
@@ -131,7 +131,7 @@ class SimState:
             recent.append(record)
         return CallTicket(self, record)
 
-    def _finish(self, record: RequestRecord, outcome: Outcome, status: int | None) -> None:
+    def _finish(self, record: RequestRecord, outcome: CallOutcome, status: int | None) -> None:
         with self._lock:
             self._outcomes[(record.model, outcome)] += 1
             recent = self._recent.get(record.model, deque())
@@ -140,14 +140,14 @@ class SimState:
                     recent[i] = replace(kept, outcome=outcome, status=status)
                     break
 
-    def calls(self, model: str | None = None, outcome: Outcome | str | None = None) -> int:
+    def calls(self, model: str | None = None, outcome: CallOutcome | str | None = None) -> int:
         """Calls that arrived (outcome None) or ended with `outcome`, for one model or all."""
         with self._lock:
             if outcome is None:
                 if model is None:
                     return sum(self._calls.values())
                 return self._calls[model]
-            wanted = Outcome(outcome)
+            wanted = CallOutcome(outcome)
             return sum(
                 n
                 for (m, o), n in self._outcomes.items()

@@ -17,9 +17,9 @@ from worker.simulator.faults import Fault
 
 __all__ = [
     "BadRequest",
+    "CannedReply",
     "Dialect",
     "Inspection",
-    "Reply",
     "ToolReply",
     "build_reply",
     "estimate_tokens",
@@ -64,7 +64,7 @@ class ToolReply:
 
 
 @dataclass(frozen=True, slots=True)
-class Reply:
+class CannedReply:
     """One answer, before it is put on the wire."""
 
     seq: int
@@ -105,19 +105,19 @@ class Dialect(Protocol):
         """Read the request; raise `BadRequest` when the API would refuse it."""
         ...
 
-    def reply_body(self, reply: Reply) -> dict[str, Any]:
+    def reply_body(self, reply: CannedReply) -> dict[str, Any]:
         """The non-streaming success body."""
         ...
 
-    def preamble(self, reply: Reply) -> list[bytes]:
+    def preamble(self, reply: CannedReply) -> list[bytes]:
         """Stream events sent before any content (bookkeeping only)."""
         ...
 
-    def pieces(self, reply: Reply) -> list[bytes]:
+    def pieces(self, reply: CannedReply) -> list[bytes]:
         """One chunk of stream events per content piece."""
         ...
 
-    def ending(self, reply: Reply) -> list[bytes]:
+    def ending(self, reply: CannedReply) -> list[bytes]:
         """Stream events after the content: finish reason, usage, end marker."""
         ...
 
@@ -147,7 +147,7 @@ def fragments(text: str) -> list[str]:
     return [text[i : i + _FRAGMENT_CHARS] for i in range(0, len(text), _FRAGMENT_CHARS)] or [""]
 
 
-def build_reply(seq: int, model: str, fault: Fault, request: Inspection) -> Reply:
+def build_reply(seq: int, model: str, fault: Fault, request: Inspection) -> CannedReply:
     """The deterministic answer of `model` to `request`: "Answer from <model>." then filler."""
     words = ["Answer", "from", f"{model}."]
     wanted = fault.reply_tokens
@@ -163,7 +163,7 @@ def build_reply(seq: int, model: str, fault: Fault, request: Inspection) -> Repl
         tool = ToolReply(f"{seq:08d}", fault.reply_tool, dict(fault.tool_args))
         if not fault.tool_with_text:
             tokens = []
-    return Reply(
+    return CannedReply(
         seq=seq,
         model=model,
         created=int(time.time()),

@@ -1,11 +1,12 @@
-"""Turning the Lua scripts' raw replies into records (str or bytes replies alike)."""
+"""Parsers of the Lua scripts' raw replies into budgets' types (str or bytes replies alike)."""
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
+from breakers.rediskit import raise_if_error, text
 from budgets.errors import UnknownTenantError
-from budgets.records import (
+from budgets.types import (
     BudgetReport,
     Limits,
     PeriodReport,
@@ -21,15 +22,9 @@ __all__ = ["parse_release", "parse_report", "parse_reservation", "parse_settleme
 LimitsSource = Literal["configured", "default", "none"]
 
 
-def text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def reply(raw: Any) -> list[Any]:
     """The script's reply as a list; an error a pipeline handed over as the reply is raised."""
-    if isinstance(raw, Exception):
-        raise raw
-    return list(raw)
+    return list(raise_if_error(raw))
 
 
 def parse_reservation(tenant: str, charge_id: str, micros: int, raw: Any) -> Reservation | Refusal:

@@ -1,4 +1,4 @@
-"""The records budgets returns: frozen dataclasses, amounts in integer micro-dollars."""
+"""The values budgets takes and returns: frozen dataclasses, amounts in integer micro-dollars."""
 
 from __future__ import annotations
 

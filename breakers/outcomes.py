@@ -1,4 +1,8 @@
-"""What callers tell the fleet after an attempt: one call's verdict, a cooldown, a mark."""
+"""What callers tell the fleet after an attempt (`FleetBreakers.record`'s entries).
+
+One call's `Verdict` for a scope (`Outcome`), a rate-limited `Pair`'s `Cooldown`, an
+`Exhausted` account.
+"""
 
 from __future__ import annotations
 

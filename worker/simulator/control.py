@@ -7,7 +7,7 @@ from types import TracebackType
 import httpx
 
 from worker.simulator.admin import RECORDS
-from worker.simulator.faults import Fault, Outcome, fault_adapter
+from worker.simulator.faults import CallOutcome, Fault, fault_adapter
 from worker.simulator.state import RequestRecord
 
 __all__ = ["SimulatorClient"]
@@ -62,9 +62,9 @@ class SimulatorClient:
         models: dict[str, dict[str, int]] = response.json()["models"]
         return models
 
-    def calls(self, model: str | None = None, outcome: Outcome | str | None = None) -> int:
+    def calls(self, model: str | None = None, outcome: CallOutcome | str | None = None) -> int:
         """Calls that arrived (outcome None) or ended with `outcome`, for `model` or all models."""
-        key = "calls" if outcome is None else Outcome(outcome).value
+        key = "calls" if outcome is None else CallOutcome(outcome).value
         counts = self.counts()
         chosen = counts.values() if model is None else [counts.get(model, {})]
         return sum(c.get(key, 0) for c in chosen)
