@@ -1,4 +1,9 @@
-"""Redis clients for the control path: short timeouts, no retries, nothing at import time."""
+"""Redis clients for the control path: short timeouts, nothing at import time.
+
+A command is never retried on a timeout (the control path's latency bound holds), but
+once on a connection that turns out closed: after Redis restarts, every pooled
+connection is dead, and the first command on each must not be taken for an outage.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ import hiredis
 from redis.asyncio import BlockingConnectionPool, Connection, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import DataError
 
 __all__ = ["DEFAULT_MAX_CONNECTIONS", "DEFAULT_TIMEOUT_S", "connect", "in_memory"]
@@ -27,7 +33,7 @@ def connect(
     timed_by_caller: bool = False,
 ) -> Redis:
     """A client whose connect, each read and each wait for a pooled connection give up
-    after `timeout_s`, never retrying.
+    after `timeout_s`; a dead connection is replaced and its command sent again, once.
 
     With `timed_by_caller`, reads and writes have no timeout of their own: the caller
     bounds each round trip as a whole (redis-py otherwise arms a timer per reply and
@@ -39,7 +45,7 @@ def connect(
         timeout=timeout_s,
         socket_timeout=None if timed_by_caller else timeout_s,
         socket_connect_timeout=timeout_s,
-        retry=Retry(NoBackoff(), 0),
+        retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
         connection_class=HiredisPackConnection,
     )
     return Redis.from_pool(pool)  # the client owns the pool: aclose() closes both

@@ -6,6 +6,7 @@ passed in KEYS. Names follow `NAME_RULE`, the namespace `rediskit.NAMESPACE`. La
 (``N`` = namespace)::
 
     {N}:kill                  hash    who, why, since_ms            (no TTL: set by a person)
+    {N}:epoch                 hash    id, off_by                    (no TTL: this data's identity)
     {N}:held                  stream  turn_id, payload              (no TTL: turns kept for replay)
     {N}:br:<scope>            hash    state, opened_at_ms, until_ms, break_ms, streak, pinned
     {N}:win:<scope>           hash    c<bucket> / f<bucket> call and failure counts
@@ -69,6 +70,11 @@ class Keys:
     def kill(self) -> str:
         """The kill switch hash."""
         return f"{self._prefix}:kill"
+
+    @property
+    def epoch(self) -> str:
+        """The store's epoch: a random id that is gone when Redis loses its data."""
+        return f"{self._prefix}:epoch"
 
     @property
     def held(self) -> str:

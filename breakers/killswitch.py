@@ -58,7 +58,7 @@ class KillSwitch:
         _check_text(who, "who")
 
         def queue(pipe: Pipeline) -> Parse[KillSwitchState | None]:
-            SCRIPTS.queue(pipe, "kill_off", [self._keys.kill], [])
+            SCRIPTS.queue(pipe, "kill_off", [self._keys.kill, self._keys.epoch], [who])
 
             async def parse(reply: object) -> KillSwitchState | None:
                 row: list[Any] = raise_if_error(reply)

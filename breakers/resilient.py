@@ -2,10 +2,18 @@
 
 `ResilientBreakers` wraps the fleet store. When Redis errors or takes longer than
 `timeout_s`, it answers from a local store running the same Lua scripts on a private
-in-process fakeredis (same semantics by construction), logs once that the fleet view is
-lost, and tries the fleet again after `rejoin_after_s`, logging once when it rejoins.
-While the fleet view is lost the kill switch reads as off: a turn never fails because
-the breaker store is down. Local state starts empty and is dropped on rejoin.
+in-process fakeredis (same semantics by construction) and logs once that the fleet view
+is lost. Turns then stay local, costing Redis nothing, while a timer asks Redis every
+`rejoin_check_s` whether it answers again: a worker rejoins on time, not on its next
+turn, and logs once when it does. While the fleet view is lost the kill switch reads
+as the fleet last showed it: a turn never fails because the breaker store is down, and
+a switch a person turned on stays on.
+
+A Redis that comes back empty (restarted without persistence, failed over to a replica
+that had not caught up) is noticed by its epoch, a random id the store keeps: when it
+is gone or new, this process logs `breakers.store_reset` as an error, and if it last saw
+the kill switch on and no person turned the switch off since, it turns it back on for
+the fleet.
 """
 
 from __future__ import annotations
@@ -21,14 +29,18 @@ from redis.asyncio.client import Pipeline
 from redis.exceptions import NoScriptError
 
 from breakers.connection import DEFAULT_TIMEOUT_S, in_memory
+from breakers.errors import StoreUnavailableError
+from breakers.killswitch import KillSwitch
 from breakers.outcomes import Entry, Pair
-from breakers.rediskit import STORE_ERRORS, Parse, raise_if_forbidden
-from breakers.state import FleetState, Transition
+from breakers.rediskit import FORBIDDEN_ERRORS, STORE_ERRORS, Parse, raise_if_forbidden
+from breakers.state import FleetState, KillSwitchState, Transition
 from breakers.store import FleetBreakers
 
 __all__ = ["ResilientBreakers"]
 
 T = TypeVar("T")
+# What reading or making the epoch, or restoring the switch, may meet: Redis gone again.
+_EPOCH_UNREAD: tuple[type[BaseException], ...] = (*STORE_ERRORS, StoreUnavailableError)
 log = structlog.get_logger("relevo.breakers")
 
 
@@ -46,18 +58,24 @@ class ResilientBreakers:
         *,
         local: FleetBreakers | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
-        rejoin_after_s: float = 5.0,
+        rejoin_check_s: float = 1.0,
     ) -> None:
         self.fleet = fleet
         self.local = local or fleet.with_redis(in_memory())
         self.timeout_s = timeout_s
-        self.rejoin_after_s = rejoin_after_s
-        self._lost_at: float | None = None
+        self.rejoin_check_s = rejoin_check_s
+        self._lost = False
+        self._lost_at = 0.0
+        self._rejoining: asyncio.Task[None] | None = None
+        self._last_kill: KillSwitchState | None = None
+        self._epoch: str | None = None
+        self.resets = 0
+        """How often this process found the store had lost its data."""
 
     @property
     def fleet_view(self) -> bool:
         """False while answering from local breakers."""
-        return self._lost_at is None
+        return not self._lost
 
     async def check(
         self,
@@ -67,7 +85,8 @@ class ResilientBreakers:
     ) -> FleetState:
         """`FleetBreakers.check`, from local breakers while the fleet is lost."""
         scopes, pairs, accounts = list(scopes), list(pairs), list(accounts)
-        return await self._run(lambda store: store.check(scopes, pairs, accounts), _local_view)
+        op = self._checking(lambda store: store.check(scopes, pairs, accounts))
+        return await self._run(op, self._local_view)
 
     def check_on(
         self,
@@ -79,9 +98,8 @@ class ResilientBreakers:
         """`FleetBreakers.check_on`; its parser answers locally when given an error."""
         scopes, pairs, accounts = list(scopes), list(pairs), list(accounts)
         parse = self.fleet.check_on(pipe, scopes, pairs, accounts)
-        return self._resolver(
-            parse, lambda store: store.check(scopes, pairs, accounts), _local_view
-        )
+        op = self._checking(lambda store: store.check(scopes, pairs, accounts))
+        return self._resolver(self._remembered(parse), op, self._local_view)
 
     async def acquire_probe(self, scope: str, holder: str) -> bool:
         """`FleetBreakers.acquire_probe`, locally while the fleet is lost."""
@@ -101,11 +119,59 @@ class ResilientBreakers:
         parse = self.fleet.record_on(pipe, entries)
         return self._resolver(parse, lambda store: store.record(entries), _same)
 
+    def _checking(
+        self, op: Callable[[FleetBreakers], Awaitable[FleetState]]
+    ) -> Callable[[FleetBreakers], Awaitable[FleetState]]:
+        async def check(store: FleetBreakers) -> FleetState:
+            state = await op(store)
+            return await self._mind_epoch(state) if store is self.fleet else state
+
+        return check
+
+    def _remembered(self, parse: Parse[FleetState]) -> Parse[FleetState]:
+        async def remember(reply: object) -> FleetState:
+            return await self._mind_epoch(await parse(reply))
+
+        return remember
+
+    async def _mind_epoch(self, state: FleetState) -> FleetState:
+        """Remember what the fleet showed; notice a store that lost its data since."""
+        epoch = state.epoch
+        try:
+            if not epoch:
+                epoch = await self.fleet.start_epoch()
+            if self._epoch is not None and epoch != self._epoch:
+                self._epoch = epoch  # before any await: one process notices a reset once
+                state = await self._store_was_reset(state)
+        except _EPOCH_UNREAD as exc:
+            raise_if_forbidden(exc)
+            return state  # the next check tries again
+        self._epoch = epoch
+        self._last_kill = state.kill_switch
+        return state
+
+    async def _store_was_reset(self, state: FleetState) -> FleetState:
+        self.resets += 1
+        last = self._last_kill
+        restore = last is not None and state.kill_switch is None and not state.epoch_off_by
+        log.error(
+            "breakers.store_reset",
+            detail="the store lost its data (breakers, cooldowns, budgets, held turns)",
+            kill_switch_restored=restore,
+        )
+        if not restore or last is None:
+            return state
+        reason = f"{last.reason} [restored: the store lost its data]"
+        switch = KillSwitch(self.fleet.redis, namespace=self.fleet.keys.namespace)
+        return dataclasses.replace(state, kill_switch=await switch.on(last.who, reason))
+
+    def _local_view(self, state: FleetState) -> FleetState:
+        return dataclasses.replace(state, fleet_view=False, kill_switch=self._last_kill)
+
     async def _run(
         self, op: Callable[[FleetBreakers], Awaitable[T]], as_local: Callable[[T], T]
     ) -> T:
-        lost_at = self._lost_at
-        if lost_at is not None and time.monotonic() - lost_at < self.rejoin_after_s:
+        if self._lost:
             return as_local(await op(self.local))
         try:
             async with asyncio.timeout(self.timeout_s):
@@ -128,6 +194,8 @@ class ResilientBreakers:
                 # load them and ask again, without leaving the fleet view.
                 await self._reload_scripts()
                 return await self._run(op, as_local)
+            if self._lost:  # lost since this reply's pipeline went out: stay consistent
+                return as_local(await op(self.local))
             if isinstance(reply, STORE_ERRORS):
                 self._lose(reply)
                 return as_local(await op(self.local))
@@ -142,27 +210,43 @@ class ResilientBreakers:
             async with asyncio.timeout(self.timeout_s):
                 await self.fleet.load_scripts()
         except STORE_ERRORS:
-            pass  # the next attempt after rejoin_after_s tries again
+            pass  # the call that follows fails, and the rejoin timer takes over
 
     def _lose(self, exc: BaseException) -> None:
         raise_if_forbidden(exc)
-        if self._lost_at is None:
-            log.warning(
-                "breakers.fleet_view_lost",
-                error=type(exc).__name__,
-                rejoin_after_s=self.rejoin_after_s,
-            )
+        if self._lost:
+            return
+        self._lost = True
         self._lost_at = time.monotonic()
+        log.warning(
+            "breakers.fleet_view_lost", error=type(exc).__name__, rejoin_check_s=self.rejoin_check_s
+        )
+        if self._rejoining is None or self._rejoining.done():
+            self._rejoining = asyncio.get_running_loop().create_task(self._rejoin_when_back())
+
+    async def _rejoin_when_back(self) -> None:
+        while self._lost:
+            await asyncio.sleep(self.rejoin_check_s)
+            try:
+                async with asyncio.timeout(self.timeout_s):
+                    await self.fleet.redis.ping()
+            except FORBIDDEN_ERRORS:
+                pass  # it answers, and refuses us: the next turn's call fails closed
+            except STORE_ERRORS:
+                continue
+            self._rejoin()
 
     def _rejoin(self) -> None:
-        if self._lost_at is not None:
-            log.warning("breakers.fleet_view_rejoined")
-            self._lost_at = None
+        if self._lost:
+            self._lost = False
+            lost_s = round(time.monotonic() - self._lost_at, 3)
+            log.warning("breakers.fleet_view_rejoined", lost_s=lost_s)
+
+    def close(self) -> None:
+        """Stop the rejoin timer, if one runs (before the fleet's client is closed)."""
+        if self._rejoining is not None:
+            self._rejoining.cancel()
 
 
 def _same(value: T) -> T:
     return value
-
-
-def _local_view(state: FleetState) -> FleetState:
-    return dataclasses.replace(state, fleet_view=False)

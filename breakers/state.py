@@ -78,3 +78,5 @@ class FleetState:
     cooldowns: Mapping[Pair, float] = field(default_factory=dict)  # seconds left, 0 = none
     exhausted: Mapping[str, bool] = field(default_factory=dict)
     fleet_view: bool = True  # False: served by this process's local breakers (Redis lost)
+    epoch: str = ""  # the store's epoch id ("" for a store that has none yet)
+    epoch_off_by: str = ""  # who turned the kill switch off in this epoch, if anyone

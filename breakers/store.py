@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -133,8 +134,10 @@ class FleetBreakers:
                 state, left, free = text(row[3 + 3 * i]), int(row[4 + 3 * i]), row[5 + 3 * i]
                 retry_in_s = float("inf") if left == _PINNED_MS else left / 1000
                 states[scope] = ScopeState(scope, BreakerState(state), bool(free), retry_in_s)
-            rest = row[3 + 3 * len(names) :]
+            rest = row[3 + 3 * len(names) : -2]
             return FleetState(
+                epoch=text(row[-2]),
+                epoch_off_by=text(row[-1]),
                 kill_switch=kill,
                 scopes=states,
                 cooldowns={p: int(ms) / 1000 for p, ms in zip(wanted_pairs, rest, strict=False)},
@@ -157,9 +160,19 @@ class FleetBreakers:
             keys += [self.keys.breaker(scope), self.keys.probe(scope)]
         keys += [self.keys.cooldown(p.account, p.model) for p in wanted_pairs]
         keys += [self.keys.exhausted(a) for a in wanted_accounts]
+        keys.append(self.keys.epoch)
         args: list[str | int] = [len(names), len(wanted_pairs), len(wanted_accounts)]
         args += [self.policy_for(scope).probes for scope in names]
         return names, wanted_pairs, wanted_accounts, keys, args
+
+    async def start_epoch(self) -> str:
+        """The store's epoch id, made now if it has none (a new store, or one that lost
+        its data). Concurrent callers all get the one id that won."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hsetnx(self.keys.epoch, "id", uuid.uuid4().hex)
+            pipe.hget(self.keys.epoch, "id")
+            _, epoch = await pipe.execute()
+        return text(epoch)
 
     async def check(
         self,

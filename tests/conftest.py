@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import time
 import uuid
@@ -76,6 +77,29 @@ def redis_url() -> Iterator[str]:
         proc.wait(timeout=10)
 
 
+@pytest.fixture
+def private_redis() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A redis-server of this test's own on a free port (URL, process): to stop, kill, restart."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        skip_unless_ci("no redis-server binary to start a private server")
+    port = free_port()
+    args = [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no"]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"redis://127.0.0.1:{port}/0"
+    try:
+        deadline = time.monotonic() + 10
+        while not _answers(url):
+            assert time.monotonic() < deadline, "the private redis-server never answered"
+            time.sleep(0.05)
+        yield url, proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGCONT)
+            proc.kill()
+        proc.wait(timeout=10)
+
+
 # Fixtures that hand a test a real Redis server: the session's, or a redis-server of the
 # module's own (ACL users, TLS, one to stop and kill). Every Celery or `relevo worker`
 # process a test starts on Redis gets its URL from one of these; the embedded demo and
@@ -87,7 +111,7 @@ REDIS_FIXTURES = frozenset(
         "acl_redis",  # test_guard_forbidden.py
         "acl",  # test_security_redis.py: tests.test_security_kit.private_redis
         "tls_server",  # test_security_redis.py: the same, over TLS
-        "private_redis",  # test_fleet_turns.py: one to hang and kill mid-run
+        "private_redis",  # here: one to hang, kill and restart mid-run
     }
 )
 

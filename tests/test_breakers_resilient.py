@@ -17,6 +17,7 @@ from breakers import (
     BreakerState,
     Cooldown,
     FleetBreakers,
+    KillSwitch,
     Outcome,
     Policy,
     ResilientBreakers,
@@ -94,7 +95,7 @@ def test_creating_clients_and_stores_never_touches_redis() -> None:
 
 async def test_redis_down_serves_local_breakers_within_the_timeout(dead_redis: Redis) -> None:
     breakers = ResilientBreakers(
-        FleetBreakers(dead_redis, policy=POLICY), timeout_s=TIMEOUT_S, rejoin_after_s=0.2
+        FleetBreakers(dead_redis, policy=POLICY), timeout_s=TIMEOUT_S, rejoin_check_s=0.2
     )
     worst = 0.0
     with capture_logs() as logs:
@@ -105,7 +106,7 @@ async def test_redis_down_serves_local_breakers_within_the_timeout(dead_redis: R
             assert fleet.fleet_view is False
             assert fleet.kill_switch is None
             assert fleet.scopes[SCOPE].state is BreakerState.CLOSED
-        await asyncio.sleep(0.25)  # past rejoin_after_s: the fleet is tried again, and fails
+        await asyncio.sleep(0.25)  # the rejoin timer asked Redis, which still does not answer
         transitions = []
         for verdict in (V.FAILURE, V.SUCCESS, V.FAILURE):
             start = time.perf_counter()
@@ -122,7 +123,7 @@ async def test_hung_redis_costs_at_most_the_timeout_then_nothing(redis_url: str)
     hung = Proxy(redis_url, free_port(), silent=True)
     await hung.start()
     client = connect(f"redis://127.0.0.1:{hung.port}/0", timeout_s=TIMEOUT_S)
-    breakers = ResilientBreakers(FleetBreakers(client), timeout_s=TIMEOUT_S, rejoin_after_s=30)
+    breakers = ResilientBreakers(FleetBreakers(client), timeout_s=TIMEOUT_S, rejoin_check_s=30)
     try:
         first = await timed(breakers.check([SCOPE]))
         later = [await timed(breakers.record([Cooldown("acct", "m")])) for _ in range(5)]
@@ -130,7 +131,7 @@ async def test_hung_redis_costs_at_most_the_timeout_then_nothing(redis_url: str)
         await client.aclose()
         await hung.stop()
     assert TIMEOUT_S * 0.9 < first < TIMEOUT_S + 0.15
-    assert max(later) < 0.05  # inside rejoin_after_s the fleet is not even tried
+    assert max(later) < 0.05  # while lost, a turn does not even try the fleet
     assert not breakers.fleet_view
 
 
@@ -141,7 +142,7 @@ async def test_fleet_view_is_lost_then_rejoined_logging_once_each(
     await proxy.start()
     client = connect(f"redis://127.0.0.1:{proxy.port}/0", timeout_s=TIMEOUT_S)
     fleet = FleetBreakers(client, namespace=namespace, policy=POLICY)
-    breakers = ResilientBreakers(fleet, timeout_s=TIMEOUT_S, rejoin_after_s=0.2)
+    breakers = ResilientBreakers(fleet, timeout_s=TIMEOUT_S, rejoin_check_s=0.2)
     try:
         with capture_logs() as logs:
             await breakers.record([Outcome(SCOPE, V.FAILURE)] * 3)
@@ -152,7 +153,8 @@ async def test_fleet_view_is_lost_then_rejoined_logging_once_each(
                 assert not state.fleet_view
                 assert state.scopes[SCOPE].state is BreakerState.CLOSED  # local view is fresh
             await proxy.start()
-            await asyncio.sleep(0.25)
+            await asyncio.sleep(0.3)
+            assert breakers.fleet_view  # rejoined by the timer, before any turn asked
             state = await breakers.check([SCOPE])
             assert state.fleet_view
             assert state.scopes[SCOPE].state is not BreakerState.CLOSED  # the fleet's breaker
@@ -161,6 +163,48 @@ async def test_fleet_view_is_lost_then_rejoined_logging_once_each(
             "breakers.fleet_view_rejoined",
         ]
     finally:
+        await client.aclose()
+        await proxy.stop()
+
+
+async def test_a_redis_restart_is_not_taken_for_an_outage(redis_url: str, namespace: str) -> None:
+    """Every pooled connection dies with a restart: the next command reconnects once."""
+    proxy = Proxy(redis_url, free_port())
+    await proxy.start()
+    client = connect(f"redis://127.0.0.1:{proxy.port}/0", timeout_s=TIMEOUT_S)
+    breakers = ResilientBreakers(FleetBreakers(client, namespace=namespace, policy=POLICY))
+    try:
+        with capture_logs() as logs:
+            await asyncio.gather(*(breakers.check([SCOPE]) for _ in range(5)))
+            await proxy.stop()  # closes every connection, as a restarting Redis does
+            await proxy.start()
+            states = await asyncio.gather(*(breakers.check([SCOPE]) for _ in range(5)))
+        assert all(state.fleet_view for state in states)
+        assert logs == []
+    finally:
+        await client.aclose()
+        await proxy.stop()
+
+
+async def test_the_kill_switch_stays_as_the_fleet_last_showed_it_while_lost(
+    redis_url: str, namespace: str
+) -> None:
+    proxy = Proxy(redis_url, free_port())
+    await proxy.start()
+    client = connect(f"redis://127.0.0.1:{proxy.port}/0", timeout_s=TIMEOUT_S)
+    breakers = ResilientBreakers(FleetBreakers(client, namespace=namespace, policy=POLICY))
+    switch = KillSwitch(client, namespace=namespace)
+    try:
+        await switch.on("alice", "incident 7")
+        assert (await breakers.check([SCOPE])).kill_switch is not None
+        await proxy.stop()
+        state = await breakers.check([SCOPE])
+        assert not state.fleet_view
+        assert state.kill_switch is not None
+        assert state.kill_switch.who == "alice"
+    finally:
+        await proxy.start()
+        await switch.off("alice")
         await client.aclose()
         await proxy.stop()
 

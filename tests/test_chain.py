@@ -13,6 +13,8 @@ import pytest
 
 from tests.chainkit import ID_OF, KEY, ORDER, fault, run, settings, turn
 from worker.errors import TurnFailed
+from worker.guard import Availability, Charge, Signal, Target
+from worker.guard.testing import ScriptedGuard
 from worker.simulator import Fault, Simulator
 from worker.simulator.catalogue import Kind
 from worker.types import AttemptOutcome, Status
@@ -359,3 +361,31 @@ async def test_the_turn_is_never_rewritten_to_mention_fallback(sim: Simulator) -
     sent = sim.requests("beta")[0].body
     assert sent["system"] == request.messages[0].content
     assert [m["content"] for m in sent["messages"]] == [request.messages[1].content]
+
+
+class _OpensOnFailure(ScriptedGuard):
+    """A fleet whose breaker for a model opens as soon as one of its calls fails."""
+
+    async def conclude(
+        self,
+        target: Target,
+        charge: Charge,
+        *,
+        signal: Signal | None,
+        cost_micros: int | None,
+        holder: str | None = None,
+        retry_after_s: float | None = None,
+    ) -> None:
+        await super().conclude(target, charge, signal=signal, cost_micros=cost_micros)
+        if signal is Signal.FAILURE:
+            self.availability[target.provider_model] = Availability.OPEN
+
+
+async def test_a_retry_is_not_sent_to_a_breaker_that_opened_meanwhile(sim: Simulator) -> None:
+    sim.set_faults("alpha", fault("openai", "server_error", times=1))
+    result = await run(settings(sim.url), turn(), guard=_OpensOnFailure())
+    assert result.status is Status.OK
+    assert result.effective_model == "anthropic/beta"
+    outcomes = [(a.model, a.outcome, a.error_class) for a in result.attempts]
+    assert outcomes[1] == ("openai/alpha", AttemptOutcome.SKIPPED, Availability.OPEN.value)
+    assert sim.calls("alpha") == 1  # the retry that would have succeeded was not sent

@@ -124,3 +124,48 @@ def test_enqueue_wait_through_relevo_worker(config: Path, sim: Simulator, tmp_pa
         started = time.monotonic()
         node.wait(timeout=30)
         assert time.monotonic() - started < 30
+
+
+def children_of(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (Linux /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # it ended meanwhile
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_worker_processes_end_when_relevo_worker_is_killed(config: Path) -> None:
+    """A parent killed alone (SIGKILL) leaves no Celery child consuming under PID 1."""
+    env = {**os.environ, "RELEVO_TEST_KEY": KEY}
+    node = subprocess.Popen(
+        [*RELEVO, "worker", "--config", str(config), "--processes", "2", "--threads", "4"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while len(children := children_of(node.pid)) < 2:
+        assert time.monotonic() < deadline, "relevo worker did not start its processes"
+        time.sleep(0.1)
+    time.sleep(3)  # the children are up and consuming
+    node.kill()
+    node.wait(timeout=10)
+    deadline = time.monotonic() + 30
+    while any(alive(pid) for pid in children):
+        assert time.monotonic() < deadline, f"orphaned worker processes: {children}"
+        time.sleep(0.2)

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import os
-import shutil
 import signal
 import subprocess
 import time
@@ -19,13 +17,11 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 import pytest
-import redis
 from redis.asyncio import Redis
 
 import breakers
 import budgets
 from tests.chainkit import KEY, fault, settings
-from tests.conftest import skip_unless_ci
 from tests.fleetkit import (
     Job,
     ProcessReport,
@@ -35,7 +31,6 @@ from tests.fleetkit import (
     make_request,
     turns_of,
 )
-from tests.netkit import free_port
 from worker.adapters import make_client
 from worker.guard.redis_guard import open_guard
 from worker.simulator import Fault, Simulator
@@ -366,41 +361,6 @@ def test_kill_switch_stops_every_process_and_held_turns_replay_after_off(
 # -- issue 3 (d): Redis hangs, then dies, mid-run: every turn is still answered ---------------
 
 STORE_TIMEOUT_S = 0.2
-
-
-def _answers(url: str) -> bool:
-    client = redis.Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=0.5)
-    try:
-        return bool(client.ping())
-    except redis.RedisError:
-        return False
-    finally:
-        client.close()
-
-
-@pytest.fixture
-def private_redis() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """A redis-server of this test's own on a free port (URL, process), to stop and kill."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail("CI needs the redis-server binary for the Redis-outage tests")
-        skip_unless_ci("no redis-server binary to start a private server")
-    port = free_port()
-    args = [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no"]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"redis://127.0.0.1:{port}/0"
-    try:
-        deadline = time.monotonic() + 10
-        while not _answers(url):
-            assert time.monotonic() < deadline, "the private redis-server never answered"
-            time.sleep(0.05)
-        yield url, proc
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGCONT)
-            proc.kill()
-        proc.wait(timeout=10)
 
 
 def test_concurrent_first_turns_on_a_fresh_redis_keep_the_fleet_view(

@@ -244,6 +244,13 @@ def test_openai_invalid_api_key_typed_invalid_request_is_auth() -> None:
     assert type(classify("openai", "invalid_api_key")) is AuthFailed
 
 
+def test_anthropic_generic_api_error_defers_to_status() -> None:
+    body = b'{"type":"error","error":{"type":"api_error","message":"Service unavailable"}}'
+    assert type(classify_response("anthropic", 503, {}, body)) is Overloaded
+    assert type(classify_response("anthropic", 500, {}, body)) is ServerError
+    assert classify_response("anthropic", 503, {}, body).provider_code == "api_error"
+
+
 def test_openai_generic_type_defers_to_status() -> None:
     """`server_error` at 503 is overload; `invalid_request_error` at 401 is auth."""
     body = b'{"error":{"message":"x","type":"server_error","param":null,"code":null}}'

@@ -143,6 +143,9 @@ class RedisSettings(_Section):
     namespace: Name = "relevo"
     # The control path's budget: a slow store must not add seconds to a turn.
     timeout_s: float = Field(default=0.25, gt=0, le=5)
+    # How often a worker that lost the store asks whether it answers again (and
+    # retries the results and spend it could not write).
+    rejoin_check_s: float = Field(default=1.0, gt=0, le=60)
 
 
 _POLICY = breakers.Policy()
@@ -206,6 +209,12 @@ class BudgetSettings(_Section):
     default_fallback_cap_usd: Decimal | None = Field(default=None, ge=0)
     # A reservation a dead worker held is reclaimed after this long.
     hold_ttl_s: float = Field(default=600.0, gt=0, le=86400)
+    # While Redis is away, what one worker process lets a tenant spend before its turns
+    # degrade (reason budget_store_unreachable); it is settled when Redis answers.
+    offline_allowance_usd: Decimal = Field(default=Decimal(1), ge=0)
+
+    def offline_allowance_micros(self) -> int:
+        return _to_micros(self.offline_allowance_usd)
 
     def default_limits_micros(self) -> tuple[int, int, int | None] | None:
         if self.unknown_tenants == "reject":

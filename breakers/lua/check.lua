@@ -4,6 +4,7 @@
 -- KEYS[2 .. 1+2S]               per scope: breaker hash, probe zset
 -- KEYS[2+2S .. 1+2S+P]          per pair: cooldown string (its end, ms)
 -- KEYS[2+2S+P .. 1+2S+P+A]      per account: exhausted string (its end, ms)
+-- KEYS[2+2S+P+A]                the store's epoch hash
 -- ARGV[1]                       clock (clock.lua)
 -- ARGV[2], ARGV[3], ARGV[4]     S (scopes), P (pairs), A (accounts)
 -- ARGV[4+i]                     probes allowed in half-open for scope i
@@ -13,6 +14,7 @@
 --   per scope: state, remaining_ms, probe_free ("closed"|"open"|"half_open";
 --              remaining_ms = -1 while pinned open by an operator; probe_free 0/1)
 --   per pair: cooldown ms left (0 = none); per account: exhausted mark ms left (0 = none)
+--   epoch id, and who turned the kill switch off in this epoch ("" "" for none)
 
 local now = now_ms()
 local scopes, pairs_n, accounts = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -45,4 +47,8 @@ for i = 0, pairs_n + accounts - 1 do
   if left < 0 then left = 0 end
   out[#out + 1] = left
 end
+
+local epoch = redis.call('HMGET', KEYS[#KEYS], 'id', 'off_by')
+out[#out + 1] = epoch[1] or ''
+out[#out + 1] = epoch[2] or ''
 return out

@@ -42,8 +42,10 @@ MAX_BODY_BYTES = 64 * 1024  # error bodies are a few hundred bytes; anything big
 _ErrorClass = type[ProviderError]
 
 # Codes each provider puts in its error body, most specific first. Generic codes whose
-# meaning depends on the status (OpenAI's `server_error`, `invalid_request_error`) are
-# left out on purpose, so the status decides them.
+# meaning depends on the status (OpenAI's `server_error`, `invalid_request_error`,
+# Anthropic's `api_error`) are left out on purpose, so the status decides them: an
+# `api_error` with 503 is an overloaded model (its breaker only), with 500 a server error,
+# and in a stream error event, which has no status, a server error.
 _OPENAI_CODES: Mapping[str, _ErrorClass] = {
     "rate_limit_exceeded": RateLimited,
     "slow_down": RateLimited,
@@ -64,7 +66,6 @@ _OPENAI_CODES: Mapping[str, _ErrorClass] = {
 _ANTHROPIC_CODES: Mapping[str, _ErrorClass] = {
     "enforced_spend_limit_reached": QuotaExhausted,
     "billing_error": QuotaExhausted,
-    "api_error": ServerError,
     "timeout_error": ServerError,
     "overloaded_error": Overloaded,
     "rate_limit_error": RateLimited,

@@ -31,6 +31,7 @@ from worker.cli.common import (
     redis_settings,
 )
 from worker.fleet.exporter import serve_metrics
+from worker.fleet.lifeline import PARENT_ENV
 from worker.fleet.turnstore import TurnStore
 from worker.settings import load_settings
 from worker.turn.intake import checked_turn
@@ -88,7 +89,12 @@ def _worker(args: argparse.Namespace) -> int:
     threads = args.threads or settings.worker.threads
     port = settings.observability.metrics_port if args.metrics_port is None else args.metrics_port
     with serve_metrics(settings, port) as metrics_env:
-        env = {**os.environ, "RELEVO_CONFIG": str(config), **metrics_env}
+        env = {
+            **os.environ,
+            "RELEVO_CONFIG": str(config),
+            PARENT_ENV: str(os.getpid()),  # the children end when this process does
+            **metrics_env,
+        }
         return _run_children(settings.worker.queue, processes, threads, args.loglevel, env)
 
 

@@ -21,6 +21,7 @@ from celery import Celery
 from celery.signals import celeryd_init
 from kombu.transport import redis as kombu_redis
 
+from worker.fleet.lifeline import follow_parent
 from worker.fleet.runner import TurnRunner
 from worker.settings import RedisSettings, Settings, load_settings
 
@@ -134,15 +135,18 @@ def _app_from_env() -> Celery:
     settings = load_settings(path) if path else None
     app = make_app(settings)
 
-    def configure_logging(instance: Any, **_: Any) -> None:
+    def starting(instance: Any, **_: Any) -> None:
         # Only `celery -A worker.fleet.app worker` starting this app: not an app made in-process.
-        if settings is not None and getattr(instance, "app", None) is app:
+        if getattr(instance, "app", None) is not app:
+            return
+        follow_parent()
+        if settings is not None:
             from worker.observability.logs import configure_from_settings
 
             # Celery redirects `sys.stderr` into its logger, which would prefix each JSON line.
             configure_from_settings(settings, stream=sys.__stderr__ or sys.stderr)
 
-    celeryd_init.connect(configure_logging, weak=False)
+    celeryd_init.connect(starting, weak=False)
     return app
 
 

@@ -139,13 +139,17 @@ class TurnRunner:
                     return stored
         except STORE_DOWN as exc:
             log.warning("turn.store_unreachable", turn_id=turn_id, error=type(exc).__name__)
-            return await self._run(request)
-        result = await self._run(request)
+        return await self._save(await self._run(request))
+
+    async def _save(self, result: TurnResult) -> TurnResult:
+        """Save the result; one Redis missed is kept and saved when Redis answers again."""
         try:
             return await self.store.save(result)
         except STORE_DOWN as exc:
-            log.warning("turn.result_not_saved", turn_id=turn_id, error=type(exc).__name__)
-            return result
+            log.warning("turn.result_saved_later", turn_id=result.turn_id, error=type(exc).__name__)
+        store = self.store
+        self.guard.backlog.add(f"result:{result.turn_id}", "result", lambda: store.save(result))
+        return result
 
     async def _run(self, request: TurnRequest) -> TurnResult:
         """Run the turn (it was not run before) and count it, once."""

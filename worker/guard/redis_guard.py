@@ -25,11 +25,15 @@ import breakers
 import budgets
 from worker.errors import STORE_DOWN, STORE_REFUSED, StoreForbidden
 from worker.guard.autopipeline import AutoPipeline
+from worker.guard.backlog import Backlog
 from worker.guard.protocol import Admission, Availability, Charge, FleetView, Signal, Target
 from worker.guard.stores import breaker_store, budget_ledger, model_scope, vendor_scope
 from worker.settings import Settings
 
-__all__ = ["RedisGuard", "open_guard"]
+__all__ = ["BUDGET_UNREACHABLE", "RedisGuard", "open_guard"]
+
+# Why a turn degrades when Redis is away and the tenant's offline allowance is spent.
+BUDGET_UNREACHABLE = "budget_store_unreachable"
 
 log = structlog.get_logger("relevo.guard")
 T = TypeVar("T")
@@ -77,8 +81,13 @@ class RedisGuard:
         *,
         hold_ttl_s: float,
         pipes: AutoPipeline | None = None,
+        backlog: Backlog | None = None,
+        offline_allowance_micros: int = 0,
     ) -> None:
-        """`pipes` carries the per-turn round trips (by default, on `redis`)."""
+        """`pipes` carries the per-turn round trips (by default, on `redis`); `backlog`
+        keeps the spend Redis missed until it lands; while the fleet view is lost, a
+        tenant may spend `offline_allowance_micros` in this process before its turns
+        degrade."""
         self.redis = redis
         self.circuits = circuits
         self.ledger = ledger
@@ -86,6 +95,8 @@ class RedisGuard:
         self.handoffs = handoffs
         self.hold_ttl_s = hold_ttl_s
         self.pipes = pipes or AutoPipeline(redis)
+        self.backlog = backlog or Backlog()
+        self.offline_allowance_micros = offline_allowance_micros
         self._budgets_lost = False
         self._scripts_loaded = False
         self._scripts_loading = asyncio.Lock()
@@ -93,7 +104,7 @@ class RedisGuard:
     async def _load_scripts(self) -> None:
         """Load the Lua scripts once, lazily: starting a worker never needs Redis."""
         # Concurrent first turns wait for the one load: an EVALSHA sent before it lands
-        # gets NOSCRIPT, which drops this process's fleet view for `rejoin_after_s`.
+        # gets NOSCRIPT, which would cost it a second round trip.
         async with self._scripts_loading:
             if self._scripts_loaded:
                 return
@@ -113,7 +124,10 @@ class RedisGuard:
         accounts = sorted({t.provider for t in targets})
         if not self.circuits.fleet_view:
             state = await self.circuits.check(scopes, pairs, accounts)
-            refusal = await self._reserve_alone(first) if state.fleet_view else None
+            if state.fleet_view:
+                refusal = await self._reserve_alone(first)
+            else:
+                refusal = self._offline(first)
             return Admission(_view(state, targets), refusal)
         slot = self.pipes.open()
         pipe = slot.pipe
@@ -123,7 +137,12 @@ class RedisGuard:
         state = await parse_state(replies[0])
         refusal = None
         if parse_charge is not None and first is not None:
-            refusal = await self._budget(replies[1], parse_charge, lambda: self._reserve(first))
+            refusal = await self._budget(
+                replies[1],
+                parse_charge,
+                lambda: self._reserve(first),
+                lost=lambda: self._offline(first),
+            )
         return Admission(_view(state, targets), refusal)
 
     @_fail_closed
@@ -131,7 +150,7 @@ class RedisGuard:
         if not self.circuits.fleet_view:
             state = await self.circuits.check(())
             if not state.fleet_view:
-                return None
+                return _kill(state) or self._offline(charge)
             if replacing is not None:
                 await self.conclude_charge(replacing, None)
             return _kill(state) or await self._reserve_alone(charge)
@@ -145,11 +164,19 @@ class RedisGuard:
         killed = _kill(await parse_state(replies[0]))
         if replacing is not None:
             again = replacing
-            await self._budget(replies[1], release, lambda: self._settle(again, None))
+            # A release Redis missed needs no journal: the hold expires by itself.
+            await self._budget(
+                replies[1], release, lambda: self._settle(again, None), lost=lambda: None
+            )
         if killed is not None:
             await self.conclude_charge(charge, None)
             return killed
-        return await self._budget(replies[-1], parse_charge, lambda: self._reserve(charge))
+        return await self._budget(
+            replies[-1],
+            parse_charge,
+            lambda: self._reserve(charge),
+            lost=lambda: self._offline(charge),
+        )
 
     @_fail_closed
     async def acquire_probe(self, target: Target, holder: str) -> bool:
@@ -187,6 +214,7 @@ class RedisGuard:
         if not self.circuits.fleet_view:
             if entries:
                 _log_transitions(await self.circuits.record(entries))
+            self._journal(charge, cost_micros)
             return
         slot = self.pipes.open()
         pipe = slot.pipe
@@ -195,10 +223,18 @@ class RedisGuard:
         replies = await slot.send()
         if parse_record is not None:
             _log_transitions(await parse_record(replies[0]))
-        await self._budget(replies[-1], settle, lambda: self._settle(charge, cost_micros))
+        await self._budget(
+            replies[-1],
+            settle,
+            lambda: self._settle(charge, cost_micros),
+            lost=lambda: self._journal(charge, cost_micros),
+        )
 
     async def aclose(self) -> None:
-        """Close the guard's Redis clients (both, when `open_guard` made them)."""
+        """Settle what the backlog holds if Redis answers, then close the guard's Redis
+        clients (both, when `open_guard` made them)."""
+        self.circuits.close()
+        await self.backlog.aclose()
         if self.pipes.redis is not self.redis:
             await self.pipes.redis.aclose()
         await self.redis.aclose()
@@ -209,6 +245,7 @@ class RedisGuard:
             await self._settle(charge, cost_micros)
         except STORE_DOWN as exc:
             self._lose_budgets(exc)
+            self._journal(charge, cost_micros)
 
     async def hold(self, turn_id: str, payload: str) -> None:
         try:
@@ -252,7 +289,7 @@ class RedisGuard:
             return _refusal(await self._reserve(charge))
         except STORE_DOWN as exc:
             self._lose_budgets(exc)
-            return None
+            return self._offline(charge)
 
     def _settle_on(self, pipe: Any, charge: Charge, cost: int | None) -> Callable[[Any], object]:
         if cost is None:
@@ -277,10 +314,41 @@ class RedisGuard:
             fallback=charge.fallback,
         )
 
+    def _journal(self, charge: Charge, cost: int | None) -> None:
+        """Keep a settlement Redis missed until it lands: money spent is never forgotten.
+
+        Settling is idempotent per charge id, so one that did land is not charged twice.
+        A release is not kept: the hold it would drop expires by itself (`hold_ttl_s`).
+        """
+        if cost is None:
+            return
+        self.backlog.add(
+            f"spend:{charge.tenant}:{charge.charge_id}",
+            "spend",
+            lambda: self._settle(charge, cost),
+            micros=cost,
+            tenant=charge.tenant,
+        )
+
+    def _offline(self, charge: Charge | None) -> str | None:
+        """While Redis is away: refuse a charge past the tenant's allowance in this process."""
+        if charge is None:
+            return None
+        spent = self.backlog.pending_micros(charge.tenant)
+        if spent + charge.micros > self.offline_allowance_micros:
+            return BUDGET_UNREACHABLE
+        return None
+
     async def _budget(
-        self, reply: object, parse: Callable[[Any], object], again: Callable[[], Awaitable[object]]
+        self,
+        reply: object,
+        parse: Callable[[Any], object],
+        again: Callable[[], Awaitable[object]],
+        *,
+        lost: Callable[[], str | None],
     ) -> str | None:
-        """A pipelined budget reply, retried alone once when Redis had forgotten the script."""
+        """A pipelined budget reply, retried alone once when Redis had forgotten the script;
+        `lost()` answers when Redis did not."""
         try:
             if isinstance(reply, NoScriptError):
                 await self.ledger.load_scripts()
@@ -291,7 +359,7 @@ class RedisGuard:
                 outcome = parse(reply)
         except STORE_DOWN as exc:
             self._lose_budgets(exc)
-            return None
+            return lost()
         if self._budgets_lost:
             self._budgets_lost = False
             log.warning("guard.budgets_rejoined")
@@ -320,12 +388,16 @@ def open_guard(settings: Settings, redis: Redis | None = None) -> RedisGuard:
     fleet = breaker_store(settings, redis)
     return RedisGuard(
         redis,
-        breakers.ResilientBreakers(fleet, timeout_s=store.timeout_s),
+        breakers.ResilientBreakers(
+            fleet, timeout_s=store.timeout_s, rejoin_check_s=store.rejoin_check_s
+        ),
         budget_ledger(settings, redis),
         breakers.HeldTurns(redis, namespace=store.namespace),
         budgets.Handoffs(redis, namespace=store.namespace),
         hold_ttl_s=settings.budgets.hold_ttl_s,
         pipes=pipes,
+        backlog=Backlog(retry_every_s=store.rejoin_check_s),
+        offline_allowance_micros=settings.budgets.offline_allowance_micros(),
     )
 
 

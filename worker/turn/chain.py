@@ -193,6 +193,8 @@ class _Turn:
     ) -> TurnResult | _MoveOn:
         """One model on one provider: a call and at most the configured retries."""
         for retry_index in range(self.settings.retry.retries_per_model + 1):
+            if retry_index > 0 and (moved := await self._before_retry(target)) is not None:
+                return moved
             holder = f"{self.request.turn_id}:{self.calls}" if probe else None
             if holder is not None and not await self.guard.acquire_probe(target, holder):
                 self._skip_first()
@@ -207,6 +209,18 @@ class _Turn:
             if not isinstance(outcome, float):
                 return outcome
             await asyncio.sleep(outcome)
+        return _MoveOn()
+
+    async def _before_retry(self, target: Target) -> TurnResult | _MoveOn | None:
+        """Ask the fleet again before a retry: the breaker may have opened (or the kill
+        switch gone on) while the first attempt was out. None: retry."""
+        view = (await self.guard.admit([target], None)).view
+        if view.kill_switch is not None:
+            return await self._reject()
+        state = view.availability.get(target, Availability.AVAILABLE)
+        if state is Availability.AVAILABLE:
+            return None
+        self.report.skip(target, state.value, "seen before the retry")
         return _MoveOn()
 
     async def _reserve(self, target: Target, fit: Fit, fallback: bool) -> Charge | TurnResult:

@@ -1,0 +1,214 @@
+"""Redis trouble while turns run: no answered turn goes missing, no served call goes uncharged.
+
+A worker's runner on a redis-server of the test's own, which is stopped (SIGSTOP: every
+command hangs, as under `DEBUG SLEEP`) while turns are answered, then resumed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from decimal import Decimal
+
+import pytest
+
+import breakers
+import budgets
+from tests.chainkit import KEY, settings, turn
+from worker.fleet.runner import TurnRunner
+from worker.fleet.turnstore import TurnStore
+from worker.guard.redis_guard import BUDGET_UNREACHABLE
+from worker.settings import Settings
+from worker.simulator import Simulator
+from worker.turn.capability import Fit, fit_turn
+from worker.types import Status, TurnResult
+
+pytestmark = pytest.mark.slow
+
+REJOIN_CHECK_S = 0.2
+
+
+@pytest.fixture
+def runner_on(
+    sim: Simulator,
+    private_redis: tuple[str, subprocess.Popen[bytes]],
+    namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[tuple[TurnRunner, subprocess.Popen[bytes]]]:
+    """A worker's runner on the private Redis (its store timeout short, its rejoin quick)."""
+    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
+    sim.reset()
+    url, proc = private_redis
+    redis = {"url": url, "namespace": namespace, "timeout_s": 0.25}
+    runner = TurnRunner(configured(sim, redis | {"rejoin_check_s": REJOIN_CHECK_S}))
+    try:
+        yield runner, proc
+    finally:
+        proc.send_signal(signal.SIGCONT)
+        runner.close()
+
+
+def configured(sim: Simulator, redis: dict[str, object], **budget: object) -> Settings:
+    return settings(sim.url, redis=redis, budgets=budget, first_byte_timeout_s=5.0)
+
+
+def worst_case(config: Settings, model: str) -> int:
+    """The reservation of one `turn()` attempt on `model`."""
+    request, prices = turn(), config.models[model]
+    fit = fit_turn(request, prices)
+    assert isinstance(fit, Fit)
+    input_price, output_price = prices.input_micros_per_mtok, prices.output_micros_per_mtok
+    return budgets.cost_micros(fit.input_tokens, request.max_tokens, input_price, output_price)
+
+
+def run(runner: TurnRunner, n: int) -> list[TurnResult]:
+    return [TurnResult.model_validate(runner.run(turn().model_dump(mode="json"))) for _ in range(n)]
+
+
+def wait_for(check: object, timeout_s: float) -> float:
+    """Seconds until `check()` is true; fails after `timeout_s`."""
+    began = time.monotonic()
+    while not check():  # type: ignore[operator]
+        assert time.monotonic() - began < timeout_s, "not within the time allowed"
+        time.sleep(0.02)
+    return time.monotonic() - began
+
+
+def stored(runner: TurnRunner, turn_ids: list[str]) -> tuple[list[TurnResult | None], int]:
+    """What `relevo result` would read for each turn, and the tenant's spend today."""
+    config = runner.settings.redis
+
+    async def read() -> tuple[list[TurnResult | None], int]:
+        client = breakers.connect(config.url, timeout_s=2.0)
+        try:
+            store = TurnStore(client, namespace=config.namespace)
+            results = [await store.result(turn_id) for turn_id in turn_ids]
+            report = await budgets.Ledger(client, namespace=config.namespace).report("acme")
+            return results, report.day.spent_micros
+        finally:
+            await client.aclose()
+
+    return asyncio.run(read())
+
+
+def test_a_stalled_store_loses_no_result_and_no_spend(
+    runner_on: tuple[TurnRunner, subprocess.Popen[bytes]],
+) -> None:
+    runner, redis_server = runner_on
+    before = run(runner, 2)
+    redis_server.send_signal(signal.SIGSTOP)
+    during = run(runner, 4)
+    assert not runner.guard.circuits.fleet_view
+    assert len(runner.guard.backlog) > 0  # results and spend kept for later
+    redis_server.send_signal(signal.SIGCONT)
+    # Rejoined and written by the timers, with no turn arriving to trigger it.
+    rejoin_s = wait_for(lambda: runner.guard.circuits.fleet_view, 3.0)
+    wait_for(lambda: len(runner.guard.backlog) == 0, 3.0)
+    answered = before + during
+    assert [r.status for r in answered] == [Status.OK] * 6
+    results, spent = stored(runner, [r.turn_id for r in answered])
+    assert [r.turn_id if r else None for r in results] == [r.turn_id for r in answered]
+    assert spent == sum(r.cost_micros for r in answered) > 0
+    assert rejoin_s < 3 * REJOIN_CHECK_S + 0.5
+
+
+def test_while_the_store_is_away_a_tenant_spends_only_its_offline_allowance(
+    sim: Simulator,
+    private_redis: tuple[str, subprocess.Popen[bytes]],
+    namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
+    sim.reset()
+    url, redis_server = private_redis
+    redis = {"url": url, "namespace": namespace, "timeout_s": 0.25, "rejoin_check_s": 30}
+    # Room for one worst-case reservation of this turn, and not for that turn's cost plus one.
+    allowance = Decimal(worst_case(configured(sim, redis), "openai/alpha") + 1) / 1_000_000
+    runner = TurnRunner(configured(sim, redis, offline_allowance_usd=str(allowance)))
+    try:
+        run(runner, 1)
+        redis_server.send_signal(signal.SIGSTOP)
+        offline = run(runner, 3)
+    finally:
+        redis_server.send_signal(signal.SIGCONT)
+        runner.close()
+    assert [r.status for r in offline] == [Status.OK, Status.DEGRADED, Status.DEGRADED]
+    assert {r.reason for r in offline[1:]} == {BUDGET_UNREACHABLE}
+    assert sim.calls("alpha") == 2  # the refused turns called no model
+
+
+def restart_empty(proc: subprocess.Popen[bytes], url: str) -> subprocess.Popen[bytes]:
+    """Kill the redis-server and start a new, empty one on the same port."""
+    proc.kill()
+    proc.wait(timeout=10)
+    port = url.rsplit(":", 1)[1].split("/", maxsplit=1)[0]
+    args = [
+        "redis-server",
+        "--bind",
+        "127.0.0.1",
+        "--port",
+        port,
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+    ]
+    new = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(lambda: _answers(url), 10.0)
+    return new
+
+
+def _answers(url: str) -> bool:
+    async def ping() -> bool:
+        client = breakers.connect(url, timeout_s=0.5)
+        try:
+            return bool(await client.ping())
+        except breakers.STORE_ERRORS:
+            return False
+        finally:
+            await client.aclose()
+
+    return asyncio.run(ping())
+
+
+def kill_switch(url: str, namespace: str, action: str) -> breakers.KillSwitchState | None:
+    async def act() -> breakers.KillSwitchState | None:
+        client = breakers.connect(url, timeout_s=2.0)
+        switch = breakers.KillSwitch(client, namespace=namespace)
+        try:
+            if action == "on":
+                return await switch.on("alice", "incident 9")
+            if action == "off":
+                return await switch.off("alice")
+            return await switch.status()
+        finally:
+            await client.aclose()
+
+    return asyncio.run(act())
+
+
+def test_a_store_restarted_empty_does_not_lift_the_kill_switch(
+    runner_on: tuple[TurnRunner, subprocess.Popen[bytes]],
+) -> None:
+    runner, redis_server = runner_on
+    url, namespace = runner.settings.redis.url, runner.settings.redis.namespace
+    assert [r.status for r in run(runner, 1)] == [Status.OK]
+    kill_switch(url, namespace, "on")
+    assert [r.status for r in run(runner, 1)] == [Status.REJECTED]
+    restarted = restart_empty(redis_server, url)
+    try:
+        assert [r.status for r in run(runner, 1)] == [Status.REJECTED]
+        restored = kill_switch(url, namespace, "status")
+        assert restored is not None
+        assert restored.who == "alice"
+        assert "restored" in restored.reason
+        assert runner.guard.circuits.resets == 1
+        # A person's word ends it, and no worker turns it back on.
+        kill_switch(url, namespace, "off")
+        assert [r.status for r in run(runner, 2)] == [Status.OK, Status.OK]
+    finally:
+        restarted.kill()
+        restarted.wait(timeout=10)

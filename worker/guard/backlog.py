@@ -1,0 +1,115 @@
+"""Writes the shared store missed, kept in this process and retried until they land.
+
+A worker that answered a turn or spent a tenant's money while Redis was slow or gone
+must not forget it: the result is saved and the spend settled when Redis answers
+again. Every write kept here is idempotent (a result saved under its turn id, a charge
+settled under its charge id), so a write that did land before its reply was lost is
+harmless when sent again.
+
+The retries run on a timer of their own, not on the next turn: a worker that rejoins
+the fleet while idle settles its backlog within `retry_every_s`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import structlog
+
+from worker.errors import STORE_DOWN
+
+__all__ = ["Backlog"]
+
+log = structlog.get_logger("relevo.backlog")
+
+Write = Callable[[], Awaitable[object]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Item:
+    kind: str  # "result" or "spend": for logs and metrics
+    write: Write
+    micros: int  # money this write carries (0 for a result)
+    tenant: str | None
+
+
+class Backlog:
+    """Idempotent store writes waiting for Redis, oldest first, keyed so each is kept once."""
+
+    def __init__(
+        self, *, retry_every_s: float = 1.0, timeout_s: float = 2.0, max_items: int = 100_000
+    ) -> None:
+        self.retry_every_s = retry_every_s
+        self.timeout_s = timeout_s
+        self.max_items = max_items
+        self._items: dict[str, _Item] = {}
+        self._task: asyncio.Task[None] | None = None
+        self.dropped = 0
+        """Writes refused because the backlog was full (each logged as an error)."""
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def add(
+        self,
+        key: str,
+        kind: str,
+        write: Write,
+        *,
+        micros: int = 0,
+        tenant: str | None = None,
+    ) -> None:
+        """Keep `write` until it lands; a later write under the same `key` replaces it.
+
+        Call from the event loop: the retry timer starts on it.
+        """
+        if key not in self._items and len(self._items) >= self.max_items:
+            self.dropped += 1
+            log.error("backlog.full", kind=kind, key=key, kept=len(self._items))
+            return
+        first = not self._items
+        self._items[key] = _Item(kind, write, micros, tenant)
+        if first:
+            log.warning("backlog.started", kind=kind)
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._retry())
+
+    def pending_micros(self, tenant: str) -> int:
+        """Money `tenant` spent in this process that the store has not been told of yet."""
+        return sum(i.micros for i in self._items.values() if i.tenant == tenant)
+
+    async def flush(self) -> bool:
+        """Send every kept write once, oldest first; stop at the first the store misses.
+
+        True when the backlog is empty.
+        """
+        while self._items:
+            key = next(iter(self._items))
+            item = self._items[key]
+            try:
+                async with asyncio.timeout(self.timeout_s):
+                    await item.write()
+            except STORE_DOWN:
+                return False
+            # A write added again under this key meanwhile is a newer one: keep it.
+            if self._items.get(key) is item:
+                del self._items[key]
+            log.info("backlog.written", kind=item.kind, key=key, micros=item.micros)
+        return True
+
+    async def _retry(self) -> None:
+        while True:
+            await asyncio.sleep(self.retry_every_s)
+            if await self.flush():
+                log.warning("backlog.cleared")
+                return
+
+    async def aclose(self) -> None:
+        """Try once more, then stop the timer; what is left is logged, one error per write."""
+        if self._task is not None:
+            self._task.cancel()
+        if not await self.flush():
+            for key, item in self._items.items():
+                log.error("backlog.lost", kind=item.kind, key=key, micros=item.micros)
