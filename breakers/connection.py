@@ -16,6 +16,8 @@ from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import DataError
 
+from breakers.sentinel import is_sentinel, sentinel_client
+
 __all__ = ["DEFAULT_MAX_CONNECTIONS", "DEFAULT_TIMEOUT_S", "connect", "in_memory"]
 
 DEFAULT_TIMEOUT_S = 0.25
@@ -31,22 +33,33 @@ def connect(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     max_connections: int = DEFAULT_MAX_CONNECTIONS,
     timed_by_caller: bool = False,
+    sentinel_master: str | None = None,
 ) -> Redis:
     """A client whose connect, each read and each wait for a pooled connection give up
     after `timeout_s`; a dead connection is replaced and its command sent again, once.
 
     With `timed_by_caller`, reads and writes have no timeout of their own: the caller
     bounds each round trip as a whole (redis-py otherwise arms a timer per reply and
-    a task per write). Creating it opens no connection; the first command does.
+    a task per write). A `sentinel://` URL needs `sentinel_master`, the name of the
+    primary the sentinels watch (`breakers.sentinel`). Creating a client opens no
+    connection; the first command does.
     """
+    options: dict[str, Any] = {
+        "socket_timeout": None if timed_by_caller else timeout_s,
+        "socket_connect_timeout": timeout_s,
+        "retry": Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
+    }
+    if is_sentinel(url):
+        if not sentinel_master:
+            raise ValueError("a sentinel:// URL needs the name of the primary (sentinel_master)")
+        # Sentinel's pool does not wait for a free connection: give it room instead.
+        return sentinel_client(url, sentinel_master, max_connections=100_000, **options)
     pool = BlockingConnectionPool.from_url(
         url,
         max_connections=max_connections,
         timeout=timeout_s,
-        socket_timeout=None if timed_by_caller else timeout_s,
-        socket_connect_timeout=timeout_s,
-        retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
         connection_class=HiredisPackConnection,
+        **options,
     )
     return Redis.from_pool(pool)  # the client owns the pool: aclose() closes both
 

@@ -112,6 +112,7 @@ REDIS_FIXTURES = frozenset(
         "acl",  # test_security_redis.py: tests.test_security_kit.private_redis
         "tls_server",  # test_security_redis.py: the same, over TLS
         "private_redis",  # here: one to hang, kill and restart mid-run
+        "sentinel_topology",  # test_sentinel.py: a primary, a replica, three sentinels
     }
 )
 

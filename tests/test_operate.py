@@ -6,16 +6,23 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+import celery
 import pytest
 import structlog
+from celery import Celery
+from celery import _state as celery_state
+from celery.result import AsyncResult
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 import breakers
 import budgets
@@ -24,10 +31,15 @@ from tests.chainkit import turn
 from tests.netkit import free_port
 from worker.adapters import make_client
 from worker.cli.main import main
-from worker.cli.replay import replay_held
+from worker.cli.replay import Delivery, Replayed, ReplaySummary, chain_runner, replay_held
+from worker.fleet.app import make_app
+from worker.fleet.enqueue import TurnHandle, enqueue_turn
+from worker.fleet.runner import TurnRunner
+from worker.fleet.testing import InProcessWorker
+from worker.fleet.turnstore import TurnStore
 from worker.guard.redis_guard import open_guard
-from worker.settings import load_settings
-from worker.simulator import Simulator
+from worker.settings import Settings, load_settings
+from worker.simulator import Fault, Simulator
 from worker.turn.chain import Chain
 from worker.types import Status, TurnResult
 
@@ -256,17 +268,20 @@ def test_kill_switch_blank_reason_is_refused(
 
 
 def write_config(tmp_path: Path, sim_url: str, redis_url: str, namespace: str) -> Path:
-    """examples/simulated.toml pointed at `sim_url`, with a [redis] section."""
+    """examples/simulated.toml pointed at `sim_url`, with [redis] and a queue of its own."""
     text = (
         (ROOT / "examples" / "simulated.toml").read_text().replace("http://127.0.0.1:8900", sim_url)
     )
     path = tmp_path / "relevo.toml"
-    path.write_text(f'{text}\n[redis]\nurl = "{redis_url}"\nnamespace = "{namespace}"\n')
+    redis = f'[redis]\nurl = "{redis_url}"\nnamespace = "{namespace}"\n'
+    # Celery's result keys are not namespaced: let the ones these tests write go soon.
+    worker = f'[worker]\nqueue = "{namespace}"\nresult_ttl_s = 300\n'
+    path.write_text(f"{text}\n{redis}\n{worker}")
     return path
 
 
 def run_turns(config: Path, count: int) -> list[TurnResult]:
-    """Run `count` turns through the chain with the Redis guard, as a worker would."""
+    """Run `count` turns through the chain with the Redis guard (no turn store)."""
 
     async def go() -> list[TurnResult]:
         settings = load_settings(config)
@@ -281,8 +296,74 @@ def run_turns(config: Path, count: int) -> list[TurnResult]:
     return asyncio.run(go())
 
 
+def hold_on_runner(config: Path, url: str, namespace: str, count: int) -> dict[str, str]:
+    """Run `count` turns as a worker's task does, with the switch on: each is refused, held
+    and its "rejected" result saved in the turn store. Their payloads by turn id."""
+    on_redis(url, lambda c: breakers.KillSwitch(c, namespace=namespace).on("ops", "incident 42"))
+    runner = TurnRunner(load_settings(config))
+    try:
+        results = [runner.run(turn().model_dump(mode="json")) for _ in range(count)]
+    finally:
+        runner.close()
+    assert {r["status"] for r in results} == {"rejected"}
+    on_redis(url, lambda c: breakers.KillSwitch(c, namespace=namespace).off("ops"))
+    held = on_redis(url, lambda c: breakers.HeldTurns(c, namespace=namespace).held())
+    assert {t.turn_id for t in held} == {r["turn_id"] for r in results}
+    return {t.turn_id: t.payload for t in held}
+
+
+async def until(done: Callable[[], bool], timeout_s: float = 20.0) -> None:
+    async with asyncio.timeout(timeout_s):
+        while not done():  # noqa: ASYNC110 - the simulator's counts are not awaitable
+            await asyncio.sleep(0.02)
+
+
+@pytest.fixture
+def config(ns: str, redis_url: str, sim: Simulator, tmp_path: Path) -> Path:
+    """The simulated chain on the real Redis under `ns`, with the simulator reset."""
+    sim.reset()
+    return write_config(tmp_path, sim.url, redis_url, ns)
+
+
+@pytest.fixture
+def patient_primary(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hung call to the primary waits (20 s to its first byte): no fallback meanwhile."""
+    monkeypatch.setenv("RELEVO_PROVIDERS__ANTHROPIC_SIM__FIRST_BYTE_TIMEOUT_S", "20")
+
+
 def held_count(url: str, namespace: str) -> int:
     return on_redis(url, lambda c: breakers.HeldTurns(c, namespace=namespace).count())
+
+
+def stored(url: str, namespace: str, turn_id: str) -> TurnResult | None:
+    return on_redis(url, lambda c: TurnStore(c, namespace=namespace).result(turn_id))
+
+
+def out_lines(capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+
+@contextmanager
+def celery_worker(settings: Settings) -> Iterator[Celery]:
+    """A real Celery worker in this process on the real Redis (the test's own queue); its app."""
+    runner = TurnRunner(settings)
+    app = make_app(settings, runner=lambda: runner)
+    before_current, before_default = (
+        celery.current_app._get_current_object(),
+        celery_state.default_app,
+    )
+    # The threads pool runs each task on Celery's current app.
+    app.set_current()
+    app.set_default()
+    try:
+        with InProcessWorker(app, concurrency=4):
+            yield app
+    finally:
+        runner.close()
+        before_current.set_current()
+        celery_state.set_default_app(before_default)
+        # A worker started here tells Celery this process runs tasks: results would not wait.
+        celery_state._set_task_join_will_block(False)
 
 
 def test_held_turns_are_refused_while_the_switch_is_on_then_replayed_after_off(
@@ -305,16 +386,202 @@ def test_held_turns_are_refused_while_the_switch_is_on_then_replayed_after_off(
     assert relevo("kill-switch", "off") == 0
     assert "3 held turn(s)" in capsys.readouterr().out
     assert relevo("replay-held", "--config", str(config), "--limit", "2") == 0
-    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [line["turn_id"] for line in lines] == [r.turn_id for r in held[:2]]
+    lines = out_lines(capsys)
+    assert sorted(line["turn_id"] for line in lines) == sorted(r.turn_id for r in held[:2])
     assert held_count(redis_url, ns) == 1
 
     assert relevo("replay-held", "--config", str(config)) == 0
-    (last,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    (last,) = out_lines(capsys)
     assert last["turn_id"] == held[2].turn_id
     assert (last["status"], last["step"]) == ("ok", 0)
     assert sim.calls() == 3
     assert held_count(redis_url, ns) == 0
+
+
+def test_replayed_results_replace_the_rejections_every_reader_sees(
+    ns: str, redis_url: str, sim: Simulator, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Turns refused on a real Celery worker: after the replay, `relevo result`, Celery's
+    result backend and `TurnHandle.get` all say "ok" where they said "rejected"."""
+    sim.reset()
+    settings = load_settings(write_config(tmp_path, sim.url, redis_url, ns))
+    assert relevo("kill-switch", "on", "--reason", "incident 43") == 0
+    with celery_worker(settings) as app:
+        handles = [enqueue_turn(turn(), app=app) for _ in range(3)]
+        assert {h.get(timeout_s=20).status for h in handles} == {Status.REJECTED}
+    ids = sorted(h.turn_id for h in handles)
+    assert relevo("result", ids[0]) == 5
+    assert relevo("kill-switch", "off") == 0
+    capsys.readouterr()
+
+    assert relevo("replay-held", "--config", str(tmp_path / "relevo.toml")) == 0
+    lines = out_lines(capsys)
+    assert sorted(line["turn_id"] for line in lines) == ids
+    assert {line["status"] for line in lines} == {"ok"}
+    assert sim.calls() == 3
+    for turn_id in ids:
+        assert relevo("result", turn_id) == 0
+        assert json.loads(capsys.readouterr().out)["status"] == "ok"
+    reader = make_app(settings)  # a reader that has not seen the rejections
+    for turn_id in ids:
+        raw = AsyncResult(turn_id, app=reader).get(timeout=5)
+        assert (raw["turn_id"], raw["status"]) == (turn_id, "ok")
+        assert TurnHandle(turn_id, AsyncResult(turn_id, app=reader)).get(5).status is Status.OK
+    # Nothing is left to replay, and running it again calls no model.
+    assert relevo("replay-held", "--config", str(tmp_path / "relevo.toml")) == 0
+    assert capsys.readouterr().out == ""
+    assert sim.calls() == 3
+
+
+def test_held_turns_replay_concurrently_within_the_bound(
+    ns: str, redis_url: str, sim: Simulator, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sim.reset()
+    config = write_config(tmp_path, sim.url, redis_url, ns)
+    ids = hold_on_runner(config, redis_url, ns, 8)
+    sim.set_faults("claude-sim", Fault(latency_s=0.5))
+    capsys.readouterr()
+    started = time.monotonic()
+    assert relevo("replay-held", "--config", str(config), "--concurrency", "4") == 0
+    elapsed = time.monotonic() - started
+    # Eight 0.5 s calls, four at a time: two waves. One at a time is 4 s, no bound 0.5 s.
+    assert 1.0 <= elapsed < 2.5
+    assert sorted(line["turn_id"] for line in out_lines(capsys)) == sorted(ids)
+    assert sim.calls("claude-sim", "ok") == 8
+    with pytest.raises(SystemExit) as exit_:
+        relevo("replay-held", "--config", str(config), "--concurrency", "0")
+    assert exit_.value.code == 2
+
+
+@pytest.mark.usefixtures("patient_primary")
+def test_an_interrupted_replay_holds_its_unfinished_turns_again_and_a_rerun_ends_each_once(
+    ns: str, redis_url: str, sim: Simulator, config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    payloads = hold_on_runner(config, redis_url, ns, 6)
+    # Two calls answer at once; every later one hangs until the replay is interrupted.
+    sim.set_faults("claude-sim", Fault(times=2), Fault(latency_s=30))
+    lines: list[dict[str, Any]] = []
+    summary = ReplaySummary()
+
+    async def interrupted() -> int:
+        settings = load_settings(config)
+        client = breakers.connect(redis_url, timeout_s=2.0)
+        held = breakers.HeldTurns(client, namespace=ns)
+        switch = breakers.KillSwitch(client, namespace=ns)
+        delivery = Delivery(TurnStore(client, namespace=ns), make_app(settings).backend)
+        try:
+            async with make_client() as http:
+                chain = Chain.from_settings(settings, http, guard=open_guard(settings, client))
+                replay = asyncio.create_task(
+                    replay_held(
+                        held,
+                        switch,
+                        chain_runner(chain, delivery),
+                        lines.append,
+                        concurrency=4,
+                        summary=summary,
+                    )
+                )
+                # Two replayed, four in flight (all of the rest: none is left in the stream).
+                await until(lambda: summary.replayed == 2 and sim.calls("claude-sim") == 6)
+                replay.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await replay
+            return await held.count()
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(interrupted()) == 4
+    assert (summary.replayed, summary.given_back, summary.not_given_back) == (2, 4, 0)
+    first = {line["turn_id"] for line in lines}
+    assert len(first) == 2
+    assert {line["status"] for line in lines} == {"ok"}
+    for turn_id in payloads:
+        result = stored(redis_url, ns, turn_id)
+        assert result is not None
+        assert result.status is (Status.OK if turn_id in first else Status.REJECTED)
+
+    # One replayed turn held again too, as if a replayer died after storing it: not run again.
+    again = sorted(first)[0]
+    on_redis(redis_url, lambda c: breakers.HeldTurns(c, namespace=ns).hold(again, payloads[again]))
+    sim.clear()
+    capsys.readouterr()
+    assert relevo("replay-held", "--config", str(config)) == 0
+    second = {line["turn_id"]: line for line in out_lines(capsys)}
+    assert set(second) == (set(payloads) - first) | {again}
+    assert second[again]["replay"] == "skipped"
+    assert all("replay" not in line for turn_id, line in second.items() if turn_id != again)
+    assert sim.calls("claude-sim", "ok") == 6  # each turn answered exactly once
+    assert {stored(redis_url, ns, t).status for t in payloads} == {Status.OK}
+    assert held_count(redis_url, ns) == 0
+
+
+@pytest.mark.usefixtures("patient_primary")
+def test_ctrl_c_holds_the_turns_in_flight_again(
+    ns: str, redis_url: str, sim: Simulator, config: Path
+) -> None:
+    """The real `python -m worker.cli` process: SIGINT mid-replay, exit 130, nothing lost."""
+    payloads = hold_on_runner(config, redis_url, ns, 3)
+    sim.set_faults("claude-sim", Fault(latency_s=30))
+    env = dict(os.environ)
+    cmd = [sys.executable, "-m", "worker.cli", "--log-level", "warning"]
+    proc = subprocess.Popen(
+        [*cmd, "replay-held", "--config", str(config)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while sim.calls("claude-sim") < 3:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the replay never started its turns"
+            time.sleep(0.05)
+        assert held_count(redis_url, ns) == 0
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert out == ""
+    assert err.strip() == (
+        "relevo: interrupted; replayed 0, 3 unfinished turn(s) held again "
+        "(run replay-held again to resume)"
+    )
+    assert held_count(redis_url, ns) == 3
+    assert {stored(redis_url, ns, t).status for t in payloads} == {Status.REJECTED}
+
+
+def test_a_result_that_cannot_be_stored_is_printed_counted_and_fails_the_command(
+    ns: str,
+    redis_url: str,
+    config: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    payloads = hold_on_runner(config, redis_url, ns, 2)
+
+    async def down(self: TurnStore, result: TurnResult) -> TurnResult:
+        raise RedisConnectionError("Redis went away")
+
+    monkeypatch.setattr(TurnStore, "replace", down)
+    capsys.readouterr()
+    assert relevo("replay-held", "--config", str(config)) == 4
+    captured = capsys.readouterr()
+    lines = [json.loads(line) for line in captured.out.splitlines()]
+    assert sorted(line["turn_id"] for line in lines) == sorted(payloads)
+    for line in lines:
+        assert (line["status"], line["replay"]) == ("ok", "not_stored")
+        assert line["store_error"] == "ConnectionError: Redis went away"
+        assert line["payload"] == payloads[line["turn_id"]]
+    assert captured.err.strip() == (
+        "relevo: 2 replayed result(s) could not be stored (readers may still see them "
+        "rejected; the results are in the output); replayed 0, 0 still held"
+    )
+    assert {stored(redis_url, ns, t).status for t in payloads} == {Status.REJECTED}
 
 
 def test_a_held_payload_that_is_not_a_turn_is_reported_not_lost_silently(
@@ -339,6 +606,35 @@ async def client(redis_url: str) -> AsyncIterator[Redis]:
         await redis.aclose()
 
 
+async def test_replace_overwrites_only_a_missing_or_rejected_result(
+    client: Redis, namespace: str
+) -> None:
+    store = TurnStore(client, namespace=namespace, ttl_s=60)
+    rejected = TurnResult(
+        turn_id="t1",
+        tenant_id="acme",
+        status=Status.REJECTED,
+        reason="kill_switch",
+        primary_model="m",
+    )
+    ok = TurnResult(turn_id="t1", tenant_id="acme", status=Status.OK, primary_model="m", step=0)
+    assert await store.save(rejected) == rejected
+    await client.expire(store.keys.result("t1"), 5)
+    assert await store.replace(ok) == ok
+    assert await store.result("t1") == ok
+    assert 5 < await client.ttl(store.keys.result("t1")) <= 60
+    # The first replay's answer stands, as does any result that is not a rejection.
+    later = ok.model_copy(update={"cost_micros": 7})
+    assert await store.replace(later) == ok
+    failed = ok.model_copy(update={"turn_id": "t2", "status": Status.FAILED})
+    assert await store.save(failed) == failed
+    assert await store.replace(ok.model_copy(update={"turn_id": "t2"})) == failed
+    # None stood: the replay's is saved.
+    fresh = ok.model_copy(update={"turn_id": "t3"})
+    assert await store.replace(fresh) == fresh
+    assert await store.result("t3") == fresh
+
+
 async def test_replay_stops_at_the_next_batch_when_the_switch_comes_back_on(
     client: Redis, namespace: str
 ) -> None:
@@ -348,11 +644,11 @@ async def test_replay_stops_at_the_next_batch_when_the_switch_comes_back_on(
         await held.hold(f"t-{i}", "{}")
     lines: list[dict[str, Any]] = []
 
-    async def run_one(turn: breakers.HeldTurn) -> dict[str, Any]:
+    async def run_one(turn: breakers.HeldTurn) -> Replayed:
         await switch.on("carol", "again")
-        return {"turn_id": turn.turn_id, "status": "enqueued"}
+        return Replayed({"turn_id": turn.turn_id, "status": "enqueued"})
 
-    summary = await replay_held(held, switch, run_one, lines.append, batch=1)
+    summary = await replay_held(held, switch, run_one, lines.append, batch=1, concurrency=1)
     assert lines == [{"turn_id": "t-0", "status": "enqueued"}]
     assert summary.replayed == 1
     assert summary.stopped_by is not None
@@ -367,15 +663,21 @@ async def test_a_failing_replay_step_gives_back_the_turns_it_took(
     switch = breakers.KillSwitch(client, namespace=namespace)
     for i in range(3):
         await held.hold(f"t-{i}", "{}")
+    lines: list[dict[str, Any]] = []
+    summary = ReplaySummary()
 
-    async def run_one(turn: breakers.HeldTurn) -> dict[str, Any]:
+    async def run_one(turn: breakers.HeldTurn) -> Replayed:
         if turn.turn_id == "t-1":
             raise RuntimeError("queue is down")
-        return {"turn_id": turn.turn_id}
+        await asyncio.sleep(0 if turn.turn_id == "t-0" else 5)
+        return Replayed({"turn_id": turn.turn_id})
 
     with pytest.raises(RuntimeError, match="queue is down"):
-        await replay_held(held, switch, run_one, lambda line: None, batch=3)
+        await replay_held(held, switch, run_one, lines.append, batch=3, summary=summary)
+    # t-0 finished; t-1 failed and t-2 was still running: both are held again.
+    assert lines == [{"turn_id": "t-0"}]
     assert sorted(t.turn_id for t in await held.held()) == ["t-1", "t-2"]
+    assert (summary.replayed, summary.given_back) == (1, 2)
 
 
 # -- relevo budgets --------------------------------------------------------------------

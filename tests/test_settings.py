@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from breakers.sentinel import SentinelAddress
 from worker.errors import ConfigError
 from worker.settings import load_settings
 
@@ -145,3 +146,32 @@ def test_api_key_from_a_mounted_file(tmp_path: Path) -> None:
 def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read configuration file"):
         load_settings(tmp_path / "absent.toml")
+
+
+SENTINELS = "sentinel://:pw@127.0.0.1:26379;sentinel://127.0.0.1:26380;sentinel://127.0.0.1:26381/2"
+
+
+def test_a_sentinel_store_names_its_primary() -> None:
+    settings = load_settings(data={**BASE, "redis": {"url": SENTINELS, "sentinel_master": "m"}})
+    assert settings.redis.sentinel_master == "m"
+    address = SentinelAddress.parse(SENTINELS)
+    assert address.sentinels == (("127.0.0.1", 26379), ("127.0.0.1", 26380), ("127.0.0.1", 26381))
+    assert (address.db, address.password) == (2, "pw")
+
+
+@pytest.mark.parametrize(
+    ("redis", "says"),
+    [
+        ({"url": SENTINELS}, "sentinel_master: needed"),
+        ({"url": "redis://127.0.0.1:6379/0", "sentinel_master": "m"}, "only with a sentinel"),
+        (
+            {"url": "sentinel://127.0.0.1:26379;redis://x:1", "sentinel_master": "m"},
+            "sentinel://host",
+        ),
+        ({"url": "sentinel://127.0.0.1:26379/zero", "sentinel_master": "m"}, "must be a number"),
+    ],
+)
+def test_a_bad_sentinel_setting_says_what_is_wrong(redis: dict[str, str], says: str) -> None:
+    with pytest.raises(ConfigError, match=says) as raised:
+        load_settings(data={**BASE, "redis": redis})
+    assert "pw" not in str(raised.value)

@@ -14,14 +14,17 @@ from collections.abc import Iterator
 from decimal import Decimal
 
 import pytest
+from structlog.testing import capture_logs
 
 import breakers
 import budgets
 from tests.chainkit import KEY, settings, turn
+from tests.netkit import free_port
 from worker.fleet.runner import TurnRunner
+from worker.fleet.startup import warn_if_not_persistent
 from worker.fleet.turnstore import TurnStore
 from worker.guard.redis_guard import BUDGET_UNREACHABLE
-from worker.settings import Settings
+from worker.settings import RedisSettings, Settings
 from worker.simulator import Simulator
 from worker.turn.capability import Fit, fit_turn
 from worker.types import Status, TurnResult
@@ -212,3 +215,14 @@ def test_a_store_restarted_empty_does_not_lift_the_kill_switch(
     finally:
         restarted.kill()
         restarted.wait(timeout=10)
+
+
+def test_a_worker_warns_at_start_when_the_store_keeps_nothing_on_disk(
+    private_redis: tuple[str, subprocess.Popen[bytes]],
+) -> None:
+    url, _ = private_redis  # started with --appendonly no
+    with capture_logs() as logs:
+        warn_if_not_persistent(RedisSettings(url=url))
+        warn_if_not_persistent(RedisSettings(url=f"redis://127.0.0.1:{free_port()}/0"))
+    # A dead Redis says nothing either way.
+    assert [e["event"] for e in logs] == ["worker.store_not_persistent"]

@@ -24,9 +24,11 @@ from pydantic import (
     model_validator,
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from redis.asyncio import Redis
 
 import breakers
 import budgets
+from breakers.sentinel import SentinelAddress, is_sentinel
 from budgets.keys import check_namespace
 from worker.errors import ConfigError
 
@@ -139,13 +141,40 @@ class DegradationSettings(_Section):
 class RedisSettings(_Section):
     """The shared store: breakers, cooldowns, kill switch, budgets (and Celery's broker)."""
 
-    url: str = Field(default="redis://127.0.0.1:6379/0", pattern=r"^(redis|rediss|unix)://")
+    # One server, or Sentinel's way: "sentinel://h1:26379;sentinel://h2:26379/0".
+    url: str = Field(
+        default="redis://127.0.0.1:6379/0", pattern=r"^(redis|rediss|unix|sentinel)://"
+    )
+    # The primary's name that the sentinels watch (with a sentinel:// URL only).
+    sentinel_master: Name | None = None
     namespace: Name = "relevo"
     # The control path's budget: a slow store must not add seconds to a turn.
     timeout_s: float = Field(default=0.25, gt=0, le=5)
     # How often a worker that lost the store asks whether it answers again (and
     # retries the results and spend it could not write).
     rejoin_check_s: float = Field(default=1.0, gt=0, le=60)
+
+    @model_validator(mode="after")
+    def _sentinel(self) -> RedisSettings:
+        if is_sentinel(self.url):
+            try:
+                SentinelAddress.parse(self.url)
+            except ValueError as exc:
+                raise ValueError(f"url: {exc}") from None
+            if self.sentinel_master is None:
+                raise ValueError("sentinel_master: needed with a sentinel:// url")
+        elif self.sentinel_master is not None:
+            raise ValueError("sentinel_master: only with a sentinel:// url")
+        return self
+
+    def connect(self, *, timeout_s: float | None = None, timed_by_caller: bool = False) -> Redis:
+        """A client on this store (`breakers.connect`), with `timeout_s` or the configured one."""
+        return breakers.connect(
+            self.url,
+            timeout_s=self.timeout_s if timeout_s is None else timeout_s,
+            timed_by_caller=timed_by_caller,
+            sentinel_master=self.sentinel_master,
+        )
 
 
 _POLICY = breakers.Policy()

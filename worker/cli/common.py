@@ -124,7 +124,7 @@ def operator_settings(config: str) -> Settings:
 @asynccontextmanager
 async def operator_redis(where: RedisSettings) -> AsyncIterator[Redis]:
     """A client with the operator timeout; Redis failures become `OperatorError`, exit 6."""
-    client = breakers.connect(where.url, timeout_s=max(where.timeout_s, OPERATOR_TIMEOUT_S))
+    client = where.connect(timeout_s=max(where.timeout_s, OPERATOR_TIMEOUT_S))
     try:
         yield client
     except STORE_REFUSED as exc:

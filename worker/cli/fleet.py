@@ -31,7 +31,7 @@ from worker.cli.common import (
     redis_settings,
 )
 from worker.fleet.exporter import serve_metrics
-from worker.fleet.lifeline import PARENT_ENV
+from worker.fleet.startup import PARENT_ENV
 from worker.fleet.turnstore import TurnStore
 from worker.settings import load_settings
 from worker.turn.intake import checked_turn

@@ -1,16 +1,26 @@
-"""`relevo replay-held`: run the turns held while the kill switch was on.
+"""`relevo replay-held`: run the turns held while the kill switch was on, and deliver them.
 
-Turns are taken in small batches (each taken exactly once, fleet-wide) and each is
-handed to a `RunHeld`; today that runs the chain in this process and returns the
-turn's result. Re-enqueueing on Celery is another `RunHeld` returning a task id.
+Turns are taken from the held stream (each exactly once, fleet-wide) only as slots free
+up: at most `concurrency` run at once, at most `batch` are taken at a time, and the kill
+switch is checked before each take. Each is handed to a `RunHeld`; `chain_runner` runs
+it through the chain in this process and `Delivery` stores its result under the turn id
+wherever a reader looks: over the stored "rejected" result in the turn store (`relevo
+result`) and in Celery's result backend (`relevo enqueue --wait`, `TurnHandle.get`).
+
+Interrupted (cancelled, Ctrl-C, a run raising), the replay holds every turn it took but
+did not finish again, so running it again resumes; a turn taken again whose stored
+result is no longer "rejected" was replayed before and is not run again.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
-from collections.abc import Awaitable, Callable
+import sys
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 import breakers
@@ -26,18 +36,51 @@ from worker.cli.common import (
     positive_int,
 )
 from worker.errors import InputError
-from worker.types import parse_turn_request
+from worker.types import Status, TurnResult, parse_turn_request
 
 if TYPE_CHECKING:
+    from worker.fleet.turnstore import TurnStore
     from worker.turn.chain import Chain
 
-__all__ = ["BATCH", "ReplaySummary", "RunHeld", "chain_runner", "register", "replay_held"]
+__all__ = [
+    "BATCH",
+    "CONCURRENCY",
+    "Delivery",
+    "ReplayOutcome",
+    "ReplaySummary",
+    "Replayed",
+    "RunHeld",
+    "chain_runner",
+    "register",
+    "replay_held",
+]
 
 BATCH = 10
-RunHeld = Callable[[breakers.HeldTurn], Awaitable[dict[str, Any]]]
-"""Run (or hand on) one held turn; return a JSON-able line about it.
+CONCURRENCY = 16
+
+
+class ReplayOutcome(StrEnum):
+    """What became of one held turn."""
+
+    REPLAYED = "replayed"  # run, and its result stored for every reader
+    SKIPPED = "skipped"  # replayed before (taken again after an interruption): not run again
+    NOT_STORED = "not_stored"  # run, but its result could not be stored: only in the output
+    INVALID = "invalid"  # not a turn request: reported with its payload and dropped
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """One held turn done: the JSON-able line to print about it, and its outcome."""
+
+    line: dict[str, Any]
+    outcome: ReplayOutcome = ReplayOutcome.REPLAYED
+
+
+RunHeld = Callable[[breakers.HeldTurn], Coroutine[Any, Any, Replayed]]
+"""Run (or hand on) one held turn.
 
 `InputError` means the payload is not a turn request: the turn is reported and dropped.
+Any other exception stops the replay, and the turns not finished are held again.
 """
 
 
@@ -46,20 +89,87 @@ class ReplaySummary:
     """What a replay did; `stopped_by` is the kill switch if it came back on meanwhile."""
 
     replayed: int = 0
+    skipped: int = 0
+    not_stored: int = 0
     invalid: int = 0
+    given_back: int = 0  # held again after an interruption
+    not_given_back: int = 0  # Redis would not take them back: only in the output
     stopped_by: breakers.KillSwitchState | None = None
 
+    def count(self, outcome: ReplayOutcome) -> None:
+        match outcome:
+            case ReplayOutcome.REPLAYED:
+                self.replayed += 1
+            case ReplayOutcome.SKIPPED:
+                self.skipped += 1
+            case ReplayOutcome.NOT_STORED:
+                self.not_stored += 1
+            case ReplayOutcome.INVALID:
+                self.invalid += 1
 
-def chain_runner(chain: Chain) -> RunHeld:
-    """Run each held turn through `chain` in this process; the line is its `TurnResult`."""
 
-    async def run(turn: breakers.HeldTurn) -> dict[str, Any]:
+class Delivery:
+    """Where a replayed result goes: the turn store first (it decides), then Celery's."""
+
+    def __init__(self, store: TurnStore, backend: Any) -> None:
+        """`backend`: a Celery app's `backend`, taken once (Celery makes one per thread)."""
+        self.store = store
+        self.backend = backend
+
+    async def replayed(self, turn_id: str) -> TurnResult | None:
+        """The turn's stored result if a replay already ran it (stored, not "rejected")."""
+        stored = await self.store.result(turn_id)
+        return None if stored is None or stored.status is Status.REJECTED else stored
+
+    async def deliver(self, result: TurnResult) -> TurnResult:
+        """Store `result` for every reader; return the one that stands (an earlier replay's)."""
+        standing = await self.store.replace(result)
+        # Celery's client blocks: off the event loop, so the other turns keep running.
+        await asyncio.to_thread(self._to_backend, standing)
+        return standing
+
+    def _to_backend(self, result: TurnResult) -> None:
+        from celery import states
+
+        value = result.model_dump(mode="json")
+        # `store_result` keeps a SUCCESS in place, and the rejection is one (the task
+        # returned it): forget it first, then read back what stands.
+        self.backend.forget(result.turn_id)
+        self.backend.store_result(result.turn_id, value, states.SUCCESS)
+        meta = self.backend.get_task_meta(result.turn_id, cache=False)
+        if meta.get("status") != states.SUCCESS or meta.get("result") != value:
+            raise RuntimeError("Celery's result backend kept another result")
+
+
+def chain_runner(chain: Chain, delivery: Delivery) -> RunHeld:
+    """Run each held turn through `chain` in this process and deliver its `TurnResult`."""
+
+    async def run(turn: breakers.HeldTurn) -> Replayed:
         request = parse_turn_request(turn.payload)
-        result = await chain.run(request)
-        line: dict[str, Any] = json.loads(result.to_json())
-        return line
+        before = await delivery.replayed(request.turn_id)
+        if before is not None:
+            # Delivered again: a replay interrupted after the turn store may have missed Celery's.
+            return await _delivered(delivery, before, ReplayOutcome.SKIPPED, turn)
+        return await _delivered(delivery, await chain.run(request), ReplayOutcome.REPLAYED, turn)
 
     return run
+
+
+async def _delivered(
+    delivery: Delivery, result: TurnResult, outcome: ReplayOutcome, turn: breakers.HeldTurn
+) -> Replayed:
+    try:
+        result = await delivery.deliver(result)
+    except Exception as exc:  # whatever failed, the answer is printed and counted, not dropped
+        line = result.model_dump(mode="json")
+        line.update(
+            replay=ReplayOutcome.NOT_STORED.value, store_error=_error(exc), payload=turn.payload
+        )
+        return Replayed(line, ReplayOutcome.NOT_STORED)
+    line = result.model_dump(mode="json")
+    if outcome is ReplayOutcome.SKIPPED:
+        line["replay"] = outcome.value
+    return Replayed(line, outcome)
 
 
 async def replay_held(
@@ -70,44 +180,106 @@ async def replay_held(
     *,
     limit: int | None = None,
     batch: int = BATCH,
+    concurrency: int = CONCURRENCY,
+    summary: ReplaySummary | None = None,
 ) -> ReplaySummary:
-    """Take and run held turns until none is left, `limit` is reached or the switch is on."""
-    summary = ReplaySummary()
-    done = 0
-    while limit is None or done < limit:
-        state = await switch.status()
-        if state is not None:
-            summary.stopped_by = state
-            break
-        taken = await held.take(batch if limit is None else min(batch, limit - done))
-        if not taken:
-            break
-        for index, turn in enumerate(taken):
-            try:
-                line = await run_one(turn)
-            except InputError as exc:
-                summary.invalid += 1
-                line = {"turn_id": turn.turn_id, "status": "invalid", "error": str(exc)}
-                line["payload"] = turn.payload  # the stream no longer has it
-            except BaseException:
-                # Give back what this batch has not run, so an error loses no turn.
-                for rest in taken[index:]:
-                    await held.hold(rest.turn_id, rest.payload)
-                raise
-            else:
-                summary.replayed += 1
-            emit(line)
-        done += len(taken)
+    """Run held turns, `concurrency` at once, until none is left, `limit` were taken or the
+    switch is on. `summary` is filled in as turns finish: it is complete even if this raises.
+
+    Cancelled, or when a run raises anything but `InputError`, the runs still going are
+    cancelled and their turns held again before the exception goes on.
+    """
+    summary = ReplaySummary() if summary is None else summary
+    running: dict[asyncio.Task[Replayed], breakers.HeldTurn] = {}
+    taken, more = 0, True
+    try:
+        while True:
+            while more and summary.stopped_by is None:
+                room = concurrency - len(running)
+                if limit is not None:
+                    room = min(room, limit - taken)
+                if room <= 0:
+                    break
+                state = await switch.status()
+                if state is not None:
+                    summary.stopped_by = state
+                    break
+                turns = await held.take(min(batch, room))
+                more, taken = bool(turns), taken + len(turns)
+                for turn in turns:
+                    running[asyncio.create_task(run_one(turn))] = turn
+            if not running:
+                break
+            done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                # Raises for an unexpected error, while the turn is still in `running`.
+                _finish(summary, emit, running[task], task)
+                del running[task]
+    except BaseException:
+        await _give_back(held, running, emit, summary)
+        raise
     return summary
+
+
+def _finish(
+    summary: ReplaySummary,
+    emit: Callable[[dict[str, Any]], None],
+    turn: breakers.HeldTurn,
+    task: asyncio.Task[Replayed],
+) -> None:
+    try:
+        replayed = task.result()
+    except InputError as exc:
+        line = {"turn_id": turn.turn_id, "status": "invalid", "error": str(exc)}
+        line["payload"] = turn.payload  # the stream no longer has it
+        replayed = Replayed(line, ReplayOutcome.INVALID)
+    summary.count(replayed.outcome)
+    emit(replayed.line)
+
+
+async def _give_back(
+    held: breakers.HeldTurns,
+    running: dict[asyncio.Task[Replayed], breakers.HeldTurn],
+    emit: Callable[[dict[str, Any]], None],
+    summary: ReplaySummary,
+) -> None:
+    """Cancel the runs still going and hold their turns again; report the ones that finished."""
+    for task in running:
+        task.cancel()
+    if running:
+        await asyncio.wait(running)
+    refused: Exception | None = None
+    for task, turn in running.items():
+        if not task.cancelled() and isinstance(task.exception(), InputError | None):
+            _finish(summary, emit, turn, task)  # it finished before the cancellation reached it
+            continue
+        if refused is None:
+            try:
+                await held.hold(turn.turn_id, turn.payload)
+                summary.given_back += 1
+                continue
+            except Exception as exc:  # Redis is not taking turns back: stop asking
+                refused = exc
+        summary.not_given_back += 1
+        line = {"turn_id": turn.turn_id, "status": "not_given_back", "error": _error(refused)}
+        line["payload"] = turn.payload  # nowhere else now
+        emit(line)
+
+
+def _error(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 async def _replay(args: argparse.Namespace) -> int:
     from worker.adapters import make_client
+    from worker.fleet.app import make_app
+    from worker.fleet.turnstore import TurnStore
     from worker.guard.redis_guard import open_guard
     from worker.turn.chain import Chain
 
     settings = operator_settings(args.config)
     where = settings.redis
+    summary = ReplaySummary()
     async with operator_redis(where) as client:
         switch = breakers.KillSwitch(client, namespace=where.namespace)
         held = breakers.HeldTurns(client, namespace=where.namespace)
@@ -118,23 +290,54 @@ async def _replay(args: argparse.Namespace) -> int:
                 "turn it off before replaying held turns",
                 EXIT_REFUSED,
             )
+        store = TurnStore(client, namespace=where.namespace, ttl_s=settings.worker.result_ttl_s)
+        delivery = Delivery(store, make_app(settings).backend)
         async with make_client() as http:
             chain = Chain.from_settings(settings, http, guard=open_guard(settings, client))
-            summary = await replay_held(
-                held, switch, chain_runner(chain), _print_line, limit=args.limit
-            )
+            run_one = chain_runner(chain, delivery)
+            try:
+                await replay_held(
+                    held,
+                    switch,
+                    run_one,
+                    _print_line,
+                    limit=args.limit,
+                    concurrency=args.concurrency,
+                    summary=summary,
+                )
+            except asyncio.CancelledError:  # Ctrl-C: `main` exits 130 after this line
+                print(
+                    f"relevo: interrupted; replayed {summary.replayed}, {summary.given_back} "
+                    "unfinished turn(s) held again (run replay-held again to resume)",
+                    file=sys.stderr,
+                )
+                raise
         left = await held.count()
+    return _verdict(summary, left)
+
+
+def _verdict(summary: ReplaySummary, left: int) -> int:
+    """The exit status, after one line on what needs a person, if anything does."""
+    problems: list[str] = []
+    code = EXIT_OK
     if summary.stopped_by is not None:
-        raise OperatorError(
-            f"the kill switch came back on ({summary.stopped_by.reason}); replayed "
-            f"{summary.replayed}, {left} still held",
-            EXIT_REFUSED,
+        problems.append(f"the kill switch came back on ({summary.stopped_by.reason})")
+        code = EXIT_REFUSED
+    if summary.not_stored:
+        problems.append(
+            f"{summary.not_stored} replayed result(s) could not be stored "
+            "(readers may still see them rejected; the results are in the output)"
         )
+        code = code or EXIT_FAILED
     if summary.invalid:
-        raise OperatorError(
+        problems.append(
             f"{summary.invalid} held turn(s) were not valid turn requests and were dropped "
-            "(their payloads are in the output)",
-            EXIT_FAILED,
+            "(their payloads are in the output)"
+        )
+        code = code or EXIT_FAILED
+    if problems:
+        raise OperatorError(
+            f"{'; '.join(problems)}; replayed {summary.replayed}, {left} still held", code
         )
     return EXIT_OK
 
@@ -146,8 +349,15 @@ def _print_line(line: dict[str, Any]) -> None:
 def register(commands: Commands) -> None:
     """Add `replay-held` to the `relevo` command."""
     replay = commands.add_parser(
-        "replay-held", help="run the turns held while the kill switch was on"
+        "replay-held", help="run the turns held while the kill switch was on, store their results"
     )
     replay.add_argument("--config", required=True, help="chain configuration (TOML)")
     replay.add_argument("--limit", type=positive_int, metavar="N", help="replay at most N turns")
+    replay.add_argument(
+        "--concurrency",
+        type=positive_int,
+        default=CONCURRENCY,
+        metavar="N",
+        help=f"run at most N turns at once (default {CONCURRENCY})",
+    )
     replay.set_defaults(func=operator_command(_replay))

@@ -21,8 +21,8 @@ from celery import Celery
 from celery.signals import celeryd_init
 from kombu.transport import redis as kombu_redis
 
-from worker.fleet.lifeline import follow_parent
 from worker.fleet.runner import TurnRunner
+from worker.fleet.startup import follow_parent, warn_if_not_persistent
 from worker.settings import RedisSettings, Settings, load_settings
 
 __all__ = ["TASK_NAME", "app", "make_app"]
@@ -40,11 +40,15 @@ def make_app(
     app = Celery("relevo", broker=redis.url, backend=redis.url, set_as_current=False)
     visibility_s = settings.visibility_timeout_s if settings else 2 * 3600 + 60
     restore_s = settings.worker.restore_interval_s if settings else 10.0
-    transport = {
+    transport: dict[str, Any] = {
         "visibility_timeout": visibility_s,
         "unacked_restore_interval": restore_s,
         "unacked_restore_throttle": 1,
     }
+    results: dict[str, Any] = {}
+    if redis.sentinel_master is not None:
+        # Celery reads the same sentinel:// URL; the primary's name comes apart.
+        transport["master_name"] = results["master_name"] = redis.sentinel_master
     app.conf.update(
         # JSON only: with pickle, anyone who can write to the broker runs code on workers.
         task_serializer="json",
@@ -55,6 +59,7 @@ def make_app(
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
         broker_transport_options=transport,
+        result_backend_transport_options=results,
         broker_connection_retry_on_startup=True,
         broker_transport=_broker_transport(redis.url),
         result_expires=settings.worker.result_ttl_s if settings else 86_400,
@@ -106,6 +111,7 @@ def _redis_from_env() -> RedisSettings:
     return RedisSettings(
         url=os.environ.get("RELEVO_REDIS__URL", RedisSettings().url),
         namespace=os.environ.get("RELEVO_REDIS__NAMESPACE", RedisSettings().namespace),
+        sentinel_master=os.environ.get("RELEVO_REDIS__SENTINEL_MASTER") or None,
     )
 
 
@@ -145,6 +151,7 @@ def _app_from_env() -> Celery:
 
             # Celery redirects `sys.stderr` into its logger, which would prefix each JSON line.
             configure_from_settings(settings, stream=sys.__stderr__ or sys.stderr)
+            warn_if_not_persistent(settings.redis)
 
     celeryd_init.connect(starting, weak=False)
     return app

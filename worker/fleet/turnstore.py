@@ -2,7 +2,9 @@
 
 A turn is reported once: the first result saved wins (SET NX GET: the write and
 the read of the standing result are one command, Redis >= 7), later deliveries
-of the same turn read it instead of calling models again. A claim (SET NX PX)
+of the same turn read it instead of calling models again. The one exception is a
+turn the kill switch refused: `relevo replay-held` runs it later and replaces its
+"rejected" result (one Lua script, which replaces nothing else). A claim (SET NX PX)
 keeps two deliveries of one turn from running it at the same time; it expires
 with the turn's deadline, so a dead worker's claim frees itself. Content of a
 streaming turn goes to a Redis stream per turn, ended by an empty `end` entry.
@@ -27,6 +29,19 @@ from worker.types import TurnResult
 __all__ = ["TurnKeys", "TurnStore"]
 
 _CHUNK_MAXLEN = 10_000
+# KEYS[1] the result; ARGV[1] the new one, ARGV[2] its TTL. Reply: the result that stands
+# (nil: ours). Only a missing or "rejected" result gives way: one that answered stands.
+_REPLACE = """
+local standing = redis.call('GET', KEYS[1])
+if standing then
+  local ok, saved = pcall(cjson.decode, standing)
+  if not ok or type(saved) ~= 'table' or saved['status'] ~= 'rejected' then
+    return standing
+  end
+end
+redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
+return false
+"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +77,7 @@ class TurnStore:
         self.keys = TurnKeys(namespace)
         self.ttl_s = ttl_s
         self.pipes = pipes or AutoPipeline(redis)
+        self._replace = redis.register_script(_REPLACE)
 
     async def result(self, turn_id: str) -> TurnResult | None:
         """The turn's saved result, if it finished."""
@@ -91,6 +107,16 @@ class TurnStore:
         slot.pipe.execute_command("SET", key, saved, "NX", "GET", "EX", self.ttl_s, get=True)
         slot.pipe.delete(self.keys.claim(result.turn_id))
         standing, _ = _raised(await slot.send())
+        return result if standing is None else _parsed(standing)
+
+    async def replace(self, result: TurnResult) -> TurnResult:
+        """Save the result over a "rejected" one (or none); return the one that stands.
+
+        For replays of turns the kill switch refused: a result with any other status is
+        an answer (an earlier replay's), and stands.
+        """
+        key, saved = self.keys.result(result.turn_id), result.model_dump_json()
+        standing = await self._replace(keys=[key], args=[saved, self.ttl_s])
         return result if standing is None else _parsed(standing)
 
     async def wait_result(self, turn_id: str, timeout_s: float) -> TurnResult | None:

@@ -381,9 +381,9 @@ def open_guard(settings: Settings, redis: Redis | None = None) -> RedisGuard:
     store = settings.redis
     pipes = None
     if redis is None:
-        redis = breakers.connect(store.url, timeout_s=store.timeout_s)
+        redis = store.connect()
         # The per-turn round trips get a client of their own, timed per round trip.
-        timed = breakers.connect(store.url, timeout_s=store.timeout_s, timed_by_caller=True)
+        timed = store.connect(timed_by_caller=True)
         pipes = AutoPipeline(timed, timeout_s=store.timeout_s)
     fleet = breaker_store(settings, redis)
     return RedisGuard(
