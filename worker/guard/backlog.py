@@ -45,6 +45,8 @@ class Backlog:
         self.timeout_s = timeout_s
         self.max_items = max_items
         self._items: dict[str, _Item] = {}
+        # Kept as writes come and go: asked on every turn while Redis is away.
+        self._micros: dict[str, int] = {}
         self._task: asyncio.Task[None] | None = None
         self.dropped = 0
         """Writes refused because the backlog was full (each logged as an error)."""
@@ -70,7 +72,10 @@ class Backlog:
             log.error("backlog.full", kind=kind, key=key, kept=len(self._items))
             return
         first = not self._items
-        self._items[key] = _Item(kind, write, micros, tenant)
+        self._forget(self._items.get(key))
+        self._items[key] = item = _Item(kind, write, micros, tenant)
+        if tenant is not None:
+            self._micros[tenant] = self._micros.get(tenant, 0) + item.micros
         if first:
             log.warning("backlog.started", kind=kind)
         if self._task is None or self._task.done():
@@ -78,7 +83,15 @@ class Backlog:
 
     def pending_micros(self, tenant: str) -> int:
         """Money `tenant` spent in this process that the store has not been told of yet."""
-        return sum(i.micros for i in self._items.values() if i.tenant == tenant)
+        return self._micros.get(tenant, 0)
+
+    def _forget(self, item: _Item | None) -> None:
+        if item is not None and item.tenant is not None:
+            left = self._micros[item.tenant] - item.micros
+            if left:
+                self._micros[item.tenant] = left
+            else:
+                del self._micros[item.tenant]
 
     async def flush(self) -> bool:
         """Send every kept write once, oldest first; stop at the first the store misses.
@@ -96,6 +109,7 @@ class Backlog:
             # A write added again under this key meanwhile is a newer one: keep it.
             if self._items.get(key) is item:
                 del self._items[key]
+                self._forget(item)
             log.info("backlog.written", kind=item.kind, key=key, micros=item.micros)
         return True
 
