@@ -59,7 +59,9 @@ class ResilientBreakers:
         local: FleetBreakers | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         rejoin_check_s: float = 1.0,
+        on_reset: Callable[[], None] | None = None,
     ) -> None:
+        """`on_reset` is called each time the store is found to have lost its data."""
         self.fleet = fleet
         self.local = local or fleet.with_redis(in_memory())
         self.timeout_s = timeout_s
@@ -71,6 +73,7 @@ class ResilientBreakers:
         self._epoch: str | None = None
         self.resets = 0
         """How often this process found the store had lost its data."""
+        self.on_reset = on_reset
 
     @property
     def fleet_view(self) -> bool:
@@ -152,6 +155,8 @@ class ResilientBreakers:
 
     async def _store_was_reset(self, state: FleetState) -> FleetState:
         self.resets += 1
+        if self.on_reset is not None:
+            self.on_reset()
         last = self._last_kill
         restore = last is not None and state.kill_switch is None and not state.epoch_off_by
         log.error(

@@ -209,6 +209,7 @@ def test_a_store_restarted_empty_does_not_lift_the_kill_switch(
         assert restored.who == "alice"
         assert "restored" in restored.reason
         assert runner.guard.circuits.resets == 1
+        assert runner.metrics.registry.get_sample_value("relevo_store_resets_total") == 1
         # A person's word ends it, and no worker turns it back on.
         kill_switch(url, namespace, "off")
         assert [r.status for r in run(runner, 2)] == [Status.OK, Status.OK]

@@ -90,6 +90,7 @@ class TurnRunner:
         redact_secrets(provider_secrets(settings))
         self.holder = f"{socket.gethostname()}:{os.getpid()}"
         self.guard = open_guard(settings)
+        self.guard.circuits.on_reset = self.metrics.store_reset
         self.store = TurnStore(
             self.guard.redis,
             namespace=settings.redis.namespace,

@@ -24,6 +24,7 @@ __all__ = [
     "KILL_SWITCH",
     "METRIC_NAMES",
     "SERIES_NAMES",
+    "STORE_RESETS_TOTAL",
     "TENANT_BUDGET_REMAINING_MICROS",
     "TENANT_BUDGET_USED_RATIO",
     "TENANT_SPEND_MICROS",
@@ -43,6 +44,7 @@ TENANT_BUDGET_REMAINING_MICROS = "relevo_tenant_budget_remaining_micros"
 TENANT_BUDGET_USED_RATIO = "relevo_tenant_budget_used_ratio"
 FALLBACK_RATE = "relevo_fallback_rate"
 KILL_SWITCH = "relevo_kill_switch"
+STORE_RESETS_TOTAL = "relevo_store_resets_total"
 
 # Every metric name and its labels, as PromQL sees them.
 METRIC_NAMES: dict[str, tuple[str, ...]] = {
@@ -57,6 +59,7 @@ METRIC_NAMES: dict[str, tuple[str, ...]] = {
     # `pid` too under several processes: one series per live process.
     FALLBACK_RATE: (),
     KILL_SWITCH: (),
+    STORE_RESETS_TOTAL: (),
 }
 _HISTOGRAMS = (TURN_DURATION_SECONDS, ATTEMPT_DURATION_SECONDS)
 # The series names a query may use: histograms add _bucket, _sum and _count.
@@ -121,6 +124,11 @@ class TurnMetrics:
             registry=r,
             multiprocess_mode="liveall",
         )
+        self.store_resets = Counter(
+            _counter_base(STORE_RESETS_TOTAL),
+            "Times this process found the shared store had lost its data",
+            registry=r,
+        )
 
     @classmethod
     def from_settings(cls, settings: ObservabilitySettings) -> TurnMetrics:
@@ -130,6 +138,10 @@ class TurnMetrics:
             min_turns=settings.fallback_min_turns,
         )
         return cls(watch=watch)
+
+    def store_reset(self) -> None:
+        """Count a store that came back empty (`breakers.ResilientBreakers.on_reset`)."""
+        self.store_resets.inc()
 
     def record(self, result: TurnResult) -> None:
         """Count a finished turn and each of its attempts; update the fallback rate."""
