@@ -19,6 +19,7 @@ import tomllib
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import pytest
 import redis
@@ -145,6 +146,7 @@ def test_json_file_parses(path: Path) -> None:
 def test_deploy_holds_every_promised_file() -> None:
     assert {rel(p) for p in YAML_FILES} >= {
         "docker-compose.yml",
+        "docker-compose.sentinel.yml",
         "prometheus/prometheus.yml",
         "prometheus/rules.yml",
         "kubernetes/worker.yaml",
@@ -494,3 +496,130 @@ async def test_no_relevo_user_administers_the_server(clients: dict[str, Any], us
     ):
         with pytest.raises(NoPermissionError):
             await clients[user].execute_command(*command)
+
+
+# --- Sentinel: the compose layer, and the replica and sentinel ACL users on real servers ---
+
+
+def test_compose_sentinel_layer_fails_over_through_three_sentinels_as_acl_users() -> None:
+    (doc,) = load_yaml("docker-compose.sentinel.yml")
+    services = doc["services"]
+    sentinels = [name for name in services if name.startswith("sentinel-")]
+    assert len(sentinels) == 3
+    script = services["sentinel-1"]["command"][-1]
+    assert "sentinel monitor relevo redis 6379 2" in script
+    assert "sentinel auth-user relevo sentinel" in script
+    replica = services["redis-replica"]["command"]
+    assert replica[replica.index("--replicaof") + 1 :][:2] == ["redis", "6379"]
+    assert replica[replica.index("--masteruser") + 1] == "replica"
+    primary = services["redis"]["command"]
+    assert primary[primary.index("--min-replicas-to-write") + 1] == "1"
+    for name in ("worker-1", "worker-2"):
+        env = services[name]["environment"]
+        assert env["RELEVO_REDIS__SENTINEL_MASTER"] == "relevo"
+        # As compose fills it in: each ${...} is the password.
+        parts = re.sub(r"\$\{[^}]*\}", "pw", env["RELEVO_REDIS__URL"]).split(";")
+        assert [urlparse(p).hostname for p in parts] == sentinels
+    assert set(services) - set(compose()) == {"redis-replica", *sentinels}
+
+
+SENTINEL_PASSWORDS = {
+    "REDIS_REPLICA_PASSWORD": "replicapassword0000000",
+    "REDIS_SENTINEL_PASSWORD": "sentinelpassword000000",
+}
+
+
+def test_start_sh_leaves_the_sentinel_users_out_unless_their_passwords_are_set(
+    tmp_path: Path,
+) -> None:
+    acl = tmp_path / "users.acl"
+    assert start_sh(password_env(acl), "true").returncode == 0
+    users = [line.split()[1] for line in acl.read_text().splitlines() if line]
+    assert users == ["default", "relevo", "producer", "operator"]
+    assert start_sh(password_env(acl, **SENTINEL_PASSWORDS), "true").returncode == 0
+    assert "user replica on" in acl.read_text()
+    assert "user sentinel on" in acl.read_text()
+
+
+@pytest.mark.slow
+def test_a_sentinel_fails_over_a_primary_and_replica_that_use_the_acl(tmp_path: Path) -> None:
+    """The replica and sentinel users can do their jobs, and nothing needs the default user."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        skip_unless_ci("no redis-server binary to check the Sentinel users on")
+    env = {"PATH": os.environ["PATH"], **password_env(tmp_path / "users.acl", **SENTINEL_PASSWORDS)}
+    primary, replica, sentinel = free_port(), free_port(), free_port()
+    common = ["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    replica_args = ["--replicaof", "127.0.0.1", str(primary), "--masteruser", "replica"]
+    replica_args += ["--masterauth", SENTINEL_PASSWORDS["REDIS_REPLICA_PASSWORD"]]
+    conf = tmp_path / "sentinel.conf"
+    conf.write_text(
+        f"port {sentinel}\nbind 127.0.0.1\nsentinel monitor relevo 127.0.0.1 {primary} 1\n"
+        "sentinel down-after-milliseconds relevo 500\nsentinel failover-timeout relevo 5000\n"
+        "sentinel auth-user relevo sentinel\n"
+        f"sentinel auth-pass relevo {SENTINEL_PASSWORDS['REDIS_SENTINEL_PASSWORD']}\n",
+        encoding="utf-8",
+    )
+    procs = []
+    for port, extra in ((primary, []), (replica, replica_args)):
+        acl = tmp_path / f"users-{port}.acl"
+        procs.append(
+            subprocess.Popen(
+                [
+                    *("sh", str(DEPLOY / "redis/start.sh"), binary, "--port", str(port)),
+                    *(*common, *extra, "--aclfile", str(acl)),
+                ],
+                env={**env, "ACL_FILE": str(acl)},
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
+    procs.append(
+        subprocess.Popen(
+            [binary, str(conf), "--sentinel"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+    )
+    watcher = redis.Redis(port=sentinel, socket_timeout=0.5, decode_responses=True)
+    operator = {"username": "operator", "password": PASSWORDS["operator"], "socket_timeout": 0.5}
+    try:
+
+        def replica_linked() -> bool:
+            try:
+                with redis.Redis(port=replica, **operator) as client:
+                    return client.info("replication").get("master_link_status") == "up"
+            except redis.RedisError:
+                return False
+
+        def sentinel_knows_the_replica() -> bool:
+            try:
+                return bool(watcher.execute_command("SENTINEL", "REPLICAS", "relevo"))
+            except redis.RedisError:
+                return False
+
+        wait_until(replica_linked, 15)
+        wait_until(sentinel_knows_the_replica, 15)
+        procs[0].kill()  # the primary
+        procs[0].wait(timeout=10)
+
+        def promoted() -> bool:
+            try:
+                _, port = watcher.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", "relevo")
+                with redis.Redis(port=replica, **operator) as client:
+                    return int(port) == replica and client.info("replication")["role"] == "master"
+            except redis.RedisError:
+                return False
+
+        wait_until(promoted, 20)
+    finally:
+        watcher.close()
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(timeout=10)
+
+
+def wait_until(check: Any, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"{check.__name__} not within {timeout_s} s"
+        time.sleep(0.1)

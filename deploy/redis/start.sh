@@ -5,6 +5,8 @@
 #   REDIS_RELEVO_PASSWORD, REDIS_PRODUCER_PASSWORD, REDIS_OPERATOR_PASSWORD
 #       letters and digits only (e.g. `openssl rand -hex 32`): they go into a URL
 #       and into the ACL file unescaped.
+#   REDIS_REPLICA_PASSWORD, REDIS_SENTINEL_PASSWORD
+#       the same, for Sentinel deployments only: unset, those users are left out.
 #   ACL_TEMPLATE  the template (default: users.acl.in next to this script)
 #   ACL_FILE      where the rendered file goes (default: /data/users.acl)
 set -eu
@@ -13,8 +15,16 @@ here=$(dirname "$0")
 template=${ACL_TEMPLATE:-$here/users.acl.in}
 target=${ACL_FILE:-/data/users.acl}
 
-for name in REDIS_RELEVO_PASSWORD REDIS_PRODUCER_PASSWORD REDIS_OPERATOR_PASSWORD; do
+drop=""
+for name in REDIS_RELEVO_PASSWORD REDIS_PRODUCER_PASSWORD REDIS_OPERATOR_PASSWORD \
+            REDIS_REPLICA_PASSWORD REDIS_SENTINEL_PASSWORD; do
   eval "value=\${$name:-}"
+  case $name:$value in
+    REDIS_REPLICA_PASSWORD: | REDIS_SENTINEL_PASSWORD:)
+      user=${name#REDIS_}; user=${user%_PASSWORD}
+      drop="$drop -e /@${user}_PASSWORD@/d"
+      continue ;;
+  esac
   case $value in
     "") echo "start.sh: $name is not set" >&2; exit 1 ;;
     *[!A-Za-z0-9]*) echo "start.sh: $name must be letters and digits only" >&2; exit 1 ;;
@@ -27,9 +37,12 @@ done
 
 umask 077
 # Redis refuses comments in an ACL file: the template's are dropped here.
-sed -e '/^[[:space:]]*#/d' \
+# shellcheck disable=SC2086 # $drop is a list of sed arguments
+sed -e '/^[[:space:]]*#/d' $drop \
     -e "s/@RELEVO_PASSWORD@/$REDIS_RELEVO_PASSWORD/" \
     -e "s/@PRODUCER_PASSWORD@/$REDIS_PRODUCER_PASSWORD/" \
     -e "s/@OPERATOR_PASSWORD@/$REDIS_OPERATOR_PASSWORD/" \
+    -e "s/@REPLICA_PASSWORD@/${REDIS_REPLICA_PASSWORD:-}/" \
+    -e "s/@SENTINEL_PASSWORD@/${REDIS_SENTINEL_PASSWORD:-}/" \
     "$template" > "$target"
 exec "$@"
