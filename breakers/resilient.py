@@ -71,6 +71,7 @@ class ResilientBreakers:
         self._rejoining: asyncio.Task[None] | None = None
         self._last_kill: KillSwitchState | None = None
         self._epoch: str | None = None
+        self._restore: asyncio.Future[KillSwitchState | None] | None = None
         self.resets = 0
         """How often this process found the store had lost its data."""
         self.on_reset = on_reset
@@ -138,14 +139,25 @@ class ResilientBreakers:
         return remember
 
     async def _mind_epoch(self, state: FleetState) -> FleetState:
-        """Remember what the fleet showed; notice a store that lost its data since."""
+        """Remember what the fleet showed; notice a store that lost its data since.
+
+        A check read before the restore landed (the same batch as the one that noticed
+        the reset, or the round trip after) shows the new epoch, or none, with the switch
+        off and nobody having turned it off: it gets the restored switch, so no turn runs
+        in between. Once a person turns the switch off, the epoch says so.
+        """
         epoch = state.epoch
         try:
             if not epoch:
                 epoch = await self.fleet.start_epoch()
             if self._epoch is not None and epoch != self._epoch:
                 self._epoch = epoch  # before any await: one process notices a reset once
-                state = await self._store_was_reset(state)
+                self._restore = asyncio.ensure_future(self._store_was_reset(state))
+            unrestored = state.kill_switch is None and not state.epoch_off_by
+            if self._restore is not None and unrestored and state.epoch in ("", self._epoch):
+                restored = await asyncio.shield(self._restore)
+                if restored is not None:
+                    state = dataclasses.replace(state, kill_switch=restored)
         except _EPOCH_UNREAD as exc:
             raise_if_forbidden(exc)
             return state  # the next check tries again
@@ -153,7 +165,8 @@ class ResilientBreakers:
         self._last_kill = state.kill_switch
         return state
 
-    async def _store_was_reset(self, state: FleetState) -> FleetState:
+    async def _store_was_reset(self, state: FleetState) -> KillSwitchState | None:
+        """Count and log the reset; the kill switch turned back on, if it was."""
         self.resets += 1
         if self.on_reset is not None:
             self.on_reset()
@@ -165,10 +178,10 @@ class ResilientBreakers:
             kill_switch_restored=restore,
         )
         if not restore or last is None:
-            return state
+            return None
         reason = f"{last.reason} [restored: the store lost its data]"
         switch = KillSwitch(self.fleet.redis, namespace=self.fleet.keys.namespace)
-        return dataclasses.replace(state, kill_switch=await switch.on(last.who, reason))
+        return await switch.on(last.who, reason)
 
     def _local_view(self, state: FleetState) -> FleetState:
         return dataclasses.replace(state, fleet_view=False, kill_switch=self._last_kill)

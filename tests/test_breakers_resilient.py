@@ -247,3 +247,26 @@ async def test_local_breakers_serve_hundreds_of_turns_at_once(dead_redis: Redis)
     states = await asyncio.gather(*(breakers.check([SCOPE]) for _ in range(500)))
     assert all(not s.fleet_view for s in states)
     await asyncio.gather(*(breakers.record([Outcome(SCOPE, V.SUCCESS)]) for _ in range(500)))
+
+
+async def test_every_check_that_meets_an_emptied_store_sees_the_switch_restored(
+    redis_url: str, namespace: str
+) -> None:
+    """Checks in flight together with the one that notices the reset run no turn either."""
+    client = connect(redis_url, timeout_s=2.0)
+    breakers = ResilientBreakers(FleetBreakers(client, namespace=namespace, policy=POLICY))
+    switch = KillSwitch(client, namespace=namespace)
+    try:
+        await switch.on("alice", "incident 12")
+        # Twenty checks at once, first on a full store: the pool has a connection for each.
+        seen = await asyncio.gather(*(breakers.check([SCOPE]) for _ in range(20)))
+        assert all(s.kill_switch is not None for s in seen)
+        await client.delete(*[k async for k in client.scan_iter(match=f"{{{namespace}}}:*")])
+        states = await asyncio.gather(*(breakers.check([SCOPE]) for _ in range(20)))
+        assert [s.kill_switch is not None for s in states] == [True] * 20
+        assert breakers.resets == 1
+        # A person's off is final: no check turns it back on.
+        await switch.off("alice")
+        assert (await breakers.check([SCOPE])).kill_switch is None
+    finally:
+        await client.aclose()
