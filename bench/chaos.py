@@ -1,0 +1,716 @@
+"""Chaos: four faults of the store and of a worker, against real processes, and what each cost.
+
+Each fault gets a fresh rig: a private `redis-server` (no persistence) on a free port,
+`relevo simulate` (the primary answers after `--latency-s`, so turns are in flight when the
+fault lands), and two `relevo worker` nodes (1 process x 50 threads each, `rejoin_check_s`
+1, `visibility_timeout_s` 30) whose JSON logs are kept in a temporary directory. The
+configuration is examples/simulated.toml pointed at them. This process enqueues turns
+(examples/turn.json, tenant acme, a fresh turn id each) at `--rate` per second for
+`--duration-s` with `worker.fleet.enqueue_turn`; the fault lands at `--fault-at-s`; once
+the producer stops, every turn enqueued is waited for (at most `--drain-s`).
+
+- debug_sleep: `DEBUG SLEEP 3` sent to Redis from another client.
+- redis_sigstop: redis-server stopped (SIGSTOP) for 5 s, then SIGCONT.
+- empty_restart: the kill switch turned on (`relevo kill-switch on`), turns held for
+  `--hold-s`, then redis-server killed (SIGKILL) and started again, empty, on the same port
+  after 1 s. Once a worker has stored a turn on the new server the kill switch is read;
+  after the drain it is turned off and `relevo replay-held` runs. Only the turns whose
+  enqueue completed after the kill are waited for: the old server took the rest with it.
+- worker_kill: one `relevo worker` parent killed alone (SIGKILL). Its Celery child should
+  end within 10 s (PR_SET_PDEATHSIG), and every turn should still be answered.
+
+Per fault (`<fault>_<figure>`): turns enqueued, answered (ok or degraded), retrievable (a
+stored result), lost (enqueued - retrievable); the simulator's provider calls beside the
+turns answered; the spend the ledger recorded (acme, today) beside the sum of the stored
+results' cost_micros; the kill switch after the fault; and, from the workers' logs, each
+`breakers.fleet_view_rejoined`: its `lost_s`, and how long after the fault's end it came.
+
+    .venv/bin/python bench/chaos.py            # ~2 min: 20 s of turns per fault
+    .venv/bin/python bench/chaos.py --quick    # ~70 s: 10 s of turns per fault
+    .venv/bin/python bench/chaos.py --faults debug_sleep,worker_kill --keep
+
+Output: `FIGURE <name> <value> <unit>` lines on stdout; progress on stderr. Only 127.0.0.1
+is spoken to; the simulated providers need no API key, and none is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import kit
+import redis as redis_sync
+from redis.asyncio import Redis
+
+import breakers
+import budgets
+from worker.fleet import TurnStore, enqueue_turn, make_app
+from worker.settings import Settings, load_settings
+from worker.simulator import Fault, SimulatorClient
+from worker.types import Status, TurnResult
+
+T = TypeVar("T")
+
+FAULTS = ("debug_sleep", "redis_sigstop", "empty_restart", "worker_kill")
+TENANT = "acme"
+PRIMARY = "claude-sim"  # the simulator's model id of the chain's primary
+RELEVO = str(Path(sys.executable).with_name("relevo"))
+EXAMPLE_SIM = "http://127.0.0.1:8900"
+TURN: dict[str, Any] = json.loads((kit.ROOT / "examples" / "turn.json").read_text())
+ANSWERED = (Status.OK, Status.DEGRADED)
+SLEEP_S = 3  # DEBUG SLEEP
+STOP_S = 5.0  # SIGSTOP .. SIGCONT
+DOWN_S = 1.0  # empty_restart: killed .. started again
+CHILD_EXIT_S = 10.0  # worker_kill: the Celery child should be gone by then
+
+
+# --- processes ---------------------------------------------------------------------------------
+
+
+def _env() -> dict[str, str]:
+    """This environment without RELEVO_* (they would override the TOML file's keys)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("RELEVO_")}
+
+
+def _spawn(cmd: Sequence[str], out: Path, err: Path | None = None) -> subprocess.Popen[bytes]:
+    with open(out, "ab") as stdout, open(err or out, "ab") as stderr:
+        return subprocess.Popen(
+            cmd, cwd=kit.ROOT, stdout=stdout, stderr=stderr, env=_env(), start_new_session=True
+        )
+
+
+def _proc_stats() -> Iterator[tuple[int, list[str]]]:
+    """(pid, the fields after the command name) of every process (Linux /proc)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # it ended meanwhile
+        yield int(stat.parent.name), fields
+
+
+def children_of(pid: int) -> list[int]:
+    return [child for child, fields in _proc_stats() if int(fields[1]) == pid]
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _group_alive(pgid: int) -> bool:
+    return any(int(f[2]) == pgid and f[0] != "Z" for _, f in _proc_stats())
+
+
+def stop(proc: subprocess.Popen[bytes], timeout_s: float = 20.0) -> None:
+    """SIGTERM to the process's group (it leads one), SIGKILL whatever is left after."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGCONT)  # a stopped redis-server cannot end otherwise
+        os.killpg(proc.pid, signal.SIGTERM)
+    until = time.monotonic() + timeout_s
+    while _group_alive(proc.pid) and time.monotonic() < until:
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=5)
+
+
+def wait_for(check: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
+    until = time.monotonic() + timeout_s
+    while True:
+        with contextlib.suppress(OSError, redis_sync.RedisError):
+            if check():
+                return
+        if time.monotonic() > until:
+            raise SystemExit(f"{what} not ready within {timeout_s:g} s")
+        time.sleep(0.1)
+
+
+# --- the rig -----------------------------------------------------------------------------------
+
+
+def _config(sim_url: str, redis_port: int, namespace: str) -> str:
+    base = (kit.ROOT / "examples" / "simulated.toml").read_text()
+    if EXAMPLE_SIM not in base:
+        raise SystemExit(f"examples/simulated.toml no longer points at {EXAMPLE_SIM}")
+    if "\nturn_deadline_s = 30\n" not in base:
+        raise SystemExit("examples/simulated.toml no longer sets turn_deadline_s = 30")
+    # The turns' own deadline (examples/turn.json), under the visibility timeout of 30 s.
+    base = base.replace("\nturn_deadline_s = 30\n", "\nturn_deadline_s = 20\n")
+    extra = f"""
+[redis]
+url = "redis://{kit.HOST}:{redis_port}/0"
+namespace = "{namespace}"
+rejoin_check_s = 1
+
+[worker]
+queue = "{namespace}"
+processes = 1
+threads = 50
+visibility_timeout_s = 30
+restore_interval_s = 2
+
+[budgets]
+default_daily_usd = 1000
+default_monthly_usd = 10000
+
+[observability]
+metrics_port = 0
+log_json = true
+log_level = "info"
+"""
+    return base.replace(EXAMPLE_SIM, sim_url) + extra
+
+
+@dataclass
+class Node:
+    """One `relevo worker`: its process (the parent) and where its JSON logs go."""
+
+    name: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+    children: list[int] = field(default_factory=list)  # its Celery worker processes
+
+
+class Rig:
+    """A private redis-server, `relevo simulate` and two `relevo worker` nodes, for one fault."""
+
+    def __init__(self, fault: str, root: Path, latency_s: float) -> None:
+        self.dir = root / fault
+        self.dir.mkdir(parents=True)
+        self.namespace = f"chaos_{fault}_{os.getpid()}"
+        self.redis_port, sim_port = kit.free_port(), kit.free_port()
+        self.sim_url = f"http://{kit.HOST}:{sim_port}"
+        self.config = self.dir / "chain.toml"
+        self.config.write_text(_config(self.sim_url, self.redis_port, self.namespace))
+        self.settings: Settings = load_settings(self.config)
+        self.latency_s = latency_s
+        self.nodes: list[Node] = []
+        self._stack = contextlib.ExitStack()
+        self.redis: subprocess.Popen[bytes] | None = None
+        sim_cmd = [RELEVO, "--log-level", "warning", "simulate", "--port", str(sim_port)]
+        self._sim_cmd = sim_cmd
+
+    def __enter__(self) -> Rig:
+        try:
+            self.start_redis()
+            sim = _spawn(self._sim_cmd, self.dir / "simulator.log")
+            self._stack.callback(stop, sim)
+            self.sim = SimulatorClient(self.sim_url)
+            self._stack.callback(self.sim.close)
+            wait_for(self.sim.healthy, "the simulator")
+            self.sim.set_faults(PRIMARY, Fault(latency_s=self.latency_s))
+            for name in ("a", "b"):
+                self.nodes.append(self._start_node(name))
+            wait_for(lambda: self.consumers() >= len(self.nodes), "the workers' consumers")
+            for node in self.nodes:
+                node.children = children_of(node.proc.pid)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for node in self.nodes:
+            stop(node.proc)
+        self._stack.close()
+        if self.redis is not None:
+            stop(self.redis)
+
+    def start_redis(self) -> None:
+        """redis-server on this rig's port, empty, without persistence (again, after a kill)."""
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise SystemExit("redis-server is not installed")
+        cmd = [binary, "--port", str(self.redis_port), "--bind", kit.HOST, "--save", ""]
+        # Its own directory: no dump.rdb of anyone else's is read at start.
+        cmd += ["--appendonly", "no", "--dir", str(self.dir), "--maxclients", "10000"]
+        if _redis_major(binary) >= 7:
+            cmd += ["--enable-debug-command", "local"]  # DEBUG is refused by default since 7
+        self.redis = _spawn(cmd, self.dir / "redis.log")
+        wait_for(lambda: self.sync_redis().ping(), "redis-server")
+
+    def sync_redis(self, timeout_s: float = 2.0) -> redis_sync.Redis:
+        return redis_sync.Redis(
+            host=kit.HOST, port=self.redis_port, socket_timeout=timeout_s, socket_connect_timeout=1
+        )
+
+    def consumers(self) -> int:
+        """Connections waiting in BRPOP: one per Celery worker process that consumes."""
+        with contextlib.closing(self.sync_redis()) as client:
+            return sum(1 for c in client.client_list() if c.get("cmd") == "brpop")
+
+    def _start_node(self, name: str) -> Node:
+        log = self.dir / f"worker-{name}.log"
+        cmd = [RELEVO, "worker", "--config", str(self.config), "--metrics-port", "0"]
+        proc = _spawn(cmd, self.dir / f"worker-{name}.out", log)
+        return Node(name, proc, log)
+
+    def relevo(self, *args: str, timeout_s: float = 120.0) -> subprocess.CompletedProcess[str]:
+        """Run an operator command of `relevo` on this rig's configuration."""
+        return subprocess.run(
+            [RELEVO, *args, "--config", str(self.config)],
+            cwd=kit.ROOT,
+            env=_env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
+
+    def store(self, op: Callable[[Redis, str], Awaitable[T]]) -> T:
+        """Run `op(client, namespace)` on a fresh client (2 s timeouts) on this rig's Redis."""
+
+        async def go() -> T:
+            client = self.settings.redis.connect(timeout_s=2.0)
+            try:
+                return await op(client, self.namespace)
+            finally:
+                await client.aclose()
+
+        return asyncio.run(go())
+
+    def results(self, turn_ids: Iterable[str]) -> dict[str, TurnResult]:
+        """The stored results of those turns that have one."""
+
+        async def read(client: Redis, namespace: str) -> dict[str, TurnResult]:
+            store, ids, found = TurnStore(client, namespace=namespace), list(turn_ids), {}
+            for at in range(0, len(ids), 100):
+                chunk = ids[at : at + 100]
+                got = await asyncio.gather(*(store.result(i) for i in chunk))
+                found.update({i: r for i, r in zip(chunk, got, strict=True) if r is not None})
+            return found
+
+        return self.store(read)
+
+    def kill_switch(self) -> breakers.KillSwitchState | None:
+        return self.store(lambda c, ns: breakers.KillSwitch(c, namespace=ns).status())
+
+    def held(self) -> list[breakers.HeldTurn]:
+        return self.store(lambda c, ns: breakers.HeldTurns(c, namespace=ns).held(10_000))
+
+    def books(self) -> tuple[int, int]:
+        """acme's recorded spend today and what is still reserved (micro-dollars)."""
+
+        async def read(client: Redis, namespace: str) -> tuple[int, int]:
+            try:
+                report = await budgets.Ledger(client, namespace=namespace).report(TENANT)
+            except budgets.UnknownTenantError:
+                return 0, 0
+            return report.day.spent_micros, report.reserved_micros
+
+        return self.store(read)
+
+
+def _redis_major(binary: str) -> int:
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True, check=True).stdout
+    version = out.split("v=", 1)[1].split()[0] if "v=" in out else "0"
+    return int(version.split(".")[0])
+
+
+# --- the producer ------------------------------------------------------------------------------
+
+
+class Producer(threading.Thread):
+    """Enqueues turns at `rate` per second for `duration_s`; never bursts to catch up."""
+
+    def __init__(self, settings: Settings, rate: float, duration_s: float) -> None:
+        super().__init__(name="chaos-producer", daemon=True)
+        self.app = make_app(settings)
+        self.limits = settings.limits
+        self.interval_s = 1.0 / rate
+        self.duration_s = duration_s
+        self.sent: list[tuple[str, float]] = []  # turn id, time.time() its enqueue returned
+        self.failed: list[tuple[str, str]] = []  # turn id, the exception's type
+        self.t0 = time.monotonic()
+
+    def at(self, offset_s: float) -> None:
+        """Sleep until `offset_s` after the producer started."""
+        time.sleep(max(0.0, self.t0 + offset_s - time.monotonic()))
+
+    def run(self) -> None:
+        self.t0 = next_at = time.monotonic()
+        while (now := time.monotonic()) < self.t0 + self.duration_s:
+            if next_at > now:
+                time.sleep(next_at - now)
+            turn_id = uuid.uuid4().hex
+            try:
+                enqueue_turn({**TURN, "turn_id": turn_id}, app=self.app, limits=self.limits)
+            except Exception as exc:  # the broker is away: counted, and the producer goes on
+                self.failed.append((turn_id, type(exc).__name__))
+            else:
+                self.sent.append((turn_id, time.time()))
+            next_at += self.interval_s
+            next_at = max(next_at, time.monotonic() - self.interval_s)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.app.close()
+
+
+# --- one fault ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    """What one fault did: when it began and ended (time.time()) and what else it measured."""
+
+    fault: str
+    start: float = math.nan
+    end: float = math.nan
+    split_at: float | None = None  # empty_restart: enqueues that returned after this went on
+    figures: list[tuple[str, float, str]] = field(default_factory=list)
+    calls_before: int = 0  # provider calls the simulator had counted when the fault began
+
+    def begin(self, rig: Rig) -> None:
+        self.calls_before = rig.sim.calls()
+        self.start = time.time()
+
+    def figure(self, name: str, value: float, unit: str) -> None:
+        self.figures.append((name, value, unit))
+
+
+Inject = Callable[[Rig, Producer, Run, argparse.Namespace], None]
+
+
+def debug_sleep(rig: Rig, producer: Producer, run: Run, args: argparse.Namespace) -> None:
+    producer.at(args.fault_at_s)
+    with contextlib.closing(rig.sync_redis(timeout_s=SLEEP_S + 10)) as client:
+        run.begin(rig)
+        client.execute_command("DEBUG", "SLEEP", SLEEP_S)
+        run.end = time.time()
+
+
+def redis_sigstop(rig: Rig, producer: Producer, run: Run, args: argparse.Namespace) -> None:
+    assert rig.redis is not None
+    producer.at(args.fault_at_s)
+    run.begin(rig)
+    rig.redis.send_signal(signal.SIGSTOP)
+    time.sleep(STOP_S)
+    rig.redis.send_signal(signal.SIGCONT)
+    run.end = time.time()
+
+
+def empty_restart(rig: Rig, producer: Producer, run: Run, args: argparse.Namespace) -> None:
+    assert rig.redis is not None
+    producer.at(args.fault_at_s)
+    done = rig.relevo("kill-switch", "on", "--reason", "drill", "--who", "chaos-bench")
+    if done.returncode != 0:
+        raise SystemExit(f"relevo kill-switch on exited {done.returncode}")
+    run.figure("kill_switch_on_before_restart", int(rig.kill_switch() is not None), "bool")
+    producer.at(args.fault_at_s + args.hold_s)
+    held = rig.held()
+    run.figure("held_before_restart", len(held), "turns")
+    run.begin(rig)
+    run.split_at = run.start
+    rig.redis.kill()
+    rig.redis.wait(timeout=10)
+    time.sleep(DOWN_S)
+    rig.start_redis()
+    run.end = time.time()
+    with contextlib.closing(rig.sync_redis()) as client:
+        run.figure("keys_after_restart", int(client.dbsize()), "keys")
+    kit.say(f"# {run.fault}: {len(held)} turns held, redis-server killed and started empty")
+    # The kill switch once the workers have stored a turn on the new server.
+    until = time.monotonic() + 60
+    while time.monotonic() < until:
+        after = [i for i, at in producer.sent if at >= run.split_at]
+        if after and rig.results(after):
+            break
+        time.sleep(0.2)
+    else:
+        kit.say(f"# {run.fault}: no turn stored on the new server within 60 s")
+    state = rig.kill_switch()
+    run.figure("kill_switch_on_after_restart", int(state is not None), "bool")
+    marked = state is not None and "[restored" in state.reason
+    run.figure("kill_switch_marked_restored", int(marked), "bool")
+    run.figure("first_result_after_restart_s", time.time() - run.end, "s")
+
+
+def worker_kill(rig: Rig, producer: Producer, run: Run, args: argparse.Namespace) -> None:
+    node = rig.nodes[0]
+    children = children_of(node.proc.pid)
+    producer.at(args.fault_at_s)
+    run.begin(rig)
+    run.end = run.start
+    node.proc.kill()
+    node.proc.wait(timeout=10)
+    while any(alive(pid) for pid in children) and time.time() < run.start + CHILD_EXIT_S:
+        time.sleep(0.05)
+    gone = bool(children) and not any(alive(pid) for pid in children)
+    run.figure("children", len(children), "processes")
+    run.figure("children_exited_within_10s", int(gone), "bool")
+    if gone:
+        run.figure("children_exit_s", time.time() - run.start, "s")
+    left = sum(1 for pid in children if alive(pid))
+    kit.say(f"# {run.fault}: parent {node.proc.pid} killed; {left} of its children still alive")
+
+
+INJECT: dict[str, Inject] = {
+    "debug_sleep": debug_sleep,
+    "redis_sigstop": redis_sigstop,
+    "empty_restart": empty_restart,
+    "worker_kill": worker_kill,
+}
+
+
+def drain(rig: Rig, turn_ids: Sequence[str], timeout_s: float) -> tuple[dict[str, TurnResult], int]:
+    """Wait until every turn has a stored result, or `timeout_s`: (results, still missing)."""
+    found: dict[str, TurnResult] = {}
+    until = time.monotonic() + timeout_s
+    while True:
+        missing = [i for i in turn_ids if i not in found]
+        if not missing or time.monotonic() > until:
+            return found, len(missing)
+        try:
+            found.update(rig.results(missing))
+        except Exception as exc:  # Redis still away: ask again
+            kit.say(f"#   results not readable yet ({type(exc).__name__})")
+        time.sleep(0.5)
+
+
+def replay(rig: Rig, run: Run, producer: Producer) -> None:
+    """empty_restart, after the drain: the switch off, then `relevo replay-held`."""
+    run.figure("held_before_replay", len(rig.held()), "turns")
+    off = rig.relevo("kill-switch", "off", "--who", "chaos-bench")
+    if off.returncode != 0:
+        raise SystemExit(f"relevo kill-switch off exited {off.returncode}")
+    done = rig.relevo("replay-held")
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    replayed = [line["turn_id"] for line in lines if "turn_id" in line]
+    stored = rig.results(replayed)
+    before = {i for i, at in producer.sent if run.split_at is not None and at < run.split_at}
+    run.figure("replay_held_exit_code", done.returncode, "code")
+    run.figure("replayed", len(replayed), "turns")
+    answered = sum(1 for r in stored.values() if r.status in ANSWERED)
+    run.figure("replayed_answered_retrievable", answered, "turns")
+    run.figure("replayed_enqueued_before_restart", len(before.intersection(replayed)), "turns")
+    run.figure("held_after_replay", len(rig.held()), "turns")
+    run.figure("kill_switch_on_at_end", int(rig.kill_switch() is not None), "bool")
+
+
+def log_events(nodes: Sequence[Node]) -> list[dict[str, Any]]:
+    """Every JSON line the workers logged, with its node's name."""
+    events = []
+    for node in nodes:
+        for line in node.log.read_text(errors="replace").splitlines():
+            if not line.startswith("{"):
+                continue
+            with contextlib.suppress(ValueError):
+                event = json.loads(line)
+                if isinstance(event, dict):
+                    events.append({**event, "node": node.name})
+    return events
+
+
+def _when(event: dict[str, Any]) -> float:
+    return datetime.fromisoformat(str(event["timestamp"])).timestamp()
+
+
+def settled_books(rig: Rig, stored_cost: int, timeout_s: float = 10.0) -> tuple[int, int]:
+    """The ledger once it matches the stored costs with nothing reserved, or after `timeout_s`."""
+    until = time.monotonic() + timeout_s
+    while True:
+        spent, reserved = rig.books()
+        if (spent == stored_cost and reserved == 0) or time.monotonic() > until:
+            return spent, reserved
+        time.sleep(0.5)
+
+
+def one_fault(fault: str, root: Path, args: argparse.Namespace) -> None:
+    started = time.monotonic()
+    kit.say(f"# {fault}: starting the rig")
+    with Rig(fault, root, args.latency_s) as rig:
+        producer = Producer(rig.settings, args.rate, args.duration_s)
+        run = Run(fault)
+        producer.start()
+        kit.say(f"# {fault}: producing {args.rate:g} turns/s for {args.duration_s:g} s")
+        INJECT[fault](rig, producer, run, args)
+        producer.join()
+        producer.close()
+        waited = [i for i, at in producer.sent if run.split_at is None or at >= run.split_at]
+        drained_at = time.monotonic()
+        _, missing = drain(rig, waited, args.drain_s)
+        run.figure("drain_s", time.monotonic() - drained_at, "s")
+        run.figure("missing_after_drain", missing, "turns")
+        run.figure("kill_switch_on_after", int(rig.kill_switch() is not None), "bool")
+        if fault == "empty_restart":
+            replay(rig, run, producer)
+        report(rig, producer, run)
+    kit.say(f"# {fault}: done in {time.monotonic() - started:.0f} s (logs in {rig.dir})")
+
+
+Figure = Callable[[str, float, str], None]
+
+
+def report(rig: Rig, producer: Producer, run: Run) -> None:
+    """Every figure of one fault, `<fault>_<figure>`, and a summary on stderr."""
+
+    def fig(what: str, value: float, unit: str) -> None:
+        kit.figure(f"{run.fault}_{what}", value, unit)
+
+    turn_figures(rig, producer, run, fig)
+    fig("fault_s", run.end - run.start, "s")
+    for what, value, unit in run.figures:
+        fig(what, value, unit)
+    log_figures(rig, run, fig)
+
+
+def turn_figures(rig: Rig, producer: Producer, run: Run, fig: Figure) -> None:
+    """What became of the turns: stored results, provider calls, the books."""
+    sent = [i for i, _ in producer.sent]
+    failed = [i for i, _ in producer.failed]
+    results = rig.results(sent + failed)
+    statuses = Counter(results[i].status for i in sent if i in results)
+    answered = sum(statuses[s] for s in ANSWERED)
+    retrievable = sum(statuses.values())
+    stored_cost = sum(r.cost_micros for r in results.values())
+    spent, reserved = settled_books(rig, stored_cost)
+    calls = {model: c.get("calls", 0) for model, c in rig.sim.counts().items()}
+    fig("enqueued", len(sent), "turns")
+    fig("enqueue_errors", len(failed), "turns")
+    fig("answered", answered, "turns")
+    fig("degraded", statuses[Status.DEGRADED], "turns")
+    fig("failed", statuses[Status.FAILED], "turns")
+    fig("rejected", statuses[Status.REJECTED], "turns")
+    fig("retrievable", retrievable, "turns")
+    fig("lost", len(sent) - retrievable, "turns")
+    if run.split_at is not None:
+        before = [i for i, at in producer.sent if at < run.split_at]
+        fig("lost_enqueued_before_restart", sum(1 for i in before if i not in results), "turns")
+        after = [i for i, at in producer.sent if at >= run.split_at]
+        fig("lost_enqueued_after_restart", sum(1 for i in after if i not in results), "turns")
+    fig("enqueue_errors_with_result", sum(1 for i in failed if i in results), "turns")
+    total = sum(calls.values())
+    fig("provider_calls", total, "calls")
+    fig("provider_calls_before_fault", run.calls_before, "calls")
+    fig("provider_calls_primary", calls.get(PRIMARY, 0), "calls")
+    fig("provider_calls_per_answered_turn", total / answered if answered else math.nan, "ratio")
+    fig("spend_recorded", spent, "micro-usd")
+    fig("stored_cost", stored_cost, "micro-usd")
+    fig("spend_minus_stored_cost", spent - stored_cost, "micro-usd")
+    fig("spend_reserved", reserved, "micro-usd")
+    kit.say(f"#   statuses {dict(Counter(str(s) for s in statuses.elements()))}")
+    reasons = Counter(f"{r.status}:{r.reason}" for r in results.values() if r.reason)
+    if reasons:
+        kit.say(f"#   reasons {dict(reasons)}")
+    if producer.failed:
+        kit.say(f"#   enqueue errors {dict(Counter(kind for _, kind in producer.failed))}")
+    kit.say(f"#   calls per model {calls}")
+
+
+def log_figures(rig: Rig, run: Run, fig: Figure) -> None:
+    """What the workers' logs and processes show: runs, crashes, the fleet view's return."""
+    events = log_events(rig.nodes)
+    completed = [e for e in events if e.get("event") == "turn.completed"]
+    fig("turns_run_logged", len(completed), "turns")
+    runs = Counter(str(e.get("turn_id")) for e in completed)
+    fig("turns_run_twice", sum(1 for n in runs.values() if n > 1), "turns")
+    if run.fault == "empty_restart":
+        # The kill switch was on before the kill and restored after it: no worker should answer.
+        leaked = [e for e in completed if e.get("status") in ANSWERED and _when(e) >= run.end]
+        fig("answered_by_workers_after_restart", len(leaked), "turns")
+    if run.fault == "worker_kill":
+        killed = rig.nodes[0].name
+        finished = [e for e in completed if e["node"] == killed and _when(e) >= run.end]
+        fig("killed_node_turns_finished_after_kill", len(finished), "turns")
+    fig("worker_nodes_alive_at_end", sum(1 for n in rig.nodes if n.proc.poll() is None), "nodes")
+    for node in rig.nodes:
+        if node.proc.returncode is not None:
+            kit.say(f"#   node {node.name}: `relevo worker` exited {node.proc.returncode}")
+    children = [pid for node in rig.nodes for pid in node.children]
+    fig("worker_processes_alive_at_end", sum(1 for pid in children if alive(pid)), "processes")
+    crashes = sum(n.log.read_text(errors="replace").count("Unrecoverable error") for n in rig.nodes)
+    fig("worker_unrecoverable_errors", crashes, "errors")
+    kinds = Counter(
+        f"{e.get('level')}:{e.get('event')}"
+        for e in events
+        if e.get("level") in ("warning", "error", "critical") and e.get("event")
+    )
+    fig("fleet_view_lost_events", kinds["warning:breakers.fleet_view_lost"], "events")
+    fig("store_reset_events", kinds["error:breakers.store_reset"], "events")
+    rejoins = [e for e in events if e.get("event") == "breakers.fleet_view_rejoined"]
+    fig("rejoin_events", len(rejoins), "events")
+    if rejoins:
+        fig("rejoin_lost_s_max", max(float(e.get("lost_s", math.nan)) for e in rejoins), "s")
+        fig("rejoin_after_fault_end_s_max", max(_when(e) - run.end for e in rejoins), "s")
+    for e in rejoins:
+        kit.say(
+            f"#   node {e['node']}: fleet view rejoined, lost_s {e.get('lost_s')}, "
+            f"{_when(e) - run.end:+.3f} s after the fault's end"
+        )
+    kit.say(f"#   worker warnings/errors {dict(kinds)}")
+
+
+# --- the command -------------------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="10 s of turns per fault")
+    parser.add_argument("--faults", help=f"comma-separated, of {','.join(FAULTS)} (all)")
+    parser.add_argument("--rate", type=float, default=20.0, help="turns enqueued per second")
+    parser.add_argument("--duration-s", type=float, help="turns enqueued per fault (20; quick 10)")
+    parser.add_argument("--fault-at-s", type=float, help="when the fault lands (5; quick 3)")
+    parser.add_argument("--hold-s", type=float, help="empty_restart: switch on to kill (4; 3)")
+    parser.add_argument("--drain-s", type=float, default=60.0, help="longest wait for results")
+    parser.add_argument("--latency-s", type=float, default=0.5, help="the primary's latency")
+    parser.add_argument("--keep", action="store_true", help="keep the logs and configurations")
+    args = parser.parse_args(argv)
+    quick = {"duration_s": 10.0, "fault_at_s": 3.0, "hold_s": 3.0}
+    full = {"duration_s": 20.0, "fault_at_s": 5.0, "hold_s": 4.0}
+    for key, value in (quick if args.quick else full).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    args.faults = args.faults.split(",") if args.faults else list(FAULTS)
+    unknown = set(args.faults) - set(FAULTS)
+    if unknown:
+        parser.error(f"unknown faults: {', '.join(sorted(unknown))}")
+    if args.fault_at_s + max(STOP_S, args.hold_s + DOWN_S) + 1 >= args.duration_s:
+        parser.error("--duration-s is too short for the faults to land and end inside it")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    kit.raise_fd_limit()
+    started = time.monotonic()
+    root = Path(tempfile.mkdtemp(prefix="relevo-chaos-"))
+    try:
+        for fault in args.faults:
+            one_fault(fault, root, args)
+    finally:
+        if args.keep:
+            kit.say(f"# logs and configurations kept in {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+    kit.say(f"# done in {time.monotonic() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
