@@ -370,7 +370,7 @@ def test_concurrent_first_turns_on_a_fresh_redis_keep_the_fleet_view(
 
     Fails when a turn can send its EVALSHA before the worker's lazy script load is done:
     Redis answers NOSCRIPT and the process serves on local breakers, with budgets
-    unenforced, for `rejoin_after_s`. A race, so many fresh starts (a new guard after
+    unenforced, until it rejoins. A race, so many fresh starts (a new guard after
     SCRIPT FLUSH on the private server): before the fix, 2 or 3 starts in 40 lost it.
     """
     url, _ = private_redis
