@@ -19,6 +19,7 @@ from structlog.testing import capture_logs
 import breakers
 import budgets
 from tests.chainkit import KEY, settings, turn
+from tests.conftest import _answers
 from tests.netkit import free_port
 from worker.fleet.runner import TurnRunner
 from worker.fleet.startup import warn_if_not_persistent
@@ -162,19 +163,6 @@ def restart_empty(proc: subprocess.Popen[bytes], url: str) -> subprocess.Popen[b
     new = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_for(lambda: _answers(url), 10.0)
     return new
-
-
-def _answers(url: str) -> bool:
-    async def ping() -> bool:
-        client = breakers.connect(url, timeout_s=0.5)
-        try:
-            return bool(await client.ping())
-        except breakers.STORE_ERRORS:
-            return False
-        finally:
-            await client.aclose()
-
-    return asyncio.run(ping())
 
 
 def kill_switch(url: str, namespace: str, action: str) -> breakers.KillSwitchState | None:
