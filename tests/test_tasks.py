@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+import redis
+from kombu import Producer, Queue
 
 from worker.fleet.app import make_app
 from worker.settings import RedisSettings, Settings
@@ -13,11 +15,14 @@ from worker.settings import RedisSettings, Settings
     [
         ("redis://127.0.0.1:6379/0", True),
         ("rediss://127.0.0.1:6380/0?ssl_cert_reqs=required", True),
+        ("sentinel://127.0.0.1:26379;sentinel://127.0.0.1:26380", True),
         ("unix:///run/redis.sock", False),
     ],
 )
 def test_redis_urls_get_the_reusing_transport(url: str, ours: bool) -> None:
-    conf = make_app(Settings.model_construct(redis=RedisSettings(url=url))).conf
+    master = "relevo" if url.startswith("sentinel") else None
+    redis_settings = RedisSettings(url=url, sentinel_master=master)
+    conf = make_app(Settings.model_construct(redis=redis_settings)).conf
     assert (conf.broker_transport is not None) is ours
 
 
@@ -41,3 +46,31 @@ def test_acks_and_unacked_records_reuse_one_client_until_the_pool_changes(
         assert again is not first
         assert again.connection_pool is channel.pool
         assert again.delete(key) == 1
+
+
+def test_closing_again_after_a_lost_connection_keeps_the_process_alive(
+    redis_url: str, namespace: str
+) -> None:
+    # Celery's consumer after a lost connection: `collect()` fails to close the channel but
+    # detaches the transport, then `close()` closes the channel again, which puts back its
+    # deliveries. kombu raised AttributeError there, and the worker process died.
+    app = make_app(Settings.model_construct(redis=RedisSettings(url=redis_url)))
+    unacked = f"{namespace}:unacked"
+    app.conf.broker_transport_options |= {
+        "unacked_key": unacked,
+        "unacked_index_key": f"{unacked}_index",
+    }
+    queue = f"{namespace}:queue"
+    with app.connection_for_write() as connection:
+        channel = connection.default_channel
+        Queue(queue, channel=channel).declare()
+        Producer(channel).publish({"n": 1}, routing_key=queue)
+        assert channel.basic_get(queue) is not None  # delivered, not acked
+        connection._do_close_transport()
+        connection.close()
+    client = redis.Redis.from_url(redis_url)
+    try:
+        assert client.hlen(unacked) == 1  # back after the visibility timeout
+    finally:
+        client.delete(unacked, f"{unacked}_index", queue)
+        client.close()

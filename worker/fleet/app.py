@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
+import redis
 from celery import Celery
 from celery.signals import celeryd_init
 from kombu.transport import redis as kombu_redis
@@ -78,7 +79,7 @@ def make_app(
 
 
 class _Channel(kombu_redis.Channel):
-    """kombu's Redis channel, keeping one synchronous client per connection pool.
+    """kombu's Redis channel, with one client per pool and a teardown that survives.
 
     kombu makes a new `redis.Redis` for each delivery's unacked record and each
     ack, and redis-py 8 takes about 60 us to build one: two per turn, in the
@@ -97,14 +98,40 @@ class _Channel(kombu_redis.Channel):
             shared = self._shared = super()._create_client()  # type: ignore[no-untyped-call]
         return shared
 
+    def _connparams(self, asynchronous: bool = False) -> Any:
+        # After a lost connection Celery closes the kombu connection twice: the first close
+        # detaches the transport, the second closes the channel again and tries to put back
+        # its deliveries, which needs a client. kombu then fails with an AttributeError that
+        # nothing catches, and the whole worker process dies with the turns it was running.
+        # A connection error is what kombu's teardown expects and ignores; the deliveries stay
+        # in the unacked set and come back after the visibility timeout.
+        if self.connection.client is None:
+            raise redis.ConnectionError("the broker connection is closed")
+        return super()._connparams(asynchronous=asynchronous)  # type: ignore[no-untyped-call]
+
+
+class _SentinelChannel(_Channel, kombu_redis.SentinelChannel):
+    """The same channel, through Redis Sentinel."""
+
 
 class _Transport(kombu_redis.Transport):
     Channel = _Channel
 
 
-def _broker_transport(url: str) -> type[_Transport] | None:
-    """kombu's Redis transport with a reused client, for the URLs that transport serves."""
-    return _Transport if urlsplit(url).scheme in ("redis", "rediss") else None
+class _SentinelTransport(kombu_redis.SentinelTransport):
+    Channel = _SentinelChannel
+
+
+_TRANSPORTS: dict[str, type[kombu_redis.Transport]] = {
+    "redis": _Transport,
+    "rediss": _Transport,
+    "sentinel": _SentinelTransport,
+}
+
+
+def _broker_transport(url: str) -> type[kombu_redis.Transport] | None:
+    """kombu's Redis transport with our channel, for the URLs that transport serves."""
+    return _TRANSPORTS.get(urlsplit(url).scheme)
 
 
 def _redis_from_env() -> RedisSettings:
