@@ -8,6 +8,7 @@ docs/budgets.md.
 """
 
 from budgets.errors import BudgetError, InvalidAmountError, InvalidNameError, UnknownTenantError
+from budgets.evidence import OutputEvidence, percentile
 from budgets.handoffs import Handoff, Handoffs
 from budgets.keys import check_provider, check_tenant
 from budgets.ledger import Ledger
@@ -16,6 +17,7 @@ from budgets.money import (
     cost_micros,
     format_micros,
     parse_dollars,
+    worst_case_micros,
 )
 from budgets.types import (
     BudgetReport,
@@ -38,6 +40,7 @@ __all__ = [
     "InvalidNameError",
     "Ledger",
     "Limits",
+    "OutputEvidence",
     "PeriodReport",
     "Refusal",
     "RefusalReason",
@@ -50,4 +53,6 @@ __all__ = [
     "cost_micros",
     "format_micros",
     "parse_dollars",
+    "percentile",
+    "worst_case_micros",
 ]

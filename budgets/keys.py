@@ -6,12 +6,18 @@ pipeline may mix both), and every key a script touches is passed in KEYS:
 
     {N}:budget:tenants                 set   tenants with limits or spend     no TTL (operators')
     {N}:budget:t:<t>:limits            hash  daily, monthly, fallback_cap     no TTL (operators')
-    {N}:budget:t:<t>:held              hash  charge id -> "micros|fallback"   last hold's expiry
-                                             and =total =fallback =reclaimed  + HOLD_GRACE_S
+    {N}:budget:t:<t>:held              hash  charge id -> "micros|fallback|   last hold's expiry
+                                             worst|provider", =total =worst,  + HOLD_GRACE_S
+                                             =fallback =fallback_worst,
+                                             =reclaimed
     {N}:budget:t:<t>:holds             zset  charge id by expiry (ms)         same as held
+    {N}:budget:t:<t>:reclaimed         hash  charge id -> "micros|fallback|   charge_ttl_s
+                                             provider": charged at reclaim
     {N}:budget:t:<t>:charge:<charge>   hash  one charge's state               charge_ttl_s (7 d)
-    {N}:budget:t:<t>:day:<YYYY-MM-DD>  hash  spent, fallback, fb:<provider>   DAY_TTL_S
+    {N}:budget:t:<t>:day:<YYYY-MM-DD>  hash  spent, fallback, fb:<provider>,  DAY_TTL_S
+                                             reclaimed, reclaimed_micros
     {N}:budget:t:<t>:month:<YYYY-MM>   hash  the same for the UTC month       MONTH_TTL_S
+    {N}:budget:evidence:<model>        list  output tokens, newest first      EVIDENCE_TTL_S
     {N}:handoffs                       stream  degraded turns for people      capped (MAXLEN ~)
 
 The client cannot know the script's clock before it sends, so it passes the day and month
@@ -57,6 +63,10 @@ _FIRST_SAYS = "a letter, a digit or '_'"
 PLAIN = NameRule("A-Za-z0-9_.-", "A-Za-z0-9_", 64, _PLAIN_SAYS, _FIRST_SAYS)
 # Charge ids may hold a colon ("turn-1:0"): they are always the last segment of a key.
 CHARGE = NameRule("A-Za-z0-9_.:-", "A-Za-z0-9_", 200, _PLAIN_SAYS + " and ':'", _FIRST_SAYS)
+# Model names as the chain spells them ("openai/gpt-5"): the last segment of a key.
+MODEL = NameRule(
+    "A-Za-z0-9_.:/@-", "A-Za-z0-9_", 200, _PLAIN_SAYS + ", ':', '/' and '@'", _FIRST_SAYS
+)
 
 
 def check_plain(what: str, value: object) -> str:
@@ -122,6 +132,14 @@ class BudgetKeys:
 
     def holds(self, tenant: str) -> str:
         return self.prefix(tenant) + "holds"
+
+    def reclaimed(self, tenant: str) -> str:
+        return self.prefix(tenant) + "reclaimed"
+
+    def evidence(self, model: str) -> str:
+        """Output tokens the fleet has seen from `model`, newest first."""
+        checked = check_name(model, "model", MODEL, InvalidNameError)
+        return f"{hash_tag(self.namespace)}:budget:evidence:{checked}"
 
     def charge(self, tenant: str, charge_id: str) -> str:
         return self.prefix(tenant) + "charge:" + check_charge_id(charge_id)

@@ -83,18 +83,34 @@ class Ledger:
         """
         await SCRIPTS.load(self._redis)
 
-    def _clock(self, tenant: str) -> tuple[int | None, list[str], list[str]]:
-        """The script's clock override, and the period keys and periods to pass it."""
+    def _queue(
+        self, pipe: Pipeline, script: str, tenant: str, keys: list[str], args: list[str | int]
+    ) -> None:
+        """Queue `script` with every script's leading KEYS and ARGV (lib.lua), then its own."""
         now = read_clock(self._clock_ms)
         around = time.time_ns() // 1_000_000 if now is None else now
-        return now, *self.keys.periods(tenant, around)
+        period_keys, periods = self.keys.periods(tenant, around)
+        k = self.keys
+        common_keys = [k.held(tenant), k.holds(tenant), k.reclaimed(tenant), *period_keys]
+        common_args: list[str | int] = [
+            *periods,
+            DAY_TTL_S * 1000,
+            MONTH_TTL_S * 1000,
+            self._charge_ttl_ms,
+        ]
+        SCRIPTS.queue(pipe, script, common_keys + keys, common_args + args, now)
 
     def _default_args(self) -> list[str | int]:
         limits = self.default_limits
         if limits is None:
-            return ["", "", ""]
+            return ["", "", "", ""]
         cap = limits.fallback_cap_micros
-        return [limits.daily_micros, limits.monthly_micros, "" if cap is None else cap]
+        return [
+            limits.daily_micros,
+            limits.monthly_micros,
+            "" if cap is None else cap,
+            limits.overdraft_micros,
+        ]
 
     async def _run(self, queue: Callable[[Pipeline], Parser[T]]) -> T:
         def queue_async(pipe: Pipeline) -> Parse[T]:
@@ -117,36 +133,34 @@ class Ledger:
         micros: int,
         fallback: bool,
         ttl_s: float,
+        worst_micros: int | None = None,
     ) -> Parser[Reservation | Refusal]:
         """Queue a reservation on `pipe`; the returned function parses its reply."""
         keys = self.keys
         check_provider(provider)
         check_micros("micros", micros)
+        worst = micros if worst_micros is None else check_micros("worst_micros", worst_micros)
+        if worst < micros:
+            raise InvalidAmountError(
+                f"worst_micros ({worst}) must not be less than micros ({micros})"
+            )
         if not 0 < ttl_s <= MAX_HOLD_TTL_S:
             raise InvalidAmountError(
                 f"ttl_s must be in (0, {MAX_HOLD_TTL_S}] seconds (got {ttl_s})"
             )
-        key_list = [
-            keys.limits(tenant),
-            keys.held(tenant),
-            keys.holds(tenant),
-            keys.charge(tenant, charge_id),
-            keys.tenants(),
-        ]
-        now, period_keys, periods = self._clock(tenant)
+        own_keys = [keys.limits(tenant), keys.charge(tenant, charge_id), keys.tenants()]
         args: list[str | int] = [
             tenant,
             charge_id,
             micros,
+            worst,
             "1" if fallback else "0",
             provider,
             math.ceil(ttl_s * 1000),
             HOLD_GRACE_S * 1000,
-            self._charge_ttl_ms,
             *self._default_args(),
-            *periods,
         ]
-        SCRIPTS.queue(pipe, "reserve", key_list + period_keys, args, now)
+        self._queue(pipe, "reserve", tenant, own_keys, args)
         return partial(parse_reservation, tenant, charge_id, micros)
 
     async def reserve(
@@ -158,11 +172,14 @@ class Ledger:
         micros: int,
         fallback: bool,
         ttl_s: float,
+        worst_micros: int | None = None,
     ) -> Reservation | Refusal:
-        """Hold `micros` for `charge_id` if the day, month and (for fallback) cap allow it.
+        """Hold `micros` (the expected cost) for `charge_id` if the day, month and (for
+        fallback) cap allow it, and allow `worst_micros` (default: `micros`) within the
+        tenant's overdraft (see reserve.lua).
 
         Idempotent by charge id: a live hold or a settled charge is returned as it
-        is (`replayed=True`); a released or expired one is held afresh.
+        is (`replayed=True`); a released one is held afresh.
         """
         return await self._run(
             lambda pipe: self.reserve_on(
@@ -173,6 +190,7 @@ class Ledger:
                 micros=micros,
                 fallback=fallback,
                 ttl_s=ttl_s,
+                worst_micros=worst_micros,
             )
         )
 
@@ -196,26 +214,15 @@ class Ledger:
             check_provider(provider)
         if fallback and provider is None:
             raise ValueError("a fallback charge needs its provider")
-        keys = self.keys
-        key_list = [
-            keys.held(tenant),
-            keys.holds(tenant),
-            keys.charge(tenant, charge_id),
-            keys.tenants(),
-        ]
-        now, period_keys, periods = self._clock(tenant)
+        own_keys = [self.keys.charge(tenant, charge_id), self.keys.tenants()]
         args: list[str | int] = [
             tenant,
             charge_id,
             actual_micros,
             "" if fallback is None else "1" if fallback else "0",
             provider or "",
-            self._charge_ttl_ms,
-            DAY_TTL_S * 1000,
-            MONTH_TTL_S * 1000,
-            *periods,
         ]
-        SCRIPTS.queue(pipe, "settle", key_list + period_keys, args, now)
+        self._queue(pipe, "settle", tenant, own_keys, args)
         return partial(parse_settlement, tenant, charge_id)
 
     async def settle(
@@ -240,14 +247,13 @@ class Ledger:
 
     def release_on(self, pipe: Pipeline, tenant: str, charge_id: str) -> Parser[Release]:
         """Queue a release on `pipe`; the returned function parses its reply."""
-        keys = self.keys
-        check_charge_id(charge_id)
-        key_list = [keys.held(tenant), keys.holds(tenant), keys.charge(tenant, charge_id)]
-        SCRIPTS.queue(pipe, "release", key_list, [charge_id], read_clock(self._clock_ms))
+        own_keys = [self.keys.charge(tenant, check_charge_id(charge_id))]
+        self._queue(pipe, "release", tenant, own_keys, [charge_id])
         return partial(parse_release, tenant, charge_id)
 
     async def release(self, tenant: str, charge_id: str) -> Release:
-        """Drop the hold of `charge_id` without charging it; a settled charge stays charged."""
+        """Drop the hold of `charge_id` without charging it (the provider did not bill its
+        call): a settled charge stays charged, a reclaimed one is refunded."""
         return await self._run(lambda pipe: self.release_on(pipe, tenant, charge_id))
 
     async def set_limits(
@@ -256,12 +262,20 @@ class Ledger:
         daily_micros: int,
         monthly_micros: int,
         fallback_cap_micros: int | None = None,
+        overdraft_micros: int = 0,
     ) -> Limits:
         """Configure a tenant's limits (fallback cap per UTC day; None removes it)."""
-        limits = Limits(daily_micros, monthly_micros, fallback_cap_micros)
+        limits = Limits(daily_micros, monthly_micros, fallback_cap_micros, overdraft_micros)
         key = self.keys.limits(tenant)
         pipe = self._redis.pipeline(transaction=True)
-        pipe.hset(key, mapping={"daily": daily_micros, "monthly": monthly_micros})
+        pipe.hset(
+            key,
+            mapping={
+                "daily": daily_micros,
+                "monthly": monthly_micros,
+                "overdraft": overdraft_micros,
+            },
+        )
         if fallback_cap_micros is None:
             pipe.hdel(key, "fallback_cap")
         else:
@@ -280,12 +294,10 @@ class Ledger:
 
         Raises `UnknownTenantError` for a tenant with neither configured limits nor spend.
         """
-        keys = self.keys
-        key_list = [keys.limits(tenant), keys.held(tenant), keys.holds(tenant), keys.tenants()]
+        own_keys = [self.keys.limits(tenant), self.keys.tenants()]
 
         def queue(pipe: Pipeline) -> Parser[BudgetReport]:
-            now, period_keys, periods = self._clock(tenant)
-            SCRIPTS.queue(pipe, "report", key_list + period_keys, [tenant, *periods], now)
+            self._queue(pipe, "report", tenant, own_keys, [tenant])
             return partial(parse_report, tenant, self.default_limits)
 
         return await self._run(queue)

@@ -28,7 +28,9 @@ def reply(raw: Any) -> list[Any]:
 
 
 def parse_reservation(tenant: str, charge_id: str, micros: int, raw: Any) -> Reservation | Refusal:
-    state, replayed, held, expires, fb, prov, reclaimed, reason, period, left, _ = reply(raw)
+    state, replayed, held, expires, fb, prov, reclaimed, reason, period, left, in_flight, _ = reply(
+        raw
+    )
     if text(state) == "refused":
         where = text(period)
         return Refusal(
@@ -39,6 +41,7 @@ def parse_reservation(tenant: str, charge_id: str, micros: int, raw: Any) -> Res
             period="day" if where == "day" else "month" if where else None,
             remaining_micros=int(left),
             reclaimed=int(reclaimed),
+            held_micros=int(in_flight),
         )
     return Reservation(
         tenant=tenant,
@@ -54,7 +57,7 @@ def parse_reservation(tenant: str, charge_id: str, micros: int, raw: Any) -> Res
 
 
 def parse_settlement(tenant: str, charge_id: str, raw: Any) -> Settlement:
-    replayed, charged, settled, released, fb, prov, day, month, reclaimed, _ = reply(raw)
+    replayed, charged, settled, released, fb, prov, day, month, reclaimed, pre, _ = reply(raw)
     return Settlement(
         tenant=tenant,
         charge_id=charge_id,
@@ -67,18 +70,21 @@ def parse_settlement(tenant: str, charge_id: str, raw: Any) -> Settlement:
         month=text(month),
         replayed=bool(int(replayed)),
         reclaimed=int(reclaimed),
+        precharged_micros=int(pre),
     )
 
 
 def parse_release(tenant: str, charge_id: str, raw: Any) -> Release:
-    released, micros, reclaimed, _ = reply(raw)
-    return Release(tenant, charge_id, bool(int(released)), int(micros), int(reclaimed))
+    released, micros, reclaimed, refunded, _ = reply(raw)
+    return Release(
+        tenant, charge_id, bool(int(released)), int(micros), int(reclaimed), int(refunded)
+    )
 
 
 def parse_report(tenant: str, default: Limits | None, raw: Any) -> BudgetReport:
-    now, day, month, known, lim, held, held_fb, reclaimed, day_flat, month_flat, _ = reply(raw)
+    now, day, month, known, lim, in_flight, day_flat, month_flat, _ = reply(raw)
     limits, source = _limits(tenant, default, lim, bool(int(known)))
-    held, held_fb = int(held), int(held_fb)
+    held, held_fb, reclaimed, held_worst = (int(n) for n in in_flight)
     day_report = _period(text(day), limits.daily_micros, _pairs(day_flat), held)
     month_report = _period(text(month), limits.monthly_micros, _pairs(month_flat), held)
     cap = limits.fallback_cap_micros
@@ -93,17 +99,21 @@ def parse_report(tenant: str, default: Limits | None, raw: Any) -> BudgetReport:
         fallback_remaining_micros=(
             None if cap is None else max(0, cap - day_report.fallback_spent_micros - held_fb)
         ),
-        reclaimed_total=int(reclaimed),
+        reclaimed_total=reclaimed,
         now_ms=int(now),
+        reserved_worst_micros=held_worst,
     )
 
 
 def _limits(
     tenant: str, default: Limits | None, lim: list[Any], known: bool
 ) -> tuple[Limits, LimitsSource]:
-    daily, monthly, cap = lim
+    daily, monthly, cap, overdraft = lim
     if daily is not None:
-        return Limits(int(daily), int(monthly), None if cap is None else int(cap)), "configured"
+        limits = Limits(
+            int(daily), int(monthly), None if cap is None else int(cap), int(overdraft or 0)
+        )
+        return limits, "configured"
     if not known:
         raise UnknownTenantError(
             f"tenant {tenant!r} has no configured limits and no recorded spend"
@@ -126,5 +136,9 @@ def _period(period: str, limit: int, spend: dict[str, int], held: int) -> Period
         reserved_micros=held,
         remaining_micros=max(0, limit - spent - held),
         fallback_spent_micros=spend.get("fallback", 0),
-        fallback_by_provider={k[3:]: v for k, v in sorted(spend.items()) if k.startswith("fb:")},
+        fallback_by_provider={
+            k[3:]: v for k, v in sorted(spend.items()) if k.startswith("fb:") and v
+        },
+        reclaimed_charges=spend.get("reclaimed", 0),
+        reclaimed_micros=spend.get("reclaimed_micros", 0),
     )

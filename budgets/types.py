@@ -26,22 +26,32 @@ ChargeState = Literal["reserved", "settled"]
 class RefusalReason(StrEnum):
     """Why a reservation was refused; the values are stable strings."""
 
+    # The attempt does not fit what the period has left, even with nothing held.
     TENANT_BUDGET_EXHAUSTED = "tenant_budget_exhausted"
+    # It would fit, but attempts in flight hold the rest; they settle, usually for less.
+    TENANT_BUDGET_HELD = "tenant_budget_held"
     FALLBACK_CAP_REACHED = "fallback_cap_reached"
+    FALLBACK_CAP_HELD = "fallback_cap_held"
     UNKNOWN_TENANT = "unknown_tenant"
 
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """A tenant's limits per UTC day and month; the fallback cap is per UTC day, None for none."""
+    """A tenant's limits per UTC day and month; the fallback cap is per UTC day, None for none.
+
+    `overdraft_micros` is how far past a limit worst cases may run while reservations
+    hold expected costs: spend never passes limit + overdraft (docs/budgets.md).
+    """
 
     daily_micros: int
     monthly_micros: int
     fallback_cap_micros: int | None = None
+    overdraft_micros: int = 0
 
     def __post_init__(self) -> None:
         check_micros("daily_micros", self.daily_micros)
         check_micros("monthly_micros", self.monthly_micros)
+        check_micros("overdraft_micros", self.overdraft_micros)
         if self.fallback_cap_micros is not None:
             check_micros("fallback_cap_micros", self.fallback_cap_micros)
 
@@ -73,8 +83,9 @@ class Reservation:
 class Refusal:
     """The budget does not allow the attempt; `reason` says why.
 
-    `period` is "day" or "month" for an exhausted budget, "day" for the fallback
-    cap, None for an unknown tenant; `remaining_micros` is what was left there.
+    `period` is "day" or "month" for the tenant's budget, "day" for the fallback
+    cap, None for an unknown tenant; `remaining_micros` is what was free there (limit
+    minus spent minus held) and `held_micros` what attempts in flight held.
     """
 
     reason: RefusalReason
@@ -84,6 +95,7 @@ class Refusal:
     period: Literal["day", "month"] | None = None
     remaining_micros: int = 0
     reclaimed: int = 0
+    held_micros: int = 0
 
     @property
     def ok(self) -> Literal[False]:
@@ -92,7 +104,11 @@ class Refusal:
 
 @dataclass(frozen=True, slots=True)
 class Settlement:
-    """A charge turned into spend. `charged_micros` is what this call added: 0 on a replay."""
+    """A charge turned into spend. `charged_micros` is what this call added: 0 on a replay.
+
+    A charge whose hold had been reclaimed was already charged `precharged_micros` (its
+    reservation); this call adds the difference, which may be negative.
+    """
 
     tenant: str
     charge_id: str
@@ -105,22 +121,32 @@ class Settlement:
     month: str
     replayed: bool
     reclaimed: int = 0
+    precharged_micros: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class Release:
-    """A reservation dropped without charge; `released` is False when nothing was held."""
+    """A reservation dropped without charge; `released` is False when nothing was held.
+
+    `refunded_micros` is what a reclaim had charged for it, given back.
+    """
 
     tenant: str
     charge_id: str
     released: bool
     micros: int
     reclaimed: int = 0
+    refunded_micros: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class PeriodReport:
-    """Spend of one UTC period (`period` is "YYYY-MM-DD" or "YYYY-MM")."""
+    """Spend of one UTC period (`period` is "YYYY-MM-DD" or "YYYY-MM").
+
+    `remaining_micros` is what is free: the limit minus spent minus held. Spent includes
+    `reclaimed_micros`: holds of attempts that never reported back, charged at their
+    reservation (`reclaimed_charges` of them), since their calls may have been billed.
+    """
 
     period: str
     limit_micros: int
@@ -129,6 +155,8 @@ class PeriodReport:
     remaining_micros: int
     fallback_spent_micros: int
     fallback_by_provider: dict[str, int] = field(default_factory=dict)
+    reclaimed_charges: int = 0
+    reclaimed_micros: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,3 +177,4 @@ class BudgetReport:
     fallback_remaining_micros: int | None
     reclaimed_total: int
     now_ms: int
+    reserved_worst_micros: int = 0

@@ -146,7 +146,8 @@ class _Timing:
 
 
 def _turn_of(charge: Charge) -> str:
-    return charge.charge_id.rsplit(":", 1)[0]
+    # "<turn id>:<run>:<call>": turn ids hold no ':'.
+    return charge.charge_id.split(":", 1)[0]
 
 
 class _Timed:
@@ -173,6 +174,9 @@ class _Timed:
         self._timing(charge).guard_s += time.perf_counter() - began
         return refusal
 
+    def output_tokens(self, model: str, max_tokens: int) -> int:
+        return self.guard.output_tokens(model, max_tokens)
+
     async def acquire_probe(self, target: Target, holder: str) -> bool:
         began = time.perf_counter()
         granted = await self.guard.acquire_probe(target, holder)
@@ -189,6 +193,7 @@ class _Timed:
         cost_micros: int | None,
         holder: str | None = None,
         retry_after_s: float | None = None,
+        output_tokens: int | None = None,
     ) -> None:
         began, began_at = time.perf_counter(), time.time()
         await self.guard.conclude(
@@ -198,6 +203,7 @@ class _Timed:
             cost_micros=cost_micros,
             holder=holder,
             retry_after_s=retry_after_s,
+            output_tokens=output_tokens,
         )
         timing = self._timing(charge)
         timing.guard_s += time.perf_counter() - began

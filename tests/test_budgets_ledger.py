@@ -78,7 +78,7 @@ async def test_unknown_tenants_get_the_default_limits_when_one_is_configured(
     assert isinstance(await reserve(ledger, "c1", 100), Reservation)
     refused = await reserve(ledger, "c2", 1)
     assert isinstance(refused, Refusal)
-    assert refused.reason == RefusalReason.TENANT_BUDGET_EXHAUSTED
+    assert refused.reason == RefusalReason.TENANT_BUDGET_HELD
     assert (await reserve(ledger, "c3", 0, fallback=True)).ok
     report = await ledger.report("acme")
     assert report.limits_source == "default"
@@ -100,10 +100,12 @@ async def test_holds_count_against_the_daily_limit_until_released(ledger: Ledger
     assert (await reserve(ledger, "c1", 600)).ok
     refused = await reserve(ledger, "c2", 600)
     assert isinstance(refused, Refusal)
-    assert (refused.reason, refused.period, refused.remaining_micros) == (
-        "tenant_budget_exhausted",
+    # The day has 1,000 left: c2 fits once c1 settles. The holds are in the way, not spend.
+    assert (refused.reason, refused.period, refused.remaining_micros, refused.held_micros) == (
+        "tenant_budget_held",
         "day",
         400,
+        600,
     )
     released = await ledger.release("acme", "c1")
     assert released.released
@@ -217,25 +219,45 @@ async def test_release_of_a_settled_or_unknown_charge_changes_nothing(ledger: Le
     assert (await ledger.report("acme")).day.spent_micros == 300
 
 
-async def test_an_expired_hold_is_reclaimed_once_by_the_next_call(
+async def test_an_expired_hold_is_reclaimed_once_and_charged_at_its_reservation(
     ledger: Ledger, clock: ManualClock
 ) -> None:
+    # Its worker died after reserving: the call may have reached the provider, who bills it.
     await ledger.set_limits("acme", 1000, 10_000)
     await reserve(ledger, "dead", 900, ttl_s=5)
     clock.advance(4.999)
     assert not (await reserve(ledger, "c1", 200)).ok
     clock.advance(0.001)
-    first = await reserve(ledger, "c1", 200)
-    second = await reserve(ledger, "c2", 200)
+    first = await reserve(ledger, "c1", 100)
+    second = await reserve(ledger, "c2", 100)
     assert isinstance(first, Reservation)
-    assert isinstance(second, Reservation)
+    assert isinstance(second, Refusal)
     assert (first.reclaimed, second.reclaimed) == (1, 0)
+    assert second.reason == "tenant_budget_held"
     report = await ledger.report("acme")
-    assert (report.reserved_micros, report.reclaimed_total) == (400, 1)
-    assert not (await ledger.release("acme", "dead")).released  # nothing held any more
+    assert (report.reserved_micros, report.reclaimed_total) == (100, 1)
+    assert (report.day.spent_micros, report.day.reclaimed_charges) == (900, 1)
+    assert (report.day.reclaimed_micros, report.month.reclaimed_micros) == (900, 900)
 
 
-async def test_settling_after_the_hold_expired_charges_once_directly(
+async def test_a_reclaimed_charge_released_later_is_refunded_once(
+    ledger: Ledger, clock: ManualClock
+) -> None:
+    # The worker was only slow: its call failed without being billed.
+    await ledger.set_limits("acme", 1000, 10_000)
+    await reserve(ledger, "slow", 900, ttl_s=5, fallback=True, provider="anthropic")
+    clock.advance(6)
+    assert (await ledger.report("acme")).day.fallback_by_provider == {"anthropic": 900}
+    released = await ledger.release("acme", "slow")
+    again = await ledger.release("acme", "slow")
+    assert (released.released, released.refunded_micros) == (False, 900)
+    assert again.refunded_micros == 0
+    report = await ledger.report("acme")
+    assert (report.day.spent_micros, report.day.fallback_spent_micros) == (0, 0)
+    assert report.day.fallback_by_provider == {}
+
+
+async def test_settling_after_the_hold_expired_corrects_the_reclaim_once(
     ledger: Ledger, clock: ManualClock
 ) -> None:
     await ledger.set_limits("acme", 1000, 10_000)
@@ -243,7 +265,8 @@ async def test_settling_after_the_hold_expired_charges_once_directly(
     clock.advance(10)
     settled = await ledger.settle("acme", "slow", 500)
     again = await ledger.settle("acme", "slow", 500)
-    assert (settled.charged_micros, settled.released_hold_micros, settled.reclaimed) == (500, 0, 1)
+    assert (settled.charged_micros, settled.precharged_micros, settled.reclaimed) == (-100, 600, 1)
+    assert (settled.settled_micros, settled.released_hold_micros) == (500, 0)
     assert (settled.fallback, settled.provider) == (True, "anthropic")
     assert again.charged_micros == 0
     report = await ledger.report("acme")
@@ -254,13 +277,14 @@ async def test_settling_after_the_hold_expired_charges_once_directly(
 async def test_an_expired_charge_reserved_again_is_held_afresh(
     ledger: Ledger, clock: ManualClock
 ) -> None:
-    await ledger.set_limits("acme", 1000, 10_000)
+    await ledger.set_limits("acme", 2000, 10_000)
     await reserve(ledger, "c1", 600, ttl_s=5)
     clock.advance(6)
     again = await reserve(ledger, "c1", 600)
     assert isinstance(again, Reservation)
     assert (again.replayed, again.reclaimed) == (False, 1)
-    assert (await ledger.report("acme")).reserved_micros == 600
+    report = await ledger.report("acme")
+    assert (report.reserved_micros, report.day.spent_micros) == (600, 600)
 
 
 async def test_settling_without_a_reservation_uses_the_caller_s_provider_and_fallback(
@@ -282,7 +306,7 @@ async def test_the_fallback_cap_stops_fallback_holds_while_primary_ones_continue
     assert (await reserve(ledger, "f1", 600, fallback=True, provider="anthropic")).ok
     refused = await reserve(ledger, "f2", 600, fallback=True, provider="gemini")
     assert isinstance(refused, Refusal)
-    assert (refused.reason, refused.remaining_micros) == ("fallback_cap_reached", 400)
+    assert (refused.reason, refused.remaining_micros) == ("fallback_cap_held", 400)
     await ledger.settle("acme", "f1", 600)
     assert (await reserve(ledger, "f3", 400, fallback=True, provider="gemini")).ok
     await ledger.settle("acme", "f3", 400)

@@ -375,6 +375,7 @@ class _OpensOnFailure(ScriptedGuard):
         cost_micros: int | None,
         holder: str | None = None,
         retry_after_s: float | None = None,
+        output_tokens: int | None = None,
     ) -> None:
         await super().conclude(target, charge, signal=signal, cost_micros=cost_micros)
         if signal is Signal.FAILURE:

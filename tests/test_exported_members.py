@@ -42,9 +42,9 @@ SURFACES: dict[str, str] = {
     " Verdict connect in_memory validate_name",
     "breakers.testing": "ManualClock",
     "budgets": "MICROS_PER_DOLLAR BudgetError BudgetReport Handoff Handoffs InvalidAmountError"
-    " InvalidNameError Ledger Limits PeriodReport Refusal RefusalReason Release Reservation"
-    " Settlement UnknownTenantError check_provider check_tenant cost_micros format_micros"
-    " parse_dollars",
+    " InvalidNameError Ledger Limits OutputEvidence PeriodReport Refusal RefusalReason Release"
+    " Reservation Settlement UnknownTenantError check_provider check_tenant cost_micros"
+    " format_micros parse_dollars percentile worst_case_micros",
     "budgets.testing": "ManualClock",
 }
 

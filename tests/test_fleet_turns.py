@@ -36,6 +36,7 @@ from worker.guard.redis_guard import open_guard
 from worker.simulator import Fault, Simulator
 from worker.turn.capability import Fit, fit_turn
 from worker.turn.chain import Chain
+from worker.turn.pricing import reservation_micros
 from worker.types import TurnResult, parse_turn_request
 
 pytestmark = pytest.mark.slow
@@ -128,14 +129,12 @@ def set_limits(url: str, ns: str, daily: int, cap: int | None = None) -> None:
 def worst_case(sim: Simulator, model: str) -> int:
     """The reservation of one `make_request()` turn's attempt on `model`."""
     request = make_request()
-    prices = settings(sim.url).models[model]
-    fit = fit_turn(request, prices)
+    config = settings(sim.url)
+    fit = fit_turn(request, config.models[model])
     assert isinstance(fit, Fit)
-    return budgets.cost_micros(
-        fit.input_tokens,
-        request.max_tokens,
-        prices.input_micros_per_mtok,
-        prices.output_micros_per_mtok,
+    margin = config.budgets.input_margin_pct
+    return reservation_micros(
+        fit.input_tokens, request.max_tokens, config.models[model], input_margin_pct=margin
     )
 
 
@@ -540,20 +539,22 @@ def test_two_hundred_concurrent_turns_never_settle_more_than_the_limit(
     print(f"{len(answered)} answered, {len(degraded)} degraded; settled {spent} of {LIMIT_MICROS}")
 
 
-# -- issue 4 (g): the same turn delivered twice at once is charged once -----------------------
+# -- the same turn run twice at once, and once more later: every provider call is charged ---
 
 
-def test_same_turn_run_by_two_processes_at_once_is_charged_once(
+def test_every_call_of_a_turn_run_by_two_processes_at_once_is_charged(
     sim: Simulator, workers: Workers, redis_url: str, namespace: str
 ) -> None:
-    """20 turns, each delivered to two processes at the same moment, then once more later.
+    """20 turns, each run by two processes at the same moment, then once more later.
 
-    Charges are keyed by (turn_id, attempt): without that idempotency each delivery
-    would be charged, 40 (then 60) turns' worth instead of 20.
+    The chain on its own does not deduplicate (the runner's claim does, in front of it):
+    each run calls the provider, who bills each call. Charges are keyed per call, so the
+    books show all 60; keyed by (turn, attempt), the runs would share one charge and 40
+    billed calls would be free in our books.
     """
     payloads = tuple(make_request(turn_id=f"dup-{i}").model_dump_json() for i in range(20))
     config = sections(redis_url, namespace)
-    # Slow answers: both deliveries reserve before either settles.
+    # Slow answers: both runs reserve before either settles.
     sim.set_faults(ALPHA, Fault(latency_s=0.3))
     job = Job(sim.url, config, requests=payloads)
     with workers.fleet([job] * 2) as fleet:
@@ -569,16 +570,16 @@ def test_same_turn_run_by_two_processes_at_once_is_charged_once(
         for i in first
         if first[i].started < second[i].ended and second[i].started < first[i].ended
     ]
-    assert len(overlapping) == 20  # the two deliveries of each turn ran at the same time
+    assert len(overlapping) == 20  # the two runs of each turn were out at the same time
     [cost] = {t.cost_micros for t in turns}
-    assert budget_report(redis_url, namespace).day.spent_micros == 20 * cost
-    # Redelivered later (a worker crashed after answering): still charged once.
+    assert sim.calls(ALPHA) == 40
+    assert budget_report(redis_url, namespace).day.spent_micros == 40 * cost
+    # Run once more later (its worker died after the call): a third billed call each.
     sim.set_faults(ALPHA)
     again = run_turns(config, sim, list(payloads))
     assert all(r.status == "ok" for r in again)
-    assert budget_report(redis_url, namespace).day.spent_micros == 20 * cost
-    # The providers did answer every delivery: deduplicating the work is the queue's job.
-    print(f"provider calls {sim.calls()} for 20 turns delivered 3 times; charged {20 * cost}")
+    assert sim.calls(ALPHA) == 60
+    assert budget_report(redis_url, namespace).day.spent_micros == 60 * cost
 
 
 # -- issue 4 (h): a provider quota error degrades, and the whole fleet stops calling it ------

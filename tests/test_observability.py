@@ -235,6 +235,9 @@ def test_fleet_collector_reads_breakers_budgets_and_kill_switch(
                 "acme", "c1", provider="oa", micros=950_000, fallback=False, ttl_s=60
             )
             await ledger.settle("acme", "c1", 950_000, provider="oa")
+            await ledger.reserve(
+                "acme", "c2", provider="oa", micros=20_000, fallback=False, ttl_s=60
+            )
             await breakers.KillSwitch(client, namespace=namespace).on("test", "drill")
         finally:
             await client.aclose()
@@ -245,8 +248,10 @@ def test_fleet_collector_reads_breakers_budgets_and_kill_switch(
     assert gauges[("relevo_breaker_state", (("scope", "vendor:anthropic"),))] == 0
     day = (("period", "day"), ("tenant", "acme"))
     assert gauges[("relevo_tenant_spend_micros", day)] == 950_000
-    assert gauges[("relevo_tenant_budget_remaining_micros", day)] == 50_000
-    assert gauges[("relevo_tenant_budget_used_ratio", day)] == pytest.approx(0.95)
+    assert gauges[("relevo_tenant_budget_held_micros", (("tenant", "acme"),))] == 20_000
+    assert gauges[("relevo_tenant_budget_remaining_micros", day)] == 30_000
+    assert gauges[("relevo_tenant_budget_used_ratio", day)] == pytest.approx(0.97)
+    assert gauges[("relevo_tenant_reclaimed_charges", day)] == 0
     assert gauges[("relevo_kill_switch", ())] == 1
 
 
@@ -373,12 +378,12 @@ def test_relevo_worker_serves_turn_fleet_and_budget_metrics(
     assert spent > 0
     for period in ("day", "month"):
         assert value("relevo_tenant_spend_micros", tenant="obs", period=period) == spent
-    daily = config.budgets.default_limits_micros()
+    daily = config.budgets.default_limits()
     assert daily is not None
     left = value("relevo_tenant_budget_remaining_micros", tenant="obs", period="day")
-    assert left == daily[0] - spent
+    assert left == daily.daily_micros - spent
     assert value("relevo_tenant_budget_used_ratio", tenant="obs", period="day") == pytest.approx(
-        spent / daily[0]
+        spent / daily.daily_micros
     )
     assert value("relevo_kill_switch") == 0
     rates = [v for (name, _), v in series.items() if name == FALLBACK_RATE]

@@ -687,9 +687,9 @@ def test_budgets_set_show_and_list(
     ns: str, redis_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     args = ("budgets", "set", "acme", "--daily", "5.00", "--monthly", "100")
-    assert relevo(*args, "--fallback-cap", "1.50") == 0
+    assert relevo(*args, "--fallback-cap", "1.50", "--overdraft", "0.004") == 0
     assert capsys.readouterr().out.strip() == (
-        "acme: daily $5.00, monthly $100.00, fallback cap $1.50 per day"
+        "acme: daily $5.00, monthly $100.00, fallback cap $1.50 per day, overdraft $0.004"
     )
 
     async def spend(client: Redis) -> None:
@@ -706,6 +706,7 @@ def test_budgets_set_show_and_list(
     assert "$0.25125" in day
     assert "$4.74875" in day
     assert "Fallback cap: $1.50 per day, $1.49875 left" in out
+    assert "Held in flight: $0.00 expected, $0.00 at worst; overdraft $0.004" in out
     assert next(line for line in out.splitlines() if line.startswith("│ an")).count("$0.00125") == 2
 
     assert relevo("budgets", "show", "acme", "--json") == 0
@@ -714,6 +715,7 @@ def test_budgets_set_show_and_list(
         "daily_micros": 5_000_000,
         "monthly_micros": 100_000_000,
         "fallback_cap_micros": 1_500_000,
+        "overdraft_micros": 4_000,
     }
     assert report["day"]["spent_micros"] == 251_250
     assert report["month"]["remaining_micros"] == 100_000_000 - 251_250
@@ -725,6 +727,7 @@ def test_budgets_set_show_and_list(
         "daily_micros": 1_000_000,
         "monthly_micros": 20_000_000,
         "fallback_cap_micros": None,
+        "overdraft_micros": 0,
     }
     assert relevo("budgets", "list") == 0
     rows = {line.split()[1]: line for line in capsys.readouterr().out.splitlines() if "│" in line}

@@ -6,6 +6,7 @@ import asyncio
 import json
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
+from typing import Any
 
 import httpx
 import pytest
@@ -141,17 +142,19 @@ def test_mid_stream_error_event_is_classified(kind: Kind, name: str) -> None:
 
 # One row per line of DESIGN.md "What each failure gets" (rows about chain state —
 # streamed content, open breakers — are the chain's and are tested there).
-DESIGN_ROWS: list[tuple[str, ProviderError | BaseException, Decision, Signal]] = [
+# The provider may bill the failed call: the row's fifth column.
+BILLED = "billed"
+DESIGN_ROWS: list[tuple[Any, ...]] = [
     ("500", classify("openai", "server_error"), Decision.RETRY_THEN_NEXT, Signal.FAILURE),
     ("502 html", classify("openai", "proxy_502_html"), Decision.RETRY_THEN_NEXT, Signal.FAILURE),
     ("504", classify("gemini", "deadline_exceeded"), Decision.RETRY_THEN_NEXT, Signal.FAILURE),
     ("api_error", classify("anthropic", "api_error"), Decision.RETRY_THEN_NEXT, Signal.FAILURE),
     ("503", classify("openai", "server_is_overloaded"), Decision.NEXT, Signal.MODEL_FAILURE),
     ("529", classify("anthropic", "overloaded_error"), Decision.NEXT, Signal.MODEL_FAILURE),
-    ("first byte", FirstByteTimeout("silent"), Decision.NEXT, Signal.FAILURE),
-    ("stalled stream", ResponseTimeout("stalled"), Decision.NEXT, Signal.FAILURE),
+    ("first byte", FirstByteTimeout("silent"), Decision.NEXT, Signal.FAILURE, BILLED),
+    ("stalled stream", ResponseTimeout("stalled"), Decision.NEXT, Signal.FAILURE, BILLED),
     ("refused", ConnectionFailed("refused"), Decision.RETRY_THEN_NEXT, Signal.FAILURE),
-    ("garbled", MalformedResponse("bad json"), Decision.RETRY_THEN_NEXT, Signal.FAILURE),
+    ("garbled", MalformedResponse("bad json"), Decision.RETRY_THEN_NEXT, Signal.FAILURE, BILLED),
     ("429", classify("anthropic", "rate_limit_error"), Decision.WAIT_OR_NEXT, Signal.RATE_LIMITED),
     ("429 quota", classify("openai", "insufficient_quota"), Decision.DEGRADE, Signal.EXHAUSTED),
     ("400 spend", classify("anthropic", "spend_limit"), Decision.DEGRADE, Signal.EXHAUSTED),
@@ -177,13 +180,10 @@ DESIGN_ROWS: list[tuple[str, ProviderError | BaseException, Decision, Signal]] =
 ]
 
 
-@pytest.mark.parametrize(
-    ("row", "error", "decision", "signal"), DESIGN_ROWS, ids=[r[0] for r in DESIGN_ROWS]
-)
-def test_design_table_row(
-    row: str, error: BaseException, decision: Decision, signal: Signal
-) -> None:
-    assert rule_for(error) == Rule(decision, signal)
+@pytest.mark.parametrize("row", DESIGN_ROWS, ids=[r[0] for r in DESIGN_ROWS])
+def test_design_table_row(row: tuple[Any, ...]) -> None:
+    _, error, decision, signal, *billed = row
+    assert rule_for(error) == Rule(decision, signal, billed=bool(billed))
 
 
 def _all_subclasses(cls: type[ProviderError]) -> set[type[ProviderError]]:

@@ -28,6 +28,7 @@ from worker.guard.redis_guard import BUDGET_UNREACHABLE
 from worker.settings import RedisSettings, Settings
 from worker.simulator import Simulator
 from worker.turn.capability import Fit, fit_turn
+from worker.turn.pricing import reservation_micros
 from worker.types import Status, TurnResult
 
 pytestmark = pytest.mark.slow
@@ -64,8 +65,8 @@ def worst_case(config: Settings, model: str) -> int:
     request, prices = turn(), config.models[model]
     fit = fit_turn(request, prices)
     assert isinstance(fit, Fit)
-    input_price, output_price = prices.input_micros_per_mtok, prices.output_micros_per_mtok
-    return budgets.cost_micros(fit.input_tokens, request.max_tokens, input_price, output_price)
+    margin = config.budgets.input_margin_pct
+    return reservation_micros(fit.input_tokens, request.max_tokens, prices, input_margin_pct=margin)
 
 
 def run(runner: TurnRunner, n: int) -> list[TurnResult]:

@@ -100,6 +100,13 @@ class ModelSettings(_Section):
     degrade_to_read_only: bool = False
     input_usd_per_mtok: Decimal = Field(ge=0, default=Decimal(0))
     output_usd_per_mtok: Decimal = Field(ge=0, default=Decimal(0))
+    # Unset, cache writes cost what the vendor bills over the input price by default
+    # (`CACHE_WRITE_FACTOR`: Anthropic's 5-minute cache is 1.25x; its 1-hour cache, 2x,
+    # needs this set).
+    cache_write_usd_per_mtok: Decimal | None = Field(ge=0, default=None)
+    # Unset, cache reads cost the input price: never less than a provider bills for them
+    # (all three discount reads), so a missing price over-charges, never under-charges.
+    cache_read_usd_per_mtok: Decimal | None = Field(ge=0, default=None)
 
     @property
     def input_micros_per_mtok(self) -> int:
@@ -108,6 +115,30 @@ class ModelSettings(_Section):
     @property
     def output_micros_per_mtok(self) -> int:
         return _to_micros(self.output_usd_per_mtok)
+
+    @property
+    def cache_write_micros_per_mtok(self) -> int:
+        """The cache-write price, or the vendor's default over the input price."""
+        price = self.cache_write_usd_per_mtok
+        if price is None:
+            price = self.input_usd_per_mtok * CACHE_WRITE_FACTOR.get(self.vendor, Decimal(1))
+        return _to_micros(price)
+
+    @property
+    def cache_read_micros_per_mtok(self) -> int:
+        """The cache-read price, or the input price when none is set."""
+        price = self.cache_read_usd_per_mtok
+        return self.input_micros_per_mtok if price is None else _to_micros(price)
+
+    @property
+    def worst_input_micros_per_mtok(self) -> int:
+        """The most an input token may cost (a reservation's worst case): any input token
+        may be billed as a cache write."""
+        return max(self.input_micros_per_mtok, self.cache_write_micros_per_mtok)
+
+
+# What a vendor bills a prompt-cache write over its input price, by default.
+CACHE_WRITE_FACTOR: dict[str, Decimal] = {"anthropic": Decimal("1.25")}
 
 
 def _to_micros(dollars: Decimal) -> int:
@@ -131,11 +162,20 @@ class RetrySettings(_Section):
 class DegradationSettings(_Section):
     """What a turn does when money, not health, stops it."""
 
-    action: Literal["message", "handoff", "read_only"] = "message"
+    action: Literal["message", "handoff", "read_only", "cheaper_model"] = "message"
     message: str = Field(
         default="The assistant is unavailable right now; a person will follow up.",
         max_length=2000,
     )
+    # With "cheaper_model": the model (under [models], in the chain or not) that answers a
+    # turn the tenant's budget refused. A provider's quota never moves a turn to it.
+    cheaper_model: ModelSlug | None = None
+
+    @model_validator(mode="after")
+    def _cheaper_model_named(self) -> DegradationSettings:
+        if self.action == "cheaper_model" and self.cheaper_model is None:
+            raise ValueError('cheaper_model: needed with action = "cheaper_model"')
+        return self
 
 
 class RedisSettings(_Section):
@@ -236,7 +276,23 @@ class BudgetSettings(_Section):
     default_daily_usd: Decimal = Field(default=Decimal(10), ge=0)
     default_monthly_usd: Decimal = Field(default=Decimal(200), ge=0)
     default_fallback_cap_usd: Decimal | None = Field(default=None, ge=0)
-    # A reservation a dead worker held is reclaimed after this long.
+    # How far past a limit worst cases may run (spend never passes limit + overdraft);
+    # 0 admits an attempt only when its worst case fits. Per tenant: `relevo budgets set`.
+    default_overdraft_usd: Decimal = Field(default=Decimal(0), ge=0)
+    # An attempt reserves this percentile of the output tokens its model has answered
+    # with (fleet-wide, the last `evidence_samples`), and every `max_tokens` until
+    # `evidence_min_samples` answers are known. None reserves `max_tokens` always.
+    reserve_percentile: float | None = Field(default=99.0, gt=0, le=100)
+    evidence_samples: int = Field(default=1000, ge=1, le=100_000)
+    evidence_min_samples: int = Field(default=50, ge=1)
+    evidence_refresh_s: float = Field(default=30.0, gt=0)
+    # The input is estimated (about 4 characters a token); providers count their own way.
+    # Reservations pad the estimate by this much so that a worst case stays one.
+    input_margin_pct: int = Field(default=20, ge=0, le=400)
+    # A turn refused because attempts in flight hold the budget waits this long (within
+    # its deadline) for them to settle before it degrades with tenant_budget_held.
+    held_wait_s: float = Field(default=30.0, ge=0, le=3600)
+    # A reservation a dead worker held is reclaimed after this long, and charged.
     hold_ttl_s: float = Field(default=600.0, gt=0, le=86400)
     # While Redis is away, what one worker process lets a tenant spend before its turns
     # degrade (reason budget_store_unreachable); it is settled when Redis answers.
@@ -245,14 +301,16 @@ class BudgetSettings(_Section):
     def offline_allowance_micros(self) -> int:
         return _to_micros(self.offline_allowance_usd)
 
-    def default_limits_micros(self) -> tuple[int, int, int | None] | None:
+    def default_limits(self) -> budgets.Limits | None:
+        """The limits of a tenant nobody configured; None refuses such tenants."""
         if self.unknown_tenants == "reject":
             return None
         cap = self.default_fallback_cap_usd
-        return (
+        return budgets.Limits(
             _to_micros(self.default_daily_usd),
             _to_micros(self.default_monthly_usd),
             None if cap is None else _to_micros(cap),
+            _to_micros(self.default_overdraft_usd),
         )
 
 
@@ -349,6 +407,7 @@ class Settings(BaseSettings):
                         f'models."{slug}".serve[{index}].provider: '
                         f"{serving.provider!r} is not defined under [providers]"
                     )
+        problems.extend(self._degradation_problems())
         problems.extend(self._key_name_problems())
         if self.visibility_timeout_s <= self.turn_deadline_s:
             problems.append(
@@ -362,6 +421,20 @@ class Settings(BaseSettings):
             )
         if problems:
             raise ConfigError("; ".join(problems))
+
+    def _degradation_problems(self) -> list[str]:
+        """The cheaper model must be one the worker can call, and not the primary it
+        stands in for (that reservation was just refused)."""
+        slug = self.degradation.cheaper_model
+        if slug is None:
+            return []
+        if slug not in self.models:
+            return [f"degradation.cheaper_model: {slug!r} is not defined under [models]"]
+        if slug == self.chain.models[0]:
+            return [
+                f"degradation.cheaper_model: {slug!r} is the chain's primary; name a cheaper model"
+            ]
+        return []
 
     def _key_name_problems(self) -> list[str]:
         """Names that become Redis keys, checked by the rules of `breakers` and `budgets`."""
@@ -391,7 +464,12 @@ class Settings(BaseSettings):
     def chain_providers(self) -> list[str]:
         """The providers the chain can call, in order of first use."""
         names: dict[str, None] = {}
-        for slug in self.chain.models:
+        slugs = list(self.chain.models)
+        cheaper = self.degradation.cheaper_model
+        if self.degradation.action == "cheaper_model" and cheaper is not None:
+            # Its providers' keys are checked at start-up too, not at the first degraded turn.
+            slugs.append(cheaper)
+        for slug in slugs:
             for serving in self.models[slug].serve:
                 names[serving.provider] = None
         return list(names)

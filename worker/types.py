@@ -164,8 +164,22 @@ class AttemptOutcome(StrEnum):
 
 
 class Usage(_Frozen):
+    """The tokens of one call, split by price; every adapter maps its provider to this.
+
+    - `input_tokens`: prompt tokens billed at the plain input price (cache reads and
+      writes are not in it, whatever the provider's own `input` count includes).
+    - `cache_write_tokens`: prompt tokens written to the provider's prompt cache.
+    - `cache_read_tokens`: prompt tokens served from the provider's prompt cache.
+    - `output_tokens`: every token billed at the output price, reasoning included.
+    - `reasoning_tokens`: the part of `output_tokens` the model spent reasoning
+      (thinking); for information only, never priced again; 0 when not reported.
+    """
+
     input_tokens: int = Field(default=0, ge=0)
     output_tokens: int = Field(default=0, ge=0)
+    cache_write_tokens: int = Field(default=0, ge=0)
+    cache_read_tokens: int = Field(default=0, ge=0)
+    reasoning_tokens: int = Field(default=0, ge=0)
 
 
 class Reply(_Frozen):

@@ -50,61 +50,134 @@ local function period_keys(k, a, now)
   return dk, mk, day, month
 end
 
--- A hold is stored in the held hash as "<micros>|<0 or 1 for fallback>".
+-- Every script starts with the same KEYS and ARGV (after the clock, ARGV[1]):
+--   KEYS[1] held hash   KEYS[2] holds zset (score: expiry ms)   KEYS[3] reclaimed hash
+--   KEYS[4..7] day and month candidates (period_keys)
+--   ARGV[2..5] the candidates' periods   ARGV[6] day key ttl ms   ARGV[7] month key ttl ms
+--   ARGV[8] charge record ttl ms
+-- Its own KEYS start at KEYS[8], its own ARGV at ARGV[9].
+local HELD, HOLDS, RECLAIMED = KEYS[1], KEYS[2], KEYS[3]
+
+-- A hold is stored in the held hash as "<micros>|<fallback 0/1>|<worst micros>|<provider>".
+local function fields(v)
+  local parts = {}
+  for part in string.gmatch(v .. '|', '([^|]*)|') do
+    parts[#parts + 1] = part
+  end
+  return parts
+end
+
+-- (Holds written before worst cases were kept have two fields: the worst is the hold.)
 local function parse_hold(v)
-  local sep = string.find(v, '|', 1, true)
-  return tonumber(string.sub(v, 1, sep - 1)), string.sub(v, sep + 1)
+  local parts = fields(v)
+  local micros = tonumber(parts[1])
+  return micros, parts[2], tonumber(parts[3]) or micros, parts[4] or ''
 end
 
--- Drop one hold and its share of the running totals; returns the micros it held.
-local function drop_hold(held, holds, charge_id)
-  local v = redis.call('HGET', held, charge_id)
-  redis.call('ZREM', holds, charge_id)
+local function bump(key, field, amount)
+  if amount >= 0 then
+    redis.call('HINCRBY', key, field, int(amount))
+    return
+  end
+  -- A correction downwards never takes a period below zero.
+  local now = num(redis.call('HGET', key, field))
+  redis.call('HSET', key, field, int(math.max(0, now + amount)))
+end
+
+-- Add `amount` (negative for a correction) to the spend of the day and the month.
+local function add_spend(dk, mk, amount, fallback, provider)
+  for _, spec in ipairs({{dk, ARGV[6]}, {mk, ARGV[7]}}) do
+    local key = spec[1]
+    bump(key, 'spent', amount)
+    if fallback == '1' then
+      bump(key, 'fallback', amount)
+      if provider ~= '' then
+        bump(key, 'fb:' .. provider, amount)
+      end
+    end
+    redis.call('PEXPIRE', key, spec[2])
+  end
+end
+
+-- Drop one hold and its share of the running totals. Returns its micros (0 when there
+-- was none), fallback flag, worst case and provider.
+local function drop_hold(charge_id)
+  local v = redis.call('HGET', HELD, charge_id)
+  redis.call('ZREM', HOLDS, charge_id)
   if not v then
-    return 0
+    return 0, '0', 0, ''
   end
-  local micros, fallback = parse_hold(v)
-  redis.call('HDEL', held, charge_id)
-  redis.call('HINCRBY', held, '=total', int(-micros))
+  local micros, fallback, worst, provider = parse_hold(v)
+  redis.call('HDEL', HELD, charge_id)
+  redis.call('HINCRBY', HELD, '=total', int(-micros))
+  redis.call('HINCRBY', HELD, '=worst', int(-worst))
   if fallback == '1' then
-    redis.call('HINCRBY', held, '=fallback', int(-micros))
+    redis.call('HINCRBY', HELD, '=fallback', int(-micros))
+    redis.call('HINCRBY', HELD, '=fallback_worst', int(-worst))
   end
-  return micros
+  return micros, fallback, worst, provider
 end
 
--- Reclaim holds whose expiry (script time) has passed: a dead worker's
--- reservation stops counting against the budget. ZREM inside the script makes
--- each one reclaimed exactly once. Bounded per call; leftovers wait for the next.
--- The charge record is left as it is (its key is not in KEYS): a record that says
--- "reserved" without a hold behind it (see live_hold) is an expired charge.
-local function reclaim(held, holds, now)
-  local expired = redis.call('ZRANGEBYSCORE', holds, '-inf', int(now), 'LIMIT', 0, 500)
+-- Reclaim holds whose expiry (script time) has passed. The worker that held one died or
+-- lost Redis after reserving, and its call may have reached the provider, who bills it:
+-- the hold is charged at what it reserved, and remembered in the reclaimed hash so that a
+-- settlement or release that arrives later corrects it instead of charging twice. ZREM
+-- inside the script makes each one reclaimed exactly once. Bounded per call; leftovers
+-- keep counting as holds until the next. The charge record (not in KEYS) still says
+-- "reserved": without a live hold behind it (live_hold), that is a reclaimed charge.
+local function reclaim(now, dk, mk)
+  local expired = redis.call('ZRANGEBYSCORE', HOLDS, '-inf', int(now), 'LIMIT', 0, 500)
   for _, charge_id in ipairs(expired) do
-    drop_hold(held, holds, charge_id)
+    local micros, fallback, _, provider = drop_hold(charge_id)
+    add_spend(dk, mk, micros, fallback, provider)
+    for _, key in ipairs({dk, mk}) do
+      redis.call('HINCRBY', key, 'reclaimed', 1)
+      redis.call('HINCRBY', key, 'reclaimed_micros', int(micros))
+    end
+    redis.call('HSET', RECLAIMED, charge_id, int(micros) .. '|' .. fallback .. '|' .. provider)
   end
   if #expired > 0 then
-    redis.call('HINCRBY', held, '=reclaimed', #expired)
+    redis.call('HINCRBY', HELD, '=reclaimed', #expired)
+    redis.call('PEXPIRE', RECLAIMED, ARGV[8])
   end
   return #expired
 end
 
+-- What reclaiming `charge_id` charged (micros, fallback flag, provider), forgotten now
+-- that its caller reports back; 0 when it was not reclaimed.
+local function unreclaim(charge_id)
+  local v = redis.call('HGET', RECLAIMED, charge_id)
+  if not v then
+    return 0, '0', ''
+  end
+  redis.call('HDEL', RECLAIMED, charge_id)
+  local parts = fields(v)
+  return tonumber(parts[1]), parts[2], parts[3] or ''
+end
+
+-- The start of every script: the clock, this period's keys, and expired holds reclaimed.
+local function begin()
+  local now = now_ms()
+  local dk, mk, day, month = period_keys(4, 2, now)
+  return now, dk, mk, day, month, reclaim(now, dk, mk)
+end
+
 -- Whether a charge still has its hold (false once released, settled or reclaimed).
-local function live_hold(held, charge_id)
-  return redis.call('HEXISTS', held, charge_id) == 1
+local function live_hold(charge_id)
+  return redis.call('HEXISTS', HELD, charge_id) == 1
 end
 
 -- Keep the held hash and the expiry set alive until their last hold has
 -- expired, plus a grace; both share one deadline so neither outlives the other.
-local function refresh_hold_ttl(held, holds, now, grace_ms)
-  local last = redis.call('ZRANGE', holds, -1, -1, 'WITHSCORES')
+local function refresh_hold_ttl(now, grace_ms)
+  local last = redis.call('ZRANGE', HOLDS, -1, -1, 'WITHSCORES')
   local until_ms = now
   if #last == 2 then
     until_ms = math.max(now, tonumber(last[2]))
   end
   local ttl = until_ms - now + grace_ms
-  redis.call('PEXPIRE', held, int(ttl))
+  redis.call('PEXPIRE', HELD, int(ttl))
   if #last == 2 then
-    redis.call('PEXPIRE', holds, int(ttl))
+    redis.call('PEXPIRE', HOLDS, int(ttl))
   end
 end
-

@@ -1,17 +1,28 @@
--- release.lua: drop a reservation without charging it (the attempt failed).
+-- release.lua: drop a reservation without charging it (the provider did not bill the call).
 --
--- KEYS[1] held hash   KEYS[2] holds zset   KEYS[3] charge hash
--- ARGV[1] clock (clock.lua)   ARGV[2] charge id
+-- KEYS[1..7] and ARGV[1..8]: every script's (lib.lua)
+-- KEYS[8] charge hash
+-- ARGV[9] charge id
 --
--- Returns {released 0/1, released micros, reclaimed, now_ms}; 0 when the charge was not
--- held (unknown, already released, expired or settled: a settled charge stays charged).
+-- Returns {released 0/1, released micros, reclaimed, refunded micros, now_ms}. Nothing is
+-- released when the charge was not held (unknown, already released or settled: a settled
+-- charge stays charged). A charge whose hold was reclaimed, and so charged at its
+-- reservation, is refunded: the call it was for was not billed.
 
-local charge_id = ARGV[2]
-local now = now_ms()
-local reclaimed = reclaim(KEYS[1], KEYS[2], now)
-if redis.call('HGET', KEYS[3], 'state') ~= 'reserved' or not live_hold(KEYS[1], charge_id) then
-  return {0, 0, reclaimed, now}
+local charge_id = ARGV[9]
+local now, dk, mk, _, _, reclaimed = begin()
+local state = redis.call('HGET', KEYS[8], 'state')
+if state ~= 'reserved' then
+  return {0, 0, reclaimed, 0, now}
 end
-local micros = drop_hold(KEYS[1], KEYS[2], charge_id)
-redis.call('HSET', KEYS[3], 'state', 'released')
-return {1, micros, reclaimed, now}
+if live_hold(charge_id) then
+  local micros = drop_hold(charge_id)
+  redis.call('HSET', KEYS[8], 'state', 'released')
+  return {1, micros, reclaimed, 0, now}
+end
+local refunded, fallback, provider = unreclaim(charge_id)
+if refunded > 0 then
+  add_spend(dk, mk, -refunded, fallback, provider)
+  redis.call('HSET', KEYS[8], 'state', 'released')
+end
+return {0, 0, reclaimed, refunded, now}

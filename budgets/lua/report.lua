@@ -1,19 +1,17 @@
 -- report.lua: one consistent snapshot of a tenant's budget for operators.
 --
--- KEYS[1] limits hash   KEYS[2] held hash   KEYS[3] holds zset   KEYS[4] tenants set
--- KEYS[5..8] day and month candidates (lib.lua)
--- ARGV[1] clock (clock.lua)   ARGV[2] tenant   ARGV[3..6] the candidates' periods
+-- KEYS[1..7] and ARGV[1..8]: every script's (lib.lua)
+-- KEYS[8] limits hash   KEYS[9] tenants set
+-- ARGV[9] tenant
 --
--- Returns {now_ms, day, month, known 0/1, configured limits {daily, monthly, fallback_cap}
---          (false when absent), held total, held fallback, reclaimed so far,
+-- Returns {now_ms, day, month, known 0/1, configured limits {daily, monthly, fallback_cap,
+--          overdraft} (false when absent), held {total, fallback, reclaimed so far, worst},
 --          day hash (flat field/value list), month hash (flat), reclaimed now}
 
-local tenant = ARGV[2]
-local now = now_ms()
-local dk, mk, day, month = period_keys(5, 3, now)
-local reclaimed = reclaim(KEYS[2], KEYS[3], now)
-local known = redis.call('SISMEMBER', KEYS[4], tenant)
-local lim = redis.call('HMGET', KEYS[1], 'daily', 'monthly', 'fallback_cap')
-local held = redis.call('HMGET', KEYS[2], '=total', '=fallback', '=reclaimed')
-return {now, day, month, known, lim, num(held[1]), num(held[2]), num(held[3]),
+local tenant = ARGV[9]
+local now, dk, mk, day, month, reclaimed = begin()
+local known = redis.call('SISMEMBER', KEYS[9], tenant)
+local lim = redis.call('HMGET', KEYS[8], 'daily', 'monthly', 'fallback_cap', 'overdraft')
+local held = redis.call('HMGET', HELD, '=total', '=fallback', '=reclaimed', '=worst')
+return {now, day, month, known, lim, {num(held[1]), num(held[2]), num(held[3]), num(held[4])},
   redis.call('HGETALL', dk), redis.call('HGETALL', mk), reclaimed}

@@ -1,72 +1,91 @@
--- reserve.lua: hold a worst-case amount for one charge, if the budget allows it.
+-- reserve.lua: hold an attempt's expected cost, if the budget allows it and its worst case.
 --
--- KEYS[1] limits hash   KEYS[2] held hash   KEYS[3] holds zset (score: expiry ms)
--- KEYS[4] charge hash   KEYS[5] tenants set   KEYS[6..9] day and month candidates (lib.lua)
--- ARGV[1] clock (clock.lua)   ARGV[2] tenant   ARGV[3] charge id   ARGV[4] micros
--- ARGV[5] fallback "1"/"0"   ARGV[6] provider   ARGV[7] hold ttl ms   ARGV[8] hold grace ms
--- ARGV[9] charge record ttl ms
--- ARGV[10] default daily micros ("" = refuse unknown tenants)   ARGV[11] default monthly
--- ARGV[12] default fallback cap ("" = none)   ARGV[13..16] the candidates' periods
+-- KEYS[1..7] and ARGV[1..8]: every script's (lib.lua)
+-- KEYS[8] limits hash   KEYS[9] charge hash   KEYS[10] tenants set
+-- ARGV[9] tenant   ARGV[10] charge id   ARGV[11] micros (held)   ARGV[12] worst micros
+-- ARGV[13] fallback "1"/"0"   ARGV[14] provider   ARGV[15] hold ttl ms   ARGV[16] hold grace ms
+-- ARGV[17] default daily micros ("" = refuse unknown tenants)   ARGV[18] default monthly
+-- ARGV[19] default fallback cap ("" = none)   ARGV[20] default overdraft micros
 --
 -- Returns {state "reserved"|"settled"|"refused", replayed 0/1, micros, expires_at_ms,
---          fallback "1"/"0", provider, reclaimed, reason, period, remaining micros, now_ms}
+--          fallback "1"/"0", provider, reclaimed, reason, period, free micros,
+--          held micros, now_ms}
+--
+-- Two rules, for the day, the month and (fallback attempts) the fallback cap, where
+-- `left` is the limit minus what is spent:
+--   expected: held + micros <= left           the money the tenant has
+--   worst:    held worst + worst <= left + overdraft
+-- Each charge costs at most its worst case, so spend never passes limit + overdraft;
+-- with overdraft 0 the worst rule alone decides, which is the strict budget. A refusal
+-- says `*_held` when the holds of attempts in flight are what is in the way (they will
+-- settle, usually for less), and `tenant_budget_exhausted` / `fallback_cap_reached` when
+-- the attempt does not fit even with nothing held.
 
-local tenant, charge_id = ARGV[2], ARGV[3]
-local micros, fallback, provider = tonumber(ARGV[4]), ARGV[5], ARGV[6]
-local now = now_ms()
-local dk, mk = period_keys(6, 13, now)
-local reclaimed = reclaim(KEYS[2], KEYS[3], now)
+local tenant, charge_id = ARGV[9], ARGV[10]
+local micros, worst, fallback, provider = tonumber(ARGV[11]), tonumber(ARGV[12]), ARGV[13], ARGV[14]
+local now, dk, mk, _, _, reclaimed = begin()
 
 -- Idempotency: a live hold or a settled charge is returned as it is.
-local rec = redis.call('HMGET', KEYS[4], 'state', 'micros', 'expires_at', 'fallback', 'provider', 'actual')
-if rec[1] == 'reserved' and live_hold(KEYS[2], charge_id) then
-  return {'reserved', 1, num(rec[2]), num(rec[3]), rec[4], rec[5], reclaimed, '', '', 0, now}
+local rec = redis.call('HMGET', KEYS[9], 'state', 'micros', 'expires_at', 'fallback', 'provider', 'actual')
+if rec[1] == 'reserved' and live_hold(charge_id) then
+  return {'reserved', 1, num(rec[2]), num(rec[3]), rec[4], rec[5], reclaimed, '', '', 0, 0, now}
 elseif rec[1] == 'settled' then
-  return {'settled', 1, num(rec[6]), 0, rec[4], rec[5], reclaimed, '', '', 0, now}
+  return {'settled', 1, num(rec[6]), 0, rec[4], rec[5], reclaimed, '', '', 0, 0, now}
 end
 
-local function refuse(reason, period, remaining)
+local function refuse(reason, period, free, held)
   return {'refused', 0, micros, 0, fallback, provider, reclaimed, reason, period,
-    math.max(0, remaining), now}
+    math.max(0, free), held, now}
 end
 
-local lim = redis.call('HMGET', KEYS[1], 'daily', 'monthly', 'fallback_cap')
+local lim = redis.call('HMGET', KEYS[8], 'daily', 'monthly', 'fallback_cap', 'overdraft')
 if not lim[1] then
-  if ARGV[10] == '' then
-    return refuse('unknown_tenant', '', 0)
+  if ARGV[17] == '' then
+    return refuse('unknown_tenant', '', 0, 0)
   end
-  lim = {ARGV[10], ARGV[11], ARGV[12]}
+  lim = {ARGV[17], ARGV[18], ARGV[19], ARGV[20]}
 end
+local overdraft = num(lim[4])
 
-local held = redis.call('HMGET', KEYS[2], '=total', '=fallback')
-local held_total, held_fallback = num(held[1]), num(held[2])
+local held = redis.call('HMGET', HELD, '=total', '=worst', '=fallback', '=fallback_worst')
+local held_total, held_worst = num(held[1]), num(held[2])
 
-local day_left = tonumber(lim[1]) - num(redis.call('HGET', dk, 'spent')) - held_total
-if micros > day_left then
-  return refuse('tenant_budget_exhausted', 'day', day_left)
-end
-local month_left = tonumber(lim[2]) - num(redis.call('HGET', mk, 'spent')) - held_total
-if micros > month_left then
-  return refuse('tenant_budget_exhausted', 'month', month_left)
-end
-if fallback == '1' and lim[3] and lim[3] ~= '' then
-  local cap_left = tonumber(lim[3]) - num(redis.call('HGET', dk, 'fallback')) - held_fallback
-  if micros > cap_left then
-    return refuse('fallback_cap_reached', 'day', cap_left)
+-- The refusal for one limit, or nil when the attempt fits it.
+local function check(left, held_micros, held_worst_micros, exhausted, full, period)
+  if micros > left or worst > left + overdraft then
+    return refuse(exhausted, period, left - held_micros, held_micros)
   end
+  if micros > left - held_micros or worst > left + overdraft - held_worst_micros then
+    return refuse(full, period, left - held_micros, held_micros)
+  end
+  return nil
 end
 
-local expires_at = now + tonumber(ARGV[7])
-redis.call('HSET', KEYS[2], charge_id, int(micros) .. '|' .. fallback)
-redis.call('HINCRBY', KEYS[2], '=total', int(micros))
+local refusal = check(tonumber(lim[1]) - num(redis.call('HGET', dk, 'spent')), held_total,
+    held_worst, 'tenant_budget_exhausted', 'tenant_budget_held', 'day')
+  or check(tonumber(lim[2]) - num(redis.call('HGET', mk, 'spent')), held_total, held_worst,
+    'tenant_budget_exhausted', 'tenant_budget_held', 'month')
+if not refusal and fallback == '1' and lim[3] and lim[3] ~= '' then
+  refusal = check(tonumber(lim[3]) - num(redis.call('HGET', dk, 'fallback')), num(held[3]),
+    num(held[4]), 'fallback_cap_reached', 'fallback_cap_held', 'day')
+end
+if refusal then
+  return refusal
+end
+
+local expires_at = now + tonumber(ARGV[15])
+redis.call('HSET', HELD, charge_id, int(micros) .. '|' .. fallback .. '|' .. int(worst) .. '|' .. provider)
+redis.call('HINCRBY', HELD, '=total', int(micros))
+redis.call('HINCRBY', HELD, '=worst', int(worst))
 if fallback == '1' then
-  redis.call('HINCRBY', KEYS[2], '=fallback', int(micros))
+  redis.call('HINCRBY', HELD, '=fallback', int(micros))
+  redis.call('HINCRBY', HELD, '=fallback_worst', int(worst))
 end
-redis.call('ZADD', KEYS[3], int(expires_at), charge_id)
-refresh_hold_ttl(KEYS[2], KEYS[3], now, tonumber(ARGV[8]))
+redis.call('ZADD', HOLDS, int(expires_at), charge_id)
+refresh_hold_ttl(now, tonumber(ARGV[16]))
 
-redis.call('HSET', KEYS[4], 'state', 'reserved', 'micros', int(micros),
+redis.call('HSET', KEYS[9], 'state', 'reserved', 'micros', int(micros),
   'expires_at', int(expires_at), 'fallback', fallback, 'provider', provider)
-redis.call('PEXPIRE', KEYS[4], ARGV[9])
-redis.call('SADD', KEYS[5], tenant)
-return {'reserved', 0, micros, expires_at, fallback, provider, reclaimed, '', '', 0, now}
+redis.call('PEXPIRE', KEYS[9], ARGV[8])
+redis.call('SADD', KEYS[10], tenant)
+return {'reserved', 0, micros, expires_at, fallback, provider, reclaimed, '', '', 0, 0, now}

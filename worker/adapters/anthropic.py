@@ -116,13 +116,18 @@ def _messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
 
 
 def _usage(raw: dict[str, Any], before: Usage) -> Usage:
-    # Cache reads and writes are input too; with no cache_control they are 0.
-    cached = as_int(raw.get("cache_creation_input_tokens")) + as_int(
-        raw.get("cache_read_input_tokens")
-    )
+    """`raw` merged over `before`: message_delta repeats message_start's counts
+    cumulatively or leaves them out, so a count absent (or 0) keeps the one before."""
+    # Anthropic's input_tokens already leaves out cache writes and reads (the tokens after
+    # the last cache breakpoint), and output_tokens already includes thinking.
+    details = as_object(raw.get("output_tokens_details") or {})
     return Usage(
-        input_tokens=as_int(raw.get("input_tokens")) + cached or before.input_tokens,
+        input_tokens=as_int(raw.get("input_tokens")) or before.input_tokens,
+        cache_write_tokens=as_int(raw.get("cache_creation_input_tokens"))
+        or before.cache_write_tokens,
+        cache_read_tokens=as_int(raw.get("cache_read_input_tokens")) or before.cache_read_tokens,
         output_tokens=as_int(raw.get("output_tokens")) or before.output_tokens,
+        reasoning_tokens=as_int(details.get("thinking_tokens")) or before.reasoning_tokens,
     )
 
 

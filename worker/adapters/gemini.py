@@ -93,6 +93,20 @@ def _contents(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
     return out
 
 
+def _usage(meta: dict[str, Any]) -> Usage:
+    # promptTokenCount includes the cached content; thoughtsTokenCount is not in
+    # candidatesTokenCount but is billed as output. A cache is written by its own call
+    # (cachedContents.create, billed apart), never by a generation.
+    read = as_int(meta.get("cachedContentTokenCount"))
+    thoughts = as_int(meta.get("thoughtsTokenCount"))
+    return Usage(
+        input_tokens=max(0, as_int(meta.get("promptTokenCount")) - read),
+        cache_read_tokens=read,
+        output_tokens=as_int(meta.get("candidatesTokenCount")) + thoughts,
+        reasoning_tokens=thoughts,
+    )
+
+
 class _ChunkDecoder:
     """Each `data:` is a whole GenerateContentResponse; the last one carries finishReason."""
 
@@ -111,13 +125,7 @@ class _ChunkDecoder:
         if chunk.get("error") is not None:
             raise classify_stream_error("gemini", chunk)
         if chunk.get("usageMetadata") is not None:
-            meta = as_object(chunk["usageMetadata"])
-            self._usage = Usage(
-                input_tokens=as_int(meta.get("promptTokenCount")),
-                # Thinking tokens are billed as output.
-                output_tokens=as_int(meta.get("candidatesTokenCount"))
-                + as_int(meta.get("thoughtsTokenCount")),
-            )
+            self._usage = _usage(as_object(chunk["usageMetadata"]))
         candidates = chunk.get("candidates") or ()
         if not candidates:
             feedback = as_object(chunk.get("promptFeedback") or {})

@@ -118,9 +118,18 @@ def _usage(raw: Any) -> Usage:
     if raw is None:
         return Usage()
     usage = as_object(raw)
+    prompt = as_object(usage.get("prompt_tokens_details") or {})
+    completion = as_object(usage.get("completion_tokens_details") or {})
+    read = as_int(prompt.get("cached_tokens"))
+    # Only some OpenAI-compatible servers report cache writes, inside prompt_tokens too.
+    written = as_int(prompt.get("cache_write_tokens"))
     return Usage(
-        input_tokens=as_int(usage.get("prompt_tokens")),
+        # prompt_tokens counts the cached tokens; completion_tokens counts the reasoning.
+        input_tokens=max(0, as_int(usage.get("prompt_tokens")) - read - written),
+        cache_write_tokens=written,
+        cache_read_tokens=read,
         output_tokens=as_int(usage.get("completion_tokens")),
+        reasoning_tokens=as_int(completion.get("reasoning_tokens")),
     )
 
 

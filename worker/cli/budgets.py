@@ -37,8 +37,7 @@ def _where(config: str | None) -> tuple[RedisSettings, budgets.Limits | None]:
     if config is None:
         return redis_settings(None), None
     settings = load_settings(config, require_secrets=False)
-    limits = settings.budgets.default_limits_micros()
-    return settings.redis, budgets.Limits(*limits) if limits else None
+    return settings.redis, settings.budgets.default_limits()
 
 
 def _report_json(report: budgets.BudgetReport) -> dict[str, Any]:
@@ -67,9 +66,9 @@ async def _list(args: argparse.Namespace) -> int:
         print("No tenants have budgets or spend yet.")
         return 0
     table = Table(title="Budgets", title_justify="left")
-    for name in ("tenant", "limits", "daily", "spent today", "left today"):
+    for name in ("tenant", "limits", "daily", "spent today", "held", "free today"):
         table.add_column(name, no_wrap=name == "tenant")
-    for name in ("monthly", "spent this month", "left this month", "fallback cap"):
+    for name in ("monthly", "spent this month", "free this month", "fallback cap"):
         table.add_column(name)
     for r in shown:
         cap = r.limits.fallback_cap_micros
@@ -78,6 +77,7 @@ async def _list(args: argparse.Namespace) -> int:
             r.limits_source,
             usd(r.day.limit_micros),
             usd(r.day.spent_micros),
+            usd(r.reserved_micros),
             usd(r.day.remaining_micros),
             usd(r.month.limit_micros),
             usd(r.month.spent_micros),
@@ -94,7 +94,7 @@ def _print_report(r: budgets.BudgetReport) -> None:
         title=f"Budget of {r.tenant} (limits {r.limits_source}) at {utc(r.now_ms)}",
         title_justify="left",
     )
-    for name in ("period", "limit", "spent", "reserved", "remaining", "fallback spent"):
+    for name in ("period", "limit", "spent", "held", "free", "fallback spent", "reclaimed"):
         periods.add_column(name, no_wrap=True)
     for label, p in (("day", r.day), ("month", r.month)):
         periods.add_row(
@@ -104,8 +104,19 @@ def _print_report(r: budgets.BudgetReport) -> None:
             usd(p.reserved_micros),
             usd(p.remaining_micros),
             usd(p.fallback_spent_micros),
+            f"{usd(p.reclaimed_micros)} ({p.reclaimed_charges})",
         )
     out.print(periods)
+    # Holds are expected costs; what they may cost at worst is bounded by the overdraft.
+    out.print(
+        f"Held in flight: {usd(r.reserved_micros)} expected, {usd(r.reserved_worst_micros)} "
+        f"at worst; overdraft {usd(r.limits.overdraft_micros)}"
+    )
+    if r.day.reclaimed_charges or r.month.reclaimed_charges:
+        out.print(
+            "Reclaimed: holds whose workers never reported back, charged at their "
+            "reservation (their calls may have been billed)"
+        )
     cap = r.limits.fallback_cap_micros
     if cap is None:
         out.print("Fallback cap: none")
@@ -154,17 +165,18 @@ async def _set(args: argparse.Namespace) -> int:
     daily = _dollars("--daily", args.daily)
     monthly = _dollars("--monthly", args.monthly)
     cap = None if args.fallback_cap is None else _dollars("--fallback-cap", args.fallback_cap)
+    overdraft = _dollars("--overdraft", args.overdraft)
     where = redis_settings(args.config)
     async with operator_redis(where) as client:
         ledger = budgets.Ledger(client, namespace=where.namespace)
-        limits = await ledger.set_limits(tenant, daily, monthly, cap)
+        limits = await ledger.set_limits(tenant, daily, monthly, cap, overdraft)
     if args.json:
         emit_json({"tenant": tenant, **asdict(limits)})
     else:
         shown = "none" if cap is None else usd(cap)
         print(
             f"{tenant}: daily {usd(limits.daily_micros)}, monthly {usd(limits.monthly_micros)}, "
-            f"fallback cap {shown} per day"
+            f"fallback cap {shown} per day, overdraft {usd(overdraft)}"
         )
     return 0
 
@@ -211,6 +223,12 @@ def register(commands: Commands) -> None:
     put.add_argument("--monthly", required=True, metavar="DOLLARS", help="per UTC month")
     put.add_argument(
         "--fallback-cap", metavar="DOLLARS", help="fallback spend per UTC day (omitted: no cap)"
+    )
+    put.add_argument(
+        "--overdraft",
+        default="0",
+        metavar="DOLLARS",
+        help="how far worst cases may run past a limit (default 0: never)",
     )
     add_redis_options(put)
     put.set_defaults(func=operator_command(_set))

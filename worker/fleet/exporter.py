@@ -27,8 +27,11 @@ from worker.guard.stores import breaker_store, budget_ledger
 from worker.observability.metrics import (
     BREAKER_STATE,
     KILL_SWITCH,
+    TENANT_BUDGET_HELD_MICROS,
     TENANT_BUDGET_REMAINING_MICROS,
     TENANT_BUDGET_USED_RATIO,
+    TENANT_RECLAIMED_CHARGES,
+    TENANT_RECLAIMED_MICROS,
     TENANT_SPEND_MICROS,
 )
 from worker.settings import Settings
@@ -122,15 +125,33 @@ def _budget_families(reports: list[budgets.BudgetReport]) -> Iterator[Metric]:
         "Share of the period's budget spent or held (0 to 1+); absent for a zero budget",
         labels=labels,
     )
+    held = GaugeMetricFamily(
+        TENANT_BUDGET_HELD_MICROS,
+        "Expected cost of the tenant's attempts in flight, micro-dollars",
+        labels=["tenant"],
+    )
+    reclaimed = GaugeMetricFamily(
+        TENANT_RECLAIMED_CHARGES,
+        "Holds of attempts that never reported back, charged this UTC day or month",
+        labels=labels,
+    )
+    reclaimed_micros = GaugeMetricFamily(
+        TENANT_RECLAIMED_MICROS,
+        "What those reclaimed holds were charged, micro-dollars (part of the spend)",
+        labels=labels,
+    )
     for report in reports:
+        held.add_metric([report.tenant], report.reserved_micros)
         for period, numbers in (("day", report.day), ("month", report.month)):
             key = [report.tenant, period]
             spend.add_metric(key, numbers.spent_micros)
             remaining.add_metric(key, numbers.remaining_micros)
+            reclaimed.add_metric(key, numbers.reclaimed_charges)
+            reclaimed_micros.add_metric(key, numbers.reclaimed_micros)
             if numbers.limit_micros > 0:
                 taken = numbers.spent_micros + numbers.reserved_micros
                 used.add_metric(key, taken / numbers.limit_micros)
-    yield from (spend, remaining, used)
+    yield from (spend, remaining, used, held, reclaimed, reclaimed_micros)
 
 
 @contextmanager

@@ -52,13 +52,19 @@ class Target:
 
 @dataclass(frozen=True, slots=True)
 class Charge:
-    """The worst-case cost of one attempt, reserved before it and settled after it."""
+    """One attempt's reservation: its expected cost (`micros`) is held, its worst case
+    (`worst_micros`, by default the same) must fit the tenant's overdraft."""
 
     charge_id: str
     tenant: str
     provider: str
     micros: int
     fallback: bool
+    worst_micros: int | None = None
+
+    @property
+    def worst(self) -> int:
+        return self.micros if self.worst_micros is None else self.worst_micros
 
 
 class Availability(StrEnum):
@@ -107,6 +113,10 @@ class Guard(Protocol):
         """
         ...
 
+    def output_tokens(self, model: str, max_tokens: int) -> int:
+        """How many output tokens an attempt of `model` reserves (at most `max_tokens`)."""
+        ...
+
     async def acquire_probe(self, target: Target, holder: str) -> bool:
         """Take the fleet's half-open probe slot for `target`."""
         ...
@@ -120,8 +130,10 @@ class Guard(Protocol):
         cost_micros: int | None,
         holder: str | None = None,
         retry_after_s: float | None = None,
+        output_tokens: int | None = None,
     ) -> None:
-        """Settle `charge` to `cost_micros` (release it when None) and record the signal."""
+        """Settle `charge` to `cost_micros` (release it when None) and record the signal,
+        and the answer's `output_tokens` as evidence for sizing reservations."""
         ...
 
     async def hold(self, turn_id: str, payload: str) -> None:
@@ -142,6 +154,9 @@ class OpenGuard:
     async def reserve(self, charge: Charge, *, replacing: Charge | None = None) -> str | None:
         return None
 
+    def output_tokens(self, model: str, max_tokens: int) -> int:
+        return max_tokens
+
     async def acquire_probe(self, target: Target, holder: str) -> bool:
         return True
 
@@ -154,6 +169,7 @@ class OpenGuard:
         cost_micros: int | None,
         holder: str | None = None,
         retry_after_s: float | None = None,
+        output_tokens: int | None = None,
     ) -> None:
         return None
 

@@ -27,7 +27,14 @@ from worker.errors import STORE_DOWN, STORE_REFUSED, StoreForbidden
 from worker.guard.autopipeline import AutoPipeline
 from worker.guard.backlog import Backlog
 from worker.guard.protocol import Admission, Availability, Charge, FleetView, Signal, Target
-from worker.guard.stores import breaker_store, budget_ledger, model_scope, vendor_scope
+from worker.guard.sizing import OutputSizer
+from worker.guard.stores import (
+    breaker_store,
+    budget_ledger,
+    model_scope,
+    output_evidence,
+    vendor_scope,
+)
 from worker.settings import Settings
 
 __all__ = ["BUDGET_UNREACHABLE", "RedisGuard", "open_guard"]
@@ -83,11 +90,13 @@ class RedisGuard:
         pipes: AutoPipeline | None = None,
         backlog: Backlog | None = None,
         offline_allowance_micros: int = 0,
+        sizer: OutputSizer | None = None,
     ) -> None:
         """`pipes` carries the per-turn round trips (by default, on `redis`); `backlog`
         keeps the spend Redis missed until it lands; while the fleet view is lost, a
         tenant may spend `offline_allowance_micros` in this process before its turns
-        degrade."""
+        degrade; `sizer` sizes reservations by the fleet's evidence (by default, every
+        attempt reserves its `max_tokens`)."""
         self.redis = redis
         self.circuits = circuits
         self.ledger = ledger
@@ -97,6 +106,7 @@ class RedisGuard:
         self.pipes = pipes or AutoPipeline(redis)
         self.backlog = backlog or Backlog()
         self.offline_allowance_micros = offline_allowance_micros
+        self.sizer = sizer
         self._budgets_lost = False
         self._scripts_loaded = False
         self._scripts_loading = asyncio.Lock()
@@ -178,6 +188,9 @@ class RedisGuard:
             lost=lambda: self._offline(charge),
         )
 
+    def output_tokens(self, model: str, max_tokens: int) -> int:
+        return max_tokens if self.sizer is None else self.sizer.tokens(model, max_tokens)
+
     @_fail_closed
     async def acquire_probe(self, target: Target, holder: str) -> bool:
         scopes = (model_scope(target), vendor_scope(target))
@@ -199,6 +212,7 @@ class RedisGuard:
         cost_micros: int | None,
         holder: str | None = None,
         retry_after_s: float | None = None,
+        output_tokens: int | None = None,
     ) -> None:
         entries: list[breakers.Entry] = []
         if signal is not None or holder is not None:
@@ -219,6 +233,9 @@ class RedisGuard:
         slot = self.pipes.open()
         pipe = slot.pipe
         parse_record = self.circuits.record_on(pipe, entries) if entries else None
+        if output_tokens is not None and self.sizer is not None:
+            # Its replies sit between the record's and the settlement's: nobody reads them.
+            self.sizer.evidence.record_on(pipe, target.model, output_tokens)
         settle = self._settle_on(pipe, charge, cost_micros)
         replies = await slot.send()
         if parse_record is not None:
@@ -234,6 +251,8 @@ class RedisGuard:
         """Settle what the backlog holds if Redis answers, then close the guard's Redis
         clients (both, when `open_guard` made them)."""
         self.circuits.close()
+        if self.sizer is not None:
+            await self.sizer.aclose()
         await self.backlog.aclose()
         if self.pipes.redis is not self.redis:
             await self.pipes.redis.aclose()
@@ -270,6 +289,7 @@ class RedisGuard:
             micros=charge.micros,
             fallback=charge.fallback,
             ttl_s=self.hold_ttl_s,
+            worst_micros=charge.worst,
         )
 
     async def _reserve(self, charge: Charge) -> object:
@@ -280,6 +300,7 @@ class RedisGuard:
             micros=charge.micros,
             fallback=charge.fallback,
             ttl_s=self.hold_ttl_s,
+            worst_micros=charge.worst,
         )
 
     async def _reserve_alone(self, charge: Charge | None) -> str | None:
@@ -386,6 +407,13 @@ def open_guard(settings: Settings, redis: Redis | None = None) -> RedisGuard:
         timed = store.connect(timed_by_caller=True)
         pipes = AutoPipeline(timed, timeout_s=store.timeout_s)
     fleet = breaker_store(settings, redis)
+    plan = settings.budgets
+    sizer = OutputSizer(
+        output_evidence(settings, redis),
+        percentile=plan.reserve_percentile,
+        min_samples=plan.evidence_min_samples,
+        refresh_s=plan.evidence_refresh_s,
+    )
     return RedisGuard(
         redis,
         breakers.ResilientBreakers(
@@ -394,10 +422,11 @@ def open_guard(settings: Settings, redis: Redis | None = None) -> RedisGuard:
         budget_ledger(settings, redis),
         breakers.HeldTurns(redis, namespace=store.namespace),
         budgets.Handoffs(redis, namespace=store.namespace),
-        hold_ttl_s=settings.budgets.hold_ttl_s,
+        hold_ttl_s=plan.hold_ttl_s,
         pipes=pipes,
         backlog=Backlog(retry_every_s=store.rejoin_check_s),
-        offline_allowance_micros=settings.budgets.offline_allowance_micros(),
+        offline_allowance_micros=plan.offline_allowance_micros(),
+        sizer=sizer,
     )
 
 

@@ -14,7 +14,14 @@ import budgets
 from worker.guard.protocol import Target
 from worker.settings import Settings
 
-__all__ = ["breaker_store", "budget_ledger", "configured_scopes", "model_scope", "vendor_scope"]
+__all__ = [
+    "breaker_store",
+    "budget_ledger",
+    "configured_scopes",
+    "model_scope",
+    "output_evidence",
+    "vendor_scope",
+]
 
 
 def model_scope(target: Target) -> str:
@@ -55,9 +62,15 @@ def breaker_store(
 
 def budget_ledger(settings: Settings, redis: Redis) -> budgets.Ledger:
     """The tenants' budgets, with the configured default limits."""
-    limits = settings.budgets.default_limits_micros()
     return budgets.Ledger(
         redis,
         namespace=settings.redis.namespace,
-        default_limits=budgets.Limits(*limits) if limits else None,
+        default_limits=settings.budgets.default_limits(),
+    )
+
+
+def output_evidence(settings: Settings, redis: Redis) -> budgets.OutputEvidence:
+    """The output tokens the fleet has seen per model, as reservations are sized by."""
+    return budgets.OutputEvidence(
+        redis, namespace=settings.redis.namespace, samples=settings.budgets.evidence_samples
     )

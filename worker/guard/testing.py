@@ -22,7 +22,8 @@ class ScriptedGuard:
 
     `availability` is keyed by provider model id (a target absent from it is
     available); `refuse` maps a provider name to the refusal reason every
-    reservation on it gets; `kill_switch` is the reason the switch is on, if it is.
+    reservation on it gets; `kill_switch` is the reason the switch is on, if it is;
+    `output_tokens` is what a model's attempts reserve (default: their `max_tokens`).
     """
 
     def __init__(
@@ -32,11 +33,13 @@ class ScriptedGuard:
         kill_switch: str | None = None,
         probe_granted: bool = True,
         refuse: Mapping[str, str] | None = None,
+        output_tokens: Mapping[str, int] | None = None,
     ) -> None:
         self.availability = dict(availability or {})
         self.kill_switch = kill_switch
         self.probe_granted = probe_granted
         self.refuse = dict(refuse or {})
+        self.sizes = dict(output_tokens or {})
         self.reserved: list[Charge] = []
         """Every charge reserved, the first attempt's included, in order."""
         self.concluded: list[tuple[Target, Charge, Signal | None, int | None]] = []
@@ -71,6 +74,9 @@ class ScriptedGuard:
         self.reserved.append(charge)
         return self.refuse.get(charge.provider)
 
+    def output_tokens(self, model: str, max_tokens: int) -> int:
+        return min(max_tokens, self.sizes.get(model, max_tokens))
+
     async def acquire_probe(self, target: Target, holder: str) -> bool:
         self.probes.append(holder)
         return self.probe_granted
@@ -84,6 +90,7 @@ class ScriptedGuard:
         cost_micros: int | None,
         holder: str | None = None,
         retry_after_s: float | None = None,
+        output_tokens: int | None = None,
     ) -> None:
         self.concluded.append((target, charge, signal, cost_micros))
 

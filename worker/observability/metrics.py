@@ -25,8 +25,11 @@ __all__ = [
     "METRIC_NAMES",
     "SERIES_NAMES",
     "STORE_RESETS_TOTAL",
+    "TENANT_BUDGET_HELD_MICROS",
     "TENANT_BUDGET_REMAINING_MICROS",
     "TENANT_BUDGET_USED_RATIO",
+    "TENANT_RECLAIMED_CHARGES",
+    "TENANT_RECLAIMED_MICROS",
     "TENANT_SPEND_MICROS",
     "TURNS_TOTAL",
     "TURN_DURATION_SECONDS",
@@ -42,6 +45,9 @@ BREAKER_STATE = "relevo_breaker_state"
 TENANT_SPEND_MICROS = "relevo_tenant_spend_micros"
 TENANT_BUDGET_REMAINING_MICROS = "relevo_tenant_budget_remaining_micros"
 TENANT_BUDGET_USED_RATIO = "relevo_tenant_budget_used_ratio"
+TENANT_BUDGET_HELD_MICROS = "relevo_tenant_budget_held_micros"
+TENANT_RECLAIMED_CHARGES = "relevo_tenant_reclaimed_charges"
+TENANT_RECLAIMED_MICROS = "relevo_tenant_reclaimed_micros"
 FALLBACK_RATE = "relevo_fallback_rate"
 KILL_SWITCH = "relevo_kill_switch"
 STORE_RESETS_TOTAL = "relevo_store_resets_total"
@@ -56,6 +62,9 @@ METRIC_NAMES: dict[str, tuple[str, ...]] = {
     TENANT_SPEND_MICROS: ("tenant", "period"),
     TENANT_BUDGET_REMAINING_MICROS: ("tenant", "period"),
     TENANT_BUDGET_USED_RATIO: ("tenant", "period"),
+    TENANT_BUDGET_HELD_MICROS: ("tenant",),
+    TENANT_RECLAIMED_CHARGES: ("tenant", "period"),
+    TENANT_RECLAIMED_MICROS: ("tenant", "period"),
     # `pid` too under several processes: one series per live process.
     FALLBACK_RATE: (),
     KILL_SWITCH: (),

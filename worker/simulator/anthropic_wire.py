@@ -77,7 +77,7 @@ class AnthropicDialect:
             **self._message(reply),
             "content": content,
             "stop_reason": _stop_reason(reply),
-            "usage": _usage(reply.input_tokens, reply.output_tokens),
+            "usage": _usage(reply, reply.output_tokens),
         }
 
     def preamble(self, reply: CannedReply) -> list[bytes]:
@@ -86,7 +86,7 @@ class AnthropicDialect:
             **self._message(reply),
             "content": [],
             "stop_reason": None,
-            "usage": _usage(reply.input_tokens, 1),
+            "usage": _usage(reply, 1),
         }
         out = [_event("message_start", {"message": start})]
         if _has_text_block(reply):
@@ -119,7 +119,11 @@ class AnthropicDialect:
         return out
 
     def ending(self, reply: CannedReply) -> list[bytes]:
-        """content_block_stop, message_delta (stop_reason, output_tokens), message_stop."""
+        """content_block_stop, message_delta (stop_reason, output_tokens), message_stop.
+
+        The delta's output_tokens is the cumulative count, thinking included; the input
+        and cache counts stay in message_start (the API may repeat them here, or not).
+        """
         last = 1 if reply.tool is not None and _has_text_block(reply) else 0
         delta = {"stop_reason": _stop_reason(reply), "stop_sequence": None}
         usage = {"output_tokens": reply.output_tokens}
@@ -166,10 +170,11 @@ def _stop_reason(reply: CannedReply) -> str:
     return "max_tokens" if reply.truncated else "end_turn"
 
 
-def _usage(input_tokens: int, output_tokens: int) -> dict[str, int]:
+def _usage(reply: CannedReply, output_tokens: int) -> dict[str, int]:
+    # input_tokens leaves out the cache's tokens; output_tokens includes any thinking.
     return {
-        "input_tokens": input_tokens,
-        "cache_creation_input_tokens": 0,
-        "cache_read_input_tokens": 0,
+        "input_tokens": reply.input_tokens,
+        "cache_creation_input_tokens": reply.cache_write_tokens,
+        "cache_read_input_tokens": reply.cache_read_tokens,
         "output_tokens": output_tokens,
     }

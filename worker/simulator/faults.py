@@ -81,6 +81,14 @@ class Fault:
     """Send the text as well as the tool call (text first)."""
     token_interval_s: float = 0.0
     """Pause between streamed content pieces."""
+    cache_write_tokens: int = 0
+    """Prompt tokens the reply reports written to the prompt cache, beside the request's
+    own estimate. Gemini has no such count: there they are reported as plain prompt tokens."""
+    cache_read_tokens: int = 0
+    """Prompt tokens the reply reports read from the prompt cache, beside the estimate."""
+    reasoning_tokens: int = 0
+    """Hidden reasoning tokens the reply reports as output; never sent as content, so
+    `stall_after_tokens` and `error_after_tokens` do not count them."""
 
     def __post_init__(self) -> None:
         if self.status is not None and not 400 <= self.status <= 599:
@@ -98,7 +106,15 @@ class Fault:
         )
         if any(s < 0 for s in seconds):
             raise ValueError("durations must not be negative")
-        for name in ("stall_after_tokens", "error_after_tokens", "tokens"):
+        counts = (
+            "stall_after_tokens",
+            "error_after_tokens",
+            "tokens",
+            "cache_write_tokens",
+            "cache_read_tokens",
+            "reasoning_tokens",
+        )
+        for name in counts:
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ValueError(f"{name} must not be negative")

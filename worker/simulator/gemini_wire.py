@@ -114,20 +114,32 @@ class GeminiDialect:
         self, reply: CannedReply, parts: list[dict[str, Any]], *, finish: bool = False
     ) -> dict[str, Any]:
         candidate: dict[str, Any] = {"content": {"parts": parts, "role": "model"}, "index": 0}
-        usage = {"promptTokenCount": reply.input_tokens, "totalTokenCount": reply.input_tokens}
         if finish:
             candidate["finishReason"] = "MAX_TOKENS" if reply.truncated else "STOP"
-            usage = {
-                "promptTokenCount": reply.input_tokens,
-                "candidatesTokenCount": reply.output_tokens,
-                "totalTokenCount": reply.total_tokens,
-            }
         return {
             "candidates": [candidate],
-            "usageMetadata": usage,
+            "usageMetadata": _usage(reply, finish=finish),
             "modelVersion": reply.model,
             "responseId": f"sim{reply.seq:08d}",
         }
+
+
+def _usage(reply: CannedReply, *, finish: bool) -> dict[str, int]:
+    """usageMetadata: the candidates' count on the last chunk only; thinking comes first."""
+    # promptTokenCount includes the cached content, and a generation writes no cache (the
+    # reply's cache writes are plain prompt tokens here); thoughts are beside the candidates.
+    thoughts = reply.reasoning_tokens
+    usage = {"promptTokenCount": reply.prompt_tokens}
+    total = reply.prompt_tokens + thoughts
+    if finish:
+        usage["candidatesTokenCount"] = reply.content_tokens
+        total += reply.content_tokens
+    usage["totalTokenCount"] = total
+    if reply.cache_read_tokens:
+        usage["cachedContentTokenCount"] = reply.cache_read_tokens
+    if thoughts:
+        usage["thoughtsTokenCount"] = thoughts
+    return usage
 
 
 def _function_call(reply: CannedReply) -> dict[str, Any]:

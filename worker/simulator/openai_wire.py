@@ -163,12 +163,27 @@ def _finish_reason(reply: CannedReply) -> str:
     return "length" if reply.truncated else "stop"
 
 
-def _usage(reply: CannedReply) -> dict[str, int]:
-    return {
-        "prompt_tokens": reply.input_tokens,
+def _usage(reply: CannedReply) -> dict[str, Any]:
+    # prompt_tokens includes the cached tokens, completion_tokens the reasoning ones.
+    usage: dict[str, Any] = {
+        "prompt_tokens": reply.prompt_tokens,
         "completion_tokens": reply.output_tokens,
         "total_tokens": reply.total_tokens,
     }
+    # The details only when they say something, so plain replies keep their short shape.
+    if reply.cache_read_tokens or reply.cache_write_tokens:
+        prompt = {"cached_tokens": reply.cache_read_tokens, "audio_tokens": 0}
+        if reply.cache_write_tokens:
+            prompt["cache_write_tokens"] = reply.cache_write_tokens
+        usage["prompt_tokens_details"] = prompt
+    if reply.reasoning_tokens:
+        usage["completion_tokens_details"] = {
+            "reasoning_tokens": reply.reasoning_tokens,
+            "audio_tokens": 0,
+            "accepted_prediction_tokens": 0,
+            "rejected_prediction_tokens": 0,
+        }
+    return usage
 
 
 def _tool_name(tool: Any) -> str:

@@ -73,8 +73,12 @@ class CannedReply:
     tokens: tuple[str, ...]
     tool: ToolReply | None
     input_tokens: int
+    """The prompt's tokens not in the cache (the request's estimate)."""
     truncated: bool
     include_usage: bool
+    cache_write_tokens: int = 0
+    cache_read_tokens: int = 0
+    reasoning_tokens: int = 0
 
     @property
     def text(self) -> str:
@@ -82,17 +86,27 @@ class CannedReply:
         return "".join(self.tokens)
 
     @property
-    def output_tokens(self) -> int:
-        """Text tokens plus a rough count for the tool call."""
+    def content_tokens(self) -> int:
+        """Text tokens plus a rough count for the tool call: the output that is sent."""
         tool = (
             0 if self.tool is None else estimate_tokens(self.tool.name + self.tool.arguments_json)
         )
         return len(self.tokens) + tool
 
     @property
+    def output_tokens(self) -> int:
+        """Every output token: the content and the hidden reasoning."""
+        return self.content_tokens + self.reasoning_tokens
+
+    @property
+    def prompt_tokens(self) -> int:
+        """The whole prompt: uncached, written to the cache and read from it."""
+        return self.input_tokens + self.cache_write_tokens + self.cache_read_tokens
+
+    @property
     def total_tokens(self) -> int:
-        """Input plus output tokens."""
-        return self.input_tokens + self.output_tokens
+        """Prompt plus output tokens."""
+        return self.prompt_tokens + self.output_tokens
 
 
 class Dialect(Protocol):
@@ -172,6 +186,9 @@ def build_reply(seq: int, model: str, fault: Fault, request: Inspection) -> Cann
         input_tokens=request.input_tokens,
         truncated=truncated,
         include_usage=request.include_usage,
+        cache_write_tokens=fault.cache_write_tokens,
+        cache_read_tokens=fault.cache_read_tokens,
+        reasoning_tokens=fault.reasoning_tokens,
     )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import secrets
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 import httpx
 import structlog
 
-from budgets import cost_micros
+import budgets
 from worker.adapters import Adapter, ProviderCall, build_adapter
 from worker.adapters.base import Completion, TextDelta
 from worker.errors import (
@@ -32,7 +33,9 @@ from worker.errors import (
 from worker.guard.protocol import Availability, Charge, Guard, OpenGuard, Signal, Target
 from worker.settings import ModelSettings, Settings
 from worker.turn.capability import Fit, Unfit, fit_turn
+from worker.turn.degrade import cheaper_answer, uses_cheaper_model
 from worker.turn.policy import Decision, rule_for
+from worker.turn.pricing import cost_of, reservation_micros
 from worker.turn.report import TurnReport
 from worker.turn.retry import retry_delay_s
 from worker.types import TurnRequest, TurnResult
@@ -42,6 +45,12 @@ __all__ = ["Chain"]
 log = structlog.get_logger("relevo.chain")
 OnText = Callable[[str], None]
 KILL_SWITCH = "kill_switch"
+# Refusals that pass once attempts in flight settle; asked again with a growing pause.
+_HELD = frozenset(
+    {budgets.RefusalReason.TENANT_BUDGET_HELD, budgets.RefusalReason.FALLBACK_CAP_HELD}
+)
+_HELD_FIRST_WAIT_S = 0.05
+_HELD_MAX_WAIT_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +105,7 @@ class _Turn:
         self.on_text = on_text
         self.report = TurnReport(request, primary_model=self.settings.chain.models[0])
         self.calls = 0
+        self.run_id = secrets.token_hex(4)
         # The first attempt's reservation, made by `admit` before the fleet view was
         # known; `unused` once that attempt is skipped, given back with the next
         # reservation (one round trip) or when the turn ends.
@@ -106,15 +116,25 @@ class _Turn:
         self.deadline = asyncio.get_running_loop().time() + budget_s
 
     def _charge(self, target: Target, fit: Fit, fallback: bool) -> Charge:
+        """The attempt's reservation: its expected cost by the fleet's evidence, and its
+        worst case (every `max_tokens`)."""
         model = self.settings.models[target.model]
-        micros = cost_micros(
-            fit.input_tokens,
-            self.request.max_tokens,
-            model.input_micros_per_mtok,
-            model.output_micros_per_mtok,
+        max_tokens = self.request.max_tokens
+        expected_tokens = self.guard.output_tokens(target.model, max_tokens)
+
+        def cost(output_tokens: int) -> int:
+            margin = self.settings.budgets.input_margin_pct
+            return reservation_micros(
+                fit.input_tokens, output_tokens, model, input_margin_pct=margin
+            )
+
+        # One id per provider call: a turn run again after its worker died makes new calls,
+        # which the provider bills again.
+        charge_id = f"{self.request.turn_id}:{self.run_id}:{self.calls}"
+        tenant = self.request.tenant_id
+        return Charge(
+            charge_id, tenant, target.provider, cost(expected_tokens), fallback, cost(max_tokens)
         )
-        charge_id = f"{self.request.turn_id}:{self.calls}"
-        return Charge(charge_id, self.request.tenant_id, target.provider, micros, fallback)
 
     async def run(self) -> TurnResult:
         try:
@@ -141,9 +161,13 @@ class _Turn:
         if view.kill_switch is not None:
             return await self._reject()
         if admission.refusal is not None and first is not None:
-            self.pending = None
-            self.report.skip(primary, admission.refusal)
-            return await self._degrade(admission.refusal)
+            refusal = await self._wait_for_holds(first, admission.refusal)
+            if refusal == KILL_SWITCH:
+                return await self._reject()
+            if refusal is not None:
+                self.pending = None
+                self.report.skip(primary, refusal)
+                return await self._degrade(refusal)
         try:
             async with asyncio.timeout_at(self.deadline):
                 return await self._walk(view.of, first_fit)
@@ -232,7 +256,9 @@ class _Turn:
             return charge
         charge = self._charge(target, fit, fallback)
         unused, self.unused = self.unused, None
-        refusal = await self.guard.reserve(charge, replacing=unused)
+        refusal = await self._wait_for_holds(
+            charge, await self.guard.reserve(charge, replacing=unused)
+        )
         if refusal is None:
             return charge
         if refusal == KILL_SWITCH:
@@ -240,12 +266,32 @@ class _Turn:
         self.report.skip(target, refusal)
         return await self._degrade(refusal)
 
+    async def _wait_for_holds(self, charge: Charge, refusal: str | None) -> str | None:
+        """A budget that attempts in flight hold frees up as they settle, usually for
+        less than they held: ask again, for `held_wait_s` at most within the deadline."""
+        loop = asyncio.get_running_loop()
+        until = min(self.deadline, loop.time() + self.settings.budgets.held_wait_s)
+        delay_s = _HELD_FIRST_WAIT_S
+        while refusal in _HELD:
+            pause = self.chain.rng.uniform(delay_s / 2, delay_s)
+            if loop.time() + pause >= until:
+                break
+            await asyncio.sleep(pause)
+            delay_s = min(2 * delay_s, _HELD_MAX_WAIT_S)
+            refusal = await self.guard.reserve(charge)
+        return refusal
+
     async def _degrade(self, reason: str, error: Exception | None = None) -> TurnResult:
-        """Money stopped the turn: no fallback, the configured degradation instead."""
-        if self.settings.degradation.action == "handoff":
+        """Money stopped the turn: no fallback, the configured degradation instead (for a
+        budget refusal, maybe one call on the cheaper model: `worker.turn.degrade`)."""
+        plan = self.settings.degradation
+        # Once the cheaper model stands in, whatever stops it ends the turn: no second try.
+        if uses_cheaper_model(plan, reason) and not self.report.standing_in:
+            return await cheaper_answer(self, reason)
+        if plan.action == "handoff":
             payload = self.request.model_dump_json()
             await self.guard.handoff(self.request.tenant_id, self.request.turn_id, reason, payload)
-        return self.report.degraded(reason, self.settings.degradation, error)
+        return self.report.degraded(reason, plan, error)
 
     async def _reject(self) -> TurnResult:
         """The kill switch is on: no call, and the turn is kept for replay."""
@@ -270,30 +316,36 @@ class _Turn:
             completion = await self._call(target, fit)
         except ProviderError as error:
             rule = rule_for(error)
+            # A call the provider may bill (it timed out, or streamed and broke) is charged
+            # at its reservation: what it really cost is not known.
+            billed = charge.micros if rule.billed or self.report.locked else None
             await self.guard.conclude(
                 target,
                 charge,
                 signal=rule.signal,
-                cost_micros=None,
+                cost_micros=billed,
                 holder=holder,
                 retry_after_s=error.retry_after_s,
             )
-            self.report.error(target, error, time.monotonic() - started, retry_index)
+            self.report.error(target, error, time.monotonic() - started, retry_index, billed)
             return await self._after(
                 error, rule.decision, model, retry_index, probe=holder is not None
             )
         except asyncio.CancelledError:
-            self.report.interrupted(target, time.monotonic() - started, retry_index)
-            await asyncio.shield(self.guard.conclude(target, charge, signal=None, cost_micros=None))
+            # Cut short in flight (deadline, shutdown): the provider may bill it all the same.
+            self.report.interrupted(target, time.monotonic() - started, retry_index, charge.micros)
+            await asyncio.shield(
+                self.guard.conclude(target, charge, signal=None, cost_micros=charge.micros)
+            )
             raise
-        cost = cost_micros(
-            completion.usage.input_tokens,
-            completion.usage.output_tokens,
-            model.input_micros_per_mtok,
-            model.output_micros_per_mtok,
-        )
+        cost = cost_of(completion.usage, model)
         await self.guard.conclude(
-            target, charge, signal=Signal.SUCCESS, cost_micros=cost, holder=holder
+            target,
+            charge,
+            signal=Signal.SUCCESS,
+            cost_micros=cost,
+            holder=holder,
+            output_tokens=completion.usage.output_tokens,
         )
         self.report.answered(
             target,

@@ -1,7 +1,9 @@
 """What the chain does about each failure, and what the breakers are told: one table.
 
-`RULES` gives each error class (`worker.errors`) a `Decision` for the chain and a
-`Signal` for the breaker and cooldown layer, as in DESIGN.md "What each failure gets".
+`RULES` gives each error class (`worker.errors`) a `Decision` for the chain, a
+`Signal` for the breaker and cooldown layer, as in DESIGN.md "What each failure gets",
+and whether the provider may bill the failed call (it is then charged at its
+reservation: the books follow what providers bill, call for call).
 Which class a provider's response is belongs to `worker.adapters.classify`.
 """
 
@@ -50,17 +52,20 @@ class Rule:
 
     decision: Decision
     signal: Signal
+    # The request reached a model that may have answered: a timeout, or a body we could
+    # not read. An error response (4xx, 5xx) is not billed by any provider here.
+    billed: bool = False
 
 
 RULES: Mapping[type[BaseException], Rule] = MappingProxyType(
     {
         ServerError: Rule(Decision.RETRY_THEN_NEXT, Signal.FAILURE),
         ConnectionFailed: Rule(Decision.RETRY_THEN_NEXT, Signal.FAILURE),
-        MalformedResponse: Rule(Decision.RETRY_THEN_NEXT, Signal.FAILURE),
+        MalformedResponse: Rule(Decision.RETRY_THEN_NEXT, Signal.FAILURE, billed=True),
         Overloaded: Rule(Decision.NEXT, Signal.MODEL_FAILURE),
-        FirstByteTimeout: Rule(Decision.NEXT, Signal.FAILURE),
+        FirstByteTimeout: Rule(Decision.NEXT, Signal.FAILURE, billed=True),
         # Only raised once content has streamed, where the chain's lock forbids moving on.
-        ResponseTimeout: Rule(Decision.NEXT, Signal.FAILURE),
+        ResponseTimeout: Rule(Decision.NEXT, Signal.FAILURE, billed=True),
         RateLimited: Rule(Decision.WAIT_OR_NEXT, Signal.RATE_LIMITED),
         QuotaExhausted: Rule(Decision.DEGRADE, Signal.EXHAUSTED),
         AuthFailed: Rule(Decision.FAIL, Signal.NEUTRAL),

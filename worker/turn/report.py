@@ -63,6 +63,8 @@ class TurnReport:
         self.reply: Reply | None = None
         self.usage = Usage()
         self.cost_micros = 0
+        # Set while the cheaper model answers for a turn money stopped (`stand_in`).
+        self._stand_in: tuple[str, DegradationSettings] | None = None
 
     def lock(self) -> None:
         self.locked = True
@@ -98,11 +100,18 @@ class TurnReport:
         self._add(_attempt(target, AttemptOutcome.SKIPPED, error_class=reason, detail=detail))
 
     def error(
-        self, target: Target, error: ProviderError, latency_s: float, retry_index: int
+        self,
+        target: Target,
+        error: ProviderError,
+        latency_s: float,
+        retry_index: int,
+        charged_micros: int | None = None,
     ) -> None:
+        """A failed call; `charged_micros` when the provider may bill it all the same."""
         if self.locked and self.target is None:
             self.target = target
         self.errors.append(error)
+        self.cost_micros += charged_micros or 0
         self._add(
             _attempt(
                 target,
@@ -115,8 +124,11 @@ class TurnReport:
             )
         )
 
-    def interrupted(self, target: Target, latency_s: float, retry_index: int) -> None:
+    def interrupted(
+        self, target: Target, latency_s: float, retry_index: int, charged_micros: int
+    ) -> None:
         """The call was cut short by the turn's deadline or the caller's cancellation."""
+        self.cost_micros += charged_micros
         self._add(
             _attempt(
                 target,
@@ -151,27 +163,51 @@ class TurnReport:
         self.step, self.target, self.fit = step, target, fit
         self.reply = Reply(text=completion.text, tool_calls=completion.tool_calls)
         self.usage = completion.usage
-        self.cost_micros = cost_micros
+        self.cost_micros += cost_micros
 
     def ok(self) -> TurnResult:
         """The turn was answered; read-only answers are a degradation the caller must see."""
+        if self._stand_in is not None:
+            # The cheaper model is no step of the chain, and no fallback: money moved the
+            # turn, not health, so the fallback rate does not count it.
+            self.step = None
+            return self._result(Status.DEGRADED, self._stand_in[0], degradation="cheaper_model")
         if self.fit is not None and self.fit.read_only:
             return self._result(Status.DEGRADED, "read_only")
         return self._result(Status.OK, None)
 
+    @property
+    def standing_in(self) -> bool:
+        """Whether the cheaper model is answering for a money-stopped turn."""
+        return self._stand_in is not None
+
+    def stand_in(self, reason: str, settings: DegradationSettings) -> None:
+        """The cheaper model is about to answer a turn money stopped for `reason`: its
+        answer is then degraded for `reason`, and any other end the message for it."""
+        self._stand_in = (reason, settings)
+
     def degraded(
         self, reason: str, settings: DegradationSettings, error: Exception | None = None
     ) -> TurnResult:
-        if error is not None:
+        if error is not None and error not in self.errors:
             self.errors.append(error)
+        if self._stand_in is not None:
+            # The cheaper model did not answer: the turn ends for what first stopped it.
+            reason = self._stand_in[0]
+        # "cheaper_model" ends here only without a cheap answer: it then acts as "message".
+        action = "message" if settings.action == "cheaper_model" else settings.action
         return self._result(
             Status.DEGRADED,
             reason,
-            degradation=settings.action,
-            degradation_message=settings.message if settings.action == "message" else None,
+            degradation=action,
+            degradation_message=settings.message if action == "message" else None,
         )
 
     def failed(self, reason: str, error: Exception | None = None) -> TurnResult:
+        if self._stand_in is not None and not self.locked:
+            # The cheap call failed in a way that fails a turn (a bad key, a request that
+            # provider refuses, the deadline): money had stopped the turn, so it degrades.
+            return self.degraded(*self._stand_in, error)
         if error is not None and error not in self.errors:
             self.errors.append(error)
         return self._result(Status.FAILED, reason)
