@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -26,7 +27,8 @@ from worker.demo.plan import (
     demo_settings,
     render_config,
 )
-from worker.demo.view import summary_view
+from worker.demo.run import open_log_file
+from worker.demo.tables import summary_view
 from worker.settings import load_settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,10 +46,11 @@ def _clean_env() -> dict[str, str]:
 
 
 def _demo(*args: str, cwd: Path, env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run `relevo demo` in `cwd`, its log file there too (not in the machine's /tmp)."""
     return subprocess.run(
         [sys.executable, "-m", "worker.cli", "demo", *args],
         cwd=cwd,
-        env=dict(env),
+        env=dict(env) | {"TMPDIR": str(cwd)},
         capture_output=True,
         text=True,
         timeout=RUN_TIMEOUT_S,
@@ -180,6 +183,24 @@ def test_summary_tables_show_phases_calls_and_reasons(
         assert expected in text
 
 
+def test_every_run_logs_to_a_new_file_and_leaves_older_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    older = tmp_path / "relevo-demo.log"  # where every run used to log
+    older.write_text("an earlier run\n", encoding="utf-8")
+    paths = []
+    for _ in range(3):  # one process, the same second: the name alone would repeat
+        path, stream = open_log_file()
+        with stream:
+            stream.write("this run\n")
+        paths.append(path)
+    assert len(set(paths)) == 3
+    assert all(p.parent == tmp_path and p.name.startswith("relevo-demo-") for p in paths)
+    assert all(p.read_text(encoding="utf-8") == "this run\n" for p in paths)
+    assert older.read_text(encoding="utf-8") == "an earlier run\n"
+
+
 def test_example_config_is_the_embedded_config_on_fixed_ports() -> None:
     example = load_settings(ROOT / "examples" / "demo.toml")
     assert example == demo_settings(EXAMPLE_SIM_URL, EXAMPLE_REDIS_URL)
@@ -196,6 +217,7 @@ def test_demo_with_unreachable_redis_says_so_and_exits_2(tmp_path: Path) -> None
     assert proc.returncode == 2
     assert f"cannot reach Redis at {dead}" in proc.stderr
     assert "Traceback" not in proc.stderr
+    assert f"relevo demo: logs: {tmp_path}/relevo-demo-" in proc.stderr
 
 
 @pytest.fixture

@@ -15,19 +15,22 @@ separate `relevo worker` started with the same configuration
 that file names, and resets the file's Redis namespace when it starts.
 
 The embedded demo ignores RELEVO_* environment variables. Logs (structlog and
-the standard library's) go to a file, not the terminal.
+the standard library's) go to a file of the run's own, not the terminal:
+relevo-demo-YYYYmmdd-HHMMSS-PID.log in the temporary directory ($TMPDIR, else
+/tmp), named at the end of the run; earlier runs' files are left as they are.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from rich.console import Console
 from rich.live import Live
@@ -37,14 +40,14 @@ from worker.demo.plan import PHASES, TENANTS, THRIFTY_DAILY_MICROS, THRIFTY_TENA
 from worker.demo.remote import remote_fleet
 from worker.demo.stack import Fleet, embedded_fleet
 from worker.demo.summary import summarize
-from worker.demo.view import LiveState, live_view, summary_view
+from worker.demo.tables import summary_view
+from worker.demo.view import LiveState, live_view
 from worker.errors import ConfigError
 from worker.observability.logs import configure_logging
 
-__all__ = ["DEFAULT_CONFIG", "LOG_FILE", "demo_settings", "run_demo"]
+__all__ = ["DEFAULT_CONFIG", "demo_settings", "open_log_file", "run_demo"]
 
 DEFAULT_CONFIG = "examples/demo.toml"
-LOG_FILE = Path(tempfile.gettempdir()) / "relevo-demo.log"
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,34 +77,53 @@ def run_demo(
     if not 1 <= concurrency <= 256:
         raise ConfigError("--concurrency: between 1 and 256")
     options = _Options(rate, concurrency, as_json, console or Console())
-    _logs_to(LOG_FILE)
+    log_file = _logs_to_new_file()
     fleets = (
         embedded_fleet(concurrency) if redis_url is None else remote_fleet(redis_url, Path(config))
     )
-    with fleets as fleet:
-        summary = _drive(fleet, options)
-    if as_json:
+    try:
+        with fleets as fleet:
+            summary = _drive(fleet, options)
+    except BaseException:  # a failed or interrupted run is when its logs are wanted most
+        print(f"relevo demo: logs: {log_file}", file=sys.stderr)
+        raise
+    if as_json:  # stdout is the JSON alone, for a pipe
         print(json.dumps(summary, indent=2))
+        print(f"relevo demo: logs: {log_file}", file=sys.stderr)
     else:
         options.console.print()
         options.console.print(*summary_view(summary))
-        options.console.print(
-            f"{summary['total']['turns']} turns in {summary['seconds']} s · logs: {LOG_FILE}"
-        )
+        options.console.print(f"{summary['total']['turns']} turns in {summary['seconds']} s")
+        # Unwrapped and unstyled: a long path folded by rich could not be pasted back.
+        options.console.print(f"logs: {log_file}", soft_wrap=True, markup=False, highlight=False)
     lost = int(summary["total"]["lost"])
     if lost:
         print(f"relevo demo: {lost} turns got no result: {summary['errors']}", file=sys.stderr)
     return lost
 
 
-def _logs_to(path: Path) -> None:
-    """Send every log (structlog, Celery's, warnings) to `path` for the rest of the process."""
-    stream = path.open("w", encoding="utf-8")
+def open_log_file() -> tuple[Path, TextIO]:
+    """A log file no other run has: two demos, at once or one after the other, keep theirs."""
+    stem = f"relevo-demo-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    directory = Path(tempfile.gettempdir())
+    n = 0
+    while True:
+        path = directory / (f"{stem}-{n}.log" if n else f"{stem}.log")
+        try:  # "x": never open, let alone truncate, a file that is already there
+            return path, path.open("x", encoding="utf-8")
+        except FileExistsError:
+            n += 1
+
+
+def _logs_to_new_file() -> Path:
+    """Send every log (structlog, Celery's, warnings) to a new file for the rest of the process."""
+    path, stream = open_log_file()
     configure_logging(level="info", json=True, stream=stream)
     root = logging.getLogger()
     root.handlers = [logging.StreamHandler(stream)]
     root.setLevel(logging.WARNING)
     logging.captureWarnings(True)
+    return path
 
 
 def _drive(fleet: Fleet, options: _Options) -> dict[str, Any]:

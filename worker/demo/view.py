@@ -1,49 +1,56 @@
-"""What the demo shows in the terminal: the live view while it runs, and the summary tables."""
+"""The live view `relevo demo` redraws while it runs: the full view, or a compact one.
+
+The full view (headed tables, whole scope names) needs a large terminal. On a
+smaller one, 80x24 included, `worker.demo.compact` draws a view that still shows
+every tenant's budget row and the latest breaker changes. The choice is made at
+each redraw from the size rich hands the view, so resizing the terminal works.
+"""
 
 from __future__ import annotations
 
 import math
-from collections import Counter
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
 
 from rich import box
-from rich.console import Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.panel import Panel
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
 from budgets import format_micros
-from worker.demo.drive import BreakerChange, FleetSnapshot, TurnRecord
-from worker.demo.plan import SIM_MODELS, Phase
-from worker.types import Status
+from worker.demo.compact import compact_view
+from worker.demo.drive import BreakerChange, FleetSnapshot
+from worker.demo.live import STATE_STYLE, LiveState, counts_lines, panel_title
 
-__all__ = ["LiveState", "live_view", "summary_view"]
+__all__ = ["LiveState", "live_view"]
 
-_STATE_STYLE = {"closed": "green", "open": "bold red", "half_open": "yellow"}
-_STATUS_STYLE = {"ok": "green", "degraded": "yellow", "failed": "red", "rejected": "magenta"}
 _RECENT_CHANGES = 4
-
-
-@dataclass(frozen=True, slots=True)
-class LiveState:
-    """Everything the live view shows at one moment."""
-
-    header: str
-    phases: Sequence[Phase]
-    phase_index: int
-    phase_elapsed_s: float
-    planned: int
-    records: Sequence[TurnRecord]
-    fleet: FleetSnapshot | None
-    changes: Sequence[BreakerChange]
-    alert_threshold: float  # the fleet's fallback-rate alert
+# The full view at its tallest (six scopes, two cooldowns, four changes) takes about
+# 34 lines: smaller terminals would crop it, hiding the budgets and the changes.
+_FULL_MIN_WIDTH = 100
+_FULL_MIN_HEIGHT = 36
 
 
 def live_view(state: LiveState) -> RenderableType:
-    """The panel redrawn while the demo runs."""
+    """The panel redrawn while the demo runs, laid out for the terminal it is drawn on."""
+    return _Sized(state)
+
+
+class _Sized:
+    """Picks the layout when rendered, when the terminal's size is known."""
+
+    def __init__(self, state: LiveState) -> None:
+        self.state = state
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        # Under `Live`, max_height is the terminal's height: taller output is cropped.
+        if options.max_width >= _FULL_MIN_WIDTH and options.max_height >= _FULL_MIN_HEIGHT:
+            yield _full_view(self.state)
+        else:
+            yield compact_view(self.state, console, options)
+
+
+def _full_view(state: LiveState) -> RenderableType:
     phase = state.phases[state.phase_index]
     done = len(state.records)
     heading = Text.assemble(
@@ -56,44 +63,14 @@ def live_view(state: LiveState) -> RenderableType:
         ProgressBar(total=state.planned, completed=done, width=40),
         Text(f"{done}/{state.planned} turns"),
     )
-    now = [r for r in state.records if r.phase == state.phase_index]
-    counts = _counts_line(state.records, now, state.alert_threshold)
-    parts: list[RenderableType] = [heading, bar, counts]
+    statuses, fallback = counts_lines(state)
+    parts: list[RenderableType] = [heading, bar, Text.assemble(statuses, "    ", fallback)]
     if state.fleet is not None:
         parts += [_breakers_table(state.fleet), _budgets_table(state.fleet)]
     if state.changes:
         recent = state.changes[-_RECENT_CHANGES:]
         parts.append(Text("\n".join(_change_line(c) for c in recent), style="dim"))
-    return Panel(Group(*parts), title=f"relevo demo · {state.header}", title_align="left")
-
-
-def _counts_line(
-    records: Sequence[TurnRecord], now: Sequence[TurnRecord], threshold: float
-) -> Text:
-    results = [r.result for r in records if r.result is not None]
-    status = Counter(r.status.value for r in results)
-    line = Text()
-    for value in (s.value for s in Status):
-        line.append(f"{value} {status.get(value, 0)}  ", style=_STATUS_STYLE[value])
-    lost = len(records) - len(results)
-    if lost:
-        line.append(f"lost {lost}  ", style="bold red")
-    overall = _rate(records)
-    line.append(f"  fallback rate {_percent(overall)} overall, {_percent(_rate(now))} this phase")
-    if overall is not None and overall > threshold:
-        line.append(f"  above the {threshold:.0%} alert threshold", style="bold red")
-    return line
-
-
-def _rate(records: Sequence[TurnRecord]) -> float | None:
-    results = [r.result for r in records if r.result is not None]
-    if not results:
-        return None
-    return sum(1 for r in results if r.step is not None and r.step >= 1) / len(results)
-
-
-def _percent(rate: float | None) -> str:
-    return "-" if rate is None else f"{rate:.0%}"
+    return Panel(Group(*parts), title=panel_title(state), title_align="left")
 
 
 def _breakers_table(fleet: FleetSnapshot) -> Table:
@@ -106,7 +83,7 @@ def _breakers_table(fleet: FleetSnapshot) -> Table:
         retry = "pinned" if math.isinf(scope.retry_in_s) else f"{scope.retry_in_s:.1f} s"
         table.add_row(
             scope.scope,
-            Text(scope.state.value, style=_STATE_STYLE.get(scope.state.value, "")),
+            Text(scope.state.value, style=STATE_STYLE.get(scope.state.value, "")),
             f"{scope.failures_in_window} / {scope.calls_in_window}",
             retry if scope.retry_in_s else "",
         )
@@ -136,99 +113,3 @@ def _budgets_table(fleet: FleetSnapshot) -> Table:
 
 def _change_line(change: BreakerChange) -> str:
     return f"{change.at_s:6.1f} s  {change.scope}: {change.old} -> {change.new}"
-
-
-def summary_view(summary: Mapping[str, Any]) -> list[RenderableType]:
-    """The tables printed at the end, from `demo_summary.summarize`."""
-    return [
-        _phases_table(summary["phases"]),
-        _totals_table(summary["total"]),
-        _tenants_table(summary["tenants"]),
-        _changes_table(summary["breaker_changes"]),
-    ]
-
-
-def _phases_table(phases: Sequence[Mapping[str, Any]]) -> Table:
-    table = Table(
-        title="relevo demo: what each phase got",
-        caption="\n".join(f"{p['key']}: {p['title']}" for p in phases),
-        caption_justify="left",
-        box=box.SIMPLE_HEAVY,
-    )
-    for column in ("phase", "turns", "status", "step", "fallback"):
-        table.add_column(column, no_wrap=True)
-    table.add_column("skipped / retried", no_wrap=True)
-    for model in SIM_MODELS:
-        table.add_column(f"{model} calls", justify="right")
-    for phase in phases:
-        rate = phase["fallback_rate"]
-        skips = dict(phase["skips"])
-        if phase["retries"]:
-            skips["retried after a wait"] = phase["retries"]
-        table.add_row(
-            phase["key"],
-            str(phase["turns"]) + (f"\n[red]lost {phase['lost']}[/red]" if phase["lost"] else ""),
-            _lines(phase["status"]),
-            _lines({f"step {k}": v for k, v in phase["steps"].items()}),
-            "-" if rate is None else f"{rate:.0%}",
-            _lines(skips),
-            *(_calls(phase["calls"][model]) for model in SIM_MODELS),
-        )
-    return table
-
-
-def _calls(counts: Mapping[str, int]) -> str:
-    errors = counts.get("error", 0)
-    noun = "error" if errors == 1 else "errors"
-    return f"{counts['calls']}" + (f"\n[red]{errors} {noun}[/red]" if errors else "")
-
-
-def _totals_table(total: Mapping[str, Any]) -> Table:
-    table = Table(title="relevo demo: all turns", box=box.SIMPLE_HEAVY, show_header=False)
-    table.add_column("what", style="bold")
-    table.add_column("turns")
-    table.add_row(
-        "turns", f"{total['turns']}" + (f" ({total['lost']} lost)" if total["lost"] else "")
-    )
-    table.add_row("per status", _lines(total["status"], sep="  "))
-    table.add_row("per effective model", _lines(total["models"], sep="  "))
-    table.add_row("step", _lines({f"step {k}": v for k, v in total["steps"].items()}, sep="  "))
-    rate = total["fallback_rate"]
-    table.add_row("fallback rate", "-" if rate is None else f"{rate:.0%}")
-    table.add_row("degraded, why", _lines(total["degraded"], sep="  "))
-    table.add_row("skipped without a call", _lines(total["skips"], sep="  "))
-    return table
-
-
-def _tenants_table(tenants: Mapping[str, Mapping[str, Any]]) -> Table:
-    table = Table(title="relevo demo: tenants", box=box.SIMPLE_HEAVY)
-    for column in ("tenant", "turns", "status", "spent today", "daily limit"):
-        table.add_column(column)
-    for tenant, row in tenants.items():
-        spent, limit = row["spent_micros"], row["daily_limit_micros"]
-        table.add_row(
-            tenant,
-            str(row["turns"]),
-            _lines(row["status"], sep="  "),
-            "-" if spent is None else format_micros(spent),
-            "-" if limit is None else format_micros(limit),
-        )
-    return table
-
-
-def _changes_table(changes: Sequence[Mapping[str, Any]]) -> Table:
-    table = Table(title="relevo demo: breaker changes seen", box=box.SIMPLE_HEAVY)
-    for column in ("at", "scope", "from", "to"):
-        table.add_column(column)
-    for change in changes:
-        table.add_row(
-            f"{change['at_s']:.1f} s",
-            change["scope"],
-            change["old"],
-            Text(change["new"], style=_STATE_STYLE.get(change["new"], "")),
-        )
-    return table
-
-
-def _lines(counts: Mapping[str, int], *, sep: str = "\n") -> str:
-    return sep.join(f"{name} {count}" for name, count in counts.items()) or "-"
