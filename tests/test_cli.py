@@ -87,7 +87,8 @@ def test_streamed_content_goes_to_stderr_and_the_result_to_stdout(
     done = relevo(simulator, "turn", "--config", str(CONFIG), "--input", str(TURN), "--stream")
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
-    assert result["reply"]["text"] in done.stderr
+    # Ended by a newline: what follows on the terminal starts on a line of its own.
+    assert done.stderr.endswith(result["reply"]["text"] + "\n")
     assert simulator.requests("claude-sim")[0].stream
 
 

@@ -194,13 +194,17 @@ def test_configured_scopes_can_be_opened_before_any_call(
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (("open", "vendor:nobody"), "unknown breaker scope 'vendor:nobody'; known scopes: "),
-        (("close", "vendor:nobody"), "unknown breaker scope"),
+        (
+            ("open", "openai"),
+            "scope 'openai' is not a breaker scope: scopes are vendor:<vendor> or "
+            "model:<model>@<provider>; known scopes: model:beta@an, vendor:openai",
+        ),
+        (("close", "model:gpt-5"), "scope 'model:gpt-5' is not a breaker scope"),
         (("reset", "a b"), "scope 'a b' must start with a letter or digit"),
         (("open", "*"), "scope '*' must start with a letter or digit"),
     ],
 )
-def test_unknown_or_invalid_scope_is_a_one_line_error(
+def test_invalid_scope_is_a_one_line_error(
     ns: str, redis_url: str, capsys: pytest.CaptureFixture[str], args: tuple[str, ...], message: str
 ) -> None:
     seed_fleet(redis_url, ns)
@@ -208,6 +212,39 @@ def test_unknown_or_invalid_scope_is_a_one_line_error(
     err = capsys.readouterr().err
     assert err.startswith(f"relevo: {message}")
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_scope_the_fleet_has_not_used_is_set_with_a_warning(
+    ns: str, redis_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The README's own example: no --config, and no worker has called that model yet."""
+    scope = "model:openai/gpt-5@openai"
+    assert relevo("breakers", "open", scope) == 0
+    captured = capsys.readouterr()
+    assert captured.out.strip() == f"{scope}: closed -> open (pinned until closed)"
+    assert captured.err.strip() == (
+        f"relevo: warning: the fleet has not used scope {scope!r} yet; setting it anyway "
+        "(check the spelling, or pass --config FILE to check it against the chain)"
+    )
+    assert state_of(redis_url, ns, scope) is BreakerState.OPEN
+    # Known now: no second warning.
+    assert relevo("breakers", "close", scope) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_a_scope_outside_the_configured_chain_is_refused(
+    ns: str, redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(tmp_path, "http://127.0.0.1:8900", redis_url, ns)
+    assert relevo("breakers", "open", "vendor:nobody", "--config", str(config)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"relevo: unknown breaker scope 'vendor:nobody': the chain in {config} does not use it "
+        "and the fleet has not used it; known scopes: "
+    )
+    assert "vendor:anthropic" in err
+    assert len(err.strip().splitlines()) == 1
+    assert state_of(redis_url, ns, "vendor:nobody") is BreakerState.CLOSED
 
 
 def test_open_for_a_non_positive_duration_is_a_usage_error(ns: str) -> None:
@@ -756,6 +793,34 @@ def test_budgets_set_refuses_bad_amounts(
     assert on_redis(redis_url, lambda c: budgets.Ledger(c, namespace=ns).tenants()) == []
 
 
+def test_budgets_set_refuses_a_daily_limit_above_the_monthly_one(
+    ns: str, redis_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert relevo("budgets", "set", "acme", "--daily", "50", "--monthly", "20") == 2
+    assert capsys.readouterr().err.strip() == (
+        "relevo: --daily $50.00 is more than --monthly $20.00: a day's limit cannot exceed "
+        "the month's"
+    )
+    assert on_redis(redis_url, lambda c: budgets.Ledger(c, namespace=ns).tenants()) == []
+
+
+def test_budgets_set_warns_of_an_overdraft_above_the_daily_limit(
+    ns: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ("budgets", "set", "acme", "--daily", "1", "--monthly", "20", "--overdraft", "1.5")
+    assert relevo(*args, "--json") == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["overdraft_micros"] == 1_500_000
+    assert captured.err.strip() == (
+        "relevo: warning: --overdraft $1.50 is more than --daily $1.00: worst cases in flight "
+        "may take a day's spend to $2.50"
+    )
+    assert (
+        relevo("budgets", "set", "acme", "--daily", "1", "--monthly", "1", "--overdraft", "1") == 0
+    )
+    assert capsys.readouterr().err == ""
+
+
 def test_budgets_bad_fallback_cap_names_its_option(
     ns: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -845,7 +910,10 @@ def test_a_bad_redis_url_in_the_environment_is_a_config_error(
 ) -> None:
     monkeypatch.setenv("RELEVO_REDIS__URL", "http://127.0.0.1:6379")
     assert relevo("breakers") == 2
-    assert capsys.readouterr().err.strip() == "relevo: RELEVO_REDIS__URL: not a valid Redis setting"
+    assert capsys.readouterr().err.strip() == (
+        "relevo: RELEVO_REDIS__URL: not a valid value "
+        "(String should match pattern '^(redis|rediss|unix|sentinel)://')"
+    )
 
 
 def test_a_missing_config_file_is_a_config_error(capsys: pytest.CaptureFixture[str]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -13,41 +14,56 @@ from rich.table import Table
 
 import breakers
 from worker.cli.common import (
-    Commands,
-    add_redis_options,
+    EXIT_OK,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    OperatorError,
     console,
     duration,
     emit_json,
     iso,
     operator_command,
     operator_redis,
-    redis_settings,
     utc,
+    warn,
 )
+from worker.cli.config import OperatorConfig, operator_config
+from worker.cli.parsing import Commands, add_command, add_redis_options, positive_seconds
 from worker.guard.stores import breaker_store
-from worker.settings import RedisSettings, Settings, load_settings
+from worker.settings import BreakerSettings, Settings
 
 __all__ = ["register"]
+
+# The scopes the guard names (worker.guard.stores): a typo in any other shape is refused.
+_SCOPE_SHAPE = re.compile(r"^(vendor:[^@]+|model:[^@]+@[^@]+)$")
+_EXITS = (EXIT_OK, EXIT_USAGE, EXIT_UNAVAILABLE)
 
 
 @dataclass(frozen=True)
 class _Fleet:
     """Where the breakers live and how they are configured, from `--config` or defaults."""
 
-    redis: RedisSettings
-    settings: Settings | None
+    config: OperatorConfig
+    settings: Settings | None  # the whole configuration, when the file describes a chain
 
-    def store(self, client: Redis) -> breakers.FleetBreakers:
-        if self.settings is None:
-            return breakers.FleetBreakers(client, namespace=self.redis.namespace)
-        return breaker_store(self.settings, client, know_scopes=True)
+    def store(self, client: Redis, *also_known: str) -> breakers.FleetBreakers:
+        """The breakers as workers see them; `also_known` lets an operator name a scope
+        no worker has used yet (a file without a chain has no scopes to check it against)."""
+        if self.settings is not None:
+            return breaker_store(self.settings, client, know_scopes=True)
+        policy = self.config.section("breakers", BreakerSettings)
+        return breakers.FleetBreakers(
+            client,
+            namespace=self.config.redis.namespace,
+            policy=policy.policy(),
+            cooldowns=policy.cooldowns(),
+            scopes=also_known,
+        )
 
 
-def _fleet(config: str | None) -> _Fleet:
-    if config is None:
-        return _Fleet(redis_settings(None), None)
-    settings = load_settings(config, require_secrets=False)
-    return _Fleet(settings.redis, settings)
+def _fleet(path: str | None) -> _Fleet:
+    config = operator_config(path)
+    return _Fleet(config, config.chain_settings())
 
 
 # -- relevo breakers -------------------------------------------------------------------
@@ -120,7 +136,7 @@ def _print_report(report: breakers.FleetReport) -> None:
 
 async def _show(args: argparse.Namespace) -> int:
     fleet = _fleet(args.config)
-    async with operator_redis(fleet.redis) as client:
+    async with operator_redis(fleet.config.redis) as client:
         report = await breakers.Operators(fleet.store(client)).report()
     if args.json:
         emit_json(_report_json(report))
@@ -143,8 +159,13 @@ async def _force(args: argparse.Namespace) -> int:
     seconds: float | None = getattr(args, "seconds", None)
     force, after = _ACTIONS[args.action]
     fleet = _fleet(args.config)
-    async with operator_redis(fleet.redis) as client:
-        before = await force(breakers.Operators(fleet.store(client)), scope, seconds)
+    async with operator_redis(fleet.config.redis) as client:
+        ops = breakers.Operators(fleet.store(client))
+        known = await ops.scopes()
+        if scope not in known:
+            _accept_unknown(scope, fleet, known)
+            ops = breakers.Operators(fleet.store(client, scope))
+        before = await force(ops, scope, seconds)
     if args.json:
         emit_json({"scope": scope, "before": str(before), "after": str(after), "for_s": seconds})
         return 0
@@ -155,19 +176,37 @@ async def _force(args: argparse.Namespace) -> int:
     return 0
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
-    return value
+def _accept_unknown(scope: str, fleet: _Fleet, known: list[str]) -> None:
+    """Refuse a scope the configured chain does not have, or one of no scope's shape; warn
+    about any other the fleet has not used yet (a breaker set ahead of the first call)."""
+    listed = ", ".join(known[:20]) or "none"
+    if not _SCOPE_SHAPE.match(scope):
+        raise OperatorError(
+            f"scope {scope!r} is not a breaker scope: scopes are vendor:<vendor> or "
+            f"model:<model>@<provider>; known scopes: {listed}"
+        )
+    if fleet.settings is not None:
+        raise OperatorError(
+            f"unknown breaker scope {scope!r}: the chain in {fleet.config.path} does not use "
+            f"it and the fleet has not used it; known scopes: {listed}"
+        )
+    warn(
+        f"the fleet has not used scope {scope!r} yet; setting it anyway (check the "
+        "spelling, or pass --config FILE to check it against the chain)"
+    )
 
 
 def register(commands: Commands) -> None:
     """Add `breakers` (and its open/close/reset) to the `relevo` command."""
-    show = commands.add_parser("breakers", help="show or force the fleet's circuit breakers")
+    show = add_command(
+        commands,
+        "breakers",
+        "show or force the fleet's circuit breakers",
+        exits=_EXITS,
+        details="Without an action: every known scope (the chain's, with --config, and "
+        "every scope the fleet has used) with its state, failures in the window and probe "
+        "holders, then the cooldowns and exhausted accounts.",
+    )
     add_redis_options(show)
     show.set_defaults(func=operator_command(_show))
     actions = show.add_subparsers(dest="action", metavar="ACTION")
@@ -176,9 +215,23 @@ def register(commands: Commands) -> None:
         ("close", "close a breaker now"),
         ("reset", "forget a breaker's state, window and probe slots"),
     ):
-        sub = actions.add_parser(action, help=text)
+        sub = add_command(actions, action, text, exits=_EXITS, details=_SCOPES_HELP)
         sub.add_argument("scope", metavar="SCOPE", help="e.g. vendor:openai")
         if action == "open":
-            sub.add_argument("--for", dest="seconds", type=_seconds, metavar="SECONDS")
+            sub.add_argument(
+                "--for",
+                dest="seconds",
+                type=positive_seconds,
+                metavar="SECONDS",
+                help="then half-open (default: open until closed)",
+            )
         add_redis_options(sub)
         sub.set_defaults(func=operator_command(_force))
+
+
+_SCOPES_HELP = (
+    "SCOPE is vendor:<vendor> or model:<model>@<provider>. With --config FILE naming a "
+    "chain, it must be one of the chain's scopes or one the fleet has used (else exit 2). "
+    "Without a chain to check against, any such scope is accepted, with a warning on "
+    "stderr when the fleet has not used it yet."
+)

@@ -15,29 +15,33 @@ from rich.table import Table
 import budgets
 from budgets import format_micros as usd
 from worker.cli.common import (
-    Commands,
+    EXIT_OK,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
     OperatorError,
-    add_redis_options,
     console,
     emit_json,
     iso,
     operator_command,
     operator_redis,
-    positive_int,
-    redis_settings,
     utc,
+    warn,
 )
-from worker.settings import RedisSettings, load_settings
+from worker.cli.config import operator_config, redis_settings
+from worker.cli.parsing import Commands, add_command, add_redis_options, positive_int
+from worker.settings import BudgetSettings, RedisSettings
 
 __all__ = ["register"]
 
+_EXITS = (EXIT_OK, EXIT_USAGE, EXIT_UNAVAILABLE)
 
-def _where(config: str | None) -> tuple[RedisSettings, budgets.Limits | None]:
+
+def _where(path: str | None) -> tuple[RedisSettings, budgets.Limits | None]:
     """Redis, and the default limits of unknown tenants (none without a configuration)."""
-    if config is None:
-        return redis_settings(None), None
-    settings = load_settings(config, require_secrets=False)
-    return settings.redis, settings.budgets.default_limits()
+    config = operator_config(path)
+    if path is None:
+        return config.redis, None
+    return config.redis, config.section("budgets", BudgetSettings).default_limits()
 
 
 def _report_json(report: budgets.BudgetReport) -> dict[str, Any]:
@@ -166,6 +170,7 @@ async def _set(args: argparse.Namespace) -> int:
     monthly = _dollars("--monthly", args.monthly)
     cap = None if args.fallback_cap is None else _dollars("--fallback-cap", args.fallback_cap)
     overdraft = _dollars("--overdraft", args.overdraft)
+    _check_limits(daily, monthly, overdraft)
     where = redis_settings(args.config)
     async with operator_redis(where) as client:
         ledger = budgets.Ledger(client, namespace=where.namespace)
@@ -179,6 +184,21 @@ async def _set(args: argparse.Namespace) -> int:
             f"fallback cap {shown} per day, overdraft {usd(overdraft)}"
         )
     return 0
+
+
+def _check_limits(daily: int, monthly: int, overdraft: int) -> None:
+    """Refuse limits that contradict each other; warn about an overdraft past the limit."""
+    if daily > monthly:
+        raise OperatorError(
+            f"--daily {usd(daily)} is more than --monthly {usd(monthly)}: "
+            "a day's limit cannot exceed the month's"
+        )
+    if overdraft > daily:
+        # Allowed (a tenant may need room for one large worst case), but rarely meant.
+        warn(
+            f"--overdraft {usd(overdraft)} is more than --daily {usd(daily)}: worst cases "
+            f"in flight may take a day's spend to {usd(daily + overdraft)}"
+        )
 
 
 # -- relevo handoffs -------------------------------------------------------------------
@@ -208,16 +228,30 @@ async def _handoffs(args: argparse.Namespace) -> int:
 
 def register(commands: Commands) -> None:
     """Add `budgets` and `handoffs` to the `relevo` command."""
-    group = commands.add_parser("budgets", help="per-tenant spend limits and spend")
+    group = add_command(
+        commands,
+        "budgets",
+        "per-tenant spend limits and spend",
+        exits=_EXITS,
+        details="Amounts are dollars in text and integer micro-dollars in --json.",
+    )
+    add_redis_options(group)
     actions = group.add_subparsers(dest="action", required=True, metavar="ACTION")
-    listing = actions.add_parser("list", help="every tenant with limits or spend")
+    listing = add_command(actions, "list", "every tenant with limits or spend", exits=_EXITS)
     add_redis_options(listing)
     listing.set_defaults(func=operator_command(_list))
-    show = actions.add_parser("show", help="one tenant's limits, spend and reservations")
+    show = add_command(actions, "show", "one tenant's limits, spend and reservations", exits=_EXITS)
     show.add_argument("tenant", metavar="TENANT")
     add_redis_options(show)
     show.set_defaults(func=operator_command(_show))
-    put = actions.add_parser("set", help="replace a tenant's limits (dollars, e.g. 5.00)")
+    put = add_command(
+        actions,
+        "set",
+        "replace a tenant's limits (dollars, e.g. 5.00)",
+        exits=_EXITS,
+        details="--daily may not exceed --monthly (exit 2). An --overdraft above --daily "
+        "is accepted, with a warning on stderr.",
+    )
     put.add_argument("tenant", metavar="TENANT")
     put.add_argument("--daily", required=True, metavar="DOLLARS", help="per UTC day")
     put.add_argument("--monthly", required=True, metavar="DOLLARS", help="per UTC month")
@@ -233,7 +267,9 @@ def register(commands: Commands) -> None:
     add_redis_options(put)
     put.set_defaults(func=operator_command(_set))
 
-    handoffs = commands.add_parser("handoffs", help="turns handed to people, newest first")
+    handoffs = add_command(
+        commands, "handoffs", "turns handed to people, newest first", exits=_EXITS
+    )
     handoffs.add_argument("--count", type=positive_int, default=50, metavar="N")
     add_redis_options(handoffs)
     handoffs.set_defaults(func=operator_command(_handoffs))

@@ -1,26 +1,24 @@
-"""What every operator command shares: where Redis is, one client per command, errors, output.
+"""What every command shares: exit codes, errors, one Redis client per command, output.
 
-Each command runs its own coroutine with `asyncio.run`, opens one Redis client with
-the operator timeout and closes it before returning. Errors an operator can act on
-become one line on stderr and an exit status (the `EXIT_*` codes below).
+Each operator command runs its own coroutine with `asyncio.run`, opens one Redis client
+with the operator timeout and closes it before returning. Errors a user can act on
+become one line on stderr and an exit status (the `EXIT_*` codes below, defined here
+only: the help text lists them from `EXIT_MEANINGS`).
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import math
-import os
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, TypeAlias
+from typing import Any
 
-from pydantic import ValidationError
 from redis.asyncio import Redis
 from rich.console import Console
 
@@ -28,34 +26,39 @@ import breakers
 import budgets
 from worker.errors import STORE_DOWN, STORE_REFUSED, ConfigError, InputError
 from worker.observability.redact import redact_url
-from worker.settings import RedisSettings, Settings, load_settings
+from worker.settings import RedisSettings
 from worker.types import Status
 
 __all__ = [
+    "EXIT_BROKEN_PIPE",
     "EXIT_BY_STATUS",
     "EXIT_DEGRADED",
     "EXIT_FAILED",
     "EXIT_INCOMPLETE",
+    "EXIT_INTERRUPTED",
+    "EXIT_MEANINGS",
     "EXIT_OK",
     "EXIT_REFUSED",
     "EXIT_REJECTED",
+    "EXIT_TIMEOUT",
     "EXIT_UNAVAILABLE",
     "EXIT_USAGE",
     "OPERATOR_TIMEOUT_S",
-    "Commands",
+    "USAGE_ERRORS",
     "OperatorError",
-    "add_redis_options",
+    "OutputClosed",
     "console",
     "duration",
     "emit_json",
     "iso",
+    "note",
     "operator_command",
     "operator_redis",
-    "operator_settings",
-    "positive_int",
     "read_input",
-    "redis_settings",
+    "redis_trouble",
     "utc",
+    "warn",
+    "write_out",
 ]
 
 EXIT_OK = 0
@@ -64,8 +67,27 @@ EXIT_USAGE = 2  # bad arguments, input, configuration, name or amount
 EXIT_DEGRADED = 3
 EXIT_FAILED = 4
 EXIT_REJECTED = 5
-EXIT_UNAVAILABLE = 6  # Redis did not answer
+EXIT_UNAVAILABLE = 6  # Redis did not answer, or refused this client
 EXIT_REFUSED = 7  # the kill switch is on
+EXIT_TIMEOUT = 8  # gave up waiting; the turn may still finish
+EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports SIGINT
+EXIT_BROKEN_PIPE = 141  # stdout closed early (`| head`), as a shell reports SIGPIPE
+EXIT_MEANINGS: Mapping[int, str] = MappingProxyType(
+    {
+        EXIT_OK: "ok, done",
+        EXIT_INCOMPLETE: "demo: some turn got no result",
+        EXIT_USAGE: "bad usage, input, configuration, name or amount; an unknown turn, "
+        "scope or tenant",
+        EXIT_DEGRADED: "the turn was degraded",
+        EXIT_FAILED: "the turn failed",
+        EXIT_REJECTED: "the turn was rejected",
+        EXIT_UNAVAILABLE: "Redis did not answer, or refused this client",
+        EXIT_REFUSED: "refused: the kill switch is on",
+        EXIT_TIMEOUT: "gave up waiting (the turn may still finish: relevo result ID)",
+        EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
+        EXIT_BROKEN_PIPE: "standard output was closed early (e.g. | head)",
+    }
+)
 EXIT_BY_STATUS: Mapping[Status, int] = MappingProxyType(
     {
         Status.OK: EXIT_OK,
@@ -76,18 +98,28 @@ EXIT_BY_STATUS: Mapping[Status, int] = MappingProxyType(
 )
 # People wait for an answer; the workers' control path keeps its own short timeout.
 OPERATOR_TIMEOUT_S = 2.0
-# The `relevo` parser's subcommands, as argparse types them (not subscriptable at run time).
-Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
-# What an operator typed wrong, whichever package noticed it.
-_USAGE = (ConfigError, InputError, breakers.BreakersError, budgets.BudgetError)
+# What a user typed wrong, whichever package noticed it: exit 2 and one line.
+USAGE_ERRORS: tuple[type[Exception], ...] = (
+    ConfigError,
+    InputError,
+    breakers.BreakersError,
+    budgets.BudgetError,
+)
 
 
 class OperatorError(Exception):
-    """A one-line message for the operator and the exit status that goes with it."""
+    """A one-line message for the user and the exit status that goes with it."""
 
     def __init__(self, message: str, exit_code: int = EXIT_USAGE) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+class OutputClosed(Exception):
+    """Standard output was closed by its reader.
+
+    Not an `OSError`, so that no Redis error handler mistakes it for the store going away.
+    """
 
 
 def read_input(source: str) -> bytes:
@@ -100,25 +132,21 @@ def read_input(source: str) -> bytes:
         raise InputError(f"cannot read input {source}: {exc.strerror}") from None
 
 
-def redis_settings(config: str | None) -> RedisSettings:
-    """The `[redis]` section of `config`, else `RELEVO_REDIS__URL` / `__NAMESPACE` or defaults."""
-    if config is not None:
-        return load_settings(config, require_secrets=False).redis
-    env = {
-        field: os.environ[f"RELEVO_REDIS__{field.upper()}"]
-        for field in ("url", "namespace")
-        if os.environ.get(f"RELEVO_REDIS__{field.upper()}")
-    }
-    try:
-        return RedisSettings(**env)
-    except ValidationError as exc:
-        where = ", ".join(f"RELEVO_REDIS__{str(e['loc'][0]).upper()}" for e in exc.errors())
-        raise ConfigError(f"{where}: not a valid Redis setting") from None
-
-
-def operator_settings(config: str) -> Settings:
-    """The whole configuration, for commands that run turns (API keys required)."""
-    return load_settings(config)
+def redis_trouble(where: RedisSettings, exc: BaseException, hint: str = "") -> OperatorError:
+    """What went wrong with Redis, in one line without its password: exit 6."""
+    url = redact_url(where.url)
+    if isinstance(exc, STORE_REFUSED):
+        return OperatorError(
+            f"Redis at {url} refused this client ({type(exc).__name__}); "
+            f"check the user and password in the URL and its ACL permissions{hint}",
+            EXIT_UNAVAILABLE,
+        )
+    cause = exc.__cause__ if isinstance(exc, breakers.StoreUnavailableError) else exc
+    return OperatorError(
+        f"Redis at {url} did not answer ({type(cause or exc).__name__}); "
+        f"check --config or RELEVO_REDIS__URL{hint}",
+        EXIT_UNAVAILABLE,
+    )
 
 
 @asynccontextmanager
@@ -127,19 +155,8 @@ async def operator_redis(where: RedisSettings) -> AsyncIterator[Redis]:
     client = where.connect(timeout_s=max(where.timeout_s, OPERATOR_TIMEOUT_S))
     try:
         yield client
-    except STORE_REFUSED as exc:
-        raise OperatorError(
-            f"Redis at {redact_url(where.url)} refused this client ({type(exc).__name__}); "
-            "check the user and password in the URL and its ACL permissions",
-            EXIT_UNAVAILABLE,
-        ) from None
-    except STORE_DOWN as exc:
-        cause = exc.__cause__ if isinstance(exc, breakers.StoreUnavailableError) else exc
-        raise OperatorError(
-            f"Redis at {redact_url(where.url)} did not answer ({type(cause or exc).__name__}); "
-            "check --config or RELEVO_REDIS__URL",
-            EXIT_UNAVAILABLE,
-        ) from None
+    except (*STORE_REFUSED, *STORE_DOWN) as exc:
+        raise redis_trouble(where, exc) from None
     finally:
         await client.aclose()
 
@@ -148,22 +165,31 @@ Handler = Callable[[Any], Coroutine[Any, Any, int]]
 
 
 def operator_command(handler: Handler) -> Callable[[Any], int]:
-    """Run `handler(args)` on a fresh event loop; expected errors become one stderr line."""
+    """Run `handler(args)` on a fresh event loop (`main` turns its errors into one line)."""
 
     def run(args: Any) -> int:
-        try:
-            return asyncio.run(handler(args))
-        except OperatorError as exc:
-            return _fail(str(exc), exc.exit_code)
-        except _USAGE as exc:
-            return _fail(str(exc), EXIT_USAGE)
+        return asyncio.run(handler(args))
 
     return run
 
 
-def _fail(message: str, code: int) -> int:
+def note(message: str) -> None:
+    """One line on stderr for the user, beside the output."""
     print(f"relevo: {message}", file=sys.stderr)
-    return code
+
+
+def warn(message: str) -> None:
+    """One line on stderr about something done anyway."""
+    note(f"warning: {message}")
+
+
+def write_out(text: str) -> None:
+    """Write `text` to stdout now; a closed stdout raises `OutputClosed`."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise OutputClosed from None
 
 
 def console() -> Console:
@@ -198,21 +224,3 @@ def duration(seconds: float) -> str:
     if seconds <= 0:
         return "-"
     return f"{seconds:.1f}s"
-
-
-def add_redis_options(parser: argparse.ArgumentParser, *, json: bool = True) -> None:
-    """`--config FILE` (where Redis is) and, for commands that show something, `--json`."""
-    parser.add_argument("--config", help="read [redis] from this TOML file (else RELEVO_REDIS__*)")
-    if json:
-        parser.add_argument("--json", action="store_true", help="print JSON instead of text")
-
-
-def positive_int(text: str) -> int:
-    """An argparse type: a whole number of at least 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
-    return value

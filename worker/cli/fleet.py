@@ -1,9 +1,6 @@
-"""The fleet commands: run a worker node, enqueue turns, read results, tail streams.
+"""`relevo worker`: run this node's Celery worker processes, and end them with it.
 
 relevo worker --config FILE [--processes N] [--threads N] [--metrics-port P]
-relevo enqueue --config FILE [--input FILE|-] [--wait] [--timeout S]
-relevo result TURN_ID [--config FILE]
-relevo tail TURN_ID [--config FILE]
 """
 
 from __future__ import annotations
@@ -16,34 +13,27 @@ import sys
 import time
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
-from worker.cli.common import (
-    EXIT_BY_STATUS,
-    EXIT_FAILED,
-    Commands,
-    OperatorError,
-    add_redis_options,
-    operator_command,
-    operator_redis,
-    positive_int,
-    read_input,
-    redis_settings,
-)
+from worker.cli.common import EXIT_OK, EXIT_USAGE
+from worker.cli.config import load_config
+from worker.cli.parsing import Commands, add_command, positive_int
 from worker.fleet.exporter import serve_metrics
 from worker.fleet.startup import PARENT_ENV
-from worker.fleet.turnstore import TurnStore
-from worker.settings import load_settings
-from worker.turn.intake import checked_turn
-from worker.types import TurnResult
 
-__all__ = ["register"]
+__all__ = ["celery_command", "register"]
 
 
 def register(commands: Commands) -> None:
-    """Add `worker`, `enqueue`, `result` and `tail` to the `relevo` parser."""
-    node = commands.add_parser("worker", help="run this node's worker processes")
-    node.add_argument("--config", required=True, help="chain configuration (TOML)")
+    """Add `worker` to the `relevo` parser."""
+    node = add_command(
+        commands,
+        "worker",
+        "run this node's worker processes",
+        exits=(EXIT_OK, EXIT_USAGE),
+        details="One Celery worker process per --processes, each on the threads pool; one "
+        "process ending stops the others. Any other exit status is a worker process's own.",
+    )
+    node.add_argument("--config", required=True, metavar="FILE", help="chain configuration (TOML)")
     node.add_argument("--processes", type=positive_int, help="worker processes (default: config)")
     node.add_argument("--threads", type=positive_int, help="threads per process (default: config)")
     node.add_argument("--loglevel", default="WARNING", help="Celery's log level")
@@ -53,23 +43,6 @@ def register(commands: Commands) -> None:
         help="serve Prometheus metrics on this port, 0 for none (default: config, 9464)",
     )
     node.set_defaults(func=_worker)
-
-    enqueue = commands.add_parser("enqueue", help="send a turn to the fleet")
-    enqueue.add_argument("--config", required=True, help="chain configuration (TOML)")
-    enqueue.add_argument("--input", default="-", help="turn request JSON file, or - for stdin")
-    enqueue.add_argument("--wait", action="store_true", help="wait and print the result")
-    enqueue.add_argument("--timeout", type=float, default=300.0, help="seconds to wait")
-    enqueue.set_defaults(func=_enqueue)
-
-    result = commands.add_parser("result", help="print a finished turn's result")
-    result.add_argument("turn_id")
-    add_redis_options(result, json=False)
-    result.set_defaults(func=operator_command(_result))
-
-    tail = commands.add_parser("tail", help="print a streaming turn's content as it arrives")
-    tail.add_argument("turn_id")
-    add_redis_options(tail, json=False)
-    tail.set_defaults(func=operator_command(_tail))
 
 
 def celery_command(queue: str, threads: int, name: str, loglevel: str) -> list[str]:
@@ -84,7 +57,7 @@ def celery_command(queue: str, threads: int, name: str, loglevel: str) -> list[s
 
 def _worker(args: argparse.Namespace) -> int:
     config = Path(args.config).resolve()
-    settings = load_settings(config)
+    settings = load_config(config)
     processes = args.processes or settings.worker.processes
     threads = args.threads or settings.worker.threads
     port = settings.observability.metrics_port if args.metrics_port is None else args.metrics_port
@@ -126,40 +99,3 @@ def _run_children(
     forward(signal.SIGTERM, None)
     codes = [child.wait() for child in children]
     return max((abs(code) for code in codes), default=0)
-
-
-def _enqueue(args: argparse.Namespace) -> int:
-    from worker.fleet.app import make_app
-    from worker.fleet.enqueue import enqueue_turn
-
-    settings = load_settings(args.config, require_secrets=False)
-    request = checked_turn(read_input(args.input), settings.limits)
-    handle = enqueue_turn(request, app=make_app(settings), limits=settings.limits)
-    if not args.wait:
-        print(handle.turn_id)
-        return 0
-    result = handle.get(timeout_s=args.timeout)
-    print(result.to_json())
-    return EXIT_BY_STATUS[result.status]
-
-
-async def _result(args: Any) -> int:
-    where = redis_settings(args.config)
-    async with operator_redis(where) as redis:
-        found: TurnResult | None = await TurnStore(redis, namespace=where.namespace).result(
-            args.turn_id
-        )
-    if found is None:
-        raise OperatorError(f"no result for turn {args.turn_id!r} (unknown, or not finished)")
-    print(found.to_json())
-    return EXIT_BY_STATUS.get(found.status, EXIT_FAILED)
-
-
-async def _tail(args: Any) -> int:
-    where = redis_settings(args.config)
-    async with operator_redis(where) as redis:
-        async for text in TurnStore(redis, namespace=where.namespace).tail(args.turn_id):
-            sys.stdout.write(text)
-            sys.stdout.flush()
-    sys.stdout.write("\n")
-    return 0

@@ -12,16 +12,18 @@ from typing import Any
 
 import breakers
 from worker.cli.common import (
-    Commands,
+    EXIT_OK,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
     OperatorError,
-    add_redis_options,
     emit_json,
     iso,
     operator_command,
     operator_redis,
-    redis_settings,
     utc,
 )
+from worker.cli.config import redis_settings
+from worker.cli.parsing import Commands, add_command, add_redis_options
 
 __all__ = ["register"]
 
@@ -85,17 +87,28 @@ async def _kill_status(args: argparse.Namespace) -> int:
 
 def register(commands: Commands) -> None:
     """Add `kill-switch` to the `relevo` command."""
-    kill = commands.add_parser("kill-switch", help="turn every turn in the fleet off, or on again")
+    exits = (EXIT_OK, EXIT_USAGE, EXIT_UNAVAILABLE)
+    kill = add_command(
+        commands,
+        "kill-switch",
+        "turn every turn in the fleet off, or on again",
+        exits=exits,
+        details="While it is on no turn calls any provider: turns end rejected and are "
+        "held for `relevo replay-held`. Nothing but these commands ever flips it.",
+    )
+    add_redis_options(kill, json=False)
     modes = kill.add_subparsers(dest="mode", required=True, metavar="MODE")
-    on = modes.add_parser("on", help="stop every provider call fleet-wide; hold turns")
+    on = add_command(modes, "on", "stop every provider call fleet-wide; hold turns", exits=exits)
     on.add_argument("--reason", required=True)
     on.add_argument("--who", help="defaults to $USER")
     add_redis_options(on, json=False)
     on.set_defaults(func=operator_command(_kill_on))
-    off = modes.add_parser("off", help="let turns run again")
+    off = add_command(modes, "off", "let turns run again", exits=exits)
     off.add_argument("--who", help="defaults to $USER")
     add_redis_options(off, json=False)
     off.set_defaults(func=operator_command(_kill_off))
-    status = modes.add_parser("status", help="who turned it on, why and since when")
+    status = add_command(
+        modes, "status", "who turned it on, why and since when (exit 0 either way)", exits=exits
+    )
     add_redis_options(status)
     status.set_defaults(func=operator_command(_kill_status))

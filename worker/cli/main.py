@@ -2,46 +2,74 @@
 
     relevo turn --config FILE [--input FILE|-] [--stream]
     relevo simulate [--port P]                     relevo demo [--redis URL]
-    relevo worker|enqueue|result|tail ...          (worker.cli.fleet)
+    relevo worker|enqueue                          (worker.cli.fleet, worker.cli.enqueue)
+    relevo result|tail TURN_ID                     (worker.cli.results)
     relevo breakers [open|close|reset SCOPE]       relevo kill-switch on|off|status
     relevo budgets list|show|set ...               relevo replay-held --config FILE
     relevo handoffs
 
-Exit status (`worker.cli.common`): 0 ok, 3 degraded, 4 failed, 5 rejected, 2 bad
-usage, input or configuration, 6 Redis did not answer, 7 refused (the kill switch is
-on). Errors the user can fix are one line on stderr, never a traceback.
+Exit codes are `worker.cli.common`'s (`relevo --help` lists them). Errors the user can
+fix are one line on stderr, never a traceback; so is a closed stdout (`| head`).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
+import textwrap
 from collections.abc import Callable, Sequence
+from importlib import metadata
 
-from worker.cli import breakers, budgets, fleet, killswitch, replay
+from worker.cli import breakers, budgets, enqueue, fleet, killswitch, replay_command, results
 from worker.cli.common import (
+    EXIT_BROKEN_PIPE,
     EXIT_BY_STATUS,
+    EXIT_DEGRADED,
+    EXIT_FAILED,
     EXIT_INCOMPLETE,
+    EXIT_INTERRUPTED,
+    EXIT_MEANINGS,
     EXIT_OK,
+    EXIT_REJECTED,
     EXIT_USAGE,
+    USAGE_ERRORS,
+    OperatorError,
+    OutputClosed,
     read_input,
 )
-from worker.errors import ConfigError, InputError
-from worker.settings import Settings, load_settings
+from worker.cli.config import load_config
+from worker.cli.parsing import LOG_LEVELS, SHARED_DEFAULTS, Commands, add_command, exit_epilog
+from worker.settings import Settings
 from worker.turn.intake import checked_turn
 from worker.types import TurnRequest, TurnResult
 
-__all__ = ["main"]
+__all__ = ["build_parser", "main"]
+
+_ABOUT = (
+    "relevo keeps AI agents answering when their model provider doesn't: Celery workers "
+    "run each agent turn through a short fallback chain of models, with fleet-wide circuit "
+    "breakers, a kill switch and per-tenant budgets in Redis. `relevo COMMAND --help` "
+    "says more about each command."
+)
+_OPTIONS_ANYWHERE = (
+    "A command's options may stand before or after its subcommand "
+    "(relevo breakers --config F open SCOPE); --log-level may follow any command."
+)
 
 
 def _cmd_turn(args: argparse.Namespace) -> int:
-    settings = load_settings(args.config)
+    settings = load_config(args.config)
     request = checked_turn(read_input(args.input), settings.limits)
-    on_text = _echo_to_stderr if args.stream else None
+    echo = _Echo() if args.stream else None
     if args.stream and not request.stream:
         request = request.model_copy(update={"stream": True})
-    result = asyncio.run(_run_turn(settings, request, on_text))
+    try:
+        result = asyncio.run(_run_turn(settings, request, echo))
+    finally:
+        if echo is not None:
+            echo.end()
     print(result.to_json())
     return EXIT_BY_STATUS[result.status]
 
@@ -57,16 +85,28 @@ async def _run_turn(
         return await chain.run(request, on_text=on_text)
 
 
-def _echo_to_stderr(text: str) -> None:
-    sys.stderr.write(text)
-    sys.stderr.flush()
+class _Echo:
+    """Streamed content to stderr, ended by a newline so that the prompt starts on its own."""
+
+    def __init__(self) -> None:
+        self.last = ""
+
+    def __call__(self, text: str) -> None:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+        self.last = text[-1:] or self.last
+
+    def end(self) -> None:
+        if self.last and self.last != "\n":
+            sys.stderr.write("\n")
+            sys.stderr.flush()
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
     from worker.simulator import serve
 
     serve(args.host, args.port)
-    return 0
+    return EXIT_OK
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -82,24 +122,33 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return EXIT_INCOMPLETE if lost else EXIT_OK
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="relevo", description=__doc__.splitlines()[0])
-    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    turn = commands.add_parser("turn", help="run one turn through the chain, print the result")
-    turn.add_argument("--config", required=True, help="chain configuration (TOML)")
+def _add_local_commands(commands: Commands) -> None:
+    """The commands that need no fleet: `turn`, `simulate`, `demo`."""
+    turn = add_command(
+        commands,
+        "turn",
+        "run one turn through the chain in this process, print the result",
+        exits=(EXIT_OK, EXIT_USAGE, EXIT_DEGRADED, EXIT_FAILED, EXIT_REJECTED),
+        details="The result is JSON on stdout; with --stream the content goes to stderr "
+        "as it arrives. No Redis: no shared breakers or budgets.",
+    )
+    turn.add_argument("--config", required=True, metavar="FILE", help="chain configuration")
     turn.add_argument("--input", default="-", help="turn request JSON file, or - for stdin")
     turn.add_argument("--stream", action="store_true", help="stream content to stderr")
     turn.set_defaults(func=_cmd_turn)
 
-    simulate = commands.add_parser("simulate", help="serve simulated providers on loopback")
+    simulate = add_command(
+        commands, "simulate", "serve simulated providers on loopback", exits=(EXIT_OK,)
+    )
     simulate.add_argument("--host", default="127.0.0.1")
     simulate.add_argument("--port", type=int, default=8900)
     simulate.set_defaults(func=_cmd_simulate)
 
-    demo = commands.add_parser(
-        "demo", help="run the fleet end to end on misbehaving simulated providers"
+    demo = add_command(
+        commands,
+        "demo",
+        "run the fleet end to end on misbehaving simulated providers",
+        exits=(EXIT_OK, EXIT_INCOMPLETE, EXIT_USAGE),
     )
     demo.add_argument(
         "--redis",
@@ -109,6 +158,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--config",
         default="examples/demo.toml",
+        metavar="FILE",
         help="with --redis: the configuration the worker runs with too",
     )
     demo.add_argument("--rate", type=float, default=15.0, help="turns sent per second")
@@ -116,12 +166,35 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--json", action="store_true", help="print the summary as JSON")
     demo.set_defaults(func=_cmd_demo)
 
+
+def _version() -> str:
+    try:
+        return metadata.version("relevo")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `relevo` parser, every command on it."""
+    parser = argparse.ArgumentParser(
+        prog="relevo",
+        description=textwrap.fill(_ABOUT, 78),
+        epilog=f"{textwrap.fill(_OPTIONS_ANYWHERE, 78)}\n\n{exit_epilog(EXIT_MEANINGS)}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"relevo {_version()}")
+    parser.add_argument("--log-level", choices=LOG_LEVELS)
+    parser.set_defaults(**SHARED_DEFAULTS)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_local_commands(commands)
     for register in (
+        fleet.register,
+        enqueue.register,
+        results.register,
         breakers.register,
         killswitch.register,
-        replay.register,
+        replay_command.register,
         budgets.register,
-        fleet.register,
     ):
         register(commands)
     return parser
@@ -129,18 +202,49 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `relevo` console script."""
+    try:
+        try:
+            return _run(argv)
+        finally:
+            # Written here, not at interpreter exit, where a closed pipe cannot be caught.
+            sys.stdout.flush()
+    except (BrokenPipeError, OutputClosed):
+        _discard_stdout()
+        return EXIT_BROKEN_PIPE
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+def _run(argv: Sequence[str] | None) -> int:
     from worker.observability.logs import configure_logging
 
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     configure_logging(level=args.log_level)
     func: Callable[[argparse.Namespace], int] = args.func
     try:
         return func(args)
-    except (ConfigError, InputError) as exc:
-        print(f"relevo: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        return 130
+    except OperatorError as exc:
+        return _fail(str(exc), exc.exit_code)
+    except USAGE_ERRORS as exc:
+        return _fail(str(exc), EXIT_USAGE)
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"relevo: {message}", file=sys.stderr)
+    return code
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null: what is still buffered must not fail again at exit."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # replaced by a test's capture
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
 
 
 if __name__ == "__main__":

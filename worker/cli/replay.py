@@ -1,4 +1,6 @@
-"""`relevo replay-held`: run the turns held while the kill switch was on, and deliver them.
+"""Running the turns held while the kill switch was on, and delivering them.
+
+The command, `relevo replay-held`, is `worker.cli.replay_command`.
 
 Turns are taken from the held stream (each exactly once, fleet-wide) only as slots free
 up: at most `concurrency` run at once, at most `batch` are taken at a time, and the kill
@@ -14,27 +16,13 @@ result is no longer "rejected" was replayed before and is not run again.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
-import sys
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 import breakers
-from worker.cli.common import (
-    EXIT_FAILED,
-    EXIT_OK,
-    EXIT_REFUSED,
-    Commands,
-    OperatorError,
-    operator_command,
-    operator_redis,
-    operator_settings,
-    positive_int,
-)
 from worker.errors import InputError
 from worker.types import Status, TurnResult, parse_turn_request
 
@@ -51,7 +39,6 @@ __all__ = [
     "Replayed",
     "RunHeld",
     "chain_runner",
-    "register",
     "replay_held",
 ]
 
@@ -268,96 +255,3 @@ async def _give_back(
 
 def _error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-
-
-async def _replay(args: argparse.Namespace) -> int:
-    from worker.adapters import make_client
-    from worker.fleet.app import make_app
-    from worker.fleet.turnstore import TurnStore
-    from worker.guard.redis_guard import open_guard
-    from worker.turn.chain import Chain
-
-    settings = operator_settings(args.config)
-    where = settings.redis
-    summary = ReplaySummary()
-    async with operator_redis(where) as client:
-        switch = breakers.KillSwitch(client, namespace=where.namespace)
-        held = breakers.HeldTurns(client, namespace=where.namespace)
-        state = await switch.status()
-        if state is not None:
-            raise OperatorError(
-                f"the kill switch is on ({state.reason}, by {state.who}); "
-                "turn it off before replaying held turns",
-                EXIT_REFUSED,
-            )
-        store = TurnStore(client, namespace=where.namespace, ttl_s=settings.worker.result_ttl_s)
-        delivery = Delivery(store, make_app(settings).backend)
-        async with make_client() as http:
-            chain = Chain.from_settings(settings, http, guard=open_guard(settings, client))
-            run_one = chain_runner(chain, delivery)
-            try:
-                await replay_held(
-                    held,
-                    switch,
-                    run_one,
-                    _print_line,
-                    limit=args.limit,
-                    concurrency=args.concurrency,
-                    summary=summary,
-                )
-            except asyncio.CancelledError:  # Ctrl-C: `main` exits 130 after this line
-                print(
-                    f"relevo: interrupted; replayed {summary.replayed}, {summary.given_back} "
-                    "unfinished turn(s) held again (run replay-held again to resume)",
-                    file=sys.stderr,
-                )
-                raise
-        left = await held.count()
-    return _verdict(summary, left)
-
-
-def _verdict(summary: ReplaySummary, left: int) -> int:
-    """The exit status, after one line on what needs a person, if anything does."""
-    problems: list[str] = []
-    code = EXIT_OK
-    if summary.stopped_by is not None:
-        problems.append(f"the kill switch came back on ({summary.stopped_by.reason})")
-        code = EXIT_REFUSED
-    if summary.not_stored:
-        problems.append(
-            f"{summary.not_stored} replayed result(s) could not be stored "
-            "(readers may still see them rejected; the results are in the output)"
-        )
-        code = code or EXIT_FAILED
-    if summary.invalid:
-        problems.append(
-            f"{summary.invalid} held turn(s) were not valid turn requests and were dropped "
-            "(their payloads are in the output)"
-        )
-        code = code or EXIT_FAILED
-    if problems:
-        raise OperatorError(
-            f"{'; '.join(problems)}; replayed {summary.replayed}, {left} still held", code
-        )
-    return EXIT_OK
-
-
-def _print_line(line: dict[str, Any]) -> None:
-    print(json.dumps(line, ensure_ascii=False), flush=True)
-
-
-def register(commands: Commands) -> None:
-    """Add `replay-held` to the `relevo` command."""
-    replay = commands.add_parser(
-        "replay-held", help="run the turns held while the kill switch was on, store their results"
-    )
-    replay.add_argument("--config", required=True, help="chain configuration (TOML)")
-    replay.add_argument("--limit", type=positive_int, metavar="N", help="replay at most N turns")
-    replay.add_argument(
-        "--concurrency",
-        type=positive_int,
-        default=CONCURRENCY,
-        metavar="N",
-        help=f"run at most N turns at once (default {CONCURRENCY})",
-    )
-    replay.set_defaults(func=operator_command(_replay))

@@ -1,0 +1,144 @@
+"""`relevo replay-held`: the command around `worker.cli.replay`, and what it reports.
+
+It refuses to start while the kill switch is on (exit 7), prints one JSON line per held
+turn, and ends with one line on stderr, and exit 4 or 7, when something needs a person.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from typing import Any
+
+import breakers
+from worker.cli.common import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    OperatorError,
+    operator_command,
+    operator_redis,
+    write_out,
+)
+from worker.cli.config import load_config
+from worker.cli.parsing import Commands, add_command, positive_int
+from worker.cli.replay import (
+    CONCURRENCY,
+    Delivery,
+    ReplaySummary,
+    chain_runner,
+    replay_held,
+)
+
+__all__ = ["register"]
+
+
+async def _replay(args: argparse.Namespace) -> int:
+    from worker.adapters import make_client
+    from worker.fleet.app import make_app
+    from worker.fleet.turnstore import TurnStore
+    from worker.guard.redis_guard import open_guard
+    from worker.turn.chain import Chain
+
+    settings = load_config(args.config)
+    where = settings.redis
+    summary = ReplaySummary()
+    async with operator_redis(where) as client:
+        switch = breakers.KillSwitch(client, namespace=where.namespace)
+        held = breakers.HeldTurns(client, namespace=where.namespace)
+        state = await switch.status()
+        if state is not None:
+            raise OperatorError(
+                f"the kill switch is on ({state.reason}, by {state.who}); "
+                "turn it off before replaying held turns",
+                EXIT_REFUSED,
+            )
+        store = TurnStore(client, namespace=where.namespace, ttl_s=settings.worker.result_ttl_s)
+        delivery = Delivery(store, make_app(settings).backend)
+        async with make_client() as http:
+            chain = Chain.from_settings(settings, http, guard=open_guard(settings, client))
+            run_one = chain_runner(chain, delivery)
+            try:
+                await replay_held(
+                    held,
+                    switch,
+                    run_one,
+                    _print_line,
+                    limit=args.limit,
+                    concurrency=args.concurrency,
+                    summary=summary,
+                )
+            except asyncio.CancelledError:  # Ctrl-C: `main` exits 130 after this line
+                print(
+                    f"relevo: interrupted; replayed {summary.replayed}, {summary.given_back} "
+                    "unfinished turn(s) held again (run replay-held again to resume)",
+                    file=sys.stderr,
+                )
+                raise
+        left = await held.count()
+    return _verdict(summary, left)
+
+
+def _verdict(summary: ReplaySummary, left: int) -> int:
+    """The exit status, after one line on what needs a person, if anything does."""
+    problems: list[str] = []
+    code = EXIT_OK
+    if summary.stopped_by is not None:
+        problems.append(f"the kill switch came back on ({summary.stopped_by.reason})")
+        code = EXIT_REFUSED
+    if summary.not_stored:
+        problems.append(
+            f"{summary.not_stored} replayed result(s) could not be stored "
+            "(readers may still see them rejected; the results are in the output)"
+        )
+        code = code or EXIT_FAILED
+    if summary.invalid:
+        problems.append(
+            f"{summary.invalid} held turn(s) were not valid turn requests and were dropped "
+            "(their payloads are in the output)"
+        )
+        code = code or EXIT_FAILED
+    if problems:
+        raise OperatorError(
+            f"{'; '.join(problems)}; replayed {summary.replayed}, {left} still held", code
+        )
+    return EXIT_OK
+
+
+def _print_line(line: dict[str, Any]) -> None:
+    write_out(json.dumps(line, ensure_ascii=False) + "\n")
+
+
+def register(commands: Commands) -> None:
+    """Add `replay-held` to the `relevo` command."""
+    replay = add_command(
+        commands,
+        "replay-held",
+        "run the turns held while the kill switch was on, store their results",
+        exits=(EXIT_OK, EXIT_USAGE, EXIT_FAILED, EXIT_UNAVAILABLE, EXIT_REFUSED, EXIT_INTERRUPTED),
+        details="One JSON result per line; each result replaces the turn's rejected one "
+        "for every reader. Interrupted, it holds its unfinished turns again: run it again "
+        "to resume.",
+        notes={
+            EXIT_FAILED: "some replayed results could not be stored, or some held turns "
+            "were not turn requests (both printed)",
+            EXIT_REFUSED: "the kill switch is on (or came back on during the replay)",
+        },
+    )
+    replay.add_argument(
+        "--config", required=True, metavar="FILE", help="chain configuration (TOML)"
+    )
+    replay.add_argument("--limit", type=positive_int, metavar="N", help="replay at most N turns")
+    replay.add_argument(
+        "--concurrency",
+        type=positive_int,
+        default=CONCURRENCY,
+        metavar="N",
+        help=f"run at most N turns at once (default {CONCURRENCY})",
+    )
+    replay.set_defaults(func=operator_command(_replay))

@@ -1,0 +1,199 @@
+"""`relevo result` and `relevo tail`: what became of a turn, and its content as it streams.
+
+relevo result TURN_ID [--config FILE]
+relevo tail TURN_ID [--config FILE] [--idle-timeout S]
+
+`tail` reads the turn's content stream (`worker.fleet.turnstore`) from the start and ends
+when the stream does, when the turn's result is stored without one (a turn that did not
+stream, or whose stream was cut), or after `--idle-timeout` seconds with nothing new.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from redis.asyncio import Redis
+
+from worker.cli.common import (
+    EXIT_BY_STATUS,
+    EXIT_DEGRADED,
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_REJECTED,
+    EXIT_TIMEOUT,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    OperatorError,
+    note,
+    operator_command,
+    operator_redis,
+    warn,
+    write_out,
+)
+from worker.cli.config import redis_settings
+from worker.cli.parsing import Commands, add_command, add_redis_options, positive_seconds
+from worker.fleet.turnstore import TurnKeys, TurnStore
+from worker.types import TurnResult
+
+__all__ = ["IDLE_TIMEOUT_S", "register"]
+
+# Longer than a provider's first-byte timeout plus a fallback: a live turn can be quiet
+# that long between two pieces of content.
+IDLE_TIMEOUT_S = 60.0
+_READ_MS = 1000  # each wait for content, below the operator client's read timeout
+
+
+def register(commands: Commands) -> None:
+    """Add `result` and `tail` to the `relevo` parser."""
+    result = add_command(
+        commands,
+        "result",
+        "print a finished turn's result",
+        exits=(EXIT_OK, EXIT_DEGRADED, EXIT_FAILED, EXIT_REJECTED, EXIT_USAGE, EXIT_UNAVAILABLE),
+        details="Prints the result JSON and exits with the turn's status.",
+        notes={EXIT_USAGE: "bad usage, or no result for that turn id (unknown, or not finished)"},
+    )
+    result.add_argument("turn_id", metavar="TURN_ID")
+    add_redis_options(result, json=False)
+    result.set_defaults(func=operator_command(_result))
+
+    tail = add_command(
+        commands,
+        "tail",
+        "print a streaming turn's content as it arrives",
+        exits=(EXIT_OK, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_TIMEOUT),
+        details="Ends when the turn's stream ends, or when its result is stored without one "
+        "(it did not stream: `relevo result` prints it). Gives up after --idle-timeout "
+        "seconds with no new content.",
+        notes={
+            EXIT_OK: "the turn ended (its status: relevo result TURN_ID)",
+            EXIT_USAGE: "bad usage, or nothing is known of that turn id (mistyped, or "
+            "still waiting in the queue) after --idle-timeout",
+            EXIT_TIMEOUT: "gave up: nothing new for --idle-timeout seconds (the turn may "
+            "still finish: relevo result TURN_ID)",
+        },
+    )
+    tail.add_argument("turn_id", metavar="TURN_ID")
+    tail.add_argument(
+        "--idle-timeout",
+        type=positive_seconds,
+        default=IDLE_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"give up after this long with nothing new (default {IDLE_TIMEOUT_S:g})",
+    )
+    add_redis_options(tail, json=False)
+    tail.set_defaults(func=operator_command(_tail))
+
+
+async def _result(args: Any) -> int:
+    where = redis_settings(args.config)
+    async with operator_redis(where) as redis:
+        found: TurnResult | None = await TurnStore(redis, namespace=where.namespace).result(
+            args.turn_id
+        )
+    if found is None:
+        raise OperatorError(f"no result for turn {args.turn_id!r} (unknown, or not finished)")
+    print(found.to_json())
+    return EXIT_BY_STATUS.get(found.status, EXIT_FAILED)
+
+
+class _End(Enum):
+    STREAM = "stream"  # the end marker: every piece of content was printed
+    RESULT = "result"  # a result is stored and no end marker follows
+    IDLE = "idle"  # nothing new for the idle timeout
+    UNKNOWN = "unknown"  # nothing at all under the turn id, for the idle timeout
+
+
+@dataclass
+class _Follow:
+    """One turn's stream, read from the start."""
+
+    redis: Redis
+    keys: TurnKeys
+    turn_id: str
+    last: str = "0-0"
+    printed: bool = False
+
+    async def read(self, block_ms: int | None) -> bool:
+        """Print what arrived after `last` (waiting up to `block_ms`); True at the end marker."""
+        key = self.keys.chunks(self.turn_id)
+        batches: Any = await self.redis.xread({key: self.last}, block=block_ms, count=100)
+        for _, entries in batches:
+            for entry_id, fields in entries:
+                self.last = entry_id
+                if b"end" in fields:
+                    return True
+                write_out(bytes(fields[b"text"]).decode())
+                self.printed = True
+        return False
+
+    async def drain(self) -> bool:
+        """Print everything written so far; True if it ends with the end marker."""
+        while True:
+            before = self.last
+            if await self.read(None):
+                return True
+            if self.last == before:
+                return False
+
+    async def known(self) -> tuple[bool, bool]:
+        """(whether a result is stored, whether anything at all is under the turn id)."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.exists(self.keys.result(self.turn_id))
+        pipe.exists(self.keys.claim(self.turn_id), self.keys.chunks(self.turn_id))
+        stored, others = await pipe.execute()
+        return bool(stored), bool(stored or others)
+
+
+async def _follow(stream: _Follow, idle_s: float) -> _End:
+    """Print the turn's content until its stream or the turn ends, or `idle_s` of quiet."""
+    loop = asyncio.get_running_loop()
+    quiet_since, seen, noted = loop.time(), False, False
+    while (left := idle_s - (loop.time() - quiet_since)) > 0:
+        # Asked before each wait, so a turn that already ended ends the tail at once.
+        stored, exists = await stream.known()
+        if stored:
+            # The end marker, if the turn streamed, was written before its result.
+            return _End.STREAM if await stream.drain() else _End.RESULT
+        seen = seen or exists
+        if not seen and not noted:
+            noted = True
+            warn(
+                f"nothing is known of turn {stream.turn_id!r} yet (mistyped, or not started); "
+                f"waiting up to {idle_s:g}s"
+            )
+        before = stream.last
+        if await stream.read(max(1, min(_READ_MS, round(left * 1000)))):
+            return _End.STREAM
+        if stream.last != before:
+            quiet_since, seen = loop.time(), True
+    return _End.IDLE if seen else _End.UNKNOWN
+
+
+async def _tail(args: argparse.Namespace) -> int:
+    where = redis_settings(args.config)
+    turn_id: str = args.turn_id
+    async with operator_redis(where) as redis:
+        reader = _Follow(redis, TurnKeys(where.namespace), turn_id)
+        end = await _follow(reader, args.idle_timeout)
+    if reader.printed:
+        write_out("\n")
+    if end is _End.RESULT:
+        what = "its stream was cut short" if reader.printed else "it did not stream"
+        note(f"turn {turn_id!r} ended ({what}); `relevo result {turn_id}` prints its result")
+    elif end is _End.UNKNOWN:
+        raise OperatorError(
+            f"no turn {turn_id!r}: no worker claimed, streamed or stored anything under that "
+            f"id in {args.idle_timeout:g}s (mistyped, or still waiting in the queue)"
+        )
+    elif end is _End.IDLE:
+        raise OperatorError(
+            f"gave up on turn {turn_id!r}: nothing new for {args.idle_timeout:g}s "
+            f"(--idle-timeout); it may still finish: `relevo result {turn_id}`",
+            EXIT_TIMEOUT,
+        )
+    return EXIT_OK
