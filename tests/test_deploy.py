@@ -454,6 +454,7 @@ def test_producer_enqueues_a_turn(
 async def test_producer_reaches_nothing_but_the_queue_and_results(clients: dict[str, Any]) -> None:
     producer = clients["producer"]
     assert await producer.get("{relevo}:turn:t1:result") is None
+    assert await producer.xread({"{relevo}:turn:t1:chunks": "0"}, count=1) == []  # streams
     assert await producer.get("celery-task-meta-t1") is None
     with pytest.raises(breakers.StoreForbiddenError) as kill:
         await breakers.KillSwitch(producer).on("mallory", "because")
@@ -464,6 +465,7 @@ async def test_producer_reaches_nothing_but_the_queue_and_results(clients: dict[
         ("LPOP", "relevo"),
         ("HGETALL", "{relevo}:br:vendor:openai"),
         ("SET", "{relevo}:turn:t1:result", "forged"),
+        ("XADD", "{relevo}:turn:t1:chunks", "*", "text", "forged"),
     ):
         with pytest.raises(NoPermissionError):
             await producer.execute_command(*command)

@@ -2,6 +2,15 @@
 
 from worker.fleet.app import make_app
 from worker.fleet.enqueue import TurnHandle, enqueue_turn
+from worker.fleet.producer import AsyncTurnHandle, Producer, TurnTimeout
 from worker.fleet.turnstore import TurnStore
 
-__all__ = ["TurnHandle", "TurnStore", "enqueue_turn", "make_app"]
+__all__ = [
+    "AsyncTurnHandle",
+    "Producer",
+    "TurnHandle",
+    "TurnStore",
+    "TurnTimeout",
+    "enqueue_turn",
+    "make_app",
+]

@@ -16,7 +16,7 @@ from worker.turn.chain import Chain
 from worker.turn.intake import checked_turn
 from worker.types import TurnRequest, TurnResult
 
-__all__ = ["TurnHandle", "enqueue_turn", "run_turn"]
+__all__ = ["TurnHandle", "enqueue_turn", "run_turn", "send_turn"]
 
 
 @dataclass(frozen=True)
@@ -45,8 +45,22 @@ def enqueue_turn(
     `limits` should be the workers' (`settings.limits`); the defaults otherwise.
     """
     turn = checked_turn(request, limits or LimitsSettings())
-    sent = app.send_task(TASK_NAME, args=[turn.model_dump(mode="json")], task_id=turn.turn_id)
-    return TurnHandle(turn.turn_id, sent)
+    return TurnHandle(turn.turn_id, send_turn(app, turn))
+
+
+def send_turn(app: Celery, turn: TurnRequest, *, ignore_result: bool = False) -> AsyncResult:
+    """Publish a checked turn through Celery's `send_task` (its publish signals fire).
+
+    `ignore_result`: Celery neither stores the task's return value nor subscribes this
+    process to it; the turn store still holds the result (what `Producer` reads).
+    """
+    return app.send_task(
+        TASK_NAME,
+        args=[turn.model_dump(mode="json")],
+        task_id=turn.turn_id,
+        # None, not False: the task's own setting decides, and the message is as before.
+        ignore_result=True if ignore_result else None,
+    )
 
 
 def run_turn(request: TurnRequest, settings: Settings) -> TurnResult:
