@@ -28,9 +28,10 @@ SURFACES: dict[str, str] = {
     "worker.guard": "Admission Availability Charge FleetView Guard OpenGuard RedisGuard Signal"
     " Target open_guard",
     "worker.guard.testing": "ScriptedGuard",
-    "worker.fleet": "TurnHandle TurnStore enqueue_turn make_app",
+    "worker.fleet": "AsyncTurnHandle Producer TurnHandle TurnStore TurnTimeout enqueue_turn"
+    " make_app",
     "worker.fleet.testing": "InProcessRedis InProcessWorker StubFleet stub_fleet",
-    "worker.observability": "Redactor TurnMetrics configure_logging redact_text",
+    "worker.observability": "Redactor TurnMetrics configure_logging configure_tracing redact_text",
     "worker.simulator": "CallOutcome Fault RequestRecord Simulator SimulatorClient serve",
     "worker.cli": "main",
     "worker.demo": "run_demo",

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import redis
 from kombu import Producer, Queue
 
+from tests.chainkit import worker_config
 from worker.fleet.app import make_app
 from worker.settings import RedisSettings, Settings
 
@@ -74,3 +80,32 @@ def test_closing_again_after_a_lost_connection_keeps_the_process_alive(
     finally:
         client.delete(unacked, f"{unacked}_index", queue)
         client.close()
+
+
+def test_a_producer_imports_the_app_without_keys_and_a_worker_without_them_stops(
+    tmp_path: Path, redis_url: str, namespace: str
+) -> None:
+    config = tmp_path / "chain.toml"
+    config.write_text(
+        worker_config(sim="http://127.0.0.1:9", redis_url=redis_url, namespace=namespace)
+    )
+    env = {k: v for k, v in os.environ.items() if k != "RELEVO_TEST_KEY"}
+    env["RELEVO_CONFIG"] = str(config)
+    producer = subprocess.run(
+        [sys.executable, "-c", "import worker.fleet.app"],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert producer.returncode == 0, producer.stderr
+    worker = subprocess.run(
+        [sys.executable, "-m", "celery", "-A", "worker.fleet.app", "worker", "-P", "solo"],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert worker.returncode != 0
+    assert "RELEVO_TEST_KEY" in worker.stderr

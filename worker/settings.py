@@ -338,7 +338,7 @@ class LimitsSettings(_Section):
 
 
 class ObservabilitySettings(_Section):
-    """Logs, the metrics endpoint and the fleet fallback-rate alert."""
+    """Logs, the metrics endpoint, the fleet fallback-rate alert and traces."""
 
     # 0 turns the endpoint off.
     metrics_port: int = Field(default=9464, ge=0, le=65535)
@@ -351,6 +351,11 @@ class ObservabilitySettings(_Section):
     # None: JSON unless the output is a terminal.
     log_json: bool | None = None
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # OpenTelemetry traces (`pip install 'relevo[otel]'`, `worker.observability.tracing`).
+    tracing: bool = False
+    # The collector's OTLP/HTTP URL (/v1/traces is added); None: the OTEL_EXPORTER_OTLP_*
+    # variables, else http://localhost:4318. Unused when the process has its own provider.
+    otlp_endpoint: str | None = Field(default=None, pattern=r"^https?://")
 
 
 class Settings(BaseSettings):

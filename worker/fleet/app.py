@@ -22,8 +22,10 @@ from celery import Celery
 from celery.signals import celeryd_init
 from kombu.transport import redis as kombu_redis
 
+from worker.errors import ConfigError
 from worker.fleet.runner import TurnRunner
 from worker.fleet.startup import follow_parent, warn_if_not_persistent
+from worker.observability import tracing
 from worker.settings import RedisSettings, Settings, load_settings
 
 __all__ = ["TASK_NAME", "app", "make_app"]
@@ -68,12 +70,16 @@ def make_app(
         worker_hijack_root_logger=False,
         worker_send_task_events=False,
     )
+    # Both sides make the app: a producer's sends and a worker's turns join one trace.
+    if settings is not None and tracing.configure_tracing(settings.observability):
+        tracing.trace_celery(TASK_NAME)
     get_runner = runner or _lazy_runner(settings)
 
     # shared=False: each app runs its own runner, even with several apps in one process.
     @app.task(name=TASK_NAME, acks_late=True, reject_on_worker_lost=True, shared=False)  # type: ignore[untyped-decorator]
     def run_turn(payload: Any) -> dict[str, Any]:
-        return get_runner().run(payload)
+        # The producer's trace context came in the message headers (None: tracing is off).
+        return get_runner().run(payload, carrier=tracing.carried(run_turn.request))
 
     return app
 
@@ -165,7 +171,9 @@ def _settings_from_env() -> Settings:
 
 def _app_from_env() -> Celery:
     path = os.environ.get("RELEVO_CONFIG")
-    settings = load_settings(path) if path else None
+    # The producers that import this module (a web app) hold no provider keys: a worker
+    # started from it checks them as it starts (`starting`).
+    settings = load_settings(path, require_secrets=False) if path else None
     app = make_app(settings)
 
     def starting(instance: Any, **_: Any) -> None:
@@ -174,6 +182,11 @@ def _app_from_env() -> Celery:
             return
         follow_parent()
         if settings is not None:
+            try:
+                settings.check_secrets()
+            except ConfigError as exc:
+                # Celery logs and swallows a receiver's exception: only an exit stops it.
+                raise SystemExit(f"relevo: {exc}") from None
             from worker.observability.logs import configure_from_settings
 
             # Celery redirects `sys.stderr` into its logger, which would prefix each JSON line.

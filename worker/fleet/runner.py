@@ -13,7 +13,7 @@ import asyncio
 import os
 import socket
 import threading
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from typing import Any, TypeVar
 
 import httpx
@@ -24,6 +24,7 @@ from worker.adapters import make_client
 from worker.errors import STORE_DOWN, InputError
 from worker.fleet.turnstore import TurnStore
 from worker.guard.redis_guard import open_guard
+from worker.observability import tracing
 from worker.observability.logs import redact_secrets
 from worker.observability.metrics import TurnMetrics
 from worker.observability.redact import provider_secrets
@@ -88,6 +89,7 @@ class TurnRunner:
         self.loop = loop or LoopThread()
         self.metrics = metrics or TurnMetrics.from_settings(settings.observability)
         redact_secrets(provider_secrets(settings))
+        tracing.configure_tracing(settings.observability)
         self.holder = f"{socket.gethostname()}:{os.getpid()}"
         self.guard = open_guard(settings)
         self.guard.circuits.on_reset = self.metrics.store_reset
@@ -111,8 +113,11 @@ class TurnRunner:
             await self._client.aclose()
         await self.guard.aclose()
 
-    def run(self, payload: object) -> dict[str, Any]:
-        """Run a task payload from a worker thread; always returns a result dict."""
+    def run(self, payload: object, *, carrier: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Run a task payload from a worker thread; always returns a result dict.
+
+        `carrier`: the trace context its message brought (`tracing.carried`), if any.
+        """
         try:
             request = checked_turn(payload, self.settings.limits)
         except InputError as error:
@@ -121,7 +126,9 @@ class TurnRunner:
             self.metrics.record(rejected)
             return rejected.model_dump(mode="json")
         budget_s = min(request.deadline_s, self.settings.turn_deadline_s)
-        result = self.loop.run(self.run_once(request), timeout_s=budget_s + 2 * _MARGIN_S)
+        # In the turn's span while tracing is on; the coroutine itself otherwise.
+        turn = tracing.traced_turn(request, self.run_once(request), carrier)
+        result = self.loop.run(turn, timeout_s=budget_s + 2 * _MARGIN_S)
         return result.model_dump(mode="json")
 
     async def run_once(self, request: TurnRequest) -> TurnResult:

@@ -31,6 +31,7 @@ from worker.errors import (
     StoreForbidden,
 )
 from worker.guard.protocol import Availability, Charge, Guard, OpenGuard, Signal, Target
+from worker.observability import tracing
 from worker.settings import ModelSettings, Settings
 from worker.turn.capability import Fit, Unfit, fit_turn
 from worker.turn.degrade import cheaper_answer, uses_cheaper_model
@@ -268,9 +269,12 @@ class _Turn:
 
     async def _wait_for_holds(self, charge: Charge, refusal: str | None) -> str | None:
         """A budget that attempts in flight hold frees up as they settle, usually for
-        less than they held: ask again, for `held_wait_s` at most within the deadline."""
+        less than they held: ask again, for `held_wait_s` at most, and no later than
+        leaves the call its first-byte timeout before the deadline (a call granted later
+        could not answer, and would be charged all the same)."""
         loop = asyncio.get_running_loop()
-        until = min(self.deadline, loop.time() + self.settings.budgets.held_wait_s)
+        first_byte_s = self.settings.providers[charge.provider].first_byte_timeout_s
+        until = min(self.deadline - first_byte_s, loop.time() + self.settings.budgets.held_wait_s)
         delay_s = _HELD_FIRST_WAIT_S
         while refusal in _HELD:
             pause = self.chain.rng.uniform(delay_s / 2, delay_s)
@@ -313,7 +317,10 @@ class _Turn:
         self.calls += 1
         started = time.monotonic()
         try:
-            completion = await self._call(target, fit)
+            # The call's span (a no-op while tracing is off) records how it failed, if it did.
+            with tracing.attempt(target, self.request, retry_index) as span:
+                completion = await self._call(target, fit)
+                span.answered(completion.usage, completion.finish_reason)
         except ProviderError as error:
             rule = rule_for(error)
             # A call the provider may bill (it timed out, or streamed and broke) is charged
