@@ -39,7 +39,9 @@ def _fresh(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
 
 
-def config(sim: Simulator, redis_url: str, namespace: str, **plan: Any) -> Settings:
+def config(
+    sim: Simulator, redis_url: str, namespace: str, *, deadline_s: float = 10.0, **plan: Any
+) -> Settings:
     plan.setdefault("evidence_min_samples", 5)
     plan.setdefault("evidence_refresh_s", 0.01)
     plan.setdefault("input_margin_pct", MARGIN_PCT)
@@ -47,6 +49,7 @@ def config(sim: Simulator, redis_url: str, namespace: str, **plan: Any) -> Setti
         sim.url,
         (PRIMARY, BACKUP),
         first_byte_timeout_s=2.0,
+        deadline_s=deadline_s,
         redis={"url": redis_url, "namespace": namespace},
         budgets=plan,
     )
@@ -155,6 +158,29 @@ async def test_a_turn_waits_for_holds_to_settle_instead_of_degrading(
     results = await with_chain(settings_, body)
     assert [r.status for r in results] == [Status.OK] * 3
     assert sim.calls("alpha") == 3
+
+
+async def test_a_turn_stops_waiting_when_a_call_could_no_longer_answer_before_its_deadline(
+    sim: Simulator, redis_url: str, namespace: str
+) -> None:
+    # The first turn holds the budget for 2.5 s of its 3; the second, had it been granted
+    # then, would have 0.4 s left for a call whose first byte may take 2 s: billed, unanswered.
+    worst = reservation(sim, PRIMARY, 256)
+    settings_ = config(sim, redis_url, namespace, deadline_s=3.0, reserve_percentile=None)
+    sim.set_faults("alpha", Fault(tokens=TOKENS, latency_s=2.5))
+
+    async def body(chain: Chain, guard: RedisGuard) -> list[TurnResult]:
+        await guard.ledger.set_limits("acme", worst + worst // 2, 10 * worst)
+        return await run_all(chain, requests(2), spread_s=0.1)
+
+    first, second = await with_chain(settings_, body)
+    assert first.status is Status.OK
+    assert (second.status, second.reason, second.cost_micros) == (
+        Status.DEGRADED,
+        "tenant_budget_held",
+        0,
+    )
+    assert sim.calls("alpha") == 1
 
 
 async def test_a_refusal_says_held_when_holds_are_in_the_way_and_exhausted_when_spend_is(

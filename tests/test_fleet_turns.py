@@ -423,7 +423,8 @@ def test_turns_keep_succeeding_when_redis_hangs_then_dies_mid_run(
         fleet.stop()
         reports = fleet.reports()
     turns = turns_of(reports)
-    assert all(t.status == "ok" and t.step == 0 for t in turns), {t.status for t in turns}
+    odd = {(t.status, t.step, t.reason) for t in turns if t.status != "ok" or t.step != 0}
+    assert not odd, odd
     healthy = [t for t in turns if t.ended < hung]
     met_outage = [t for t in turns if t.ended >= hung]
     after_kill = [t for t in turns if t.started >= killed]

@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 import redis.asyncio
+import structlog
 from prometheus_client.parser import text_string_to_metric_families
 from structlog.testing import capture_logs
 
@@ -396,3 +397,24 @@ def test_relevo_worker_serves_turn_fleet_and_budget_metrics(
     assert 1 <= len(crossings) <= 2
     assert not [e for e in events if e.get("event") == "fallback_rate.recovered"]
     assert KEY not in logs.read_text()
+
+
+def _log_many(count: int) -> None:
+    configure_logging(json=True, stream=sys.stderr)
+    log = structlog.get_logger("relevo.test")
+    for i in range(count):
+        log.info("turn.completed", turn_id=f"t{i}", padding="x" * 200)
+
+
+def test_processes_sharing_stderr_write_whole_json_lines() -> None:
+    # A node's worker processes share one stderr pipe: each line must be one write.
+    code = "from tests.test_observability import _log_many; _log_many(3000)"
+    read, write = os.pipe()
+    procs = [subprocess.Popen([sys.executable, "-c", code], stderr=write) for _ in range(3)]
+    os.close(write)
+    with os.fdopen(read) as merged:
+        lines = merged.read().splitlines()
+    for proc in procs:
+        assert proc.wait(timeout=60) == 0
+    assert len(lines) == 9000
+    assert all(json.loads(line)["event"] == "turn.completed" for line in lines)

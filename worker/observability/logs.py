@@ -55,7 +55,9 @@ def configure_logging(
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.getLevelNamesMapping()[level.upper()]
         ),
-        logger_factory=structlog.PrintLoggerFactory(out),
+        # One write per line: `print` writes the line and its newline apart, and the
+        # processes of a node share one stderr, so their lines interleaved mid-line.
+        logger_factory=structlog.WriteLoggerFactory(out),
         cache_logger_on_first_use=False,
     )
 

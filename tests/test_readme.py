@@ -1,0 +1,397 @@
+"""The README as an executed document: its simulated-fleet walkthrough runs as written.
+
+The README marks the blocks of that walkthrough: `<!-- test: fleet -->` before each
+`sh`/`bash` or `python` block to run, and `<!-- test: output -->` before a `text` (or
+`json`) block holding what the block before it prints on stdout. The test copies
+`examples/` into a temporary directory (the walkthrough runs at the repository root,
+and only reads `examples/`), writes one bash script of every marked block in README
+order (shell blocks as they are, each Python block fed to `python -` on a here-document)
+and runs it under `set -euo pipefail`, with `RELEVO_REDIS__URL` pointing at a private
+`redis-server`. It fails if any command fails, if a block's stdout differs from the
+output shown after it (or is not empty when none is shown), or if anything the
+walkthrough started is still running after its last block.
+
+Matching an output block: each line is stripped, `…` matches any text within a line
+(a line of only `…`: any lines, or none), and consecutive lines may be joined by any
+whitespace or none, so a one-line JSON result may be shown folded over several lines.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import os
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import tomllib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import skip_unless_ci
+from worker.settings import ModelSettings, ProviderSettings, Settings, load_settings
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+# The ports the walkthrough names: the simulator, and each worker node's metrics.
+FLEET_PORTS = (8900, 9464, 9465)
+TOOLS = ("bash", "curl", "grep", "mktemp")
+RUN_TIMEOUT_S = 100
+# A line before each block's output and after the last, with the time it was printed.
+BLOCK_MARK = "@@relevo-readme-block {}@@"
+END_MARK = "@@relevo-readme-end@@"
+_MARK_LINE = re.compile(r"^@@relevo-readme-(?:block (\d+)|end)@@ ([\d.]+)$", re.M)
+PY_EOF = "RELEVO_README_PYTHON"
+REPO_DIRS = ("bench/", "breakers/", "budgets/", "deploy/", "docs/", "examples/", "tests/")
+REPO_DIRS += ("worker/",)
+
+_FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.M | re.S)
+_MARK = re.compile(r"^<!-- test: (\w+) -->\n+", re.M)
+
+
+@dataclass
+class Block:
+    """One marked block of the README: its language, code, line, and expected stdout."""
+
+    lang: str
+    code: str
+    line: int
+    expected: str | None = None
+
+
+def marked_blocks(text: str, kind: str = "fleet") -> list[Block]:
+    """The README's blocks marked `<!-- test: {kind} -->`, each with its output block."""
+    blocks: list[Block] = []
+    last: Block | None = None
+    for mark in _MARK.finditer(text):
+        fence = _FENCE.match(text, mark.end())
+        line = text.count("\n", 0, mark.start()) + 1
+        assert fence, f"README.md:{line}: a test marker must be followed by a fenced block"
+        lang, code = fence.group(1), fence.group(2)
+        if mark.group(1) == "output":
+            assert last is not None, f"README.md:{line}: an output block follows no test block"
+            assert last.expected is None, f"README.md:{line}: a second output block"
+            assert lang in ("text", "json"), f"README.md:{line}: output blocks are text"
+            last.expected = code
+        elif mark.group(1) == kind:
+            assert lang in ("sh", "bash", "python"), f"README.md:{line}: cannot run {lang!r}"
+            last = Block(lang, code, line)
+            blocks.append(last)
+        else:
+            last = None
+    return blocks
+
+
+def output_pattern(expected: str) -> re.Pattern[str]:
+    """The regular expression an output block stands for (see the module docstring)."""
+    parts = []
+    for raw in expected.splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        if line == "…":
+            parts.append(r"(?:.*?)")
+        else:
+            parts.append("[^\n]*?".join(re.escape(piece) for piece in line.split("…")))
+    return re.compile(r"\s*".join(parts), re.S)
+
+
+def _print_mark(mark: str) -> str:
+    return f"printf '\\n%s %s\\n' {shlex.quote(mark)} \"$(date +%s.%N)\""
+
+
+def script_of(blocks: list[Block]) -> str:
+    """One bash script running every block in order, a marker line before each."""
+    lines = ["set -euo pipefail"]
+    for index, block in enumerate(blocks):
+        lines.append(_print_mark(BLOCK_MARK.format(index)))
+        if block.lang == "python":
+            assert PY_EOF not in block.code
+            lines += [f"python - <<'{PY_EOF}'", block.code.rstrip("\n"), PY_EOF]
+        else:
+            lines.append(block.code.rstrip("\n"))
+    lines.append(_print_mark(END_MARK))
+    return "\n".join(lines) + "\n"
+
+
+def split_output(stdout: str, count: int) -> tuple[list[str | None], list[float | None]]:
+    """Each block's stdout and seconds taken, by the marker lines (None: it never started;
+    a block that never ended has no duration)."""
+    outputs: list[str | None] = [None] * count
+    seconds: list[float | None] = [None] * count
+    marks = list(_MARK_LINE.finditer(stdout))
+    for mark, after in zip(marks, [*marks[1:], None], strict=True):
+        if mark.group(1) is None:
+            continue
+        index = int(mark.group(1))
+        outputs[index] = stdout[mark.end() : after.start() if after else None].strip()
+        if after is not None:
+            seconds[index] = float(after.group(2)) - float(mark.group(2))
+    return outputs, seconds
+
+
+def _port_taken(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("0.0.0.0", port))  # the metrics listen on every interface
+        except OSError:
+            return True
+    return False
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@pytest.fixture
+def fleet_dir(tmp_path: Path) -> Path:
+    """A directory laid out as the walkthrough expects: `examples/` as in the repository."""
+    shutil.copytree(ROOT / "examples", tmp_path / "examples")
+    (tmp_path / "tmp").mkdir()
+    return tmp_path
+
+
+@pytest.fixture
+def walkthrough(
+    fleet_dir: Path, private_redis: tuple[str, subprocess.Popen[bytes]]
+) -> Iterator[tuple[subprocess.Popen[str], float]]:
+    """The README's marked blocks, started as one bash script; killed whatever happens."""
+    for tool in TOOLS:
+        if shutil.which(tool) is None:
+            skip_unless_ci(f"the README's walkthrough needs {tool}")
+    for port in FLEET_PORTS:
+        if _port_taken(port):
+            skip_unless_ci(f"port {port} is in use; the README's walkthrough serves there")
+    url, _ = private_redis
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RELEVO_", "PROMETHEUS_"))}
+    bindir = str(Path(sys.executable).parent)  # `relevo` and `python` of this environment
+    env.update(
+        PATH=f"{bindir}{os.pathsep}{env.get('PATH', '')}",
+        RELEVO_REDIS__URL=url,
+        TMPDIR=str(fleet_dir / "tmp"),
+    )
+    script = fleet_dir / "walkthrough.sh"
+    script.write_text(script_of(marked_blocks(README.read_text(encoding="utf-8"))))
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        ["bash", str(script)],
+        cwd=fleet_dir,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group: everything it starts, killed below
+    )
+    try:
+        yield proc, started
+    finally:
+        if _group_alive(proc.pid):
+            os.killpg(proc.pid, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=10)
+
+
+def _logs(fleet_dir: Path) -> str:
+    found = sorted((fleet_dir / "tmp").rglob("*.log"))
+    return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in found)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(RUN_TIMEOUT_S + 30)
+def test_the_readme_walkthrough_runs_as_written(
+    walkthrough: tuple[subprocess.Popen[str], float], fleet_dir: Path
+) -> None:
+    proc, started = walkthrough
+    blocks = marked_blocks(README.read_text(encoding="utf-8"))
+    try:
+        stdout, stderr = proc.communicate(timeout=RUN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate(timeout=10)
+        pytest.fail(f"the walkthrough ran over {RUN_TIMEOUT_S} s\n{stdout}\n{stderr}")
+    took = time.monotonic() - started
+    outputs, seconds = split_output(stdout, len(blocks))
+    timing = ", ".join(f"{blocks[i].line}: {s:.1f} s" for i, s in enumerate(seconds) if s)
+    ran = [i for i, out in enumerate(outputs) if out is not None]
+    where = f"README.md:{blocks[ran[-1]].line}" if ran else "the first block"
+    assert proc.returncode == 0, (
+        f"the block at {where} failed (exit status {proc.returncode}) after {took:.1f} s "
+        f"({timing})\n"
+        f"--- its stdout\n{outputs[ran[-1]] if ran else stdout}\n--- stderr\n{stderr[-4000:]}\n"
+        f"{_logs(fleet_dir)}"
+    )
+    assert END_MARK in stdout, "the walkthrough ended before its last block"
+    print(f"README walkthrough: {len(blocks)} blocks in {took:.1f} s (by line: {timing})")
+    for block, out in zip(blocks, outputs, strict=True):
+        assert out is not None
+        if block.expected is None:
+            assert out == "", f"README.md:{block.line} prints what the README does not show:\n{out}"
+        else:
+            assert output_pattern(block.expected).fullmatch(out), (
+                f"README.md:{block.line} printed something else than the README shows.\n"
+                f"--- shown\n{block.expected}--- printed\n{out}"
+            )
+    deadline = time.monotonic() + 10
+    while _group_alive(proc.pid):
+        assert time.monotonic() < deadline, "the walkthrough's last block left processes running"
+        time.sleep(0.1)
+
+
+def test_the_walkthrough_covers_the_fleet_and_its_operators() -> None:
+    """Markers are how the test finds the blocks: losing them must not shrink what runs."""
+    blocks = marked_blocks(README.read_text(encoding="utf-8"))
+    code = "\n".join(b.code for b in blocks)
+    assert code.count("relevo worker ") == 2
+    for needed in (
+        "relevo simulate",
+        "relevo turn",
+        "relevo enqueue",
+        "relevo result",
+        "relevo breakers",
+        "relevo kill-switch on",
+        "relevo kill-switch off",
+        "relevo replay-held",
+        "relevo budgets set",
+        "relevo budgets show",
+        "enqueue_turn(",
+        "Chain.from_settings(",
+    ):
+        assert needed in code, f"the README's tested walkthrough no longer runs {needed!r}"
+    assert {b.lang for b in blocks} >= {"sh", "python"}
+    assert blocks[-1].lang == "sh"
+    assert "kill " in blocks[-1].code, "the walkthrough must end by stopping what it started"
+
+
+def test_the_output_matcher() -> None:
+    pattern = output_pattern('{"a": 1, "b": "…",\n "c": [\n  {"d": …}]}\n')
+    assert pattern.fullmatch('{"a": 1, "b": "x y", "c": [{"d": 2, "e": 3}]}')
+    assert not pattern.fullmatch('{"a": 2, "b": "x", "c": [{"d": 2}]}')
+    table = output_pattern("Title …\n…\n│ one │ open │ …\n…\n")
+    assert table.fullmatch("Title at 12:00\n┏━━┓\n│ one │ open │ 1 │\n└──┘")
+    assert not table.fullmatch("Title at 12:00\n│ one │ closed │ 1 │")
+    assert not output_pattern("a … b\n").fullmatch("a x\ny b")
+
+
+def test_the_quick_start_test_command_is_what_ci_runs() -> None:
+    """The README's second quick-start command is the last line of `.ci/run`."""
+    ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
+    quick = README.read_text(encoding="utf-8").split("## Quick start", 1)[1]
+    assert ci in _FENCE.search(quick).group(2).splitlines()  # type: ignore[union-attr]
+
+
+def test_the_readme_names_only_files_in_the_repository() -> None:
+    text = README.read_text(encoding="utf-8")
+    assert "../" not in text, "the README points outside the repository"
+    named = {m for m in re.findall(r"`([\w./*-]+)`", text) if m.startswith(REPO_DIRS)}
+    named |= set(re.findall(r"\]\(((?:[\w.-]+/)*[\w.-]+\.\w+)\)", text))
+    missing = sorted(path for path in named if not list(ROOT.glob(path.rstrip("/"))))
+    assert not missing, f"the README names files that do not exist: {missing}"
+
+
+# The sections `examples/chain.toml` writes out with their defaults.
+OPTIONAL_SECTIONS = (
+    "retry",
+    "degradation",
+    "redis",
+    "worker",
+    "breakers",
+    "budgets",
+    "limits",
+    "observability",
+)
+
+
+def test_the_complete_example_has_every_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """README: `examples/chain.toml` is complete. Every key is in it, set to its default in
+    the optional sections, or shown commented out (`# key = ...`) when unset by default."""
+    path = ROOT / "examples" / "chain.toml"
+    text = path.read_text(encoding="utf-8")
+    raw = tomllib.loads(text)
+    for env in ("OPENAI_API_KEY", "AZURE_OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY"):
+        monkeypatch.setenv(env, "sk-test")
+    for name in list(os.environ):
+        if name.startswith("RELEVO_"):
+            monkeypatch.delenv(name)
+    settings = load_settings(path)
+    commented = set(re.findall(r"^# ?(\w+) = ", text, re.M))
+    for section in OPTIONAL_SECTIONS:
+        model = type(getattr(settings, section))
+        assert getattr(settings, section) == model(), f"[{section}] differs from the defaults"
+        for field in model.model_fields:
+            assert field in raw.get(section, {}) or field in commented, f"{section}.{field}"
+    for field in Settings.model_fields:
+        assert field in raw, f"examples/chain.toml has no {field}"
+    for model in (ProviderSettings, ModelSettings):
+        for field in model.model_fields:
+            assert re.search(rf"\b{field}\b", text), f"examples/chain.toml never names {field}"
+
+
+def _subcommands(argv: list[str], capsys: pytest.CaptureFixture[str]) -> list[str]:
+    """The subcommands `relevo ARGV --help` lists under its positional arguments."""
+    from worker.cli.main import main
+
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main([*argv, "--help"])
+    text = capsys.readouterr().out
+    section = text.split("positional arguments:", 1)[1] if "positional arguments:" in text else ""
+    section = re.split(r"\n\S", section, maxsplit=1)[0]  # up to the next heading
+    return re.findall(r"^    (\w[\w-]*)", section, re.M)
+
+
+def test_operating_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
+    """README: `docs/operating.md` lists every command (and every subcommand)."""
+    doc = (ROOT / "docs" / "operating.md").read_text(encoding="utf-8")
+    listed = set(re.findall(r"^\| `relevo ([a-z][a-z-]*(?: [a-z][a-z-]*)?)", doc, re.M))
+    commands = _subcommands([], capsys)
+    assert "worker" in commands
+    missing = []
+    for command in commands:
+        subcommands = _subcommands([command], capsys)
+        missing += [f"{command} {sub}" for sub in subcommands if f"{command} {sub}" not in listed]
+        if not subcommands and not any(entry.split()[0] == command for entry in listed):
+            missing.append(command)
+    assert not missing, f"docs/operating.md does not list: {missing}"
+
+
+def test_every_python_block_of_the_readme_compiles() -> None:
+    """Those outside the walkthrough do not run here, but none may need what a module
+    cannot do (a top-level `await`), use a name it never defines or imports (`data`),
+    or hold `...` for what the reader must fill in."""
+    text = README.read_text(encoding="utf-8")
+    blocks = [m for m in _FENCE.finditer(text) if m.group(1) == "python"]
+    assert len(blocks) >= 4
+    for block in blocks:
+        where = f"README.md:{text.count(chr(10), 0, block.start()) + 1}"
+        tree = ast.parse(block.group(2), where)
+        compile(tree, where, "exec", dont_inherit=True)
+        defined = set(dir(builtins))
+        used = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name):
+                (used if isinstance(node.ctx, ast.Load) else defined).add(node.id)
+            elif isinstance(node, ast.alias):
+                defined.add((node.asname or node.name).split(".")[0])
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                defined.add(node.name)
+            elif isinstance(node, ast.arg):
+                defined.add(node.arg)
+        assert not used - defined, f"{where} uses names it never defines: {used - defined}"
+        placeholders = [n for n in ast.walk(tree) if isinstance(n, ast.Constant) and n.value is ...]
+        assert not placeholders, f"{where} holds `...` where code should be"
