@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+from structlog.testing import capture_logs
 
 import breakers
 from tests.chainkit import ID_OF, KEY, MODEL_OF, ORDER, model, run, settings, turn
@@ -406,3 +407,18 @@ def test_unset_cache_prices_are_the_input_price_but_for_anthropic_writes() -> No
 def test_cache_prices_cannot_be_negative() -> None:
     with pytest.raises(ValueError, match="cache_read_usd_per_mtok"):
         prices(input="1", cache_read="-0.1")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_the_logs_count_every_prompt_token_as_opentelemetry_does(
+    sim: Simulator, kind: str
+) -> None:
+    # gen_ai.usage.input_tokens is the whole prompt, cached or not (GenAI conventions).
+    sim.set_faults(ID_OF[MODEL_OF[kind]], cached_reply())
+    with capture_logs() as events:
+        result = await run(priced(sim.url, kind), turn())
+    [completed] = [e for e in events if e["event"] == "turn.completed"]
+    usage = result.usage
+    assert usage.cache_read_tokens > 0
+    total = usage.input_tokens + usage.cache_write_tokens + usage.cache_read_tokens
+    assert completed["gen_ai.usage.input_tokens"] == total

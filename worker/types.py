@@ -181,6 +181,12 @@ class Usage(_Frozen):
     cache_read_tokens: int = Field(default=0, ge=0)
     reasoning_tokens: int = Field(default=0, ge=0)
 
+    @property
+    def prompt_tokens(self) -> int:
+        """Every prompt token, cached or not: what OpenTelemetry's GenAI
+        `gen_ai.usage.input_tokens` counts."""
+        return self.input_tokens + self.cache_write_tokens + self.cache_read_tokens
+
 
 class Reply(_Frozen):
     """The assistant's answer: text and tool calls."""

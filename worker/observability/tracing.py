@@ -183,7 +183,7 @@ def _finish(span: Span, result: TurnResult) -> None:
     for a in attempts:
         if a.outcome is AttemptOutcome.OK:
             outcome |= {PROVIDER: a.provider, RESPONSE_MODEL: a.provider_model}
-            outcome |= {INPUT_TOKENS: result.usage.input_tokens}
+            outcome |= {INPUT_TOKENS: result.usage.prompt_tokens}
             outcome |= {OUTPUT_TOKENS: result.usage.output_tokens}
         elif a.outcome is AttemptOutcome.SKIPPED:
             skipped = {PROVIDER: a.provider, REQUEST_MODEL: a.provider_model}
@@ -267,7 +267,7 @@ class AttemptSpan:
         if self._span is not None:
             # The requested model, as in the logs: adapters do not read the one answering.
             self._span.set_attribute(RESPONSE_MODEL, self._model)
-            self._span.set_attribute(INPUT_TOKENS, usage.input_tokens)
+            self._span.set_attribute(INPUT_TOKENS, usage.prompt_tokens)
             self._span.set_attribute(OUTPUT_TOKENS, usage.output_tokens)
             if finish_reason is not None:
                 self._span.set_attribute("gen_ai.response.finish_reasons", (finish_reason,))

@@ -86,7 +86,7 @@ class TurnReport:
         if attempt.error_class is not None:
             semconv[ERROR_TYPE] = attempt.error_class
         if usage is not None:
-            semconv[GEN_AI_INPUT_TOKENS] = usage.input_tokens
+            semconv[GEN_AI_INPUT_TOKENS] = usage.prompt_tokens
             semconv[GEN_AI_OUTPUT_TOKENS] = usage.output_tokens
         (log.debug if answered else log.info)(
             "turn.attempt",
@@ -262,7 +262,7 @@ class TurnReport:
             semconv[GEN_AI_PROVIDER] = target.provider
             semconv[GEN_AI_RESPONSE_MODEL] = target.provider_model
         if self.reply is not None:
-            semconv[GEN_AI_INPUT_TOKENS] = result.usage.input_tokens
+            semconv[GEN_AI_INPUT_TOKENS] = result.usage.prompt_tokens
             semconv[GEN_AI_OUTPUT_TOKENS] = result.usage.output_tokens
         log.info(
             "turn.completed",
