@@ -325,6 +325,9 @@ class WorkerSettings(_Section):
     visibility_timeout_s: float | None = Field(default=None, gt=0)
     # How often a worker looks for such turns.
     restore_interval_s: float = Field(default=10.0, gt=0)
+    # How often a worker re-sends turns the broker lost (sent, unanswered and unclaimed
+    # for longer than the visibility timeout plus restore_interval_s; docs/deploy.md).
+    sweep_interval_s: float = Field(default=30.0, gt=0)
     result_ttl_s: int = Field(default=86_400, ge=60)
 
 

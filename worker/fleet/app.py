@@ -18,19 +18,21 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import redis
+import structlog
 from celery import Celery
-from celery.signals import celeryd_init
+from celery.signals import celeryd_init, worker_ready
 from kombu.transport import redis as kombu_redis
 
 from worker.errors import ConfigError
 from worker.fleet.runner import TurnRunner
+from worker.fleet.sending import TASK_NAME, send_turn
 from worker.fleet.startup import follow_parent, warn_if_not_persistent
 from worker.observability import tracing
 from worker.settings import RedisSettings, Settings, load_settings
 
 __all__ = ["TASK_NAME", "app", "make_app"]
 
-TASK_NAME = "relevo.run_turn"
+log = structlog.get_logger("relevo.worker")
 
 
 def make_app(
@@ -69,6 +71,8 @@ def make_app(
         task_default_queue=settings.worker.queue if settings else "relevo",
         worker_hijack_root_logger=False,
         worker_send_task_events=False,
+        # Where `send_turn` records the turns it sends (`TurnKeys.sent`), and how long.
+        relevo_namespace=redis.namespace,
     )
     # Both sides make the app: a producer's sends and a worker's turns join one trace.
     if settings is not None and tracing.configure_tracing(settings.observability):
@@ -81,6 +85,19 @@ def make_app(
         # The producer's trace context came in the message headers (None: tracing is off).
         return get_runner().run(payload, carrier=tracing.carried(run_turn.request))
 
+    def ready(sender: Any = None, **_: Any) -> None:
+        # A worker of this app consuming: it also re-sends the turns the broker lost.
+        if getattr(sender, "app", None) is not app:
+            return
+        try:
+            get_runner().start_sweeper(lambda turn: send_turn(app, turn))
+        except Exception as exc:  # Celery would swallow it: say why there is no sweeper
+            log.warning("sweep.not_started", error=str(exc))
+
+    # Held by the app and connected weakly: a producer's app (the CLI's, a web app's) must
+    # not outlive its process's teardown through a global signal receiver.
+    app.relevo_on_ready = ready
+    worker_ready.connect(ready)
     return app
 
 

@@ -10,7 +10,7 @@ from celery import Celery
 from celery.result import AsyncResult
 
 from worker.adapters import make_client
-from worker.fleet.app import TASK_NAME
+from worker.fleet.sending import send_turn
 from worker.settings import LimitsSettings, Settings
 from worker.turn.chain import Chain
 from worker.turn.intake import checked_turn
@@ -46,21 +46,6 @@ def enqueue_turn(
     """
     turn = checked_turn(request, limits or LimitsSettings())
     return TurnHandle(turn.turn_id, send_turn(app, turn))
-
-
-def send_turn(app: Celery, turn: TurnRequest, *, ignore_result: bool = False) -> AsyncResult:
-    """Publish a checked turn through Celery's `send_task` (its publish signals fire).
-
-    `ignore_result`: Celery neither stores the task's return value nor subscribes this
-    process to it; the turn store still holds the result (what `Producer` reads).
-    """
-    return app.send_task(
-        TASK_NAME,
-        args=[turn.model_dump(mode="json")],
-        task_id=turn.turn_id,
-        # None, not False: the task's own setting decides, and the message is as before.
-        ignore_result=True if ignore_result else None,
-    )
 
 
 def run_turn(request: TurnRequest, settings: Settings) -> TurnResult:

@@ -32,7 +32,7 @@ from redis.asyncio import Redis
 
 from worker.errors import InputError, RelevoError
 from worker.fleet.app import make_app
-from worker.fleet.enqueue import send_turn
+from worker.fleet.sending import send_turn
 from worker.fleet.turnstore import TurnStore
 from worker.settings import LimitsSettings, Settings
 from worker.turn.intake import checked_turn

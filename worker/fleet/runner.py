@@ -10,10 +10,11 @@ the threads pool.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import socket
 import threading
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
 import httpx
@@ -22,6 +23,7 @@ import uvloop
 
 from worker.adapters import make_client
 from worker.errors import STORE_DOWN, InputError
+from worker.fleet.sweeper import Sweeper
 from worker.fleet.turnstore import TurnStore
 from worker.guard.redis_guard import open_guard
 from worker.observability import tracing
@@ -39,6 +41,7 @@ log = structlog.get_logger("relevo.runner")
 T = TypeVar("T")
 # Beyond the turn's deadline: time to save the result and release the claim.
 _MARGIN_S = 5.0
+_FORGET_ERRORS: tuple[type[BaseException], ...] = (*STORE_DOWN, TimeoutError)
 
 
 class LoopThread:
@@ -102,6 +105,22 @@ class TurnRunner:
         )
         self._chain: Chain | None = None
         self._client: httpx.AsyncClient | None = None
+        self._sweeping: concurrent.futures.Future[None] | None = None
+
+    def start_sweeper(self, send: Callable[[TurnRequest], object]) -> None:
+        """Re-send, from now on, the turns the broker lost (`worker.fleet.sweeper`), on this
+        runner's loop; `send` publishes one (`send_turn` on the fleet's app). Once."""
+        if self._sweeping is not None:
+            return
+        sweeper = Sweeper(
+            self.store,
+            send,
+            holder=self.holder,
+            interval_s=self.settings.worker.sweep_interval_s,
+            older_than_s=self.settings.visibility_timeout_s
+            + self.settings.worker.restore_interval_s,
+        )
+        self._sweeping = asyncio.run_coroutine_threadsafe(sweeper.run_forever(), self.loop.loop)
 
     def close(self) -> None:
         """Close the HTTP client and the Redis pool, then the loop."""
@@ -109,6 +128,8 @@ class TurnRunner:
         self.loop.stop()
 
     async def _aclose(self) -> None:
+        if self._sweeping is not None:
+            self._sweeping.cancel()
         if self._client is not None:
             await self._client.aclose()
         await self.guard.aclose()
@@ -124,12 +145,20 @@ class TurnRunner:
             log.warning("turn.invalid_input", error=str(error))
             rejected = rejected_input(payload, error)
             self.metrics.record(rejected)
+            self._forget(rejected.turn_id)
             return rejected.model_dump(mode="json")
         budget_s = min(request.deadline_s, self.settings.turn_deadline_s)
         # In the turn's span while tracing is on; the coroutine itself otherwise.
         turn = tracing.traced_turn(request, self.run_once(request), carrier)
         result = self.loop.run(turn, timeout_s=budget_s + 2 * _MARGIN_S)
         return result.model_dump(mode="json")
+
+    def _forget(self, turn_id: str) -> None:
+        """Drop a turn's sent record: a payload this worker refuses is not re-sent."""
+        try:
+            self.loop.run(self.store.forget(turn_id), timeout_s=5)
+        except _FORGET_ERRORS as exc:
+            log.warning("turn.record_kept", turn_id=turn_id, error=type(exc).__name__)
 
     async def run_once(self, request: TurnRequest) -> TurnResult:
         """The turn's result: the stored one if it already ran, else a new run."""

@@ -12,6 +12,12 @@ streaming turn goes to a Redis stream per turn, ended by an empty `end` entry.
     {N}:turn:<id>:result   string  the TurnResult JSON    (TTL: result_ttl_s)
     {N}:turn:<id>:claim    string  the claiming worker    (TTL: deadline + margin)
     {N}:turn:<id>:chunks   stream  text / end entries     (TTL: result_ttl_s)
+    {N}:turns:sent         zset    turn id -> ms sent     (TTL: result_ttl_s, refreshed)
+    {N}:turns:payloads     hash    turn id -> payload     (TTL: result_ttl_s, refreshed)
+    {N}:turns:sweep        string  the sweeping worker    (TTL: one sweep interval)
+
+A producer records each turn in `sent` and `payloads` before it publishes it (`send_turn`);
+saving the result removes the record. `worker.fleet.sweeper` re-sends what stays unanswered.
 """
 
 from __future__ import annotations
@@ -58,6 +64,18 @@ class TurnKeys:
 
     def chunks(self, turn_id: str) -> str:
         return f"{{{self.namespace}}}:turn:{turn_id}:chunks"
+
+    @property
+    def sent(self) -> str:
+        return f"{{{self.namespace}}}:turns:sent"
+
+    @property
+    def payloads(self) -> str:
+        return f"{{{self.namespace}}}:turns:payloads"
+
+    @property
+    def sweep(self) -> str:
+        return f"{{{self.namespace}}}:turns:sweep"
 
 
 class TurnStore:
@@ -106,8 +124,18 @@ class TurnStore:
         key, saved = self.keys.result(result.turn_id), result.model_dump_json()
         slot.pipe.execute_command("SET", key, saved, "NX", "GET", "EX", self.ttl_s, get=True)
         slot.pipe.delete(self.keys.claim(result.turn_id))
-        standing, _ = _raised(await slot.send())
+        # Answered: the sweeper has nothing to re-send (the record goes with the save).
+        slot.pipe.zrem(self.keys.sent, result.turn_id)
+        slot.pipe.hdel(self.keys.payloads, result.turn_id)
+        standing, *_ = _raised(await slot.send())
         return result if standing is None else _parsed(standing)
+
+    async def forget(self, turn_id: str) -> None:
+        """Drop the turn's sent record: it will not be re-sent."""
+        slot = self.pipes.open()
+        slot.pipe.zrem(self.keys.sent, turn_id)
+        slot.pipe.hdel(self.keys.payloads, turn_id)
+        _raised(await slot.send())
 
     async def replace(self, result: TurnResult) -> TurnResult:
         """Save the result over a "rejected" one (or none); return the one that stands.

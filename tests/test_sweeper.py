@@ -1,0 +1,153 @@
+"""The sweeper: a turn the broker lost is re-sent; an answered or running one is not.
+
+The loss is made the way kombu makes it: the message is popped off the queue and
+recorded nowhere (a worker killed between BRPOP and its unacked record).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from tests.chainkit import worker_config
+from tests.test_celery_fleet import request, start_worker
+from worker.fleet.app import make_app
+from worker.fleet.enqueue import TurnHandle, enqueue_turn
+from worker.fleet.turnstore import TurnKeys
+from worker.settings import load_settings
+from worker.simulator import Simulator
+from worker.types import Status, TurnResult
+
+__all__ = ["start_worker"]  # the fixture, shared with the fleet tests
+
+pytestmark = pytest.mark.slow
+
+SECTIONS = """
+[retry]
+base_delay_s = 0.01
+
+[worker]
+queue = "{namespace}"
+visibility_timeout_s = 6
+restore_interval_s = 1
+sweep_interval_s = 0.5
+"""
+# A record is due after the visibility timeout plus the restore interval.
+DUE_S = 7
+
+
+@pytest.fixture(autouse=True)
+def _fresh(sim: Simulator) -> None:
+    sim.reset()
+
+
+@pytest.fixture
+def config(sim: Simulator, redis_url: str, namespace: str, tmp_path: Path) -> Path:
+    text = worker_config(
+        sim=sim.url,
+        redis_url=redis_url,
+        namespace=namespace,
+        sections=SECTIONS.format(namespace=namespace),
+        deadline_s=5,
+    )
+    path = tmp_path / "chain.toml"
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture
+def broker(redis_url: str) -> Iterator[redis.Redis]:
+    with redis.Redis.from_url(redis_url) as client:
+        yield client
+
+
+def lost_turn(config: Path, broker: redis.Redis, namespace: str) -> TurnHandle:
+    """A turn enqueued with no worker running, whose message then vanishes from the queue."""
+    app = make_app(load_settings(config, require_secrets=False))
+    handle = enqueue_turn(request(tenant_id="acme"), app=app)
+    message = broker.rpop(namespace)
+    assert message is not None
+    assert handle.turn_id.encode() in message
+    assert broker.llen(namespace) == 0
+    return handle
+
+
+def recorded(broker: redis.Redis, keys: TurnKeys, turn_id: str) -> bool:
+    in_zset = broker.zscore(keys.sent, turn_id) is not None
+    assert in_zset == bool(broker.hexists(keys.payloads, turn_id))
+    return in_zset
+
+
+def wait_until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
+    until = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < until, what
+        time.sleep(0.2)
+
+
+def test_a_turn_the_broker_lost_is_resent_and_answered(
+    config: Path,
+    sim: Simulator,
+    broker: redis.Redis,
+    namespace: str,
+    start_worker: Callable[[str], subprocess.Popen[bytes]],
+) -> None:
+    keys = TurnKeys(namespace)
+    handle = lost_turn(config, broker, namespace)
+    assert recorded(broker, keys, handle.turn_id)
+    assert broker.ttl(keys.sent) > 0
+    assert broker.ttl(keys.payloads) > 0
+    start_worker("sweeper")
+    result = handle.get(timeout_s=DUE_S + 30)
+    assert result.status is Status.OK
+    assert result.turn_id == handle.turn_id
+    wait_until(lambda: not recorded(broker, keys, handle.turn_id), 5, "the record stayed")
+    assert sim.calls("alpha") == 1
+
+
+def test_a_turn_with_a_stored_result_is_not_resent(
+    config: Path,
+    sim: Simulator,
+    broker: redis.Redis,
+    namespace: str,
+    start_worker: Callable[[str], subprocess.Popen[bytes]],
+) -> None:
+    keys = TurnKeys(namespace)
+    handle = lost_turn(config, broker, namespace)
+    saved = TurnResult(
+        turn_id=handle.turn_id, tenant_id="acme", status=Status.OK, primary_model="alpha"
+    )
+    broker.set(keys.result(handle.turn_id), saved.model_dump_json(), ex=600)
+    start_worker("sweeper")
+    # The sweeper ran: it dropped the record, and sent nothing.
+    wait_until(lambda: not recorded(broker, keys, handle.turn_id), DUE_S + 30, "never swept")
+    time.sleep(1)
+    assert broker.llen(namespace) == 0
+    assert sim.calls("alpha") == 0
+
+
+def test_a_claimed_turn_is_not_resent_until_its_claim_lapses(
+    config: Path,
+    sim: Simulator,
+    broker: redis.Redis,
+    namespace: str,
+    start_worker: Callable[[str], subprocess.Popen[bytes]],
+) -> None:
+    keys = TurnKeys(namespace)
+    handle = lost_turn(config, broker, namespace)
+    # Another worker is running it (its claim), for as long as this test waits.
+    broker.set(keys.claim(handle.turn_id), "elsewhere:1", px=60_000)
+    start_worker("sweeper")
+    time.sleep(DUE_S + 5)  # several sweeps past the record's due time
+    assert recorded(broker, keys, handle.turn_id)
+    assert broker.llen(namespace) == 0
+    assert sim.calls("alpha") == 0
+    # The claim lapses without a result (that worker died): now the turn is re-sent.
+    broker.delete(keys.claim(handle.turn_id))
+    assert handle.get(timeout_s=30).status is Status.OK
+    wait_until(lambda: not recorded(broker, keys, handle.turn_id), 5, "the record stayed")

@@ -1,0 +1,128 @@
+"""Re-sending turns the broker lost: the sent records no result or claim answers.
+
+kombu's Redis transport pops a message (BRPOP) and records it as unacknowledged in
+a second command: a worker killed between the two, or a failover at that moment,
+loses the turn, and no key holds it. `send_turn` records every turn before it is
+published (`TurnKeys.sent`, `TurnKeys.payloads`) and saving its result removes the
+record. Each worker process sweeps every `worker.sweep_interval_s`: a record older than
+the visibility timeout plus `worker.restore_interval_s` (by then kombu has put back
+whatever it still holds) is dropped when the turn has a result, left alone while the
+turn is claimed (running), and otherwise re-sent with the same turn id. A turn delivered
+twice runs once (the runner's claim and stored result), so re-sending a slow one is safe.
+One process sweeps at a time (a lock for one interval); records older than the result
+TTL are dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable
+
+import structlog
+from pydantic import ValidationError
+
+from worker.errors import STORE_DOWN
+from worker.fleet.turnstore import TurnStore
+from worker.types import TurnRequest
+
+__all__ = ["Sweeper"]
+
+log = structlog.get_logger("relevo.sweeper")
+_BATCH = 500
+
+
+class Sweeper:
+    """Finds the turns that were sent and never delivered, and sends them again."""
+
+    def __init__(
+        self,
+        store: TurnStore,
+        send: Callable[[TurnRequest], object],
+        *,
+        holder: str,
+        interval_s: float,
+        older_than_s: float,
+    ) -> None:
+        """`send`: publish a turn (blocking; `send_turn` on the fleet's app)."""
+        self.store = store
+        self.send = send
+        self.holder = holder
+        self.interval_s = interval_s
+        self.older_than_s = older_than_s
+
+    async def run_forever(self) -> None:
+        """Sweep every interval (with jitter, so processes started together spread out)."""
+        while True:
+            await asyncio.sleep(self.interval_s * random.uniform(0.8, 1.2))
+            try:
+                await self.sweep_once()
+            except STORE_DOWN as exc:
+                log.warning("sweep.store_unreachable", error=type(exc).__name__)
+            except Exception:  # the sweeper must outlive any one bad round
+                log.exception("sweep.failed")
+
+    async def sweep_once(self) -> int:
+        """One round, if no other process holds this one; returns the turns re-sent."""
+        redis, keys = self.store.redis, self.store.keys
+        lock_ms = max(1, int(self.interval_s * 1000))
+        if not await redis.set(keys.sweep, self.holder, nx=True, px=lock_ms):
+            return 0
+        now_ms = time.time() * 1000
+        expired_ms = now_ms - self.store.ttl_s * 1000
+        expired = await redis.zrangebyscore(keys.sent, "-inf", expired_ms, start=0, num=_BATCH)
+        if expired:
+            await self._drop([_text(turn_id) for turn_id in expired])
+        due = await redis.zrangebyscore(
+            keys.sent, expired_ms, now_ms - self.older_than_s * 1000, start=0, num=_BATCH
+        )
+        turn_ids = [_text(turn_id) for turn_id in due]
+        if not turn_ids:
+            return 0
+        pipe = redis.pipeline(transaction=False)
+        for turn_id in turn_ids:
+            pipe.exists(keys.result(turn_id))
+            pipe.exists(keys.claim(turn_id))
+            pipe.hget(keys.payloads, turn_id)
+        replies = await pipe.execute()
+        answered: list[str] = []
+        resent = 0
+        for i, turn_id in enumerate(turn_ids):
+            has_result, claimed, payload = replies[3 * i : 3 * i + 3]
+            if has_result:
+                answered.append(turn_id)
+            elif claimed:
+                continue  # running now: its save removes the record
+            elif payload is None:
+                answered.append(turn_id)  # nothing to send
+            elif await self._resend(turn_id, payload):
+                resent += 1
+            else:
+                answered.append(turn_id)
+        if answered:
+            await self._drop(answered)
+        return resent
+
+    async def _resend(self, turn_id: str, payload: bytes | str) -> bool:
+        """Send the turn again (its record's score becomes now); False: not a turn."""
+        try:
+            turn = TurnRequest.model_validate_json(payload)
+        except ValidationError:
+            log.warning("turn.record_invalid", turn_id=turn_id)
+            return False
+        # send_turn records the turn again: the score moves to now.
+        await asyncio.to_thread(self.send, turn)
+        log.warning("turn.resent", turn_id=turn_id)
+        return True
+
+    async def _drop(self, turn_ids: list[str]) -> None:
+        keys = self.store.keys
+        pipe = self.store.redis.pipeline(transaction=False)
+        pipe.zrem(keys.sent, *turn_ids)
+        pipe.hdel(keys.payloads, *turn_ids)
+        await pipe.execute()
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
