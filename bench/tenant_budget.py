@@ -4,7 +4,8 @@ One rig for every scenario (bench/chaos.py's `Rig`): a private `redis-server`, `
 simulate` (the primary answers after `--latency-s`, 0.5 s, so turns are in flight
 together) and two `relevo worker` nodes of 2 processes x 50 threads each, configured from
 examples/simulated.toml with `turn_deadline_s = 20`, `[worker] visibility_timeout_s = 30`,
-`[budgets] hold_ttl_s = 25` (a dead worker's turn is redelivered and its holds reclaimed
+`sweep_interval_s = 5`, `[budgets] hold_ttl_s = 25` (a dead worker's turn is redelivered,
+a turn the broker lost re-sent, and its holds reclaimed
 within the run) and `evidence_refresh_s = 1`. Every turn is examples/turn.json with
 `max_tokens = 256` and a fresh turn id: the simulator answers 8 tokens, so one attempt's
 worst case is about 16 times its typical cost.
@@ -104,6 +105,7 @@ BIG_MICROS = 1_000_000_000  # $1,000: scenarios 3 and 4 are about charges, not l
 MAX_TOKENS = 256
 PROCESSES = 2  # per node
 HOLD_TTL_S = 25
+SWEEP_INTERVAL_S = 5  # a turn the broker lost is re-sent within the drain
 TURN_DEADLINE_S = 20  # chaos.py's, under its visibility timeout of 30 s
 DRAIN_S = 60.0  # the kill's redelivered turns end by kill + visibility timeout + deadline
 WARM_TURNS = (60, 40)
@@ -114,7 +116,10 @@ def _config(rig: chaos.Rig) -> str:
     """chaos.py's configuration, with the budgets' settings of this bench."""
     text = chaos._config(rig.sim_url, rig.redis_port, rig.namespace)
     for old, new in (
-        ("\nprocesses = 1\n", f"\nprocesses = {PROCESSES}\n"),
+        (
+            "\nprocesses = 1\n",
+            f"\nprocesses = {PROCESSES}\nsweep_interval_s = {SWEEP_INTERVAL_S}\n",
+        ),
         (
             "\n[budgets]\n",
             f"\n[budgets]\nhold_ttl_s = {HOLD_TTL_S}\nevidence_refresh_s = 1\n",
