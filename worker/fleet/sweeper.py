@@ -23,6 +23,7 @@ from collections.abc import Callable
 import structlog
 from pydantic import ValidationError
 
+from breakers.rediskit import text
 from worker.errors import STORE_DOWN
 from worker.fleet.turnstore import TurnStore
 from worker.types import TurnRequest
@@ -73,11 +74,11 @@ class Sweeper:
         expired_ms = now_ms - self.store.ttl_s * 1000
         expired = await redis.zrangebyscore(keys.sent, "-inf", expired_ms, start=0, num=_BATCH)
         if expired:
-            await self._drop([_text(turn_id) for turn_id in expired])
+            await self.store.forget(*(text(turn_id) for turn_id in expired))
         due = await redis.zrangebyscore(
             keys.sent, expired_ms, now_ms - self.older_than_s * 1000, start=0, num=_BATCH
         )
-        turn_ids = [_text(turn_id) for turn_id in due]
+        turn_ids = [text(turn_id) for turn_id in due]
         if not turn_ids:
             return 0
         pipe = redis.pipeline(transaction=False)
@@ -101,7 +102,7 @@ class Sweeper:
             else:
                 answered.append(turn_id)
         if answered:
-            await self._drop(answered)
+            await self.store.forget(*answered)
         return resent
 
     async def _resend(self, turn_id: str, payload: bytes | str) -> bool:
@@ -115,14 +116,3 @@ class Sweeper:
         await asyncio.to_thread(self.send, turn)
         log.warning("turn.resent", turn_id=turn_id)
         return True
-
-    async def _drop(self, turn_ids: list[str]) -> None:
-        keys = self.store.keys
-        pipe = self.store.redis.pipeline(transaction=False)
-        pipe.zrem(keys.sent, *turn_ids)
-        pipe.hdel(keys.payloads, *turn_ids)
-        await pipe.execute()
-
-
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

@@ -125,17 +125,19 @@ class TurnStore:
         slot.pipe.execute_command("SET", key, saved, "NX", "GET", "EX", self.ttl_s, get=True)
         slot.pipe.delete(self.keys.claim(result.turn_id))
         # Answered: the sweeper has nothing to re-send (the record goes with the save).
-        slot.pipe.zrem(self.keys.sent, result.turn_id)
-        slot.pipe.hdel(self.keys.payloads, result.turn_id)
+        self._forget_on(slot.pipe, [result.turn_id])
         standing, *_ = _raised(await slot.send())
         return result if standing is None else _parsed(standing)
 
-    async def forget(self, turn_id: str) -> None:
-        """Drop the turn's sent record: it will not be re-sent."""
+    async def forget(self, *turn_ids: str) -> None:
+        """Drop the turns' sent records: they will not be re-sent."""
         slot = self.pipes.open()
-        slot.pipe.zrem(self.keys.sent, turn_id)
-        slot.pipe.hdel(self.keys.payloads, turn_id)
+        self._forget_on(slot.pipe, list(turn_ids))
         _raised(await slot.send())
+
+    def _forget_on(self, pipe: Any, turn_ids: list[str]) -> None:
+        pipe.zrem(self.keys.sent, *turn_ids)
+        pipe.hdel(self.keys.payloads, *turn_ids)
 
     async def replace(self, result: TurnResult) -> TurnResult:
         """Save the result over a "rejected" one (or none); return the one that stands.
