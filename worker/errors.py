@@ -19,7 +19,8 @@ chain does next (see `worker.turn.policy.RULES`).
     │   ├── RateLimited            429 rate limit (maybe with Retry-After)
     │   ├── QuotaExhausted         quota, credit, billing or spend limit
     │   ├── AuthFailed             401 / 403
-    │   ├── InvalidRequest         400 / 404 / 413 / 422: the request itself is bad
+    │   ├── InvalidRequest         400 / 413 / 422: the request itself is bad
+    │   ├── ModelNotFound          404: the model or deployment does not exist (any more)
     │   └── ContextTooLong         the prompt exceeds the model's window
     └── TurnFailed             every attempt's error, as an ExceptionGroup
 """
@@ -42,6 +43,7 @@ __all__ = [
     "InputError",
     "InvalidRequest",
     "MalformedResponse",
+    "ModelNotFound",
     "Overloaded",
     "ProviderError",
     "QuotaExhausted",
@@ -157,6 +159,12 @@ class AuthFailed(ProviderError):
 
 class InvalidRequest(ProviderError):
     code = "invalid_request"
+
+
+class ModelNotFound(ProviderError):
+    """The provider does not know this model: retired, misspelt, or a deleted deployment."""
+
+    code = "model_not_found"
 
 
 class ContextTooLong(ProviderError):

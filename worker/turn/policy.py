@@ -23,6 +23,7 @@ from worker.errors import (
     FirstByteTimeout,
     InvalidRequest,
     MalformedResponse,
+    ModelNotFound,
     Overloaded,
     QuotaExhausted,
     RateLimited,
@@ -71,6 +72,7 @@ RULES: Mapping[type[BaseException], Rule] = MappingProxyType(
         AuthFailed: Rule(Decision.FAIL, Signal.NEUTRAL),
         InvalidRequest: Rule(Decision.FAIL, Signal.NEUTRAL),
         ContextTooLong: Rule(Decision.LARGER_WINDOW, Signal.NEUTRAL),
+        ModelNotFound: Rule(Decision.NEXT, Signal.MODEL_FAILURE),
         DeadlineExceeded: Rule(Decision.STOP, Signal.NEUTRAL),
         asyncio.CancelledError: Rule(Decision.STOP, Signal.NEUTRAL),
     }
