@@ -15,12 +15,12 @@ import pytest
 
 _ERRORS = (
     "AuthFailed ConfigError ConnectionFailed ContextTooLong DeadlineExceeded FirstByteTimeout "
-    "InputError InvalidRequest MalformedResponse Overloaded ProviderError QuotaExhausted "
-    "RateLimited RelevoError ResponseTimeout ServerError TurnFailed"
+    "InputError InvalidRequest MalformedResponse ModelNotFound Overloaded ProviderError "
+    "QuotaExhausted RateLimited RelevoError ResponseTimeout ServerError TurnFailed"
 )
 SURFACES: dict[str, str] = {
     "worker": _ERRORS
-    + " Attempt AttemptOutcome Chain Guard Message OpenGuard Reply Settings Status Tool"
+    + " Attempt AttemptOutcome Chain Guard Message OpenGuard Reasoning Reply Settings Status Tool"
     " ToolCall TurnRequest TurnResult Usage load_settings make_client parse_turn_request",
     "worker.adapters": "ADAPTERS Adapter AnthropicAdapter Completion Event GeminiAdapter"
     " OpenAIAdapter ProviderCall TextDelta ToolCallDelta build_adapter make_client",

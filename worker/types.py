@@ -23,6 +23,7 @@ __all__ = [
     "Attempt",
     "AttemptOutcome",
     "Message",
+    "Reasoning",
     "Reply",
     "Status",
     "TenantId",
@@ -40,6 +41,10 @@ TurnId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{
 ToolName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
 
 
+# Signatures are opaque provider tokens of a few hundred bytes to a few KiB.
+_MAX_SIGNATURE_CHARS = 256 * 1024
+
+
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -50,6 +55,23 @@ class ToolCall(_Frozen):
     id: str = Field(min_length=1, max_length=256)
     name: ToolName
     arguments: dict[str, Any] = Field(default_factory=dict)
+    # Gemini's thoughtSignature on this call: Gemini 3 refuses the next request without it.
+    signature: str | None = Field(default=None, max_length=_MAX_SIGNATURE_CHARS)
+
+
+class Reasoning(_Frozen):
+    """A model's thinking that its vendor wants back, unchanged, on the next turn.
+
+    Opaque to relevo. `origin` is the model family that wrote it (`anthropic`, `google`):
+    an adapter sends back only what its own family wrote, so a turn that falls back to
+    another vendor drops it instead of sending something that vendor cannot read.
+    """
+
+    origin: str = Field(pattern=r"^[a-z][a-z0-9_-]{0,31}$")
+    text: str = ""
+    signature: str | None = Field(default=None, max_length=_MAX_SIGNATURE_CHARS)
+    # Thinking the provider returns encrypted (Anthropic's redacted_thinking).
+    redacted: str | None = Field(default=None, max_length=_MAX_SIGNATURE_CHARS)
 
 
 class Message(_Frozen):
@@ -59,11 +81,14 @@ class Message(_Frozen):
     content: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = Field(default=None, max_length=256)
+    reasoning: tuple[Reasoning, ...] = ()
 
     @model_validator(mode="after")
     def _shape(self) -> Message:
         if self.tool_calls and self.role != "assistant":
             raise ValueError("only assistant messages carry tool_calls")
+        if self.reasoning and self.role != "assistant":
+            raise ValueError("only assistant messages carry reasoning")
         if self.role == "tool" and not self.tool_call_id:
             raise ValueError("a tool message needs the tool_call_id it answers")
         if self.role != "tool" and self.tool_call_id is not None:
@@ -189,10 +214,11 @@ class Usage(_Frozen):
 
 
 class Reply(_Frozen):
-    """The assistant's answer: text and tool calls."""
+    """The assistant's answer: text, tool calls, and the reasoning to send back with them."""
 
     text: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
+    reasoning: tuple[Reasoning, ...] = ()
 
 
 class Attempt(_Frozen):

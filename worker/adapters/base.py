@@ -12,7 +12,7 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from worker.types import Message, Tool, ToolCall, Usage
+from worker.types import Message, Reasoning, Tool, ToolCall, Usage
 
 __all__ = ["Adapter", "Completion", "Event", "ProviderCall", "TextDelta", "ToolCallDelta"]
 
@@ -51,7 +51,9 @@ class Completion:
     text: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
     usage: Usage = field(default_factory=Usage)
+    # Normalized (`worker.adapters.finish.FinishReason`); None when the provider gave none.
     finish_reason: str | None = None
+    reasoning: tuple[Reasoning, ...] = ()
 
 
 Event = TextDelta | ToolCallDelta | Completion
