@@ -384,6 +384,7 @@ def test_public_surface_is_pinned() -> None:
         "ProviderCall",
         "TextDelta",
         "ToolCallDelta",
+        "VertexAdapter",
         "build_adapter",
         "make_client",
     }

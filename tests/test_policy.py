@@ -22,6 +22,7 @@ from worker.errors import (
     FirstByteTimeout,
     InvalidRequest,
     MalformedResponse,
+    ModelNotFound,
     Overloaded,
     ProviderError,
     QuotaExhausted,
@@ -81,6 +82,24 @@ EXPECTED: dict[tuple[str, str], type[ProviderError]] = {
     ("gemini", "permission_denied"): AuthFailed,
     ("gemini", "not_found"): InvalidRequest,
     ("gemini", "deadline_exceeded"): ServerError,
+    ("vertex", "resource_exhausted"): RateLimited,
+    ("vertex", "claude_request_quota"): RateLimited,
+    ("vertex", "claude_token_quota"): RateLimited,
+    ("vertex", "model_not_found"): ModelNotFound,
+    ("vertex", "model_not_allowed"): ModelNotFound,
+    ("vertex", "permission_denied"): AuthFailed,
+    ("vertex", "access_token_expired"): AuthFailed,
+    ("vertex", "credentials_missing"): AuthFailed,
+    ("vertex", "invalid_credentials"): AuthFailed,
+    ("vertex", "invalid_argument"): InvalidRequest,
+    ("vertex", "context_too_long"): ContextTooLong,
+    ("vertex", "context_too_long_unable"): ContextTooLong,
+    ("vertex", "internal"): ServerError,
+    ("vertex", "unavailable"): Overloaded,
+    ("vertex", "deadline_exceeded"): ServerError,
+    ("vertex", "claude_overloaded"): Overloaded,
+    ("vertex", "claude_prompt_too_long"): ContextTooLong,
+    ("vertex", "claude_invalid_request"): InvalidRequest,
 }
 for _kind in NAMES:
     EXPECTED[(_kind, "proxy_502_html")] = ServerError
@@ -93,6 +112,8 @@ EXPECTED_STREAM: dict[tuple[str, str], type[ProviderError]] = {
     ("anthropic", "api_error"): ServerError,
     ("gemini", "unavailable"): Overloaded,
     ("gemini", "internal"): ServerError,
+    ("vertex", "unavailable"): Overloaded,
+    ("vertex", "claude_overloaded"): Overloaded,
 }
 
 CATALOGUE = [(kind, name) for kind, names in NAMES.items() for name in names]
@@ -125,7 +146,7 @@ def test_catalogue_entry_is_classified(kind: Kind, name: str) -> None:
 def test_provider_code_comes_from_the_body(kind: Kind, name: str) -> None:
     raw = canned(kind, name)
     error = classify(kind, name)
-    if isinstance(raw.body, dict):
+    if isinstance(raw.body, dict | list):
         assert error.provider_code is not None
         assert error.provider_code in json.dumps(raw.body)
     else:

@@ -8,6 +8,7 @@ is loaded, with a `ConfigError` naming the key.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import tomllib
 from collections.abc import Callable
@@ -62,13 +63,43 @@ class _Section(BaseModel):
 class ProviderSettings(_Section):
     """One provider endpoint and account."""
 
-    kind: Literal["openai", "anthropic", "gemini"]
+    kind: Literal["openai", "anthropic", "gemini", "vertex"]
+    # `vertex`: unset, the Vertex AI endpoint of `region` (see `_vertex_endpoint`).
     base_url: str = Field(pattern=r"^https?://")
     api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     api_key_file: Path | None = None
     azure_api_version: str | None = None
     first_byte_timeout_s: float = Field(default=15.0, gt=0)
     total_timeout_s: float = Field(default=120.0, gt=0)
+    region: str | None = Field(default=None, pattern=r"^[a-z0-9-]{1,32}$")
+    # `vertex`: the Google Cloud project that is billed (its id, not its number or name).
+    project: str | None = Field(default=None, pattern=r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _vertex_endpoint(cls, data: Any) -> Any:
+        """A `vertex` provider needs its location and project; its endpoint follows from the
+        location unless `base_url` overrides it (a proxy, the simulator)."""
+        if not isinstance(data, dict) or data.get("kind") != "vertex":
+            return data
+        for key in ("region", "project"):
+            if data.get(key) is None:
+                raise ValueError(f'{key}: needed with kind = "vertex" ({_VERTEX_KEYS[key]})')
+        if data.get("api_key_env") is not None or data.get("api_key_file") is not None:
+            raise ValueError(
+                'api_key_env, api_key_file: not used with kind = "vertex", which signs in '
+                "with Google application-default credentials"
+            )
+        if not _installed("google.auth"):
+            raise ValueError("kind: \"vertex\" needs google-auth: pip install 'relevo[vertex]'")
+        if data.get("base_url") is None and isinstance(data["region"], str):
+            region = data["region"]
+            host = "aiplatform.googleapis.com"
+            data = {
+                **data,
+                "base_url": f"https://{host if region == 'global' else f'{region}-{host}'}",
+            }
+        return data
 
     def api_key(self) -> str | None:
         """The secret, read from the worker's environment or a mounted file."""
@@ -80,6 +111,19 @@ class ProviderSettings(_Section):
         if self.api_key_env:
             return os.environ.get(self.api_key_env) or None
         return None
+
+
+_VERTEX_KEYS = {
+    "region": 'the Vertex AI location, e.g. "us-east5", "europe-west1" or "global"',
+    "project": "the Google Cloud project id",
+}
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a missing parent package, or a module set to None
+        return False
 
 
 class Serving(_Section):

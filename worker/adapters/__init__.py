@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import httpx
 
 from worker.adapters.anthropic import AnthropicAdapter
@@ -14,8 +16,9 @@ from worker.adapters.base import (
     ToolCallDelta,
 )
 from worker.adapters.gemini import GeminiAdapter
-from worker.adapters.http import HttpAdapter, make_client
+from worker.adapters.http import make_client
 from worker.adapters.openai import OpenAIAdapter
+from worker.adapters.vertex import VertexAdapter
 from worker.settings import ProviderSettings
 
 __all__ = [
@@ -29,14 +32,16 @@ __all__ = [
     "ProviderCall",
     "TextDelta",
     "ToolCallDelta",
+    "VertexAdapter",
     "build_adapter",
     "make_client",
 ]
 
-ADAPTERS: dict[str, type[HttpAdapter]] = {
+ADAPTERS: dict[str, Callable[[ProviderSettings, httpx.AsyncClient], Adapter]] = {
     "anthropic": AnthropicAdapter,
     "gemini": GeminiAdapter,
     "openai": OpenAIAdapter,
+    "vertex": VertexAdapter,
 }
 
 

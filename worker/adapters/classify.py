@@ -26,6 +26,7 @@ from worker.errors import (
     ContextTooLong,
     InvalidRequest,
     MalformedResponse,
+    ModelNotFound,
     Overloaded,
     ProviderError,
     QuotaExhausted,
@@ -95,10 +96,22 @@ _GEMINI_CODES: Mapping[str, _ErrorClass] = {
     # The account cannot be used as it is (free tier unavailable, billing not enabled).
     "FAILED_PRECONDITION": QuotaExhausted,
 }
+# Vertex AI answers in google.rpc.Status for itself (quotas, IAM, models) and passes on the
+# Anthropic error objects of Claude: both vocabularies, which share no code. A Publisher
+# Model that is "not found or your project does not have access to it" (404), or that the
+# project "is not allowed to use" (400 FAILED_PRECONDITION: not enabled in Model Garden,
+# or refused by an organization policy), is a model this provider cannot serve.
+_VERTEX_CODES: Mapping[str, _ErrorClass] = {
+    **_ANTHROPIC_CODES,
+    **_GEMINI_CODES,
+    "NOT_FOUND": ModelNotFound,
+    "FAILED_PRECONDITION": ModelNotFound,
+}
 _CODES: Mapping[str, Mapping[str, _ErrorClass]] = {
     "openai": _OPENAI_CODES,
     "anthropic": _ANTHROPIC_CODES,
     "gemini": _GEMINI_CODES,
+    "vertex": _VERTEX_CODES,
 }
 
 _STATUS: Mapping[int, _ErrorClass] = {
@@ -137,6 +150,18 @@ _MESSAGE_RULES: tuple[_MessageRule, ...] = (
         re.compile(
             r"prompt is too long|maximum context length|context[ _]length|context window"
             r"|input token count \(\d+\) exceeds",
+            re.IGNORECASE,
+        ),
+        frozenset({InvalidRequest}),
+        ContextTooLong,
+    ),
+    # Vertex AI's Gemini wordings: "The input token count exceeds the maximum number of
+    # tokens allowed 1048576." and "Unable to submit request because the input token count
+    # is 1251952 but model only supports up to 1048576."
+    _MessageRule(
+        re.compile(
+            r"input token count exceeds the maximum|input token count is \d+ but model only"
+            r" supports",
             re.IGNORECASE,
         ),
         frozenset({InvalidRequest}),

@@ -110,7 +110,7 @@ class HttpAdapter(ABC):
         self._provider = provider
         self._client = client
         self._secret = provider.api_key()
-        self._secrets = (self._secret,) if self._secret else ()
+        self._secrets: tuple[str, ...] = (self._secret,) if self._secret else ()
         self._timeout = httpx.Timeout(
             provider.total_timeout_s, connect=min(10.0, provider.first_byte_timeout_s)
         )

@@ -34,9 +34,10 @@ REDACTED = "[redacted]"
 OMITTED = "[omitted]"
 
 # Key shapes, at a word's start ("task-list" is no key): OpenAI and Anthropic keys, also
-# as providers echo them masked (`sk-abc***xyz`); Google keys; any bearer token.
+# as providers echo them masked (`sk-abc***xyz`); Google keys and OAuth access tokens;
+# any bearer token.
 _PATTERNS = re.compile(
-    r"\bsk-[a-z0-9_*\-]{4,}|\bAIza[0-9a-z_\-]{8,}|\bbearer\s+\S+",
+    r"\bsk-[a-z0-9_*\-]{4,}|\bAIza[0-9a-z_\-]{8,}|\bya29\.[0-9a-z_.\-]{8,}|\bbearer\s+\S+",
     re.IGNORECASE,
 )
 # Keep a credential's name, drop its value: "x-api-key: abc", '"api_key": "abc"', "?key=abc",
@@ -65,7 +66,7 @@ _MAX_DEPTH = 8
 _PLAIN = frozenset({bool, int, float})
 # Every match of `_PATTERNS`, `_NAMED` or `_URL_PASSWORD` contains one of these (any case):
 # most logged strings (ids, model names, statuses) pass with one search, not three rewrites.
-_SUSPECT = re.compile(r"(?i)sk-|aiza|bearer|key|authorization|://")
+_SUSPECT = re.compile(r"(?i)sk-|aiza|ya29\.|bearer|key|authorization|://")
 
 
 def redact_text(text: str, secrets: Iterable[str] = ()) -> str:

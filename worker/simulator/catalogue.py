@@ -24,6 +24,21 @@ both sides agree on what a provider really sends. Where each shape comes from:
   `google.rpc.QuotaFailure` and `google.rpc.RetryInfo` (`retryDelay`) quoted in
   google-gemini/gemini-cli issues. Body: `{"error": {"code", "message", "status",
   "details"}}`; mid-stream (`alt=sse`) the same object arrives as a `data:` line.
+- Vertex AI: the "API errors" page of Vertex's generative AI docs (400 INVALID_ARGUMENT /
+  FAILED_PRECONDITION, 403, 404, 429 RESOURCE_EXHAUSTED, 500, 503, 504) and bodies quoted
+  in public issues: 429 "Resource exhausted ... error-code-429" (google-gemini/gemini-cli
+  #14811), Claude's per-base-model quotas "Quota exceeded for aiplatform.googleapis.com/
+  online_prediction_requests_per_base_model" (cline/cline #651) and "..._input_tokens_
+  per_minute_per_base_model" (anthropics/claude-code #1440), 404 "Publisher Model ... was
+  not found or your project does not have access to it" (genkit-ai/genkit #4688), 400
+  FAILED_PRECONDITION "Project ... is not allowed to use Publisher Model" (yym68686/uni-api
+  #41), 403 IAM_PERMISSION_DENIED on aiplatform.endpoints.predict (rpurinton/gemini-php #4),
+  401 UNAUTHENTICATED with ACCESS_TOKEN_EXPIRED (googleapis/python-api-core #384) or
+  CREDENTIALS_MISSING (a2aproject/a2a-samples #43), the context-window wordings "input
+  token count exceeds the maximum number of tokens allowed" (warpdotdev/warp #15662) and
+  "input token count is N but model only supports up to M" (gemini-cli #19727), and
+  Claude's own Anthropic-shaped overloaded_error with `details: null` as Vertex relays it
+  (langgenius/dify #7122). Vertex often wraps the Status in a one-element list, as quoted.
 - Proxies: an HTML 502 page as Cloudflare/nginx serve it, and an empty 503.
 """
 
@@ -46,7 +61,7 @@ __all__ = [
     "stream_frame",
 ]
 
-Kind = Literal["openai", "anthropic", "gemini"]
+Kind = Literal["openai", "anthropic", "gemini", "vertex"]
 KINDS: tuple[Kind, ...] = get_args(Kind)
 
 
@@ -55,7 +70,7 @@ class CannedError:
     """One provider error response: status, body and headers as sent on the wire."""
 
     status: int
-    body: bytes | str | dict[str, Any]
+    body: bytes | str | dict[str, Any] | list[Any]
     headers: dict[str, str] = field(default_factory=dict)
 
     def body_bytes(self) -> bytes:
@@ -104,6 +119,16 @@ def _gemini(status: int, grpc: str, message: str, *details: dict[str, Any]) -> C
     return CannedError(status, {"error": error}, dict(_GOOGLE_JSON))
 
 
+def _listed(error: CannedError) -> CannedError:
+    """`error` with its body in a one-element list, as Vertex AI often sends it."""
+    return CannedError(error.status, [error.body], error.headers)
+
+
+def _claude_on_vertex(status: int, type_: str, message: str) -> CannedError:
+    body = {"type": "error", "error": {"details": None, "type": type_, "message": message}}
+    return CannedError(status, body, dict(_JSON))
+
+
 def _headers(kwargs: Mapping[str, str]) -> dict[str, str]:
     return {name.replace("_", "-"): value for name, value in kwargs.items()}
 
@@ -136,6 +161,25 @@ _GEMINI_KEY = {
     "metadata": {"service": "generativelanguage.googleapis.com"},
 }
 _KEY_MSG = "API key not valid. Please pass a valid API key."
+_VERTEX_AUTH = (
+    "Expected OAuth 2 access token, login cookie or other valid authentication credential. "
+    "See https://developers.google.com/identity/sign-in/web/devconsole-project."
+)
+_VERTEX_TOKEN_EXPIRED = {
+    "@type": _RPC + "ErrorInfo",
+    "reason": "ACCESS_TOKEN_EXPIRED",
+    "domain": "googleapis.com",
+    "metadata": {
+        "service": "aiplatform.googleapis.com",
+        "method": "google.cloud.aiplatform.v1.PredictionService.GenerateContent",
+    },
+}
+_VERTEX_QUOTA = (
+    "Quota exceeded for aiplatform.googleapis.com/{metric} with base model: {model}. Please "
+    "submit a quota increase request. "
+    "https://cloud.google.com/vertex-ai/docs/generative-ai/quotas-genai."
+)
+_MODEL_PATH = "projects/my-project/locations/us-east5/publishers"
 _OAI_QUOTA = (
     "You exceeded your current quota, please check your plan and billing details. For more "
     "information on this error, read the docs: "
@@ -340,6 +384,114 @@ _CATALOGUE: dict[Kind, dict[str, CannedError]] = {
         "proxy_502_html": _PROXY_502,
         "empty_503": _EMPTY_503,
     },
+    "vertex": {
+        "resource_exhausted": _listed(
+            _gemini(
+                429,
+                "RESOURCE_EXHAUSTED",
+                "Resource exhausted. Please try again later. Please refer to "
+                "https://cloud.google.com/vertex-ai/generative-ai/docs/error-code-429 for more "
+                "details.",
+            )
+        ),
+        "claude_request_quota": _listed(
+            _gemini(
+                429,
+                "RESOURCE_EXHAUSTED",
+                _VERTEX_QUOTA.format(
+                    metric="online_prediction_requests_per_base_model",
+                    model="anthropic-claude-3-5-sonnet-v2",
+                ),
+            )
+        ),
+        "claude_token_quota": _gemini(
+            429,
+            "RESOURCE_EXHAUSTED",
+            _VERTEX_QUOTA.format(
+                metric="online_prediction_input_tokens_per_minute_per_base_model",
+                model="anthropic-claude-opus-4",
+            ),
+        ),
+        "model_not_found": _gemini(
+            404,
+            "NOT_FOUND",
+            f"Publisher Model `{_MODEL_PATH}/google/models/gemini-9` was not found or your "
+            "project does not have access to it. Please ensure you are using a valid model "
+            "version. For more information, see: "
+            "https://cloud.google.com/vertex-ai/generative-ai/docs/learn/model-versions",
+        ),
+        "model_not_allowed": _listed(
+            _gemini(
+                400,
+                "FAILED_PRECONDITION",
+                "Project `my-project` is not allowed to use Publisher Model "
+                f"`{_MODEL_PATH}/anthropic/models/claude-3-sonnet@20240229`",
+            )
+        ),
+        "permission_denied": _gemini(
+            403,
+            "PERMISSION_DENIED",
+            "Permission 'aiplatform.endpoints.predict' denied on resource "
+            f"'//aiplatform.googleapis.com/{_MODEL_PATH}/google/models/gemini-2.5-pro' "
+            "(or it may not exist).",
+            {
+                "@type": _RPC + "ErrorInfo",
+                "reason": "IAM_PERMISSION_DENIED",
+                "domain": "aiplatform.googleapis.com",
+                "metadata": {"permission": "aiplatform.endpoints.predict"},
+            },
+        ),
+        "access_token_expired": _gemini(
+            401,
+            "UNAUTHENTICATED",
+            f"Request had invalid authentication credentials. {_VERTEX_AUTH}",
+            _VERTEX_TOKEN_EXPIRED,
+        ),
+        "credentials_missing": _gemini(
+            401,
+            "UNAUTHENTICATED",
+            f"Request is missing required authentication credential. {_VERTEX_AUTH}",
+            {**_VERTEX_TOKEN_EXPIRED, "reason": "CREDENTIALS_MISSING"},
+        ),
+        "invalid_credentials": _gemini(
+            401,
+            "UNAUTHENTICATED",
+            f"Request had invalid authentication credentials. {_VERTEX_AUTH}",
+        ),
+        "invalid_argument": _gemini(
+            400, "INVALID_ARGUMENT", "Request contains an invalid argument."
+        ),
+        "context_too_long": _gemini(
+            400,
+            "INVALID_ARGUMENT",
+            "The input token count exceeds the maximum number of tokens allowed 1048576.",
+        ),
+        "context_too_long_unable": _gemini(
+            400,
+            "INVALID_ARGUMENT",
+            "Unable to submit request because the input token count is 1251952 but model only "
+            "supports up to 1048576. Reduce the input token count and try again. You can also "
+            "use the CountTokens API to calculate prompt token count and billable characters. "
+            "Learn more: https://cloud.google.com/vertex-ai/generative-ai/docs/learn/models",
+        ),
+        "internal": _gemini(500, "INTERNAL", "Internal error encountered."),
+        "unavailable": _gemini(503, "UNAVAILABLE", "The service is currently unavailable."),
+        "deadline_exceeded": _gemini(
+            504, "DEADLINE_EXCEEDED", "Deadline expired before operation could complete."
+        ),
+        "claude_overloaded": _claude_on_vertex(529, "overloaded_error", "Overloaded"),
+        "claude_prompt_too_long": _claude_on_vertex(
+            400, "invalid_request_error", "prompt is too long: 208310 tokens > 200000 maximum"
+        ),
+        "claude_invalid_request": _claude_on_vertex(
+            400,
+            "invalid_request_error",
+            'messages: roles must alternate between "user" and "assistant", but found '
+            'multiple "user" roles in a row',
+        ),
+        "proxy_502_html": _PROXY_502,
+        "empty_503": _EMPTY_503,
+    },
 }
 
 _STREAM: dict[Kind, dict[str, dict[str, Any]]] = {
@@ -379,6 +531,19 @@ _STREAM: dict[Kind, dict[str, dict[str, Any]]] = {
             }
         },
     },
+    "vertex": {
+        "unavailable": {
+            "error": {
+                "code": 503,
+                "message": "The service is currently unavailable.",
+                "status": "UNAVAILABLE",
+            }
+        },
+        "claude_overloaded": {
+            "type": "error",
+            "error": {"details": None, "type": "overloaded_error", "message": "Overloaded"},
+        },
+    },
 }
 
 NAMES: Mapping[Kind, tuple[str, ...]] = {kind: tuple(_CATALOGUE[kind]) for kind in KINDS}
@@ -392,8 +557,9 @@ def canned(kind: Kind, name: str, *, retry_after_s: float | None = None) -> Cann
     """A fresh copy of one canned error; `retry_after_s` sets the provider's wait hint.
 
     OpenAI and Anthropic get `retry-after` (whole seconds, rounded up, as servers send
-    it) plus `retry-after-ms` so tests can ask for sub-second waits; Gemini gets the
-    `retryDelay` of a `google.rpc.RetryInfo` detail in the body, as Gemini sends it.
+    it) plus `retry-after-ms` so tests can ask for sub-second waits; a google.rpc.Status
+    (Gemini, Vertex AI) gets the `retryDelay` of a `google.rpc.RetryInfo` detail in the
+    body, as Google sends it.
     Raises `KeyError` for an unknown kind or name, `ValueError` for a bad wait.
     """
     error = copy.deepcopy(_CATALOGUE[kind][name])
@@ -401,8 +567,9 @@ def canned(kind: Kind, name: str, *, retry_after_s: float | None = None) -> Cann
         return error
     if not math.isfinite(retry_after_s) or retry_after_s < 0:
         raise ValueError(f"retry_after_s must be a finite number >= 0, got {retry_after_s!r}")
-    if kind == "gemini" and isinstance(error.body, dict):
-        details = error.body["error"].setdefault("details", [])
+    status = _google_status(error.body)
+    if status is not None:
+        details = status.setdefault("details", [])
         details[:] = [d for d in details if d.get("@type") != _RPC + "RetryInfo"]
         delay = f"{retry_after_s:.3f}".rstrip("0").rstrip(".")
         details.append({"@type": _RPC + "RetryInfo", "retryDelay": f"{delay}s"})
@@ -410,6 +577,14 @@ def canned(kind: Kind, name: str, *, retry_after_s: float | None = None) -> Cann
     error.headers["retry-after"] = str(math.ceil(retry_after_s))
     error.headers["retry-after-ms"] = str(round(retry_after_s * 1000))
     return error
+
+
+def _google_status(body: object) -> dict[str, Any] | None:
+    """The google.rpc.Status object in `body`, if it is one (alone or in a list)."""
+    if isinstance(body, list) and body:
+        body = body[0]
+    error = body.get("error") if isinstance(body, dict) else None
+    return error if isinstance(error, dict) and "status" in error else None
 
 
 def canned_stream(kind: Kind, name: str) -> dict[str, Any]:
@@ -420,5 +595,5 @@ def canned_stream(kind: Kind, name: str) -> dict[str, Any]:
 def stream_frame(kind: Kind, payload: Mapping[str, Any]) -> bytes:
     """`payload` framed as the provider sends it inside a `text/event-stream` body."""
     data = json.dumps(payload, separators=(",", ":"))
-    prefix = "event: error\n" if kind == "anthropic" else ""
+    prefix = "event: error\n" if kind == "anthropic" or payload.get("type") == "error" else ""
     return f"{prefix}data: {data}\n\n".encode()

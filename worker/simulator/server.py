@@ -1,4 +1,4 @@
-"""The simulator's HTTP server: three provider APIs on one port, plus the `/_sim` admin API.
+"""The simulator's HTTP server: the provider APIs on one port, plus the `/_sim` admin API.
 
 Provider routes:
 
@@ -7,6 +7,11 @@ Provider routes:
     POST /v1/messages                                         Anthropic
     POST /v1beta/models/{model}:generateContent               Gemini (also /v1/models/...)
     POST /v1beta/models/{model}:streamGenerateContent?alt=sse
+    POST /v1/projects/{p}/locations/{l}/publishers/google/models/{model}:generateContent
+         (and :streamGenerateContent?alt=sse)                   Gemini on Vertex AI
+    POST /v1/projects/{p}/locations/{l}/publishers/anthropic/models/{model}:rawPredict
+         (and :streamRawPredict)                                Claude on Vertex AI
+    POST /token                                                 Google OAuth (for Vertex)
 
 Admin routes (JSON): see `worker.simulator.admin`.
 """
@@ -23,10 +28,13 @@ from aiohttp import web
 from worker.simulator.admin import STATE, add_admin_routes
 from worker.simulator.anthropic_wire import AnthropicDialect
 from worker.simulator.call import Call
+from worker.simulator.catalogue import canned
 from worker.simulator.faults import CallOutcome, Fault
 from worker.simulator.gemini_wire import GeminiDialect
+from worker.simulator.oauth import TOKEN_ENDPOINT, TOKEN_PATH, read_assertion
 from worker.simulator.openai_wire import OpenAIDialect
 from worker.simulator.state import RequestRecord, SimState
+from worker.simulator.vertex_wire import VertexClaudeDialect, VertexGeminiDialect
 from worker.simulator.wire import BadRequest, Dialect, Inspection
 
 __all__ = ["SHUTDOWN_GRACE_S", "build_app", "serve"]
@@ -45,6 +53,17 @@ _AZURE = OpenAIDialect(azure=True)
 _ANTHROPIC = AnthropicDialect()
 _GEMINI = GeminiDialect()
 _GEMINI_METHODS = {"generateContent": False, "streamGenerateContent": True}
+_VERTEX: dict[str, tuple[Dialect, dict[str, bool]]] = {
+    "google": (VertexGeminiDialect(), _GEMINI_METHODS),
+    "anthropic": (VertexClaudeDialect(), {"rawPredict": False, "streamRawPredict": True}),
+}
+_VERTEX_ROUTE = "/v1/projects/{project}/locations/{location}/publishers/{publisher}/models/{spec}"
+# Google's 401 body for each reason a Bearer token is refused.
+_UNAUTHENTICATED = {
+    "CREDENTIALS_MISSING": "credentials_missing",
+    "ACCESS_TOKEN_EXPIRED": "access_token_expired",
+    "ACCESS_TOKEN_TYPE_UNSUPPORTED": "invalid_credentials",
+}
 
 
 def build_app(state: SimState) -> web.Application:
@@ -56,6 +75,8 @@ def build_app(state: SimState) -> web.Application:
     app.router.add_post("/v1/messages", _anthropic)
     app.router.add_post("/v1beta/models/{spec}", _gemini)
     app.router.add_post("/v1/models/{spec}", _gemini)
+    app.router.add_post(_VERTEX_ROUTE, _vertex)
+    app.router.add_post(TOKEN_PATH, _token)
     add_admin_routes(app)
     return app
 
@@ -91,6 +112,46 @@ async def _gemini(request: web.Request) -> web.StreamResponse:
     if not model or method not in _GEMINI_METHODS:
         raise web.HTTPNotFound()
     return await _serve_call(request, _GEMINI, model=model, stream=_GEMINI_METHODS[method])
+
+
+async def _vertex(request: web.Request) -> web.StreamResponse:
+    dialect, methods = _VERTEX.get(request.match_info["publisher"], (None, {}))
+    model, _, method = request.match_info["spec"].rpartition(":")
+    if dialect is None or not model or method not in methods:
+        raise web.HTTPNotFound()
+    state = request.app[STATE]
+    refused = state.tokens.check(request.headers.get("authorization"))
+    if refused is None:
+        return await _serve_call(request, dialect, model=model, stream=methods[method])
+    record = _record(request, api=dialect.api, model=model, stream=False, body={}, inspection=None)
+    state.arrive(record).finish(CallOutcome.ERROR, 401)
+    error = canned("vertex", _UNAUTHENTICATED[refused])
+    return web.Response(status=401, body=error.body_bytes(), headers=error.headers)
+
+
+async def _token(request: web.Request) -> web.StreamResponse:
+    """The OAuth token endpoint: a token for a JWT-bearer grant, or as its faults say."""
+    state = request.app[STATE]
+    form = {k: v for k, v in (await request.post()).items() if isinstance(v, str)}
+    grant = {"grant_type": form.get("grant_type", "")}  # the signed assertion is not kept
+    record = _record(
+        request, api="oauth2", model=TOKEN_ENDPOINT, stream=False, body=grant, inspection=None
+    )
+    ticket = state.arrive(record)
+    fault = state.take(TOKEN_ENDPOINT) or Fault()
+    try:
+        await asyncio.sleep(fault.latency_s + fault.stall_first_byte_s)
+    except asyncio.CancelledError:
+        ticket.finish(CallOutcome.STALLED, None)
+        raise
+    problem = read_assertion(form, f"{request.scheme}://{request.host}{TOKEN_PATH}")
+    status = fault.status or (400 if problem else None)
+    if status is not None:
+        ticket.finish(CallOutcome.ERROR, status)
+        body = fault.body or {"error": problem or "invalid_grant", "error_description": "refused"}
+        return web.json_response(body, status=status)
+    ticket.finish(CallOutcome.OK, 200)
+    return web.json_response(state.tokens.issue())
 
 
 async def _serve_call(

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from worker.simulator.faults import CallOutcome, Fault
+from worker.simulator.oauth import TokenIssuer
 
 __all__ = ["CallTicket", "RequestRecord", "SimState"]
 
@@ -26,7 +27,7 @@ class RequestRecord:
 
     seq: int
     api: str
-    """openai, azure, anthropic or gemini."""
+    """openai, azure, anthropic, gemini, vertex, or oauth2 (the token endpoint)."""
     model: str
     path: str
     query: Mapping[str, str]
@@ -87,6 +88,7 @@ class SimState:
         self._outcomes: Counter[tuple[str, CallOutcome]] = Counter()
         self._recent: dict[str, deque[RequestRecord]] = {}
         self._seq = 0
+        self.tokens = TokenIssuer()
 
     def set_faults(self, model: str, faults: tuple[Fault, ...]) -> None:
         """Replace the model's queue (empty: healthy)."""
