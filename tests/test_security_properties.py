@@ -145,6 +145,9 @@ PROVIDERS = {
     ),
     "anthropic": ProviderSettings(kind="anthropic", base_url="http://127.0.0.1:1"),
     "gemini": ProviderSettings(kind="gemini", base_url="http://127.0.0.1:1"),
+    "vertex": ProviderSettings(
+        kind="vertex", base_url="http://127.0.0.1:1", region="us-east5", project="my-project"
+    ),
 }
 ADAPTERS_BUILT = {name: ADAPTERS[p.kind](p, CLIENT) for name, p in PROVIDERS.items()}
 

@@ -55,6 +55,10 @@ class SimulatorClient:
         """Forget faults, counts and recorded requests."""
         self._http.post("/_sim/reset").raise_for_status()
 
+    def set_token_lifetime(self, seconds: float) -> None:
+        """How long the OAuth tokens issued from now on are good for (an hour by default)."""
+        self._http.put("/_sim/tokens", json={"lifetime_s": seconds}).raise_for_status()
+
     def counts(self) -> dict[str, dict[str, int]]:
         """Per model: `calls` and one count per outcome seen."""
         response = self._http.get("/_sim/calls")

@@ -88,6 +88,10 @@ class Simulator:
         """Forget every model's faults (counts and requests stay)."""
         self._state.clear()
 
+    def set_token_lifetime(self, seconds: float) -> None:
+        """How long the OAuth tokens issued from now on are good for (an hour by default)."""
+        self._state.tokens.lifetime_s = seconds
+
     def reset(self) -> None:
         """Forget faults, counts and recorded requests."""
         self._state.reset()

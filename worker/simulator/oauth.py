@@ -8,7 +8,8 @@ the simulator, so tests run its real refresh flow. Tokens live `lifetime_s` (an 
 as Google's do, unless a test shortens it); a Vertex call with a token that is missing,
 unknown or expired gets Google's 401 UNAUTHENTICATED. The token endpoint follows the
 faults queued under `TOKEN_ENDPOINT`, like a model: an error status, latency, a stall.
-The assertion is read, not verified: its claims must name this endpoint and a scope.
+The assertion is read, not verified: its claims must name Google's token endpoint as
+their audience (google-auth always does) and a scope.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ TOKEN_ENDPOINT = "oauth2-token"  # noqa: S105 - a name, not a secret
 TOKEN_PATH = "/token"  # noqa: S105 - a route, not a secret
 DEFAULT_LIFETIME_S = 3600.0
 _JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
+_AUDIENCE = "https://oauth2.googleapis.com/token"
 
 
 class TokenIssuer:
@@ -60,8 +62,8 @@ class TokenIssuer:
         return "ACCESS_TOKEN_EXPIRED" if time.monotonic() >= expiry else None
 
 
-def read_assertion(form: dict[str, str], token_uri: str) -> str | None:
-    """None when `form` is a JWT-bearer grant for `token_uri`, else what is wrong with it."""
+def read_assertion(form: dict[str, str]) -> str | None:
+    """None when `form` is a JWT-bearer grant for Google's endpoint, else what is wrong."""
     if form.get("grant_type") != _JWT_BEARER:
         return "unsupported_grant_type"
     parts = form.get("assertion", "").split(".")
@@ -72,6 +74,6 @@ def read_assertion(form: dict[str, str], token_uri: str) -> str | None:
         claims = json.loads(base64.urlsafe_b64decode(padded))
     except (ValueError, binascii.Error):
         return "invalid_grant"
-    if not isinstance(claims, dict) or claims.get("aud") != token_uri or not claims.get("scope"):
+    if not isinstance(claims, dict) or claims.get("aud") != _AUDIENCE or not claims.get("scope"):
         return "invalid_grant"
     return None

@@ -144,7 +144,7 @@ async def _token(request: web.Request) -> web.StreamResponse:
     except asyncio.CancelledError:
         ticket.finish(CallOutcome.STALLED, None)
         raise
-    problem = read_assertion(form, f"{request.scheme}://{request.host}{TOKEN_PATH}")
+    problem = read_assertion(form)
     status = fault.status or (400 if problem else None)
     if status is not None:
         ticket.finish(CallOutcome.ERROR, status)
