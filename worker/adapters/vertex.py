@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import AsyncGenerator, Mapping
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 from urllib.parse import quote
 
 import httpx
@@ -132,10 +132,7 @@ def _on_vertex(
         f"/locations/{provider.region}/publishers/{chosen}"
         f"/models/{quote(model_id, safe='@')}:{method}"
     )
-    headers: dict[str, Any] = {
-        k: v for k, v in built.headers.items() if k not in ("x-api-key", "x-goog-api-key")
-    }
-    headers.update(adapter._token.headers())
+    headers = {**built.headers, **adapter._token.headers()}
     # HttpAdapter redacts these from error bodies and messages; the token changes hourly.
     adapter._secrets = adapter._token.tokens
     return HttpRequest(url=url, headers=headers, body=built.body)

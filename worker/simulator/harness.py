@@ -18,7 +18,7 @@ _START_TIMEOUT_S = 10.0
 
 
 class Simulator:
-    """Simulated OpenAI, Anthropic and Gemini APIs on `host` (an ephemeral port by default).
+    """Simulated provider APIs on `host` (an ephemeral port by default).
 
     The server runs on its own event loop in a daemon thread, so sync and async
     callers alike can use it; `stop()` ends stalled calls at once.

@@ -51,14 +51,14 @@ class TokenIssuer:
         return {"access_token": token, "expires_in": int(lifetime), "token_type": "Bearer"}
 
     def check(self, authorization: str | None) -> str | None:
-        """None when `authorization` carries a live token, else the reason Google gives."""
+        """None when `authorization` carries a live token, else why it is refused."""
         scheme, _, token = (authorization or "").partition(" ")
         if scheme.lower() != "bearer" or not token:
             return "CREDENTIALS_MISSING"
         with self._lock:
             expiry = self._expiry.get(token.strip())
         if expiry is None:
-            return "ACCESS_TOKEN_TYPE_UNSUPPORTED"
+            return "INVALID_CREDENTIALS"
         return "ACCESS_TOKEN_EXPIRED" if time.monotonic() >= expiry else None
 
 

@@ -62,7 +62,7 @@ _VERTEX_ROUTE = "/v1/projects/{project}/locations/{location}/publishers/{publish
 _UNAUTHENTICATED = {
     "CREDENTIALS_MISSING": "credentials_missing",
     "ACCESS_TOKEN_EXPIRED": "access_token_expired",
-    "ACCESS_TOKEN_TYPE_UNSUPPORTED": "invalid_credentials",
+    "INVALID_CREDENTIALS": "invalid_credentials",
 }
 
 
