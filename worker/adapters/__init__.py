@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import httpx
 
 from worker.adapters.anthropic import AnthropicAdapter
@@ -13,8 +15,9 @@ from worker.adapters.base import (
     TextDelta,
     ToolCallDelta,
 )
+from worker.adapters.bedrock import BedrockAdapter
 from worker.adapters.gemini import GeminiAdapter
-from worker.adapters.http import HttpAdapter, make_client
+from worker.adapters.http import make_client
 from worker.adapters.openai import OpenAIAdapter
 from worker.settings import ProviderSettings
 
@@ -22,6 +25,7 @@ __all__ = [
     "ADAPTERS",
     "Adapter",
     "AnthropicAdapter",
+    "BedrockAdapter",
     "Completion",
     "Event",
     "GeminiAdapter",
@@ -33,8 +37,9 @@ __all__ = [
     "make_client",
 ]
 
-ADAPTERS: dict[str, type[HttpAdapter]] = {
+ADAPTERS: dict[str, Callable[[ProviderSettings, httpx.AsyncClient], Adapter]] = {
     "anthropic": AnthropicAdapter,
+    "bedrock": BedrockAdapter,
     "gemini": GeminiAdapter,
     "openai": OpenAIAdapter,
 }

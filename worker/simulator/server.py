@@ -7,6 +7,8 @@ Provider routes:
     POST /v1/messages                                         Anthropic
     POST /v1beta/models/{model}:generateContent               Gemini (also /v1/models/...)
     POST /v1beta/models/{model}:streamGenerateContent?alt=sse
+    POST /bedrock-runtime/{region}/model/{model}/converse     Bedrock (SigV4 for that region)
+    POST /bedrock-runtime/{region}/model/{model}/converse-stream
 
 Admin routes (JSON): see `worker.simulator.admin`.
 """
@@ -22,6 +24,7 @@ from aiohttp import web
 
 from worker.simulator.admin import STATE, add_admin_routes
 from worker.simulator.anthropic_wire import AnthropicDialect
+from worker.simulator.bedrock_wire import BedrockDialect, error_type, signature_problem
 from worker.simulator.call import Call
 from worker.simulator.faults import CallOutcome, Fault
 from worker.simulator.gemini_wire import GeminiDialect
@@ -36,7 +39,9 @@ SHUTDOWN_GRACE_S = 0.2
 
 # Header names that carry an API key, in the order they are looked for; never recorded.
 _AUTH_HEADERS = ("authorization", "api-key", "x-api-key", "x-goog-api-key")
-_SECRET_HEADERS = frozenset((*_AUTH_HEADERS, "cookie", "proxy-authorization"))
+_SECRET_HEADERS = frozenset(
+    (*_AUTH_HEADERS, "cookie", "proxy-authorization", "x-amz-security-token")
+)
 # Long conversations (context-trimming tests) must not hit aiohttp's 1 MiB default.
 _MAX_BODY_BYTES = 64 * 1024 * 1024
 
@@ -45,6 +50,8 @@ _AZURE = OpenAIDialect(azure=True)
 _ANTHROPIC = AnthropicDialect()
 _GEMINI = GeminiDialect()
 _GEMINI_METHODS = {"generateContent": False, "streamGenerateContent": True}
+_BEDROCK = BedrockDialect()
+_BEDROCK_OPERATIONS = {"converse": False, "converse-stream": True}
 
 
 def build_app(state: SimState) -> web.Application:
@@ -56,6 +63,7 @@ def build_app(state: SimState) -> web.Application:
     app.router.add_post("/v1/messages", _anthropic)
     app.router.add_post("/v1beta/models/{spec}", _gemini)
     app.router.add_post("/v1/models/{spec}", _gemini)
+    app.router.add_post("/bedrock-runtime/{region}/model/{model}/{operation}", _bedrock)
     add_admin_routes(app)
     return app
 
@@ -91,6 +99,25 @@ async def _gemini(request: web.Request) -> web.StreamResponse:
     if not model or method not in _GEMINI_METHODS:
         raise web.HTTPNotFound()
     return await _serve_call(request, _GEMINI, model=model, stream=_GEMINI_METHODS[method])
+
+
+async def _bedrock(request: web.Request) -> web.StreamResponse:
+    operation = request.match_info["operation"]
+    if operation not in _BEDROCK_OPERATIONS:
+        raise web.HTTPNotFound()
+    url = f"{request.scheme}://{request.host}{request.raw_path}"
+    refused = signature_problem(
+        url, request.headers, await request.read(), request.match_info["region"]
+    )
+    if refused is not None:
+        status, name, message = refused
+        headers = {"x-amzn-ErrorType": name}
+        return web.json_response({"message": message}, status=status, headers=headers)
+    model, stream = request.match_info["model"], _BEDROCK_OPERATIONS[operation]
+    response = await _serve_call(request, _BEDROCK, model=model, stream=stream)
+    if response.status >= 400 and not response.prepared:
+        response.headers.setdefault("x-amzn-ErrorType", error_type(response.status))
+    return response
 
 
 async def _serve_call(
