@@ -145,6 +145,7 @@ PROVIDERS = {
     ),
     "anthropic": ProviderSettings(kind="anthropic", base_url="http://127.0.0.1:1"),
     "gemini": ProviderSettings(kind="gemini", base_url="http://127.0.0.1:1"),
+    "bedrock": ProviderSettings(kind="bedrock", region="us-east-1"),
 }
 ADAPTERS_BUILT = {name: ADAPTERS[p.kind](p, CLIENT) for name, p in PROVIDERS.items()}
 

@@ -33,6 +33,7 @@ from worker.adapters.http import (
     MAX_BODY_BYTES,
     MAX_ERROR_BODY_BYTES,
     MAX_STREAM_BYTES,
+    HttpRequest,
     _capped,
     _read_capped,
     _translate,
@@ -77,15 +78,12 @@ class BedrockAdapter:
             provider.total_timeout_s, connect=min(10.0, provider.first_byte_timeout_s)
         )
 
-    def url(self, call: ProviderCall) -> str:
-        """The Converse URL of `call`'s model."""
+    def request(self, call: ProviderCall) -> HttpRequest:
+        """The Converse request for `call`, before it is signed."""
         # `:` and `@` stay as they are: the transport would unescape them, and the path
         # that is signed must be the path that is sent. `/` (in ARNs) is escaped.
         model = quote(call.model_id, safe=":@")
-        return f"{self._endpoint}/model/{model}/{'converse-stream' if call.stream else 'converse'}"
-
-    def body(self, call: ProviderCall) -> dict[str, Any]:
-        """The Converse request body of `call`."""
+        operation = "converse-stream" if call.stream else "converse"
         body: dict[str, Any] = {
             "messages": _messages(call.messages, reasoning_origin(call.model_id)),
             "inferenceConfig": {"maxTokens": call.max_tokens},
@@ -95,23 +93,29 @@ class BedrockAdapter:
             body["system"] = [{"text": system}]
         if call.tools:
             body["toolConfig"] = {"tools": [_tool(tool) for tool in call.tools]}
-        return body
+        return HttpRequest(
+            url=f"{self._endpoint}/model/{model}/{operation}",
+            headers={
+                "content-type": "application/json",
+                "accept": EVENT_STREAM if call.stream else "application/json",
+            },
+            body=body,
+        )
 
     async def send(self, call: ProviderCall) -> AsyncGenerator[Event, None]:
         """Yield content deltas (when streaming), then one `Completion`."""
-        url = self.url(call)
-        data = json.dumps(self.body(call), ensure_ascii=False).encode()
-        accept = EVENT_STREAM if call.stream else "application/json"
+        request = self.request(call)
+        data = json.dumps(request.body, ensure_ascii=False).encode()
         started = False
         secrets: tuple[str, ...] = ()
         try:
             credentials = await self._credentials.frozen()
             secrets = tuple(s for s in (credentials.secret_key, credentials.token) if s)
-            headers = _signed(credentials, self._region, url, data, accept)
+            headers = _signed(credentials, self._region, request, data)
             async with self._client.stream(
-                "POST", url, headers=headers, content=data, timeout=self._timeout
+                "POST", request.url, headers=headers, content=data, timeout=self._timeout
             ) as response:
-                await _check(response, accept)
+                await _check(response, request.headers["accept"])
                 if not call.stream:
                     body = await _read_capped(response, MAX_BODY_BYTES)
                     with _malformed():
@@ -183,19 +187,15 @@ def _refresh_needed(source: Credentials) -> bool:
 
 
 def _signed(
-    credentials: ReadOnlyCredentials, region: str, url: str, data: bytes, accept: str
+    credentials: ReadOnlyCredentials, region: str, request: HttpRequest, data: bytes
 ) -> dict[str, str]:
+    """`request`'s headers plus SigV4's: X-Amz-Date, X-Amz-Security-Token, Authorization."""
     from botocore.auth import SigV4Auth
     from botocore.awsrequest import AWSRequest
 
-    request = AWSRequest(
-        method="POST",
-        url=url,
-        data=data,
-        headers={"content-type": "application/json", "accept": accept},
-    )
-    SigV4Auth(credentials, _SERVICE, region).add_auth(request)
-    return dict(request.headers.items())
+    signed = AWSRequest(method="POST", url=request.url, data=data, headers=dict(request.headers))
+    SigV4Auth(credentials, _SERVICE, region).add_auth(signed)
+    return dict(signed.headers.items())
 
 
 async def _check(response: httpx.Response, wanted: str) -> None:

@@ -35,9 +35,9 @@ both sides agree on what a provider really sends. Where each shape comes from:
   ResourceNotFoundExceptions in langchain-ai/langchain-aws#1245 and awslabs/llmeter#35;
   UnrecognizedClientException in vercel/ai#4163; an empty message's ValidationException
   in anthropics/claude-code#13709; AccessDeniedException in andrewyng/aisuite#174; "The
-  provided model identifier is invalid." in strands-agents/harness-sdk#38. Body: `{"message"}`, the exception's
-  name in the header; mid-stream, an event-stream message of type `exception` named by
-  `:exception-type` (shown here as `{"throttlingException": {"message"}}`).
+  provided model identifier is invalid." in strands-agents/harness-sdk#38. Body:
+  `{"message"}`, the exception's name in the header; mid-stream, an event-stream message
+  of type `exception` named by `:exception-type` (here `{"throttlingException": {...}}`).
 - Proxies: an HTML 502 page as Cloudflare/nginx serve it, and an empty 503.
 """
 
