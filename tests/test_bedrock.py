@@ -380,6 +380,18 @@ async def test_a_bad_signature_is_refused_as_auth_and_names_no_secret(
     assert sim.calls(model) == 0  # refused before any model saw it
 
 
+def test_an_unsigned_request_is_refused_before_any_model(sim: Simulator, model: str) -> None:
+    url = f"{provider(sim).base_url}/model/{model}/converse"
+    body = {"messages": [{"role": "user", "content": [{"text": "Hi"}]}]}
+    response = httpx.post(url, json=body, headers={"authorization": "Bearer sk-nope"})
+    assert response.status_code == 400
+    assert response.headers["x-amzn-ErrorType"] == "IncompleteSignatureException"
+    response = httpx.post(url, json=body)
+    assert response.status_code == 403
+    assert response.headers["x-amzn-ErrorType"] == "MissingAuthenticationTokenException"
+    assert sim.calls(model) == 0
+
+
 async def test_credentials_never_appear_in_an_error(
     sim: Simulator, client: httpx.AsyncClient, model: str
 ) -> None:

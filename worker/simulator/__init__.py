@@ -1,7 +1,8 @@
 """Simulated LLM providers that misbehave on command.
 
 One aiohttp server on loopback speaks OpenAI Chat Completions (and Azure's
-deployment routes), Anthropic Messages and Gemini generateContent, as JSON and
+deployment routes), Anthropic Messages, Gemini generateContent and Bedrock Converse
+(SigV4-checked, streams in AWS event-stream framing), as JSON and
 as SSE streams. Each model answers "Answer from <model>." plus filler, or
 follows its queue of `Fault`s: an error status with a real-shaped body, a
 stall, an error or a dropped connection after N tokens, flakiness, latency.

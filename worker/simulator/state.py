@@ -26,7 +26,7 @@ class RequestRecord:
 
     seq: int
     api: str
-    """openai, azure, anthropic or gemini."""
+    """openai, azure, anthropic, gemini or bedrock."""
     model: str
     path: str
     query: Mapping[str, str]
