@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
+from aiohttp import web
 from botocore.eventstream import ChecksumMismatch, EventStreamBuffer
 
 from worker.adapters import BedrockAdapter, Completion, ProviderCall, TextDelta, make_client
@@ -25,8 +26,11 @@ from worker.adapters.base import Event
 from worker.errors import (
     AuthFailed,
     ConfigError,
+    ConnectionFailed,
     ContextTooLong,
+    FirstByteTimeout,
     InvalidRequest,
+    MalformedResponse,
     ModelNotFound,
     Overloaded,
     ProviderError,
@@ -37,6 +41,7 @@ from worker.errors import (
 from worker.settings import ProviderSettings, load_settings
 from worker.simulator import Fault, Simulator
 from worker.simulator.bedrock_wire import (
+    EVENT_STREAM,
     TEST_ACCESS_KEY_ID,
     TEST_SECRET_ACCESS_KEY,
     event,
@@ -112,13 +117,13 @@ def model() -> str:
     return f"anthropic.claude-sim-{uuid.uuid4().hex[:8]}-v1:0"
 
 
-def provider(sim: Simulator, signing: str = REGION) -> ProviderSettings:
+def provider(sim: Simulator, signing: str = REGION, **extra: float) -> ProviderSettings:
     """The simulator's endpoint for REGION, signing for `signing`."""
     base = f"{sim.url}/bedrock-runtime/{REGION}"
-    return ProviderSettings(kind="bedrock", region=signing, base_url=base)
+    return ProviderSettings(kind="bedrock", region=signing, base_url=base, **extra)
 
 
-def adapter(sim: Simulator, client: httpx.AsyncClient, **extra: str) -> BedrockAdapter:
+def adapter(sim: Simulator, client: httpx.AsyncClient, **extra: Any) -> BedrockAdapter:
     return BedrockAdapter(provider(sim, **extra), client)
 
 
@@ -351,6 +356,69 @@ async def test_an_exception_event_mid_stream_raises_after_the_content_sent(
         await drain_into(events, adapter(sim, client).send(ask(model, stream=True)))
     assert type(caught.value) is (Overloaded if name is None else STREAM_ROWS[name])
     assert [type(e) for e in events] == [TextDelta, TextDelta]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["converse", "converse-stream"])
+async def test_a_connection_cut_mid_answer_or_silent_from_the_start_is_a_transport_error(
+    sim: Simulator, client: httpx.AsyncClient, model: str, stream: bool
+) -> None:
+    sim.set_faults(model, Fault(error_after_tokens=2, drop=True, times=1))
+    with pytest.raises(ConnectionFailed):
+        await answer(adapter(sim, client), ask(model, stream=stream))
+    sim.set_faults(model, Fault(stall_first_byte_s=2, times=1))
+    with pytest.raises(FirstByteTimeout):
+        await answer(adapter(sim, client, total_timeout_s=0.3), ask(model, stream=stream))
+
+
+async def _hostile(request: web.Request) -> web.StreamResponse:
+    """Event streams the simulator never sends, one per path."""
+    scenario = request.match_info["scenario"]
+    response = web.StreamResponse()
+    response.content_type = "text/event-stream" if scenario == "sse" else EVENT_STREAM
+    await response.prepare(request)
+    await response.write(event("messageStart", {"role": "assistant"}))
+    await response.write(
+        event("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": "Hi"}})
+    )
+    if scenario == "corrupt":
+        await response.write(frame({":message-type": "event"}, b"{}")[:-1] + b"\x00")
+    elif scenario == "error":
+        headers = {":message-type": "error", ":error-code": "ThrottlingException"}
+        await response.write(frame({**headers, ":error-message": "Slow down"}, b""))
+    await response.write_eof()
+    return response
+
+
+@pytest.fixture
+async def hostile() -> AsyncIterator[str]:
+    app = web.Application()
+    app.router.add_post("/{scenario}/model/{model}/{operation}", _hostile)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        await runner.cleanup()
+
+
+@pytest.mark.parametrize(
+    ("scenario", "expected"),
+    [
+        ("corrupt", MalformedResponse),
+        ("cut", ConnectionFailed),
+        ("sse", MalformedResponse),
+        ("error", RateLimited),
+    ],
+)
+async def test_a_broken_event_stream_is_a_provider_error(
+    hostile: str, client: httpx.AsyncClient, scenario: str, expected: type[ProviderError]
+) -> None:
+    settings = ProviderSettings(kind="bedrock", region=REGION, base_url=f"{hostile}/{scenario}")
+    with pytest.raises(expected):
+        await answer(BedrockAdapter(settings, client), ask("m", stream=True))
 
 
 @pytest.mark.parametrize(
