@@ -23,6 +23,7 @@ from botocore.eventstream import ChecksumMismatch, EventStreamBuffer
 
 from worker.adapters import BedrockAdapter, Completion, ProviderCall, TextDelta, make_client
 from worker.adapters.base import Event
+from worker.adapters.classify import classify_response
 from worker.errors import (
     AuthFailed,
     ConfigError,
@@ -156,7 +157,8 @@ async def test_converse_answers_signed_for_bedrock_in_the_region(
 ) -> None:
     deltas, done = await answer(adapter(sim, client), ask(model, stream=stream))
     assert done.text == f"Answer from {model}. alpha bravo charlie delta echo"
-    assert "".join(d.text for d in deltas if isinstance(d, TextDelta)) == (done.text * stream)
+    streamed = "".join(d.text for d in deltas if isinstance(d, TextDelta))
+    assert streamed == (done.text if stream else "")
     assert (done.usage.output_tokens, done.finish_reason) == (8, "stop")
     assert done.usage.input_tokens > 0
     (record,) = sim.requests(model)
@@ -309,6 +311,7 @@ async def test_a_turn_falls_back_to_the_same_claude_on_bedrock_and_is_charged_it
     async with make_client() as http:
         result = await Chain.from_settings(config, http).run(request)
     assert (result.status, result.effective_provider, result.step) == (Status.OK, "aws", 0)
+    assert [(a.provider, a.http_status) for a in result.attempts] == [("an", 529), ("aws", 200)]
     usage = result.usage
     assert (usage.cache_read_tokens, usage.cache_write_tokens, usage.output_tokens) == (300, 120, 8)
     assert usage.input_tokens > 0
@@ -451,12 +454,14 @@ async def test_a_bad_signature_is_refused_as_auth_and_names_no_secret(
 def test_an_unsigned_request_is_refused_before_any_model(sim: Simulator, model: str) -> None:
     url = f"{provider(sim).base_url}/model/{model}/converse"
     body = {"messages": [{"role": "user", "content": [{"text": "Hi"}]}]}
-    response = httpx.post(url, json=body, headers={"authorization": "Bearer sk-nope"})
-    assert response.status_code == 400
-    assert response.headers["x-amzn-ErrorType"] == "IncompleteSignatureException"
-    response = httpx.post(url, json=body)
-    assert response.status_code == 403
-    assert response.headers["x-amzn-ErrorType"] == "MissingAuthenticationTokenException"
+    for headers, status, name in (
+        ({"authorization": "Bearer sk-nope"}, 400, "IncompleteSignatureException"),
+        ({}, 403, "MissingAuthenticationTokenException"),
+    ):
+        response = httpx.post(url, json=body, headers=headers)
+        assert (response.status_code, response.headers["x-amzn-ErrorType"]) == (status, name)
+        error = classify_response("bedrock", status, response.headers, response.content)
+        assert type(error) is AuthFailed
     assert sim.calls(model) == 0
 
 

@@ -118,9 +118,12 @@ _BEDROCK_CODES: Mapping[str, _ErrorClass] = {
     "AccessDeniedException": AuthFailed,
     "UnrecognizedClientException": AuthFailed,
     "InvalidSignatureException": AuthFailed,
+    # The troubleshooting page lists these without the suffix that rest-json headers carry.
     "IncompleteSignature": AuthFailed,
+    "IncompleteSignatureException": AuthFailed,
     "InvalidClientTokenId": AuthFailed,
     "ExpiredTokenException": AuthFailed,
+    "MissingAuthenticationToken": AuthFailed,
     "MissingAuthenticationTokenException": AuthFailed,
     # End of life, or a legacy model this account has not used lately.
     "ResourceNotFoundException": ModelNotFound,
