@@ -180,6 +180,15 @@ async def test_default_endpoint_is_the_regions(client: httpx.AsyncClient) -> Non
     )
 
 
+async def test_an_inference_profile_arn_is_signed_as_sent(
+    sim: Simulator, client: httpx.AsyncClient
+) -> None:
+    arn = "arn:aws:bedrock:eu-west-3:123456789012:inference-profile/eu.anthropic.claude-x-v1:0"
+    _, done = await answer(adapter(sim, client), ask(arn))
+    assert done.text.startswith(f"Answer from {arn}.")
+    assert sim.calls(arn, "ok") == 1  # one path segment, its `/` escaped and signed so
+
+
 @pytest.mark.parametrize("stream", [False, True], ids=["converse", "converse-stream"])
 async def test_tool_call_and_its_result_round_trip(
     sim: Simulator, client: httpx.AsyncClient, model: str, stream: bool
