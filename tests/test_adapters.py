@@ -377,6 +377,7 @@ def test_public_surface_is_pinned() -> None:
         "ADAPTERS",
         "Adapter",
         "AnthropicAdapter",
+        "BedrockAdapter",
         "Completion",
         "Event",
         "GeminiAdapter",

@@ -22,8 +22,9 @@ SURFACES: dict[str, str] = {
     "worker": _ERRORS
     + " Attempt AttemptOutcome Chain Guard Message OpenGuard Reasoning Reply Settings Status Tool"
     " ToolCall TurnRequest TurnResult Usage load_settings make_client parse_turn_request",
-    "worker.adapters": "ADAPTERS Adapter AnthropicAdapter Completion Event GeminiAdapter"
-    " OpenAIAdapter ProviderCall TextDelta ToolCallDelta VertexAdapter build_adapter make_client",
+    "worker.adapters": "ADAPTERS Adapter AnthropicAdapter BedrockAdapter Completion Event"
+    " GeminiAdapter OpenAIAdapter ProviderCall TextDelta ToolCallDelta VertexAdapter"
+    " build_adapter make_client",
     "worker.turn": "RULES Chain Decision Rule rule_for",
     "worker.guard": "Admission Availability Charge FleetView Guard OpenGuard RedisGuard Signal"
     " Target open_guard",

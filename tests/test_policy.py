@@ -101,6 +101,27 @@ EXPECTED: dict[tuple[str, str], type[ProviderError]] = {
     ("vertex", "claude_prompt_too_long"): ContextTooLong,
     ("vertex", "claude_invalid_request"): InvalidRequest,
 }
+EXPECTED.update(
+    {
+        ("bedrock", "throttling_tokens"): RateLimited,
+        ("bedrock", "throttling_requests"): RateLimited,
+        ("bedrock", "tokens_per_day"): QuotaExhausted,
+        ("bedrock", "service_quota_exceeded"): RateLimited,
+        ("bedrock", "service_unavailable"): Overloaded,
+        ("bedrock", "model_not_ready"): Overloaded,
+        ("bedrock", "model_timeout"): ServerError,
+        ("bedrock", "internal_server"): ServerError,
+        ("bedrock", "model_error"): ServerError,
+        ("bedrock", "validation"): InvalidRequest,
+        ("bedrock", "input_too_long"): ContextTooLong,
+        ("bedrock", "prompt_too_long"): ContextTooLong,
+        ("bedrock", "access_denied"): AuthFailed,
+        ("bedrock", "unrecognized_client"): AuthFailed,
+        ("bedrock", "invalid_model_id"): ModelNotFound,
+        ("bedrock", "end_of_life"): ModelNotFound,
+        ("bedrock", "legacy_model"): ModelNotFound,
+    }
+)
 for _kind in NAMES:
     EXPECTED[(_kind, "proxy_502_html")] = ServerError
     EXPECTED[(_kind, "empty_503")] = Overloaded
@@ -114,6 +135,10 @@ EXPECTED_STREAM: dict[tuple[str, str], type[ProviderError]] = {
     ("gemini", "internal"): ServerError,
     ("vertex", "unavailable"): Overloaded,
     ("vertex", "claude_overloaded"): Overloaded,
+    ("bedrock", "model_stream_error"): ServerError,
+    ("bedrock", "throttling"): RateLimited,
+    ("bedrock", "input_too_long"): ContextTooLong,
+    ("bedrock", "service_unavailable"): Overloaded,
 }
 
 CATALOGUE = [(kind, name) for kind, names in NAMES.items() for name in names]
@@ -148,7 +173,8 @@ def test_provider_code_comes_from_the_body(kind: Kind, name: str) -> None:
     error = classify(kind, name)
     if isinstance(raw.body, dict | list):
         assert error.provider_code is not None
-        assert error.provider_code in json.dumps(raw.body)
+        # Bedrock names the exception in a header, x-amzn-ErrorType.
+        assert error.provider_code in json.dumps(raw.body) + json.dumps(raw.headers)
     else:
         assert error.provider_code is None
 

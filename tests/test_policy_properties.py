@@ -24,7 +24,7 @@ from worker.turn.policy import RULES, rule_for
 
 FAST = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
-KINDS = st.sampled_from(["openai", "anthropic", "gemini", "azure", ""])
+KINDS = st.sampled_from(["openai", "anthropic", "gemini", "bedrock", "azure", ""])
 JSON_LEAVES = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=30)
 JSON = st.recursive(
     JSON_LEAVES,

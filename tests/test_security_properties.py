@@ -148,6 +148,7 @@ PROVIDERS = {
     "vertex": ProviderSettings(
         kind="vertex", base_url="http://127.0.0.1:1", region="us-east5", project="my-project"
     ),
+    "bedrock": ProviderSettings(kind="bedrock", region="us-east-1"),
 }
 ADAPTERS_BUILT = {name: ADAPTERS[p.kind](p, CLIENT) for name, p in PROVIDERS.items()}
 

@@ -58,7 +58,14 @@ def test_example_configuration_loads() -> None:
     settings = load_settings(EXAMPLE)
     assert settings.chain.models[0] == "openai/gpt-5"
     assert settings.models["openai/gpt-5"].input_micros_per_mtok == 1_250_000
-    assert settings.chain_providers() == ["openai", "azure_east", "anthropic", "google"]
+    assert settings.chain_providers() == [
+        "openai",
+        "azure_east",
+        "anthropic",
+        "bedrock",
+        "vertex",
+        "google",
+    ]
 
 
 def test_environment_overrides_the_file(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -19,11 +19,10 @@ from typing import Any
 
 import httpx
 import pytest
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
 from structlog.testing import capture_logs
 
 from tests.chainkit import fault
+from tests.cloudkit import GCP_PROJECT, simulated_service_account
 from tests.netkit import free_port
 from tests.test_adapters import CONVERSATION, WEATHER, ask, collect, drain_into, expected_body
 from worker.adapters import (
@@ -57,7 +56,7 @@ from worker.turn.chain import Chain
 from worker.turn.policy import Decision, rule_for
 from worker.types import Message, Status, TurnRequest
 
-PROJECT = "my-project"
+PROJECT = GCP_PROJECT
 REGION = "us-east5"
 TOKEN_SHAPE = "ya29.sim-"
 PUBLISHERS = ("google", "anthropic")
@@ -66,24 +65,7 @@ PUBLISHERS = ("google", "anthropic")
 @pytest.fixture(scope="module")
 def service_account(sim: Simulator, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A service-account key file whose token endpoint is the simulator's."""
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    pem = key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    ).decode()
-    info = {
-        "type": "service_account",
-        "project_id": PROJECT,
-        "private_key_id": "0123456789abcdef",
-        "private_key": pem,
-        "client_email": f"relevo@{PROJECT}.iam.gserviceaccount.com",
-        "client_id": "1234567890",
-        "token_uri": f"{sim.url}/token",
-    }
-    path = tmp_path_factory.mktemp("gcp") / "service-account.json"
-    path.write_text(json.dumps(info), encoding="utf-8")
-    return path
+    return simulated_service_account(f"{sim.url}/token", tmp_path_factory.mktemp("gcp"))
 
 
 @pytest.fixture(autouse=True)

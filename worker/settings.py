@@ -61,11 +61,18 @@ class _Section(BaseModel):
 
 
 class ProviderSettings(_Section):
-    """One provider endpoint and account."""
+    """One provider endpoint and account.
 
-    kind: Literal["openai", "anthropic", "gemini", "vertex"]
-    # `vertex`: unset, the Vertex AI endpoint of `region` (see `_vertex_endpoint`).
-    base_url: str = Field(pattern=r"^https?://")
+    A `bedrock` provider takes no API key: requests are signed (SigV4) with the AWS
+    credentials botocore finds (environment, shared config and credentials files, container
+    or instance role). It needs `region`; `base_url` defaults to that region's endpoint.
+    A `vertex` provider takes no API key either: it signs in with Google's
+    application-default credentials, and needs `region` (the location) and `project`.
+    """
+
+    kind: Literal["openai", "anthropic", "gemini", "bedrock", "vertex"]
+    # Required, except where the region gives the endpoint (bedrock, vertex).
+    base_url: str = Field(default="", pattern=r"^$|^https?://")
     api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     api_key_file: Path | None = None
     azure_api_version: str | None = None
@@ -100,6 +107,23 @@ class ProviderSettings(_Section):
                 "base_url": f"https://{host if region == 'global' else f'{region}-{host}'}",
             }
         return data
+
+    @model_validator(mode="after")
+    def _kind_needs(self) -> ProviderSettings:
+        if self.kind != "bedrock":
+            if not self.base_url:
+                raise ValueError("base_url: field required")
+            return self
+        if self.region is None:
+            raise ValueError("region: a bedrock provider needs its AWS region, e.g. us-east-1")
+        if self.api_key_env is not None or self.api_key_file is not None:
+            raise ValueError(
+                "api_key_env, api_key_file: bedrock takes no API key; requests are signed "
+                "with AWS credentials from the standard chain (environment, ~/.aws, role)"
+            )
+        if not _installed("botocore"):
+            raise ValueError("kind: bedrock needs botocore: pip install 'relevo[bedrock]'")
+        return self
 
     def api_key(self) -> str | None:
         """The secret, read from the worker's environment or a mounted file."""

@@ -15,6 +15,7 @@ from worker.adapters.base import (
     TextDelta,
     ToolCallDelta,
 )
+from worker.adapters.bedrock import BedrockAdapter
 from worker.adapters.gemini import GeminiAdapter
 from worker.adapters.http import make_client
 from worker.adapters.openai import OpenAIAdapter
@@ -25,6 +26,7 @@ __all__ = [
     "ADAPTERS",
     "Adapter",
     "AnthropicAdapter",
+    "BedrockAdapter",
     "Completion",
     "Event",
     "GeminiAdapter",
@@ -39,6 +41,7 @@ __all__ = [
 
 ADAPTERS: dict[str, Callable[[ProviderSettings, httpx.AsyncClient], Adapter]] = {
     "anthropic": AnthropicAdapter,
+    "bedrock": BedrockAdapter,
     "gemini": GeminiAdapter,
     "openai": OpenAIAdapter,
     "vertex": VertexAdapter,

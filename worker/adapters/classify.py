@@ -107,11 +107,44 @@ _VERTEX_CODES: Mapping[str, _ErrorClass] = {
     "NOT_FOUND": ModelNotFound,
     "FAILED_PRECONDITION": ModelNotFound,
 }
+# Bedrock's exception names (the `x-amzn-ErrorType` header, or an event stream's
+# `:exception-type` with its first letter raised), as botocore's bedrock-runtime model and
+# the "Troubleshooting Amazon Bedrock API Error Codes" page list them.
+_BEDROCK_CODES: Mapping[str, _ErrorClass] = {
+    "ThrottlingException": RateLimited,
+    # An AWS service quota caps rate or concurrency per account ("You can resubmit your
+    # request later"); Bedrock bills per token with no balance to run out, so this is load,
+    # not money: a cooldown, never a degraded product.
+    "ServiceQuotaExceededException": RateLimited,
+    # "High demand or temporary capacity constraints ... not related to your account-level
+    # quotas" (the troubleshooting page): the model is busy, as an Anthropic 529.
+    "ServiceUnavailableException": Overloaded,
+    "ModelNotReadyException": Overloaded,  # a 429 while the model is being loaded
+    "ModelTimeoutException": ServerError,
+    "InternalServerException": ServerError,
+    "InternalFailure": ServerError,
+    "ModelErrorException": ServerError,
+    "ModelStreamErrorException": ServerError,
+    "ValidationException": InvalidRequest,
+    "AccessDeniedException": AuthFailed,
+    "UnrecognizedClientException": AuthFailed,
+    "InvalidSignatureException": AuthFailed,
+    # The troubleshooting page lists these without the suffix that rest-json headers carry.
+    "IncompleteSignature": AuthFailed,
+    "IncompleteSignatureException": AuthFailed,
+    "InvalidClientTokenId": AuthFailed,
+    "ExpiredTokenException": AuthFailed,
+    "MissingAuthenticationToken": AuthFailed,
+    "MissingAuthenticationTokenException": AuthFailed,
+    # End of life, or a legacy model this account has not used lately.
+    "ResourceNotFoundException": ModelNotFound,
+}
 _CODES: Mapping[str, Mapping[str, _ErrorClass]] = {
     "openai": _OPENAI_CODES,
     "anthropic": _ANTHROPIC_CODES,
     "gemini": _GEMINI_CODES,
     "vertex": _VERTEX_CODES,
+    "bedrock": _BEDROCK_CODES,
 }
 
 _STATUS: Mapping[int, _ErrorClass] = {
@@ -167,6 +200,24 @@ _MESSAGE_RULES: tuple[_MessageRule, ...] = (
         frozenset({InvalidRequest}),
         ContextTooLong,
     ),
+    # Bedrock's own words for a prompt over the window (Claude's arrive as "prompt is too long").
+    _MessageRule(
+        re.compile(r"input is too long for requested model|too many input tokens", re.IGNORECASE),
+        frozenset({InvalidRequest}),
+        ContextTooLong,
+    ),
+    # Bedrock's daily token quota is a ThrottlingException too; retried every cooldown it
+    # would fail all day.
+    _MessageRule(
+        re.compile(r"too many (?:tokens|requests) per day", re.IGNORECASE),
+        frozenset({RateLimited}),
+        QuotaExhausted,
+    ),
+    _MessageRule(
+        re.compile(r"provided model identifier is invalid", re.IGNORECASE),
+        frozenset({InvalidRequest}),
+        ModelNotFound,
+    ),
 )
 
 _CODE_SHAPE = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
@@ -188,7 +239,7 @@ def classify_response(
     kind: str, status: int, headers: Mapping[str, str], body: bytes
 ) -> ProviderError:
     """Classify one HTTP error response from a provider of `kind`; never raises."""
-    fields = _read_body(body)
+    fields = _read_aws(headers, body) if kind == "bedrock" else _read_body(body)
     retry_after = parse_retry_after(headers)
     if retry_after is None:
         retry_after = fields.retry_after_s
@@ -200,7 +251,7 @@ def classify_response(
 def classify_stream_error(kind: str, payload: Mapping[str, Any]) -> ProviderError:
     """Classify the JSON of a mid-stream error event (Anthropic `event: error`, an
     OpenAI or Gemini `data:` line carrying `error`); never raises."""
-    fields = _read_document(payload)
+    fields = _read_aws_event(payload) if kind == "bedrock" else _read_document(payload)
     if not fields.codes and not fields.message and fields.status_hint is None:
         return MalformedResponse("stream error event without an error object")
     cls, code = _decide(kind, fields.status_hint, fields)
@@ -297,6 +348,35 @@ def _read_document(document: object) -> _Fields:
         status_hint=status_hint,
         retry_after_s=retry_after,
     )
+
+
+def _read_aws(headers: Mapping[str, str], body: bytes) -> _Fields:
+    """AWS rest-json: the exception name in `x-amzn-ErrorType` (or the body's `__type`),
+    the body `{"message": ...}`."""
+    document: object = None
+    if body and len(body) <= MAX_BODY_BYTES:
+        try:
+            document = json.loads(body)
+        except (ValueError, RecursionError):
+            document = None
+    if not isinstance(document, Mapping):
+        document = {}
+    raw = _lower(headers).get("x-amzn-errortype") or _text(document.get("__type"))
+    # "ThrottlingException:http://internal.amazon.com/coral/com.amazon.bedrock/", or
+    # "com.amazon.coral.service#ExpiredTokenException".
+    code = raw.partition(":")[0].rpartition("#")[2]
+    message = _text(document.get("message")) or _text(document.get("Message"))
+    return _Fields(codes=(code,) if _CODE_SHAPE.fullmatch(code) else (), message=message[:1000])
+
+
+def _read_aws_event(payload: Mapping[str, Any]) -> _Fields:
+    """An event-stream exception as `{"throttlingException": {"message": ...}}`."""
+    if len(payload) != 1:
+        return _Fields()
+    ((name, inner),) = payload.items()
+    code = str(name)[:1].upper() + str(name)[1:]
+    message = _text(inner.get("message")) if isinstance(inner, Mapping) else ""
+    return _Fields(codes=(code,) if _CODE_SHAPE.fullmatch(code) else (), message=message[:1000])
 
 
 def _text(value: object) -> str:

@@ -99,7 +99,8 @@ class Call:
 
     async def _stream(self, reply: CannedReply) -> web.StreamResponse:
         fault, dialect = self.fault, self.dialect
-        response = await self._open("text/event-stream")
+        # Server-sent events, but for Bedrock's binary event stream.
+        response = await self._open(getattr(dialect, "stream_content_type", "text/event-stream"))
         for chunk in dialect.preamble(reply):
             await response.write(chunk)
         await self._silence(fault.stall_before_content_s)

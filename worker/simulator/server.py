@@ -12,6 +12,8 @@ Provider routes:
     POST /v1/projects/{p}/locations/{l}/publishers/anthropic/models/{model}:rawPredict
          (and :streamRawPredict)                                Claude on Vertex AI
     POST /token                                                 Google OAuth (for Vertex)
+    POST /bedrock-runtime/{region}/model/{model}/converse     Bedrock (SigV4 for that region)
+    POST /bedrock-runtime/{region}/model/{model}/converse-stream
 
 Admin routes (JSON): see `worker.simulator.admin`.
 """
@@ -27,6 +29,7 @@ from aiohttp import web
 
 from worker.simulator.admin import STATE, add_admin_routes
 from worker.simulator.anthropic_wire import AnthropicDialect
+from worker.simulator.bedrock_wire import BedrockDialect, error_type, signature_problem
 from worker.simulator.call import Call
 from worker.simulator.catalogue import canned
 from worker.simulator.faults import CallOutcome, Fault
@@ -44,7 +47,9 @@ SHUTDOWN_GRACE_S = 0.2
 
 # Header names that carry an API key, in the order they are looked for; never recorded.
 _AUTH_HEADERS = ("authorization", "api-key", "x-api-key", "x-goog-api-key")
-_SECRET_HEADERS = frozenset((*_AUTH_HEADERS, "cookie", "proxy-authorization"))
+_SECRET_HEADERS = frozenset(
+    (*_AUTH_HEADERS, "cookie", "proxy-authorization", "x-amz-security-token")
+)
 # Long conversations (context-trimming tests) must not hit aiohttp's 1 MiB default.
 _MAX_BODY_BYTES = 64 * 1024 * 1024
 
@@ -64,6 +69,8 @@ _UNAUTHENTICATED = {
     "ACCESS_TOKEN_EXPIRED": "access_token_expired",
     "INVALID_CREDENTIALS": "invalid_credentials",
 }
+_BEDROCK = BedrockDialect()
+_BEDROCK_OPERATIONS = {"converse": False, "converse-stream": True}
 
 
 def build_app(state: SimState) -> web.Application:
@@ -77,6 +84,7 @@ def build_app(state: SimState) -> web.Application:
     app.router.add_post("/v1/models/{spec}", _gemini)
     app.router.add_post(_VERTEX_ROUTE, _vertex)
     app.router.add_post(TOKEN_PATH, _token)
+    app.router.add_post("/bedrock-runtime/{region}/model/{model}/{operation}", _bedrock)
     add_admin_routes(app)
     return app
 
@@ -152,6 +160,25 @@ async def _token(request: web.Request) -> web.StreamResponse:
         return web.json_response(body, status=status)
     ticket.finish(CallOutcome.OK, 200)
     return web.json_response(state.tokens.issue())
+
+
+async def _bedrock(request: web.Request) -> web.StreamResponse:
+    operation = request.match_info["operation"]
+    if operation not in _BEDROCK_OPERATIONS:
+        raise web.HTTPNotFound()
+    url = f"{request.scheme}://{request.host}{request.raw_path}"
+    refused = signature_problem(
+        url, request.headers, await request.read(), request.match_info["region"]
+    )
+    if refused is not None:
+        status, name, message = refused
+        headers = {"x-amzn-ErrorType": name}
+        return web.json_response({"message": message}, status=status, headers=headers)
+    model, stream = request.match_info["model"], _BEDROCK_OPERATIONS[operation]
+    response = await _serve_call(request, _BEDROCK, model=model, stream=stream)
+    if response.status >= 400 and not response.prepared:
+        response.headers.setdefault("x-amzn-ErrorType", error_type(response.status))
+    return response
 
 
 async def _serve_call(

@@ -27,7 +27,7 @@ class RequestRecord:
 
     seq: int
     api: str
-    """openai, azure, anthropic, gemini, vertex, or oauth2 (the token endpoint)."""
+    """openai, azure, anthropic, gemini, vertex, bedrock, or oauth2 (the token endpoint)."""
     model: str
     path: str
     query: Mapping[str, str]
