@@ -8,12 +8,17 @@ the fleet's ceiling, printed beside each figure.
 - guard: the real chain with its Redis guard in this process (breakers, budgets, kill
   switch, cooldowns; no Celery), `--turns` turns at `--in-flight`; healthy, then with
   the primary answering 503 (each turn falls back once; breakers kept closed).
+- guard on a cluster (`--cluster`): the same turns with the shared state on a local Redis
+  Cluster of three primaries (tests/clusterkit.py): CPU and commands summed over the
+  nodes, and the packets the client sent per turn (a pipeline is one packet per node,
+  sent concurrently) beside the round trips it waited for.
 - worker: real `celery worker` processes (bench/node_capacity.py's rig) fed K turns in
   flight: the broker's, the result backend's, the turn store's and the guard's commands
   together, healthy and falling back, plus Celery's floor (a task that only sleeps).
 
     .venv/bin/python bench/store_cost.py                 # ~2 min
     .venv/bin/python bench/store_cost.py --only guard    # ~20 s
+    .venv/bin/python bench/store_cost.py --only guard --cluster
 
 Output: `FIGURE <name> <value> <unit>` lines on stdout; progress and the top commands on
 stderr.
@@ -32,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # tests.clusterkit
 
 import kit
 import node_capacity as cap
@@ -51,13 +57,39 @@ consecutive_failures_threshold = 1000000
 """
 
 
-async def snapshot(admin: aioredis.Redis) -> tuple[float, dict[str, int]]:
-    """(CPU seconds the server has used, calls per command), INFO's own left out."""
-    cpu: dict[str, Any] = await admin.info("cpu")
-    stats: dict[str, Any] = await admin.info("commandstats")
-    calls = {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in stats.items()}
+async def snapshot(admins: list[aioredis.Redis]) -> tuple[float, dict[str, int]]:
+    """(CPU seconds the servers have used, calls per command), INFO's own left out."""
+    seconds, calls = 0.0, {}
+    for admin in admins:
+        cpu: dict[str, Any] = await admin.info("cpu")
+        stats: dict[str, Any] = await admin.info("commandstats")
+        seconds += float(cpu["used_cpu_sys"]) + float(cpu["used_cpu_user"])
+        for k, v in stats.items():
+            name = k.removeprefix("cmdstat_")
+            calls[name] = calls.get(name, 0) + int(v["calls"])
     calls.pop("info", None)
-    return float(cpu["used_cpu_sys"]) + float(cpu["used_cpu_user"]), calls
+    return seconds, calls
+
+
+class Packets:
+    """Counts what the client sends: one packet per node per pipeline (bench-only)."""
+
+    sent = 0
+
+    def __enter__(self) -> Packets:
+        from redis.asyncio.connection import AbstractConnection
+
+        self._cls, self._real = AbstractConnection, AbstractConnection.send_packed_command
+
+        async def counted(conn: Any, command: Any, check_health: bool = True) -> None:
+            Packets.sent += 1
+            await self._real(conn, command, check_health)
+
+        AbstractConnection.send_packed_command = counted  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._cls.send_packed_command = self._real  # type: ignore[method-assign]
 
 
 def cost(
@@ -85,11 +117,32 @@ def publish(name: str, measured: list[tuple[float, float, dict[str, float]]]) ->
 
 
 async def guard_runs(args: argparse.Namespace, rig: kit.Rig) -> None:
+    with ExitStack() as stack:
+        if not args.cluster:
+            await guard_turns(args, rig, rig.redis_url, [rig.redis_url], "guard")
+            return
+        from tests.clusterkit import Cluster
+
+        cluster = Cluster(Path(stack.enter_context(tempfile.TemporaryDirectory())))
+        stack.callback(cluster.stop)
+        cluster.start()
+        for proc in cluster.processes:
+            kit.pin(proc.pid, kit.cores()[1])
+        nodes = [f"redis://127.0.0.1:{port}/0" for port in cluster.ports]
+        await guard_turns(args, rig, cluster.url, nodes, "guard_cluster")
+
+
+async def guard_turns(
+    args: argparse.Namespace, rig: kit.Rig, shared_url: str, nodes: list[str], label: str
+) -> None:
     settings = kit.relevo_settings(
         rig.sim_url, rig.redis_url, namespace=f"sc{time.time_ns()}", breakers=NEVER_TRIP
     )
-    admin = aioredis.Redis.from_url(rig.redis_url)
+    shared = settings.redis.model_copy(update={"shared_url": shared_url})
+    settings = settings.model_copy(update={"redis": shared})
+    admins = [aioredis.Redis.from_url(url) for url in nodes]
     guard = open_guard(settings)
+    packets = Packets()
     async with make_client() as http:
         chain = Chain.from_settings(settings, http, guard=guard)
 
@@ -103,13 +156,19 @@ async def guard_runs(args: argparse.Namespace, rig: kit.Rig) -> None:
             await drive(lambda i, s=step: turn(i, s), 200, args.in_flight)  # warm up
             measured = []
             for _ in range(args.repeats):
-                before = await snapshot(admin)
+                before = await snapshot(admins)
                 await drive(lambda i, s=step: turn(i, s), args.turns, args.in_flight)
-                measured.append(cost(before, await snapshot(admin), args.turns))
-            publish(f"guard_{name}", measured)
+                measured.append(cost(before, await snapshot(admins), args.turns))
+            publish(f"{label}_{name}", measured)
+            with packets:
+                sent = Packets.sent
+                await drive(lambda i, s=step: turn(i, s), 200, 1)
+                per_turn = (Packets.sent - sent) / 200
+                kit.figure(f"store_cost_{label}_{name}_packets_alone", per_turn, "packets/turn")
         rig.sim.set_faults(kit.PRIMARY)
     await guard.aclose()
-    await admin.aclose()
+    for admin in admins:
+        await admin.aclose()
 
 
 async def drive(turn: Callable[[int], Awaitable[None]], turns: int, in_flight: int) -> None:
@@ -135,7 +194,7 @@ async def worker_runs(args: argparse.Namespace) -> None:
         url, redis_pid = cap.private_redis(stack, work)
         sim, sim_pid = cap.simulator(stack, work, args.latency_s)
         rig = cap.Rig(options, url, sim, {"simulator": [sim_pid], "redis": [redis_pid]}, work)
-        admin = aioredis.Redis.from_url(url)
+        admin = [aioredis.Redis.from_url(url)]
         shape = cap.Shape.parse(args.shape)
         floor = cap.Shape(shape.pool, shape.processes, shape.concurrency, floor=True)
         runs: dict[str, list[tuple[float, float, dict[str, float]]]] = {}
@@ -150,11 +209,11 @@ async def worker_runs(args: argparse.Namespace) -> None:
                 runs.setdefault(name, []).append(await worker_cell(rig, admin, run_shape, args.k))
         for name, measured in runs.items():
             publish(name, measured)
-        await admin.aclose()
+        await admin[0].aclose()
 
 
 async def worker_cell(
-    rig: cap.Rig, admin: aioredis.Redis, shape: cap.Shape, k: int
+    rig: cap.Rig, admin: list[aioredis.Redis], shape: cap.Shape, k: int
 ) -> tuple[float, float, dict[str, float]]:
     """One shape at K turns in flight: the server's cost per turn completed in the window."""
     measured: list[tuple[float, float, dict[str, float]]] = []
@@ -181,6 +240,7 @@ def main() -> int:
     parser.add_argument("--turns", type=int, default=2000, help="guard: turns per run")
     parser.add_argument("--in-flight", type=int, default=100, help="guard: turns in flight")
     parser.add_argument("--repeats", type=int, default=3, help="runs per figure (median)")
+    parser.add_argument("--cluster", action="store_true", help="guard: shared state on a cluster")
     parser.add_argument("--shape", default="threads:1x500", help="worker: pool:PxC")
     parser.add_argument("--k", type=int, default=200, help="worker: turns kept in flight")
     parser.add_argument("--latency-s", type=float, default=0.5, help="worker: provider latency")
