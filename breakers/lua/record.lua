@@ -29,15 +29,18 @@ local function open(bkey, wkey, pkey, break_ms, shown_ms, ttl)
   redis.call('DEL', wkey, pkey)
 end
 
-local function count(bkey, wkey, verdict, a)
+local function count(bkey, wkey, verdict, a, streak_was)
   local window_ms, min_calls, rate_ppm, streak_max, ttl = a[1], a[2], a[3], a[4], a[8]
   local current, width = bucket(window_ms, now)
   redis.call('HINCRBY', wkey, 'c' .. current, 1)
   if verdict == 'f' then redis.call('HINCRBY', wkey, 'f' .. current, 1) end
   redis.call('PEXPIRE', wkey, window_ms + width)
   if verdict == 's' then
-    redis.call('HSET', bkey, 'streak', 0)
-    redis.call('PEXPIRE', bkey, ttl)
+    -- A streak that is already none needs no write: the healthy case, most of the time.
+    if streak_was and streak_was ~= '0' then
+      redis.call('HSET', bkey, 'streak', 0)
+      redis.call('PEXPIRE', bkey, ttl)
+    end
     return false
   end
   local streak = redis.call('HINCRBY', bkey, 'streak', 1)
@@ -55,11 +58,11 @@ for i = 1, n_out do
   local a = {}
   for j = 1, 8 do a[j] = tonumber(ARGV[at + 3 + j]) end
   local kind, shown = '', 0
-  local h = redis.call('HMGET', bkey, 'state', 'until_ms', 'pinned', 'break_ms')
+  local h = redis.call('HMGET', bkey, 'state', 'until_ms', 'pinned', 'break_ms', 'streak')
   local state = phase(h[1], h[2], h[3], now)
 
   if state == 'closed' then
-    if verdict ~= 'n' and count(bkey, wkey, verdict, a) then
+    if verdict ~= 'n' and count(bkey, wkey, verdict, a, h[5]) then
       open(bkey, wkey, pkey, a[5], a[5], a[8])
       kind, shown = 'opened', a[5]
     end
