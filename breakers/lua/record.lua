@@ -100,7 +100,11 @@ local function mark(key, index, member, ms)
     redis.call('ZADD', index, now + ms, member)
   end
   redis.call('ZREMRANGEBYSCORE', index, '-inf', now)
-  redis.call('PEXPIRE', index, index_ttl)
+  -- check.lua reads the marks from the index: it outlives the longest of them.
+  local last = redis.call('ZRANGE', index, -1, -1, 'WITHSCORES')
+  local ttl = index_ttl
+  if #last == 2 then ttl = math.max(ttl, tonumber(last[2]) - now) end
+  redis.call('PEXPIRE', index, ttl)
 end
 
 local key_at, arg_at = 3 * n_out + 4, 6 + n_out * 11
