@@ -23,26 +23,19 @@ from redis.exceptions import DataError
 
 from breakers.sentinel import is_sentinel, sentinel_client
 
-__all__ = [
-    "CLUSTER_SCHEMES",
-    "DEFAULT_MAX_CONNECTIONS",
-    "DEFAULT_TIMEOUT_S",
-    "connect",
-    "in_memory",
-    "is_cluster",
-]
+__all__ = ["DEFAULT_MAX_CONNECTIONS", "DEFAULT_TIMEOUT_S", "connect", "in_memory", "is_cluster"]
 
 DEFAULT_TIMEOUT_S = 0.25
 # Hundreds of turns share one process's pool; each holds a connection for one
 # round trip. Past this many at once, callers wait (up to the timeout) for one
 # rather than failing at once as redis-py's default pool of 100 does.
 DEFAULT_MAX_CONNECTIONS = 256
-CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
+_CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
 
 
 def is_cluster(url: str) -> bool:
     """Whether `url` names a node of a Redis Cluster (``redis+cluster://host:port``)."""
-    return url.startswith(CLUSTER_SCHEMES)
+    return url.startswith(_CLUSTER_SCHEMES)
 
 
 def connect(
