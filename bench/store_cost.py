@@ -12,6 +12,10 @@ the fleet's ceiling, printed beside each figure.
   Cluster of three primaries (tests/clusterkit.py): CPU and commands summed over the
   nodes, and the packets the client sent per turn (a pipeline is one packet per node,
   sent concurrently) beside the round trips it waited for.
+- scripts (`--only scripts`): each of a healthy turn's four scripts alone (check, record,
+  reserve, settle; the scopes, pairs and accounts of the 3-model chain), 3,000 calls
+  pipelined 100 at a time on fresh charge ids: the server's cost of the scripts without
+  the chain's traffic, steadier than the turns' on a busy machine.
 - worker: real `celery worker` processes (bench/node_capacity.py's rig) fed K turns in
   flight: the broker's, the result backend's, the turn store's and the guard's commands
   together, healthy and falling back, plus Celery's floor (a task that only sleeps).
@@ -181,6 +185,58 @@ async def drive(turn: Callable[[int], Awaitable[None]], turns: int, in_flight: i
     await asyncio.gather(*(lane() for _ in range(in_flight)))
 
 
+# --- each script alone -----------------------------------------------------------------------
+
+SCOPES = [f"{kind}:{name}" for name in ("alpha", "beta", "gamma") for kind in ("model", "vendor")]
+PAIRS = [("oa", "alpha"), ("an", "beta"), ("gg", "gamma")]
+CALLS, BATCH = 3000, 100
+
+
+async def script_runs(args: argparse.Namespace, rig: kit.Rig) -> None:
+    import breakers
+    import budgets
+
+    admin = aioredis.Redis.from_url(rig.redis_url)
+    namespace = f"sc{time.time_ns()}"
+    fleet = breakers.FleetBreakers(admin, namespace=namespace)
+    ledger = budgets.Ledger(
+        admin, namespace=namespace, default_limits=budgets.Limits(10**12, 10**13)
+    )
+    await fleet.load_scripts()
+    await ledger.load_scripts()
+    success = [breakers.Outcome(s, breakers.Verdict.SUCCESS) for s in SCOPES[:2]]
+    ops: dict[str, Callable[[Any, str], object]] = {
+        "check": lambda pipe, _: fleet.check_on(pipe, SCOPES, PAIRS, ["an", "gg", "oa"]),
+        "record": lambda pipe, _: fleet.record_on(pipe, success),
+        "reserve": lambda pipe, c: ledger.reserve_on(
+            pipe, f"t{c[-1]}", c, provider="oa", micros=2000, fallback=False, ttl_s=30
+        ),
+        "settle": lambda pipe, c: ledger.settle_on(pipe, f"t{c[-1]}", c, 1000, provider="oa"),
+    }
+    per: dict[str, list[float]] = {name: [] for name in ops}
+    for repeat in range(args.repeats + 1):  # the first round warms up
+        charges = [f"r{repeat}-{i}" for i in range(CALLS)]
+        for name, op in ops.items():
+            before = await snapshot([admin])
+            for start in range(0, CALLS, BATCH):
+                async with admin.pipeline(transaction=False) as pipe:
+                    for charge in charges[start : start + BATCH]:
+                        op(pipe, charge)
+                    replies = await pipe.execute(raise_on_error=False)
+                if any(isinstance(r, Exception) for r in replies):
+                    raise SystemExit(
+                        f"{name}: {next(r for r in replies if isinstance(r, Exception))}"
+                    )
+            if repeat:
+                per[name].append(cost(before, await snapshot([admin]), CALLS)[0])
+    for name, values in per.items():
+        kit.say(f"# script {name}: {[round(v, 1) for v in values]} us/call")
+        kit.figure(f"store_cost_script_{name}_redis_cpu", kit.median(values), "us/call")
+    total = sum(kit.median(v) for v in per.values())
+    kit.figure("store_cost_scripts_of_a_healthy_turn_redis_cpu", total, "us/turn")
+    await admin.aclose()
+
+
 # --- the whole worker path ------------------------------------------------------------------
 
 
@@ -236,7 +292,7 @@ async def worker_cell(
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=("guard", "worker"), help="one half of the bench")
+    parser.add_argument("--only", choices=("guard", "scripts", "worker"), help="one part")
     parser.add_argument("--turns", type=int, default=2000, help="guard: turns per run")
     parser.add_argument("--in-flight", type=int, default=100, help="guard: turns in flight")
     parser.add_argument("--repeats", type=int, default=3, help="runs per figure (median)")
@@ -246,9 +302,11 @@ def main() -> int:
     parser.add_argument("--latency-s", type=float, default=0.5, help="worker: provider latency")
     parser.add_argument("--window-s", type=float, default=4.0, help="worker: measured window")
     args = parser.parse_args()
-    if args.only != "worker":
+    if args.only in (None, "guard"):
         kit.run_pinned(lambda rig: guard_runs(args, rig), lambda _: None)
-    if args.only != "guard":
+    if args.only in (None, "scripts"):
+        kit.run_pinned(lambda rig: script_runs(args, rig), lambda _: None)
+    if args.only in (None, "worker"):
         asyncio.run(worker_runs(args))
     return 0
 
