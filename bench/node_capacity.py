@@ -45,7 +45,7 @@ import tempfile
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -410,7 +410,14 @@ def describe(name: str, k: int, cell: Cell) -> str:
     )
 
 
-async def run_shape(rig: Rig, shape: Shape, loads: Sequence[int]) -> dict[int, Cell]:
+Measure = Callable[[Rig, "Feeder", int, dict[str, list[int]]], Awaitable[Cell]]
+
+
+async def run_shape(
+    rig: Rig, shape: Shape, loads: Sequence[int], measure: Measure | None = None
+) -> dict[int, Cell]:
+    """`shape`'s workers at each K of `loads`, each cell measured by `measure`."""
+    measure = measure or measure_cell
     queue = f"cap-{shape.name}-{uuid.uuid4().hex[:6]}"
     config = rig.work / f"{queue}.toml"
     config.write_text(CONFIG.format(redis_url=rig.url, queue=queue, sim=rig.sim.url))
@@ -443,7 +450,7 @@ async def run_shape(rig: Rig, shape: Shape, loads: Sequence[int]) -> dict[int, C
         try:
             await warm_up(feeder, shape, loads[0])
             for k in loads:
-                cells[k] = await measure_cell(rig, feeder, k, {"worker": pids, **rig.fixed_pids})
+                cells[k] = await measure(rig, feeder, k, {"worker": pids, **rig.fixed_pids})
                 say(describe(shape.name, k, cells[k]))
         finally:
             await feeder.stop()

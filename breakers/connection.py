@@ -3,6 +3,10 @@
 A command is never retried on a timeout (the control path's latency bound holds), but
 once on a connection that turns out closed: after Redis restarts, every pooled
 connection is dead, and the first command on each must not be taken for an outage.
+
+A ``redis+cluster://`` (or ``rediss+cluster://``) URL names one node of a Redis Cluster:
+the client finds the others, sends each command to the node of its key's slot and splits
+a pipeline into one packet per node, sent concurrently.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from typing import Any, cast
 
 import hiredis
 from redis.asyncio import BlockingConnectionPool, Connection, Redis
+from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -18,13 +23,19 @@ from redis.exceptions import DataError
 
 from breakers.sentinel import is_sentinel, sentinel_client
 
-__all__ = ["DEFAULT_MAX_CONNECTIONS", "DEFAULT_TIMEOUT_S", "connect", "in_memory"]
+__all__ = ["DEFAULT_MAX_CONNECTIONS", "DEFAULT_TIMEOUT_S", "connect", "in_memory", "is_cluster"]
 
 DEFAULT_TIMEOUT_S = 0.25
 # Hundreds of turns share one process's pool; each holds a connection for one
 # round trip. Past this many at once, callers wait (up to the timeout) for one
 # rather than failing at once as redis-py's default pool of 100 does.
 DEFAULT_MAX_CONNECTIONS = 256
+_CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
+
+
+def is_cluster(url: str) -> bool:
+    """Whether `url` names a node of a Redis Cluster (``redis+cluster://host:port``)."""
+    return url.startswith(_CLUSTER_SCHEMES)
 
 
 def connect(
@@ -54,6 +65,8 @@ def connect(
             raise ValueError("a sentinel:// URL needs the name of the primary (sentinel_master)")
         # Sentinel's pool does not wait for a free connection: give it room instead.
         return sentinel_client(url, sentinel_master, max_connections=100_000, **options)
+    if is_cluster(url):
+        return _cluster_client(url, max_connections, options)
     pool = BlockingConnectionPool.from_url(
         url,
         max_connections=max_connections,
@@ -62,6 +75,17 @@ def connect(
         **options,
     )
     return Redis.from_pool(pool)  # the client owns the pool: aclose() closes both
+
+
+def _cluster_client(url: str, max_connections: int, options: dict[str, Any]) -> Redis:
+    """A Redis Cluster client; typed as `Redis`, whose commands and pipelines it has."""
+    plain = url.replace("+cluster://", "://", 1)
+    cluster = RedisCluster.from_url(
+        plain,
+        max_connections=max_connections,
+        **options,
+    )
+    return cast(Redis, cluster)
 
 
 class HiredisPackConnection(Connection):

@@ -1,7 +1,8 @@
 """The Redis plumbing `breakers` and `budgets` share: one way to do each of these.
 
-- Keys: every key of a namespace starts with its Redis Cluster hash tag (`hash_tag`), and
-  every key a Lua script touches arrives in KEYS, so the state can be sharded on Cluster.
+- Keys: every key of a namespace starts with its Redis Cluster hash tag (`hash_tag`), or a
+  shard's tag (one tenant's budget keys), and every key a Lua script touches arrives in
+  KEYS with one tag: each script runs on one slot, so the state can be sharded on Cluster.
 - Names: `check_name` checks a name against the `NameRule` of its kind, one message format.
 - Scripts: `LuaScripts` reads ``<package>/lua/*.lua`` with ``breakers/lua/clock.lua`` and the
   package's ``lua/lib.lua`` prepended, queues EVALSHA on a caller's pipeline and, for a
@@ -27,6 +28,7 @@ from typing import Any, TypeAlias, TypeVar
 
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
+from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import (
     AuthenticationError,
     AuthenticationWrongNumberOfArgsError,
@@ -90,9 +92,16 @@ async def unavailable_as_error(what: str) -> AsyncIterator[None]:
 # -- Keys and the names inside them ----------------------------------------------------------
 
 
-def hash_tag(namespace: str) -> str:
-    """The first segment of every key under `namespace` (checked with `NAMESPACE`)."""
-    return "{" + namespace + "}"
+def hash_tag(namespace: str, shard: str | None = None) -> str:
+    """The first segment of every key under `namespace` (checked with `NAMESPACE`).
+
+    With `shard` (e.g. a tenant id), the tag of that part of the namespace's state: its
+    keys share a slot of their own, so on a Redis Cluster the shards spread over the
+    nodes. The "/" between them is outside `NAMESPACE`: no namespace's tag equals a shard's.
+    """
+    if shard is None:
+        return "{" + namespace + "}"
+    return "{" + namespace + "/" + shard + "}"
 
 
 @dataclass(frozen=True)
@@ -190,21 +199,32 @@ class LuaScripts:
         now_ms: int | None = None,
     ) -> None:
         """Queue one EVALSHA of `name` on `pipe`: ARGV[1] is `now_ms` (None: server TIME)."""
-        pipe.evalsha(self._shas[name], len(keys), *keys, "" if now_ms is None else now_ms, *args)
+        clock = "" if now_ms is None else now_ms
+        # As a raw command: redis-py's cluster pipeline blocks its `evalsha` method, yet
+        # routes a raw EVALSHA by its keys (one slot per script, as every key is tagged).
+        pipe.execute_command("EVALSHA", self._shas[name], len(keys), *keys, clock, *args)
 
     async def load(self, redis: Redis) -> None:
-        """SCRIPT LOAD every script in one round trip (after a restart or SCRIPT FLUSH)."""
+        """SCRIPT LOAD every script in one round trip (after a restart or SCRIPT FLUSH);
+        on a Redis Cluster, one call per script, each sent to every primary."""
+        if isinstance(redis, RedisCluster):
+            for body in self.bodies.values():
+                await redis.script_load(body)
+            return
         async with redis.pipeline(transaction=False) as pipe:
             for body in self.bodies.values():
                 pipe.script_load(body)
             await pipe.execute()
 
     async def run(self, redis: Redis, queue: Callable[[Pipeline], Parse[T]]) -> T:
-        """Send what `queue` queues on a pipeline of its own; reload once on NOSCRIPT."""
+        """Send what `queue` queues on a pipeline of its own; reload once on NOSCRIPT.
+
+        `parse` gets the first reply: that of the script (what `queue` queues after it is
+        bookkeeping, such as the ledger's tenants set)."""
         for attempt in range(2):
             async with redis.pipeline(transaction=False) as pipe:
                 parse = queue(pipe)
-                (reply,) = await pipe.execute(raise_on_error=False)
+                reply = (await pipe.execute(raise_on_error=False))[0]
             if isinstance(reply, NoScriptError) and attempt == 0:
                 await self.load(redis)
                 continue

@@ -158,11 +158,11 @@ class FleetBreakers:
         keys = [self.keys.kill]
         for scope in names:
             keys += [self.keys.breaker(scope), self.keys.probe(scope)]
-        keys += [self.keys.cooldown(p.account, p.model) for p in wanted_pairs]
-        keys += [self.keys.exhausted(a) for a in wanted_accounts]
-        keys.append(self.keys.epoch)
+        keys += [self.keys.cooldown_index, self.keys.exhausted_index, self.keys.epoch]
         args: list[str | int] = [len(names), len(wanted_pairs), len(wanted_accounts)]
         args += [self.policy_for(scope).probes for scope in names]
+        args += [pair_member(p.account, p.model) for p in wanted_pairs]
+        args += [validate_name(a, "account") for a in wanted_accounts]
         return names, wanted_pairs, wanted_accounts, keys, args
 
     async def start_epoch(self) -> str:

@@ -1,24 +1,29 @@
 """Every Redis key budgets uses, in one place, and the checks on the names inside them.
 
-Layout under a namespace ``N`` (default "relevo"); `<t>` is a validated tenant id. Every
-key starts with the Redis Cluster hash tag ``{N}``, the same as `breakers`' keys (so one
-pipeline may mix both), and every key a script touches is passed in KEYS:
+Layout under a namespace ``N`` (default "relevo"); `<t>` is a validated tenant id. The
+keys of one tenant start with the tenant's own Redis Cluster hash tag ``{N/<t>}``: every
+budget script touches one tenant's keys only, all in one slot, and on a Cluster the
+tenants spread over the nodes. The others start with ``{N}``, the same tag as `breakers`'
+keys. Every key a script touches is passed in KEYS:
 
     {N}:budget:tenants                 set   tenants with limits or spend     no TTL (operators')
-    {N}:budget:t:<t>:limits            hash  daily, monthly, fallback_cap     no TTL (operators')
-    {N}:budget:t:<t>:held              hash  charge id -> "micros|fallback|   last hold's expiry
+    {N/<t>}:budget:limits              hash  daily, monthly, fallback_cap     no TTL (operators')
+    {N/<t>}:budget:held                hash  charge id -> "micros|fallback|   last hold's expiry
                                              worst|provider", =total =worst,  + HOLD_GRACE_S
                                              =fallback =fallback_worst,
                                              =reclaimed
-    {N}:budget:t:<t>:holds             zset  charge id by expiry (ms)         same as held
-    {N}:budget:t:<t>:reclaimed         hash  charge id -> "micros|fallback|   charge_ttl_s
+    {N/<t>}:budget:holds               zset  charge id by expiry (ms)         same as held
+    {N/<t>}:budget:reclaimed           hash  charge id -> "micros|fallback|   charge_ttl_s
                                              provider": charged at reclaim
-    {N}:budget:t:<t>:charge:<charge>   hash  one charge's state               charge_ttl_s (7 d)
-    {N}:budget:t:<t>:day:<YYYY-MM-DD>  hash  spent, fallback, fb:<provider>,  DAY_TTL_S
+    {N/<t>}:budget:charge:<charge>     hash  one charge's state               charge_ttl_s (7 d)
+    {N/<t>}:budget:day:<YYYY-MM-DD>    hash  spent, fallback, fb:<provider>,  DAY_TTL_S
                                              reclaimed, reclaimed_micros
-    {N}:budget:t:<t>:month:<YYYY-MM>   hash  the same for the UTC month       MONTH_TTL_S
+    {N/<t>}:budget:month:<YYYY-MM>     hash  the same for the UTC month       MONTH_TTL_S
     {N}:budget:evidence:<model>        list  output tokens, newest first      EVIDENCE_TTL_S
     {N}:handoffs                       stream  degraded turns for people      capped (MAXLEN ~)
+
+The tenants set is written beside the scripts (in the same pipeline), not inside them: it
+lives on another slot.
 
 The client cannot know the script's clock before it sends, so it passes the day and month
 keys of two instants, 12 h before and after its own clock (`BudgetKeys.periods`); the
@@ -121,8 +126,8 @@ class BudgetKeys:
         return f"{hash_tag(self.namespace)}:handoffs"
 
     def prefix(self, tenant: str) -> str:
-        """The prefix of every per-tenant key."""
-        return f"{hash_tag(self.namespace)}:budget:t:{check_tenant(tenant)}:"
+        """The prefix of every per-tenant key: the tenant's own hash tag."""
+        return f"{hash_tag(self.namespace, check_tenant(tenant))}:budget:"
 
     def limits(self, tenant: str) -> str:
         return self.prefix(tenant) + "limits"

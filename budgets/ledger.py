@@ -46,6 +46,11 @@ __all__ = ["Ledger"]
 T = TypeVar("T")
 Parser = Callable[[Any], T]
 MAX_HOLD_TTL_S = 86_400
+# The tenants set lives on a slot of its own, out of the scripts' reach: a process adds a
+# tenant beside a reservation or settlement at most this often (SADD changes nothing the
+# second time), so a store that lost the set has it back within this long.
+REGISTER_EVERY_S = 60.0
+_MAX_REGISTERED = 10_000
 
 
 class Ledger:
@@ -73,6 +78,7 @@ class Ledger:
         self.default_limits = default_limits
         self._charge_ttl_ms = charge_ttl_s * 1000
         self._clock_ms = clock_ms
+        self._registered: dict[str, float] = {}
 
     async def load_scripts(self) -> None:
         """Load the Lua scripts into Redis in one round trip.
@@ -99,6 +105,17 @@ class Ledger:
             self._charge_ttl_ms,
         ]
         SCRIPTS.queue(pipe, script, common_keys + keys, common_args + args, now)
+
+    def _register_on(self, pipe: Pipeline, tenant: str) -> None:
+        """Queue SADD of `tenant` to the tenants set, unless done within REGISTER_EVERY_S."""
+        now = time.monotonic()
+        last = self._registered.get(tenant)
+        if last is not None and now - last < REGISTER_EVERY_S:
+            return
+        if len(self._registered) >= _MAX_REGISTERED:
+            self._registered.clear()
+        self._registered[tenant] = now
+        pipe.sadd(self.keys.tenants(), tenant)
 
     def _default_args(self) -> list[str | int]:
         limits = self.default_limits
@@ -135,7 +152,8 @@ class Ledger:
         ttl_s: float,
         worst_micros: int | None = None,
     ) -> Parser[Reservation | Refusal]:
-        """Queue a reservation on `pipe`; the returned function parses its reply."""
+        """Queue a reservation on `pipe`; the returned function parses its reply (the first
+        of the commands queued here)."""
         keys = self.keys
         check_provider(provider)
         check_micros("micros", micros)
@@ -148,7 +166,7 @@ class Ledger:
             raise InvalidAmountError(
                 f"ttl_s must be in (0, {MAX_HOLD_TTL_S}] seconds (got {ttl_s})"
             )
-        own_keys = [keys.limits(tenant), keys.charge(tenant, charge_id), keys.tenants()]
+        own_keys = [keys.limits(tenant), keys.charge(tenant, charge_id)]
         args: list[str | int] = [
             tenant,
             charge_id,
@@ -161,6 +179,9 @@ class Ledger:
             *self._default_args(),
         ]
         self._queue(pipe, "reserve", tenant, own_keys, args)
+        if self.default_limits is not None:
+            # (Without defaults, a tenant that may reserve has limits, and set_limits added it.)
+            self._register_on(pipe, tenant)
         return partial(parse_reservation, tenant, charge_id, micros)
 
     async def reserve(
@@ -204,7 +225,8 @@ class Ledger:
         provider: str | None = None,
         fallback: bool | None = None,
     ) -> Parser[Settlement]:
-        """Queue a settlement on `pipe`; the returned function parses its reply.
+        """Queue a settlement on `pipe`; the returned function parses its reply (the first
+        of the commands queued here).
 
         `provider` and `fallback` are used only when no reservation record exists
         (never reserved, or reserved longer ago than the charge record's TTL).
@@ -214,7 +236,7 @@ class Ledger:
             check_provider(provider)
         if fallback and provider is None:
             raise ValueError("a fallback charge needs its provider")
-        own_keys = [self.keys.charge(tenant, charge_id), self.keys.tenants()]
+        own_keys = [self.keys.charge(tenant, charge_id)]
         args: list[str | int] = [
             tenant,
             charge_id,
@@ -223,6 +245,7 @@ class Ledger:
             provider or "",
         ]
         self._queue(pipe, "settle", tenant, own_keys, args)
+        self._register_on(pipe, tenant)
         return partial(parse_settlement, tenant, charge_id)
 
     async def settle(
@@ -267,6 +290,8 @@ class Ledger:
         """Configure a tenant's limits (fallback cap per UTC day; None removes it)."""
         limits = Limits(daily_micros, monthly_micros, fallback_cap_micros, overdraft_micros)
         key = self.keys.limits(tenant)
+        # The limits change together (one slot, one MULTI); the tenants set is elsewhere.
+        await self._redis.sadd(self.keys.tenants(), tenant)
         pipe = self._redis.pipeline(transaction=True)
         pipe.hset(
             key,
@@ -280,7 +305,6 @@ class Ledger:
             pipe.hdel(key, "fallback_cap")
         else:
             pipe.hset(key, "fallback_cap", fallback_cap_micros)
-        pipe.sadd(self.keys.tenants(), tenant)
         await pipe.execute()
         return limits
 
@@ -294,10 +318,11 @@ class Ledger:
 
         Raises `UnknownTenantError` for a tenant with neither configured limits nor spend.
         """
-        own_keys = [self.keys.limits(tenant), self.keys.tenants()]
+        own_keys = [self.keys.limits(tenant)]
+        known = bool(await self._redis.sismember(self.keys.tenants(), tenant))
 
         def queue(pipe: Pipeline) -> Parser[BudgetReport]:
             self._queue(pipe, "report", tenant, own_keys, [tenant])
-            return partial(parse_report, tenant, self.default_limits)
+            return partial(parse_report, tenant, self.default_limits, known)
 
         return await self._run(queue)

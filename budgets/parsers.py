@@ -81,9 +81,9 @@ def parse_release(tenant: str, charge_id: str, raw: Any) -> Release:
     )
 
 
-def parse_report(tenant: str, default: Limits | None, raw: Any) -> BudgetReport:
-    now, day, month, known, lim, in_flight, day_flat, month_flat, _ = reply(raw)
-    limits, source = _limits(tenant, default, lim, bool(int(known)))
+def parse_report(tenant: str, default: Limits | None, known: bool, raw: Any) -> BudgetReport:
+    now, day, month, lim, in_flight, day_flat, month_flat, _ = reply(raw)
+    limits, source = _limits(tenant, default, lim, known)
     held, held_fb, reclaimed, held_worst = (int(n) for n in in_flight)
     day_report = _period(text(day), limits.daily_micros, _pairs(day_flat), held)
     month_report = _period(text(month), limits.monthly_micros, _pairs(month_flat), held)

@@ -113,8 +113,24 @@ REDIS_FIXTURES = frozenset(
         "tls_server",  # test_security_redis.py: the same, over TLS
         "private_redis",  # here: one to hang, kill and restart mid-run
         "sentinel_topology",  # test_sentinel.py: a primary, a replica, three sentinels
+        "redis_cluster",  # here: three primaries of a Redis Cluster
     }
 )
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Redis Cluster of three primaries for the session (tests.clusterkit): its URL."""
+    from tests.clusterkit import Cluster
+
+    if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
+        skip_unless_ci("no redis-server and redis-cli to start a Redis Cluster")
+    cluster = Cluster(tmp_path_factory.mktemp("cluster"))
+    try:
+        cluster.start()
+        yield cluster.url
+    finally:
+        cluster.stop()
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker

@@ -286,6 +286,16 @@ async def test_rate_limit_adds_nothing_to_the_failure_rate(make_store: MakeStore
     assert await state(store) is BreakerState.CLOSED
 
 
+async def test_a_mark_longer_than_the_index_ttl_keeps_the_index_alive(
+    make_store: MakeStore, client: Redis
+) -> None:
+    # The check reads marks from the index: it must not expire before its longest mark.
+    store = make_store(cooldowns=CooldownPolicy(exhausted_ttl_s=30))
+    await store.record([Exhausted("acct-a", seconds=1_000_000)])
+    assert store.index_ttl_ms < 100_000_000 < await client.pttl(store.keys.exhausted_index)
+    assert (await store.check([], accounts=["acct-a"])).exhausted == {"acct-a": True}
+
+
 async def test_exhausted_mark_lasts_its_ttl(make_store: MakeStore, clock: ManualClock) -> None:
     store = make_store(cooldowns=CooldownPolicy(exhausted_ttl_s=30))
     await store.record([Exhausted("acct-a")])

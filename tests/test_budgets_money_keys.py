@@ -85,10 +85,10 @@ def test_provider_names_follow_the_tenant_rules() -> None:
 def test_keys_build_every_tenant_key_under_the_namespace_hash_tag() -> None:
     keys = BudgetKeys("ns")
     assert keys.tenants() == "{ns}:budget:tenants"
-    assert keys.limits("acme") == "{ns}:budget:t:acme:limits"
-    assert keys.charge("acme", "t:0") == "{ns}:budget:t:acme:charge:t:0"
-    assert keys.day("acme", "2026-11-30") == "{ns}:budget:t:acme:day:2026-11-30"
-    assert keys.month("acme", "2026-11") == "{ns}:budget:t:acme:month:2026-11"
+    assert keys.limits("acme") == "{ns/acme}:budget:limits"
+    assert keys.charge("acme", "t:0") == "{ns/acme}:budget:charge:t:0"
+    assert keys.day("acme", "2026-11-30") == "{ns/acme}:budget:day:2026-11-30"
+    assert keys.month("acme", "2026-11") == "{ns/acme}:budget:month:2026-11"
     assert keys.handoffs() == "{ns}:handoffs"
     with pytest.raises(InvalidNameError):
         keys.held("a:b")
@@ -101,10 +101,10 @@ def test_period_keys_are_those_12_hours_either_side_of_the_client_clock() -> Non
     keys, periods = BudgetKeys("ns").periods("acme", noon)
     assert periods == ["2026-11-30", "2026-12-01", "2026-11", "2026-12"]
     assert keys == [
-        "{ns}:budget:t:acme:day:2026-11-30",
-        "{ns}:budget:t:acme:day:2026-12-01",
-        "{ns}:budget:t:acme:month:2026-11",
-        "{ns}:budget:t:acme:month:2026-12",
+        "{ns/acme}:budget:day:2026-11-30",
+        "{ns/acme}:budget:day:2026-12-01",
+        "{ns/acme}:budget:month:2026-11",
+        "{ns/acme}:budget:month:2026-12",
     ]
     assert BudgetKeys("ns").periods("acme", noon - 86_400_000)[1][2:] == ["2026-11", "2026-11"]
 

@@ -17,6 +17,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from budgets import Ledger, Refusal, Reservation
+from tests import clusterkit
 from tests.test_budgets_ledger import lua_periods, python_periods
 
 SPAWN = mp.get_context("spawn")
@@ -25,12 +26,17 @@ TENANT = "acme"
 
 @pytest.fixture
 async def redis(redis_url: str, namespace: str) -> AsyncIterator[Redis]:
-    client = Redis.from_url(redis_url, decode_responses=True)
+    client = clusterkit.client(redis_url, decode_responses=True)
     yield client
-    keys = [key async for key in client.scan_iter(match=f"{{{namespace}}}:*", count=1000)]
-    if keys:
-        await client.delete(*keys)
+    await clean(client, namespace)
     await client.aclose()
+
+
+async def clean(client: Redis, namespace: str) -> None:
+    """Delete the namespace's keys and its tenants' (one tag each)."""
+    for pattern in (f"{{{namespace}}}:*", f"{{{namespace}/*"):
+        for key in [key async for key in client.scan_iter(match=pattern, count=1000)]:
+            await client.delete(key)
 
 
 @contextmanager
@@ -70,7 +76,7 @@ def _child(job: Job, start: Any, out: Any) -> None:
 
 
 async def _child_main(job: Job, start: Any, out: Any) -> None:
-    client = Redis.from_url(job.url)
+    client = clusterkit.client(job.url)
     ledger = Ledger(client, namespace=job.ns)
     await ledger.load_scripts()
     start.wait(timeout=30)
@@ -150,7 +156,7 @@ def _hold_child(url: str, ns: str, out: Any) -> None:
     """Reserve with a 1 s hold, say so, then hang until SIGKILLed."""
 
     async def main() -> None:
-        client = Redis.from_url(url)
+        client = clusterkit.client(url)
         ledger = Ledger(client, namespace=ns)
         await ledger.reserve(
             TENANT, "dead:0", provider="openai", micros=500, fallback=False, ttl_s=1

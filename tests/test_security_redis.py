@@ -141,7 +141,7 @@ def test_turns_for_edge_tenants_touch_only_keys_of_their_namespace(
         runner.close()
     assert [r["status"] for r in results] == ["ok"] * len(EDGE_TENANTS)
     assert any(r["step"] == 1 for r in results)  # fallbacks wrote breaker and cooldown state
-    inside = (f"{{{namespace}}}:".encode(), f"{namespace}:".encode())
+    inside = (f"{{{namespace}}}:".encode(), f"{{{namespace}/".encode(), f"{namespace}:".encode())
     touched = monitor.keys()
     assert len(touched) > 3 * len(EDGE_TENANTS)
     assert {k for k in touched if not k.startswith(inside)} == {b"outside-probe"}
@@ -150,8 +150,10 @@ def test_turns_for_edge_tenants_touch_only_keys_of_their_namespace(
     assert stored
     assert {k for k in stored if not k.startswith(inside)} == set()
     tenants = {t.encode() for t in EDGE_TENANTS}
-    budget_keys = [k for k in stored if b":budget:t:" in k]
-    assert {k.split(b":budget:t:")[1].split(b":")[0] for k in budget_keys} <= tenants
+    tenant_tag = f"{{{namespace}/".encode()
+    budget_keys = [k for k in stored if k.startswith(tenant_tag)]
+    assert budget_keys
+    assert {k[len(tenant_tag) :].split(b"}")[0] for k in budget_keys} <= tenants
 
 
 # --- ACL users and passwords ------------------------------------------------------------

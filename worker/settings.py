@@ -255,6 +255,10 @@ class RedisSettings(_Section):
     )
     # The primary's name that the sentinels watch (with a sentinel:// URL only).
     sentinel_master: Name | None = None
+    # Where the shared state lives (breakers, budgets, kill switch, cooldowns) when not at
+    # `url`, e.g. a Redis Cluster: "redis+cluster://h1:7000". The broker, the results and
+    # the turn store stay at `url` (Celery cannot use Cluster).
+    shared_url: str | None = Field(default=None, pattern=r"^rediss?(\+cluster)?://")
     namespace: Name = "relevo"
     # The control path's budget: a slow store must not add seconds to a turn.
     timeout_s: float = Field(default=0.25, gt=0, le=5)
@@ -282,6 +286,18 @@ class RedisSettings(_Section):
             timeout_s=self.timeout_s if timeout_s is None else timeout_s,
             timed_by_caller=timed_by_caller,
             sentinel_master=self.sentinel_master,
+        )
+
+    def connect_shared(
+        self, *, timeout_s: float | None = None, timed_by_caller: bool = False
+    ) -> Redis:
+        """A client on the shared state's store: `shared_url`, else the same as `connect`."""
+        if self.shared_url is None:
+            return self.connect(timeout_s=timeout_s, timed_by_caller=timed_by_caller)
+        return breakers.connect(
+            self.shared_url,
+            timeout_s=self.timeout_s if timeout_s is None else timeout_s,
+            timed_by_caller=timed_by_caller,
         )
 
 

@@ -2,12 +2,16 @@
 --
 -- KEYS[1]                       kill switch hash
 -- KEYS[2 .. 1+2S]               per scope: breaker hash, probe zset
--- KEYS[2+2S .. 1+2S+P]          per pair: cooldown string (its end, ms)
--- KEYS[2+2S+P .. 1+2S+P+A]      per account: exhausted string (its end, ms)
--- KEYS[2+2S+P+A]                the store's epoch hash
+-- KEYS[2+2S], KEYS[3+2S]        cooldown index, exhausted index (zsets: member -> end, ms)
+-- KEYS[4+2S]                    the store's epoch hash
 -- ARGV[1]                       clock (clock.lua)
 -- ARGV[2], ARGV[3], ARGV[4]     S (scopes), P (pairs), A (accounts)
 -- ARGV[4+i]                     probes allowed in half-open for scope i
+-- ARGV[5+S .. 4+S+P]            per pair: "<account>|<model>"
+-- ARGV[5+S+P .. 4+S+P+A]        per account
+--
+-- The indexes hold every mark's end (record.lua writes each with its key), so one ZMSCORE
+-- per kind reads them all.
 --
 -- Returns a flat array:
 --   who, why, since_ms                         ("" "" 0 when the kill switch is off)
@@ -42,11 +46,17 @@ for i = 1, scopes do
 end
 
 local base = 2 + 2 * scopes
-for i = 0, pairs_n + accounts - 1 do
-  local left = (tonumber(redis.call('GET', KEYS[base + i])) or 0) - now
-  if left < 0 then left = 0 end
-  out[#out + 1] = left
+local function ends(index, from, n)
+  if n == 0 then return end
+  local scores = redis.call('ZMSCORE', index, unpack(ARGV, from, from + n - 1))
+  for i = 1, n do
+    local left = (tonumber(scores[i]) or 0) - now
+    if left < 0 then left = 0 end
+    out[#out + 1] = left
+  end
 end
+ends(KEYS[base], 5 + scopes, pairs_n)
+ends(KEYS[base + 1], 5 + scopes + pairs_n, accounts)
 
 local epoch = redis.call('HMGET', KEYS[#KEYS], 'id', 'off_by')
 out[#out + 1] = epoch[1] or ''

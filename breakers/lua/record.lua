@@ -29,39 +29,51 @@ local function open(bkey, wkey, pkey, break_ms, shown_ms, ttl)
   redis.call('DEL', wkey, pkey)
 end
 
-local function count(bkey, wkey, verdict, a)
+-- Counts one call; returns whether the breaker trips, and whether the call opened a new
+-- bucket (its first: only then are the window's TTL and the scope index written, since a
+-- later call in the same bucket would change neither beyond a bucket's width).
+local function count(bkey, wkey, verdict, a, streak_was)
   local window_ms, min_calls, rate_ppm, streak_max, ttl = a[1], a[2], a[3], a[4], a[8]
   local current, width = bucket(window_ms, now)
-  redis.call('HINCRBY', wkey, 'c' .. current, 1)
+  local fresh = redis.call('HINCRBY', wkey, 'c' .. current, 1) == 1
   if verdict == 'f' then redis.call('HINCRBY', wkey, 'f' .. current, 1) end
-  redis.call('PEXPIRE', wkey, window_ms + width)
+  if fresh then redis.call('PEXPIRE', wkey, window_ms + width) end
   if verdict == 's' then
-    redis.call('HSET', bkey, 'streak', 0)
-    redis.call('PEXPIRE', bkey, ttl)
-    return false
+    -- A streak that is already none needs no write: the healthy case, most of the time.
+    if streak_was and streak_was ~= '0' then
+      redis.call('HSET', bkey, 'streak', 0)
+      redis.call('PEXPIRE', bkey, ttl)
+    end
+    return false, fresh
   end
   local streak = redis.call('HINCRBY', bkey, 'streak', 1)
   redis.call('PEXPIRE', bkey, ttl)
   local calls, fails, stale = window_counts(wkey, window_ms, now)
   if #stale > 0 then redis.call('HDEL', wkey, unpack(stale)) end
-  return streak >= streak_max or (calls >= min_calls and fails * 1000000 >= rate_ppm * calls)
+  return streak >= streak_max or (calls >= min_calls and fails * 1000000 >= rate_ppm * calls),
+    fresh
 end
 
 local out = {}
+local indexed = false
 for i = 1, n_out do
   local bkey, wkey, pkey = KEYS[3 * i + 1], KEYS[3 * i + 2], KEYS[3 * i + 3]
   local at = 6 + (i - 1) * 11
   local scope, verdict, holder = ARGV[at + 1], ARGV[at + 2], ARGV[at + 3]
   local a = {}
   for j = 1, 8 do a[j] = tonumber(ARGV[at + 3 + j]) end
-  local kind, shown = '', 0
-  local h = redis.call('HMGET', bkey, 'state', 'until_ms', 'pinned', 'break_ms')
+  local kind, shown, seen = '', 0, verdict ~= 'n'
+  local h = redis.call('HMGET', bkey, 'state', 'until_ms', 'pinned', 'break_ms', 'streak')
   local state = phase(h[1], h[2], h[3], now)
 
   if state == 'closed' then
-    if verdict ~= 'n' and count(bkey, wkey, verdict, a) then
-      open(bkey, wkey, pkey, a[5], a[5], a[8])
-      kind, shown = 'opened', a[5]
+    if verdict ~= 'n' then
+      local trips, fresh = count(bkey, wkey, verdict, a, h[5])
+      seen = fresh
+      if trips then
+        open(bkey, wkey, pkey, a[5], a[5], a[8])
+        kind, shown = 'opened', a[5]
+      end
     end
   elseif state == 'half_open' and holder ~= '' then
     local slot = redis.call('ZSCORE', pkey, holder)
@@ -81,11 +93,12 @@ for i = 1, n_out do
   end
   out[#out + 1] = kind
   out[#out + 1] = shown
-  if verdict ~= 'n' or kind ~= '' then
+  if seen or kind ~= '' then
     redis.call('ZADD', KEYS[1], now, scope)
+    indexed = true
   end
 end
-if n_out > 0 then
+if indexed then
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - index_ttl)
   redis.call('PEXPIRE', KEYS[1], index_ttl)
 end
@@ -97,7 +110,11 @@ local function mark(key, index, member, ms)
     redis.call('ZADD', index, now + ms, member)
   end
   redis.call('ZREMRANGEBYSCORE', index, '-inf', now)
-  redis.call('PEXPIRE', index, index_ttl)
+  -- check.lua reads the marks from the index: it outlives the longest of them.
+  local last = redis.call('ZRANGE', index, -1, -1, 'WITHSCORES')
+  local ttl = index_ttl
+  if #last == 2 then ttl = math.max(ttl, tonumber(last[2]) - now) end
+  redis.call('PEXPIRE', index, ttl)
 end
 
 local key_at, arg_at = 3 * n_out + 4, 6 + n_out * 11

@@ -74,28 +74,33 @@ local function parse_hold(v)
   return micros, parts[2], tonumber(parts[3]) or micros, parts[4] or ''
 end
 
+-- Returns whether the field held nothing before (an addition to an empty field).
 local function bump(key, field, amount)
   if amount >= 0 then
-    redis.call('HINCRBY', key, field, int(amount))
-    return
+    return redis.call('HINCRBY', key, field, int(amount)) == amount
   end
   -- A correction downwards never takes a period below zero.
   local now = num(redis.call('HGET', key, field))
   redis.call('HSET', key, field, int(math.max(0, now + amount)))
+  return false
 end
 
--- Add `amount` (negative for a correction) to the spend of the day and the month.
+-- Add `amount` (negative for a correction) to the spend of the day and the month. A
+-- period's TTL is set when its spend starts (it outlives the period; refreshing it on
+-- every charge would change nothing), and on a correction.
 local function add_spend(dk, mk, amount, fallback, provider)
   for _, spec in ipairs({{dk, ARGV[6]}, {mk, ARGV[7]}}) do
     local key = spec[1]
-    bump(key, 'spent', amount)
+    local fresh = bump(key, 'spent', amount)
     if fallback == '1' then
       bump(key, 'fallback', amount)
       if provider ~= '' then
         bump(key, 'fb:' .. provider, amount)
       end
     end
-    redis.call('PEXPIRE', key, spec[2])
+    if fresh or amount < 0 then
+      redis.call('PEXPIRE', key, spec[2])
+    end
   end
 end
 

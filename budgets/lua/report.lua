@@ -1,17 +1,14 @@
 -- report.lua: one consistent snapshot of a tenant's budget for operators.
 --
 -- KEYS[1..7] and ARGV[1..8]: every script's (lib.lua)
--- KEYS[8] limits hash   KEYS[9] tenants set
--- ARGV[9] tenant
+-- KEYS[8] limits hash
 --
--- Returns {now_ms, day, month, known 0/1, configured limits {daily, monthly, fallback_cap,
+-- Returns {now_ms, day, month, configured limits {daily, monthly, fallback_cap,
 --          overdraft} (false when absent), held {total, fallback, reclaimed so far, worst},
 --          day hash (flat field/value list), month hash (flat), reclaimed now}
 
-local tenant = ARGV[9]
 local now, dk, mk, day, month, reclaimed = begin()
-local known = redis.call('SISMEMBER', KEYS[9], tenant)
 local lim = redis.call('HMGET', KEYS[8], 'daily', 'monthly', 'fallback_cap', 'overdraft')
 local held = redis.call('HMGET', HELD, '=total', '=fallback', '=reclaimed', '=worst')
-return {now, day, month, known, lim, {num(held[1]), num(held[2]), num(held[3]), num(held[4])},
+return {now, day, month, lim, {num(held[1]), num(held[2]), num(held[3]), num(held[4])},
   redis.call('HGETALL', dk), redis.call('HGETALL', mk), reclaimed}

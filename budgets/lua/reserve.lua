@@ -1,7 +1,7 @@
 -- reserve.lua: hold an attempt's expected cost, if the budget allows it and its worst case.
 --
 -- KEYS[1..7] and ARGV[1..8]: every script's (lib.lua)
--- KEYS[8] limits hash   KEYS[9] charge hash   KEYS[10] tenants set
+-- KEYS[8] limits hash   KEYS[9] charge hash
 -- ARGV[9] tenant   ARGV[10] charge id   ARGV[11] micros (held)   ARGV[12] worst micros
 -- ARGV[13] fallback "1"/"0"   ARGV[14] provider   ARGV[15] hold ttl ms   ARGV[16] hold grace ms
 -- ARGV[17] default daily micros ("" = refuse unknown tenants)   ARGV[18] default monthly
@@ -21,7 +21,7 @@
 -- settle, usually for less), and `tenant_budget_exhausted` / `fallback_cap_reached` when
 -- the attempt does not fit even with nothing held.
 
-local tenant, charge_id = ARGV[9], ARGV[10]
+local charge_id = ARGV[10]
 local micros, worst, fallback, provider = tonumber(ARGV[11]), tonumber(ARGV[12]), ARGV[13], ARGV[14]
 local now, dk, mk, _, _, reclaimed = begin()
 
@@ -87,5 +87,4 @@ refresh_hold_ttl(now, tonumber(ARGV[16]))
 redis.call('HSET', KEYS[9], 'state', 'reserved', 'micros', int(micros),
   'expires_at', int(expires_at), 'fallback', fallback, 'provider', provider)
 redis.call('PEXPIRE', KEYS[9], ARGV[8])
-redis.call('SADD', KEYS[10], tenant)
 return {'reserved', 0, micros, expires_at, fallback, provider, reclaimed, '', '', 0, 0, now}

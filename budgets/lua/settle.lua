@@ -1,7 +1,7 @@
 -- settle.lua: turn a charge into spend, exactly once per charge id.
 --
 -- KEYS[1..7] and ARGV[1..8]: every script's (lib.lua)
--- KEYS[8] charge hash   KEYS[9] tenants set
+-- KEYS[8] charge hash
 -- ARGV[9] tenant   ARGV[10] charge id   ARGV[11] actual micros
 -- ARGV[12] fallback hint "1"/"0"/"" and ARGV[13] provider hint: used only when no
 --          reservation record survives (the record's own values win)
@@ -12,7 +12,7 @@
 -- The spend counts in the day and month current when it is settled. A charge whose hold
 -- was reclaimed (and so charged at its reservation) is corrected to `actual`.
 
-local tenant, charge_id = ARGV[9], ARGV[10]
+local charge_id = ARGV[10]
 local actual = tonumber(ARGV[11])
 local now, dk, mk, day, month, reclaimed = begin()
 
@@ -34,6 +34,5 @@ add_spend(dk, mk, actual - precharged, fallback, provider)
 redis.call('HSET', KEYS[8], 'state', 'settled', 'actual', int(actual), 'fallback', fallback,
   'provider', provider, 'day', day, 'month', month, 'settled_at', int(now))
 redis.call('PEXPIRE', KEYS[8], ARGV[8])
-redis.call('SADD', KEYS[9], tenant)
 return {0, actual - precharged, actual, released, fallback, provider, day, month, reclaimed,
   precharged, now}

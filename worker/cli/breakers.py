@@ -136,7 +136,7 @@ def _print_report(report: breakers.FleetReport) -> None:
 
 async def _show(args: argparse.Namespace) -> int:
     fleet = _fleet(args.config)
-    async with operator_redis(fleet.config.redis) as client:
+    async with operator_redis(fleet.config.redis, shared=True) as client:
         report = await breakers.Operators(fleet.store(client)).report()
     if args.json:
         emit_json(_report_json(report))
@@ -159,7 +159,7 @@ async def _force(args: argparse.Namespace) -> int:
     seconds: float | None = getattr(args, "seconds", None)
     force, after = _ACTIONS[args.action]
     fleet = _fleet(args.config)
-    async with operator_redis(fleet.config.redis) as client:
+    async with operator_redis(fleet.config.redis, shared=True) as client:
         ops = breakers.Operators(fleet.store(client))
         known = await ops.scopes()
         if scope not in known:

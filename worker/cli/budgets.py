@@ -53,7 +53,7 @@ def _report_json(report: budgets.BudgetReport) -> dict[str, Any]:
 
 async def _list(args: argparse.Namespace) -> int:
     where, default = _where(args.config)
-    async with operator_redis(where) as client:
+    async with operator_redis(where, shared=True) as client:
         ledger = budgets.Ledger(client, namespace=where.namespace, default_limits=default)
         reports = await asyncio.gather(
             *(ledger.report(t) for t in await ledger.tenants()), return_exceptions=True
@@ -147,7 +147,7 @@ def _print_report(r: budgets.BudgetReport) -> None:
 async def _show(args: argparse.Namespace) -> int:
     tenant = budgets.check_tenant(args.tenant)
     where, default = _where(args.config)
-    async with operator_redis(where) as client:
+    async with operator_redis(where, shared=True) as client:
         ledger = budgets.Ledger(client, namespace=where.namespace, default_limits=default)
         report = await ledger.report(tenant)
     if args.json:
@@ -172,7 +172,7 @@ async def _set(args: argparse.Namespace) -> int:
     overdraft = _dollars("--overdraft", args.overdraft)
     _check_limits(daily, monthly, overdraft)
     where = redis_settings(args.config)
-    async with operator_redis(where) as client:
+    async with operator_redis(where, shared=True) as client:
         ledger = budgets.Ledger(client, namespace=where.namespace)
         limits = await ledger.set_limits(tenant, daily, monthly, cap, overdraft)
     if args.json:
@@ -206,7 +206,7 @@ def _check_limits(daily: int, monthly: int, overdraft: int) -> None:
 
 async def _handoffs(args: argparse.Namespace) -> int:
     where = redis_settings(args.config)
-    async with operator_redis(where) as client:
+    async with operator_redis(where, shared=True) as client:
         items = await budgets.Handoffs(client, namespace=where.namespace).list(args.count)
     if args.json:
         emit_json([{**asdict(h), "at": iso(h.at_ms)} for h in items])

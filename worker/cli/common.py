@@ -150,9 +150,14 @@ def redis_trouble(where: RedisSettings, exc: BaseException, hint: str = "") -> O
 
 
 @asynccontextmanager
-async def operator_redis(where: RedisSettings) -> AsyncIterator[Redis]:
-    """A client with the operator timeout; Redis failures become `OperatorError`, exit 6."""
-    client = where.connect(timeout_s=max(where.timeout_s, OPERATOR_TIMEOUT_S))
+async def operator_redis(where: RedisSettings, *, shared: bool = False) -> AsyncIterator[Redis]:
+    """A client with the operator timeout; Redis failures become `OperatorError`, exit 6.
+
+    `shared`: on the shared state's store (breakers, budgets, kill switch), which may be
+    a Redis Cluster of its own (`RedisSettings.shared_url`)."""
+    timeout_s = max(where.timeout_s, OPERATOR_TIMEOUT_S)
+    connect = where.connect_shared if shared else where.connect
+    client = connect(timeout_s=timeout_s)
     try:
         yield client
     except (*STORE_REFUSED, *STORE_DOWN) as exc:

@@ -42,7 +42,7 @@ def _text(value: str, what: str) -> str:
 async def _kill_on(args: argparse.Namespace) -> int:
     who, reason = _text(_who(args), "--who"), _text(args.reason, "--reason")
     where = redis_settings(args.config)
-    async with operator_redis(where) as client:
+    async with operator_redis(where, shared=True) as client:
         state = await breakers.KillSwitch(client, namespace=where.namespace).on(who, reason)
     print(f"kill switch ON since {utc(state.since_ms)} by {state.who}: {state.reason}")
     print("No turn calls any provider; turns are held for `relevo replay-held`.")
@@ -52,7 +52,7 @@ async def _kill_on(args: argparse.Namespace) -> int:
 async def _kill_off(args: argparse.Namespace) -> int:
     who = _text(_who(args), "--who")
     where = redis_settings(args.config)
-    async with operator_redis(where) as client:
+    async with operator_redis(where, shared=True) as client:
         before = await breakers.KillSwitch(client, namespace=where.namespace).off(who)
         held = await breakers.HeldTurns(client, namespace=where.namespace).count()
     if before is None:
@@ -66,7 +66,7 @@ async def _kill_off(args: argparse.Namespace) -> int:
 
 async def _kill_status(args: argparse.Namespace) -> int:
     where = redis_settings(args.config)
-    async with operator_redis(where) as client:
+    async with operator_redis(where, shared=True) as client:
         state = await breakers.KillSwitch(client, namespace=where.namespace).status()
         held = await breakers.HeldTurns(client, namespace=where.namespace).count()
     if args.json:

@@ -48,7 +48,10 @@ async def _replay(args: argparse.Namespace) -> int:
     settings = load_config(args.config)
     where = settings.redis
     summary = ReplaySummary()
-    async with operator_redis(where) as client:
+    async with (
+        operator_redis(where, shared=True) as client,
+        operator_redis(where) as results,
+    ):
         switch = breakers.KillSwitch(client, namespace=where.namespace)
         held = breakers.HeldTurns(client, namespace=where.namespace)
         state = await switch.status()
@@ -58,7 +61,7 @@ async def _replay(args: argparse.Namespace) -> int:
                 "turn it off before replaying held turns",
                 EXIT_REFUSED,
             )
-        store = TurnStore(client, namespace=where.namespace, ttl_s=settings.worker.result_ttl_s)
+        store = TurnStore(results, namespace=where.namespace, ttl_s=settings.worker.result_ttl_s)
         delivery = Delivery(store, make_app(settings).backend)
         async with make_client() as http:
             chain = Chain.from_settings(settings, http, guard=open_guard(settings, client))

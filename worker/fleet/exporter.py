@@ -84,7 +84,7 @@ class FleetCollector:
 
     async def _read(self) -> _Fleet:
         where = self.settings.redis
-        client = where.connect(timeout_s=max(where.timeout_s, 1.0))
+        client = where.connect_shared(timeout_s=max(where.timeout_s, 1.0))
         try:
             async with asyncio.timeout(self.timeout_s):
                 store = breaker_store(self.settings, client, know_scopes=True)

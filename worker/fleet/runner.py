@@ -25,7 +25,8 @@ from worker.adapters import make_client
 from worker.errors import STORE_DOWN, InputError
 from worker.fleet.sweeper import Sweeper
 from worker.fleet.turnstore import TurnStore
-from worker.guard.redis_guard import open_guard
+from worker.guard.autopipeline import AutoPipeline
+from worker.guard.redis_guard import RedisGuard, open_guard
 from worker.observability import tracing
 from worker.observability.logs import redact_secrets
 from worker.observability.metrics import TurnMetrics
@@ -96,13 +97,7 @@ class TurnRunner:
         self.holder = f"{socket.gethostname()}:{os.getpid()}"
         self.guard = open_guard(settings)
         self.guard.circuits.on_reset = self.metrics.store_reset
-        self.store = TurnStore(
-            self.guard.redis,
-            namespace=settings.redis.namespace,
-            ttl_s=settings.worker.result_ttl_s,
-            # Claims and saves join the guard's batches: one round trip for many turns.
-            pipes=self.guard.pipes,
-        )
+        self.store = _turn_store(settings, self.guard)
         self._chain: Chain | None = None
         self._client: httpx.AsyncClient | None = None
         self._sweeping: concurrent.futures.Future[None] | None = None
@@ -133,6 +128,9 @@ class TurnRunner:
         if self._client is not None:
             await self._client.aclose()
         await self.guard.aclose()
+        if self.store.redis is not self.guard.redis:
+            await self.store.pipes.redis.aclose()
+            await self.store.redis.aclose()
 
     def run(self, payload: object, *, carrier: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Run a task payload from a worker thread; always returns a result dict.
@@ -221,3 +219,23 @@ class TurnRunner:
             self._client = make_client()
             self._chain = Chain.from_settings(self.settings, self._client, guard=self.guard)
         return self._chain
+
+
+def _turn_store(settings: Settings, guard: RedisGuard) -> TurnStore:
+    """The turn store, where the broker and the results are (the guard's store may not be)."""
+    where = settings.redis
+    if where.shared_url is not None:
+        timed = where.connect(timed_by_caller=True)
+        return TurnStore(
+            where.connect(),
+            namespace=where.namespace,
+            ttl_s=settings.worker.result_ttl_s,
+            pipes=AutoPipeline(timed, timeout_s=where.timeout_s),
+        )
+    return TurnStore(
+        guard.redis,
+        namespace=where.namespace,
+        ttl_s=settings.worker.result_ttl_s,
+        # Claims and saves join the guard's batches: one round trip for many turns.
+        pipes=guard.pipes,
+    )

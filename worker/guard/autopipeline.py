@@ -39,6 +39,11 @@ class Slot:
     _start: int
 
     @property
+    def queued(self) -> int:
+        """How many commands this caller has queued so far: the index of its next reply."""
+        return len(self._batch.pipe) - self._start
+
+    @property
     def pipe(self) -> Pipeline:
         """The shared pipeline; queue this caller's commands on it before `send()`."""
         return self._batch.pipe
@@ -49,7 +54,7 @@ class Slot:
         A command that failed has its exception in its place; when the whole round
         trip failed, every place holds that exception.
         """
-        end = len(self._batch.pipe.command_stack)
+        end = len(self._batch.pipe)
         future: asyncio.Future[list[object]] = asyncio.get_running_loop().create_future()
         self._batch.waiting.append((self._start, end, future))
         return future
@@ -76,12 +81,12 @@ class AutoPipeline:
             task = asyncio.get_running_loop().create_task(self._send(batch))
             self._sending.add(task)
             task.add_done_callback(self._sending.discard)
-        return Slot(batch, len(batch.pipe.command_stack))
+        return Slot(batch, len(batch.pipe))
 
     async def _send(self, batch: _Batch) -> None:
         if self._open is batch:
             self._open = None
-        size = len(batch.pipe.command_stack)
+        size = len(batch.pipe)
         try:
             async with asyncio.timeout(None) as limit:
                 watch = _Deadline(limit, self.timeout_s) if self.timeout_s is not None else None

@@ -169,6 +169,7 @@ class RedisGuard:
         parse_state = self.circuits.check_on(pipe, ())
         if replacing is not None:
             release = self._settle_on(pipe, replacing, None)
+        at = slot.queued
         parse_charge = self._reserve_on(pipe, charge)
         replies = await slot.send()
         killed = _kill(await parse_state(replies[0]))
@@ -182,7 +183,7 @@ class RedisGuard:
             await self.conclude_charge(charge, None)
             return killed
         return await self._budget(
-            replies[-1],
+            replies[at],
             parse_charge,
             lambda: self._reserve(charge),
             lost=lambda: self._offline(charge),
@@ -236,12 +237,13 @@ class RedisGuard:
         if output_tokens is not None and self.sizer is not None:
             # Its replies sit between the record's and the settlement's: nobody reads them.
             self.sizer.evidence.record_on(pipe, target.model, output_tokens)
+        at = slot.queued
         settle = self._settle_on(pipe, charge, cost_micros)
         replies = await slot.send()
         if parse_record is not None:
             _log_transitions(await parse_record(replies[0]))
         await self._budget(
-            replies[-1],
+            replies[at],
             settle,
             lambda: self._settle(charge, cost_micros),
             lost=lambda: self._journal(charge, cost_micros),
@@ -402,9 +404,9 @@ def open_guard(settings: Settings, redis: Redis | None = None) -> RedisGuard:
     store = settings.redis
     pipes = None
     if redis is None:
-        redis = store.connect()
+        redis = store.connect_shared()
         # The per-turn round trips get a client of their own, timed per round trip.
-        timed = store.connect(timed_by_caller=True)
+        timed = store.connect_shared(timed_by_caller=True)
         pipes = AutoPipeline(timed, timeout_s=store.timeout_s)
     fleet = breaker_store(settings, redis)
     plan = settings.budgets
