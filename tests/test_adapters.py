@@ -288,7 +288,11 @@ def expected_body(api: str, model: str) -> dict[str, Any]:
                 "role": "model",
                 "parts": [
                     {"text": "Checking."},
-                    {"functionCall": {"name": "get_weather", "args": {"city": "Paris"}}},
+                    # No vendor signed these calls: Google's stand-in on the first only.
+                    {
+                        "functionCall": {"name": "get_weather", "args": {"city": "Paris"}},
+                        "thoughtSignature": "skip_thought_signature_validator",
+                    },
                     {"functionCall": {"name": "get_weather", "args": {"city": "Rome"}}},
                 ],
             },

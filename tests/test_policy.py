@@ -22,6 +22,8 @@ from worker.errors import (
     FirstByteTimeout,
     InvalidRequest,
     MalformedResponse,
+    ModelNotFound,
+    ModelQuotaExhausted,
     Overloaded,
     ProviderError,
     QuotaExhausted,
@@ -52,7 +54,13 @@ EXPECTED: dict[tuple[str, str], type[ProviderError]] = {
     ("openai", "engine_overloaded"): Overloaded,
     ("openai", "invalid_api_key"): AuthFailed,
     ("openai", "unsupported_region"): AuthFailed,
-    ("openai", "model_not_found"): InvalidRequest,
+    ("openai", "rate_limit_reset_headers"): RateLimited,
+    ("openai", "rate_limit_try_again"): RateLimited,
+    ("openai", "model_not_found"): ModelNotFound,
+    ("openai", "deployment_not_found"): ModelNotFound,
+    ("openai", "azure_prompt_filtered"): InvalidRequest,
+    ("openai", "context_window_exceeded"): ContextTooLong,
+    ("openai", "vllm_context_length"): ContextTooLong,
     ("openai", "context_length_exceeded"): ContextTooLong,
     ("openai", "invalid_request_error"): InvalidRequest,
     ("anthropic", "api_error"): ServerError,
@@ -60,7 +68,9 @@ EXPECTED: dict[tuple[str, str], type[ProviderError]] = {
     ("anthropic", "rate_limit_error"): RateLimited,
     ("anthropic", "authentication_error"): AuthFailed,
     ("anthropic", "permission_error"): AuthFailed,
-    ("anthropic", "not_found_error"): InvalidRequest,
+    ("anthropic", "not_found_error"): ModelNotFound,
+    ("anthropic", "context_limit_with_max_tokens"): ContextTooLong,
+    ("anthropic", "rate_limit_reset_headers"): RateLimited,
     ("anthropic", "request_too_large"): InvalidRequest,
     ("anthropic", "invalid_request_error"): InvalidRequest,
     ("anthropic", "prompt_too_long"): ContextTooLong,
@@ -72,6 +82,8 @@ EXPECTED: dict[tuple[str, str], type[ProviderError]] = {
     ("anthropic", "timeout_error"): ServerError,
     ("gemini", "resource_exhausted"): RateLimited,
     ("gemini", "resource_exhausted_bare"): RateLimited,
+    ("gemini", "daily_quota_exhausted"): ModelQuotaExhausted,
+    ("gemini", "quota_billing"): QuotaExhausted,
     ("gemini", "unavailable"): Overloaded,
     ("gemini", "internal"): ServerError,
     ("gemini", "invalid_argument"): InvalidRequest,
@@ -79,7 +91,7 @@ EXPECTED: dict[tuple[str, str], type[ProviderError]] = {
     ("gemini", "context_too_long"): ContextTooLong,
     ("gemini", "failed_precondition"): QuotaExhausted,
     ("gemini", "permission_denied"): AuthFailed,
-    ("gemini", "not_found"): InvalidRequest,
+    ("gemini", "not_found"): ModelNotFound,
     ("gemini", "deadline_exceeded"): ServerError,
 }
 for _kind in NAMES:
@@ -317,7 +329,7 @@ def test_openai_compatible_servers_shapes() -> None:
     assert type(classify_response("openai", 400, {}, vllm)) is ContextTooLong
     ollama = b'{"error":"model \\"llama9\\" not found, try pulling it first"}'
     error = classify_response("openai", 404, {}, ollama)
-    assert type(error) is InvalidRequest
+    assert type(error) is ModelNotFound
     assert "llama9" in error.message
 
 

@@ -4,7 +4,13 @@ A provider's error response (status, headers, body) or mid-stream error event be
 one error class. The body's own fields decide first — error-detail reasons, then
 `code`, `type`, `status` — then the HTTP status; a few message patterns refine the
 generic classes (a 400 about a spend limit is money, not a bad request; "prompt is too
-long" is the context window). What the chain then does is `worker.turn.policy`.
+long" is the context window; a 404 about the model is a model that is gone). What the
+chain then does is `worker.turn.policy`.
+
+How long to wait is read from what each provider sends: `Retry-After` (or
+`retry-after-ms`), Gemini's `RetryInfo`, and for a rate limit without them OpenAI's
+"try again in 644ms" and `x-ratelimit-reset-*` durations or Anthropic's
+`anthropic-ratelimit-*-reset` timestamps. A Gemini per-day quota lasts until its reset.
 
 Classification never raises and never echoes a body: messages are short, single-line
 and have anything that looks like an API key redacted (`worker.observability.redact`).
@@ -17,15 +23,18 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from worker.errors import (
     AuthFailed,
     ContextTooLong,
     InvalidRequest,
     MalformedResponse,
+    ModelNotFound,
+    ModelQuotaExhausted,
     Overloaded,
     ProviderError,
     QuotaExhausted,
@@ -34,7 +43,15 @@ from worker.errors import (
 )
 from worker.observability.redact import redact_text
 
-__all__ = ["MAX_MESSAGE_CHARS", "classify_response", "classify_stream_error", "parse_retry_after"]
+__all__ = [
+    "MAX_MESSAGE_CHARS",
+    "classify_response",
+    "classify_stream_error",
+    "parse_duration",
+    "parse_rate_limit_reset",
+    "parse_retry_after",
+    "seconds_to_daily_reset",
+]
 
 MAX_MESSAGE_CHARS = 200
 MAX_BODY_BYTES = 64 * 1024  # error bodies are a few hundred bytes; anything bigger is not read
@@ -61,7 +78,8 @@ _OPENAI_CODES: Mapping[str, _ErrorClass] = {
     "invalid_authentication": AuthFailed,
     "unsupported_country_region_territory": AuthFailed,
     "context_length_exceeded": ContextTooLong,
-    "model_not_found": InvalidRequest,
+    "model_not_found": ModelNotFound,
+    "DeploymentNotFound": ModelNotFound,  # Azure OpenAI: the deployment was deleted
 }
 _ANTHROPIC_CODES: Mapping[str, _ErrorClass] = {
     "enforced_spend_limit_reached": QuotaExhausted,
@@ -82,8 +100,8 @@ _GEMINI_CODES: Mapping[str, _ErrorClass] = {
     "CONSUMER_SUSPENDED": AuthFailed,
     "BILLING_DISABLED": QuotaExhausted,
     "RATE_LIMIT_EXCEEDED": RateLimited,
-    # Per-minute and per-day quotas are both per model, with a RetryInfo delay: a
-    # cooldown of that (account, model), not an exhausted account.
+    # A per-minute quota: a cooldown of that (account, model). A per-day one (a
+    # QuotaFailure whose quotaId says PerDay) is money, decided in `_decide`.
     "RESOURCE_EXHAUSTED": RateLimited,
     "UNAVAILABLE": Overloaded,
     "INTERNAL": ServerError,
@@ -121,6 +139,7 @@ class _MessageRule:
     pattern: re.Pattern[str]
     refines: frozenset[_ErrorClass]
     to: _ErrorClass
+    status: int | None = None  # only for this HTTP status
 
 
 _MESSAGE_RULES: tuple[_MessageRule, ...] = (
@@ -134,18 +153,44 @@ _MESSAGE_RULES: tuple[_MessageRule, ...] = (
         QuotaExhausted,
     ),
     _MessageRule(
+        # Gemini's "exceeded your current quota" with no quota id to say per-minute.
+        re.compile(r"exceeded your current quota, please check your plan and billing", re.I),
+        frozenset({RateLimited}),
+        QuotaExhausted,
+    ),
+    _MessageRule(
         re.compile(
             r"prompt is too long|maximum context length|context[ _]length|context window"
-            r"|input token count \(\d+\) exceeds",
+            r"|exceeds? (?:the )?context limit|input token count(?: \(\d+\))? exceeds",
             re.IGNORECASE,
         ),
         frozenset({InvalidRequest}),
         ContextTooLong,
     ),
+    _MessageRule(
+        # Anthropic's "model: claude-x", Gemini's "models/x is not found", a deployment.
+        re.compile(
+            r"^model: |\bmodels/\S+ is not found|\bmodel\b[^.]*\b(?:not found|does not exist)"
+            r"|\bdeployment\b[^.]*\bdoes not exist",
+            re.IGNORECASE,
+        ),
+        frozenset({InvalidRequest}),
+        ModelNotFound,
+        status=404,
+    ),
 )
 
 _CODE_SHAPE = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 _SECONDS = re.compile(r"[0-9]{1,12}(?:\.[0-9]{1,9})?")
+# Go's time.Duration as OpenAI prints it: "644ms", "1.5s", "6m0s", "1h2m3s".
+_DURATION = re.compile(r"(?:(\d{1,6})h)?(?:(\d{1,6})m(?!s))?(?:(\d{1,9}(?:\.\d{1,9})?)(ms|s))?")
+_TRY_AGAIN = re.compile(r"try again in (\S{1,24}?)\.?(?:\s|$)", re.IGNORECASE)
+# The limit kinds whose `*-remaining` / `*-reset` headers each provider sends.
+_OPENAI_LIMITS = ("requests", "tokens")
+_ANTHROPIC_LIMITS = ("requests", "tokens", "input-tokens", "output-tokens")
+# Gemini API "Rate limits": "Requests per day (RPD) quotas reset at midnight Pacific time."
+_QUOTA_DAY = "America/Los_Angeles"
+_PST = timedelta(hours=-8)
 _MEDIA_TYPE = re.compile(r"[\w.+-]{1,40}/[\w.+-]{1,40}", re.ASCII)
 
 
@@ -157,6 +202,7 @@ class _Fields:
     message: str = ""
     status_hint: int | None = None
     retry_after_s: float | None = None
+    quota_ids: tuple[str, ...] = ()  # Gemini's QuotaFailure violations
 
 
 def classify_response(
@@ -168,6 +214,16 @@ def classify_response(
     if retry_after is None:
         retry_after = fields.retry_after_s
     cls, code = _decide(kind, status, fields)
+    if cls is RateLimited and retry_after is None:
+        retry_after = _try_again_in(fields.message)
+        if retry_after is None:
+            retry_after = parse_rate_limit_reset(headers)
+    elif cls is ModelQuotaExhausted:
+        # A daily quota's RetryInfo says seconds (quoted in public Gemini issues), which
+        # would have the fleet retry a spent quota all day: the reset is midnight Pacific.
+        retry_after = max(retry_after or 0.0, seconds_to_daily_reset())
+    elif issubclass(cls, QuotaExhausted):
+        retry_after = None  # a rate-limit hint on a spent account says nothing of its reset
     message = _clean(fields.message) or _describe_body(status, headers, body)
     return cls(message, status=status, provider_code=code, retry_after_s=retry_after)
 
@@ -200,6 +256,73 @@ def parse_retry_after(headers: Mapping[str, str], *, now: datetime | None = None
     return _seconds_until(value, now)
 
 
+def parse_duration(value: str | None) -> float | None:
+    """Seconds in a Go-style duration ("644ms", "1.5s", "6m0s", "1h2m"), or None."""
+    if value is None:
+        return None
+    text = value.strip()
+    match = _DURATION.fullmatch(text)
+    if not text or match is None:
+        return None
+    hours, minutes, amount, unit = match.groups()
+    seconds = float(amount or 0) / (1000 if unit == "ms" else 1)
+    return int(hours or 0) * 3600 + int(minutes or 0) * 60 + seconds
+
+
+def parse_rate_limit_reset(
+    headers: Mapping[str, str], *, now: datetime | None = None
+) -> float | None:
+    """Seconds until the spent rate limit resets, from OpenAI's `x-ratelimit-reset-*`
+    durations or Anthropic's `anthropic-ratelimit-*-reset` RFC 3339 timestamps.
+
+    Only limits whose `*-remaining` is 0 count, when any says so; the longest wait wins.
+    """
+    lowered = _lower(headers)
+    waits: dict[str, float] = {}
+    spent: set[str] = set()
+    for limit in _OPENAI_LIMITS:
+        seconds = parse_duration(lowered.get(f"x-ratelimit-reset-{limit}"))
+        if seconds is not None:
+            waits[limit] = seconds
+        if lowered.get(f"x-ratelimit-remaining-{limit}", "").strip() == "0":
+            spent.add(limit)
+    for limit in _ANTHROPIC_LIMITS:
+        seconds = _seconds_until_iso(lowered.get(f"anthropic-ratelimit-{limit}-reset"), now)
+        if seconds is not None:
+            waits[limit] = max(seconds, waits.get(limit, 0.0))
+        if lowered.get(f"anthropic-ratelimit-{limit}-remaining", "").strip() == "0":
+            spent.add(limit)
+    chosen = [waits[limit] for limit in spent if limit in waits] or list(waits.values())
+    return max(chosen) if chosen else None
+
+
+def seconds_to_daily_reset(now: datetime | None = None) -> float:
+    """Seconds until the next midnight Pacific time, when Gemini's per-day quotas reset."""
+    now = now or datetime.now(UTC)
+    try:
+        local = now.astimezone(ZoneInfo(_QUOTA_DAY))
+    except ZoneInfoNotFoundError:
+        # No tz database (a slim image): standard time, at most an hour late in summer.
+        local = now.astimezone(UTC) + _PST
+    midnight = datetime.combine(local.date() + timedelta(days=1), datetime.min.time())
+    return (midnight - local.replace(tzinfo=None)).total_seconds()
+
+
+def _try_again_in(message: str) -> float | None:
+    match = _TRY_AGAIN.search(message)
+    return parse_duration(match.group(1)) if match else None
+
+
+def _seconds_until_iso(value: str | None, now: datetime | None) -> float | None:
+    if value is None or len(value) > 64:
+        return None
+    try:
+        when = datetime.fromisoformat(value.strip())
+    except ValueError:
+        return None
+    return _until(when, now)
+
+
 def _decide(kind: str, status: int | None, fields: _Fields) -> tuple[_ErrorClass, str | None]:
     table = _CODES.get(kind, {})
     cls: _ErrorClass | None = None
@@ -211,7 +334,14 @@ def _decide(kind: str, status: int | None, fields: _Fields) -> tuple[_ErrorClass
             break
     if cls is None:
         cls = _by_status(status)
+    if cls is RateLimited and fields.quota_ids:
+        # The quota ids decide, not the message (per-minute ones say "check your billing"
+        # too): a spent per-day quota is money until midnight.
+        daily = any("PerDay" in quota for quota in fields.quota_ids)
+        return (ModelQuotaExhausted if daily else RateLimited), code
     for rule in _MESSAGE_RULES:
+        if rule.status is not None and rule.status != status:
+            continue
         if cls in rule.refines and rule.pattern.search(fields.message):
             cls = rule.to
             break
@@ -252,6 +382,7 @@ def _read_document(document: object) -> _Fields:
             return _Fields()
         error = document  # vLLM puts the fields at the top level
     codes: list[str] = []
+    quotas: list[str] = []
     retry_after: float | None = None
     details = error.get("details")
     if isinstance(details, Mapping):
@@ -263,6 +394,7 @@ def _read_document(document: object) -> _Fields:
                 delay = detail.get("retryDelay")
                 if isinstance(delay, str) and delay.endswith("s"):
                     retry_after = _seconds(delay[:-1])
+                quotas.extend(_quota_ids(detail.get("violations")))
     codes.extend(_text(error.get(key)) for key in ("code", "type", "status"))
     raw_status = error.get("code")
     status_hint = raw_status if type(raw_status) is int and 100 <= raw_status <= 599 else None
@@ -271,7 +403,15 @@ def _read_document(document: object) -> _Fields:
         message=_text(error.get("message"))[:1000],
         status_hint=status_hint,
         retry_after_s=retry_after,
+        quota_ids=tuple(quotas),
     )
+
+
+def _quota_ids(violations: object) -> list[str]:
+    if not isinstance(violations, list):
+        return []
+    ids = (_text(v.get("quotaId")) for v in violations[:16] if isinstance(v, Mapping))
+    return [quota for quota in ids if _CODE_SHAPE.fullmatch(quota)]
 
 
 def _text(value: object) -> str:
@@ -311,6 +451,10 @@ def _seconds_until(value: str, now: datetime | None) -> float | None:
         when = parsedate_to_datetime(value)
     except (TypeError, ValueError, IndexError, OverflowError):
         return None
+    return _until(when, now)
+
+
+def _until(when: datetime, now: datetime | None) -> float | None:
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     now = now or datetime.now(UTC)
