@@ -200,11 +200,14 @@ class _ChunkDecoder:
     def completion(self) -> Completion:
         if not self.finished and self._finish_reason is None:
             raise ConnectionFailed("stream ended before a finishReason")
+        finish = self._finish_reason
+        if finish is FinishReason.STOP and self._calls:
+            finish = FinishReason.TOOL_CALLS  # Gemini ends a function call with STOP
         return Completion(
             text="".join(self._text),
             tool_calls=tuple(self._calls),
             usage=self._usage,
-            finish_reason=self._finish_reason,
+            finish_reason=finish,
             reasoning=()
             if self._signature is None
             else (Reasoning(origin=ORIGIN, signature=self._signature),),

@@ -152,8 +152,10 @@ class GeminiDialect:
     ) -> dict[str, Any]:
         candidate: dict[str, Any] = {"content": {"parts": parts, "role": "model"}, "index": 0}
         if finish and reply.filtered:
-            # Stopped by the safety filter: no content in this last candidate.
-            candidate = {"finishReason": "SAFETY", "index": 0, "safetyRatings": _SAFETY}
+            # Stopped by the safety filter: what was written so far, then the reason.
+            candidate.update(finishReason="SAFETY", safetyRatings=_SAFETY)
+            if not parts:
+                del candidate["content"]
         elif finish:
             candidate["finishReason"] = "MAX_TOKENS" if reply.truncated else "STOP"
         return {
