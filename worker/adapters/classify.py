@@ -23,7 +23,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, time, timedelta, timezone, tzinfo
 from email.utils import parsedate_to_datetime
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -298,14 +298,16 @@ def parse_rate_limit_reset(
 
 def seconds_to_daily_reset(now: datetime | None = None) -> float:
     """Seconds until the next midnight Pacific time, when Gemini's per-day quotas reset."""
-    now = now or datetime.now(UTC)
+    now = (now or datetime.now(UTC)).astimezone(UTC)
     try:
-        local = now.astimezone(ZoneInfo(_QUOTA_DAY))
+        zone: tzinfo = ZoneInfo(_QUOTA_DAY)
     except ZoneInfoNotFoundError:
         # No tz database (a slim image): standard time, at most an hour late in summer.
-        local = now.astimezone(UTC) + _PST
-    midnight = datetime.combine(local.date() + timedelta(days=1), datetime.min.time())
-    return (midnight - local.replace(tzinfo=None)).total_seconds()
+        zone = timezone(_PST)
+    tomorrow = now.astimezone(zone).date() + timedelta(days=1)
+    midnight = datetime.combine(tomorrow, time(0), tzinfo=zone)
+    # In UTC: a difference within one zone would ignore a DST change between the two.
+    return (midnight.astimezone(UTC) - now).total_seconds()
 
 
 def _try_again_in(message: str) -> float | None:
