@@ -126,17 +126,30 @@ def _headers(kwargs: Mapping[str, str]) -> dict[str, str]:
 
 
 _RPC = "type.googleapis.com/google.rpc."
-_GEMINI_QUOTA = {
-    "@type": _RPC + "QuotaFailure",
-    "violations": [
-        {
+
+
+def _quota_failure(*quota_ids: str, value: str | None = None) -> dict[str, Any]:
+    """A `google.rpc.QuotaFailure` detail naming the spent quotas of gemini-2.0-flash."""
+    violations: list[dict[str, Any]] = []
+    for quota_id in quota_ids:
+        violation: dict[str, Any] = {
             "quotaMetric": "generativelanguage.googleapis.com/generate_content_free_tier_requests",
-            "quotaId": "GenerateRequestsPerMinutePerProjectPerModel-FreeTier",
+            "quotaId": quota_id,
             "quotaDimensions": {"location": "global", "model": "gemini-2.0-flash"},
-            "quotaValue": "15",
         }
-    ],
-}
+        if value is not None:
+            violation["quotaValue"] = value
+        violations.append(violation)
+    return {"@type": _RPC + "QuotaFailure", "violations": violations}
+
+
+_PER_MINUTE = "GenerateRequestsPerMinutePerProjectPerModel-FreeTier"
+_GEMINI_QUOTA = _quota_failure(_PER_MINUTE, value="15")
+_GEMINI_DAILY = _quota_failure("GenerateRequestsPerDayPerProjectPerModel-FreeTier", _PER_MINUTE)
+_GEMINI_QUOTA_MSG = (
+    "You exceeded your current quota, please check your plan and billing details. For more "
+    "information on this error, head to: https://ai.google.dev/gemini-api/docs/rate-limits."
+)
 _GEMINI_HELP = {
     "@type": _RPC + "Help",
     "links": [
@@ -157,25 +170,6 @@ _OAI_QUOTA = (
     "You exceeded your current quota, please check your plan and billing details. For more "
     "information on this error, read the docs: "
     "https://platform.openai.com/docs/guides/error-codes/api-errors."
-)
-_GEMINI_DAILY = {
-    "@type": _RPC + "QuotaFailure",
-    "violations": [
-        {
-            "quotaMetric": "generativelanguage.googleapis.com/generate_content_free_tier_requests",
-            "quotaId": "GenerateRequestsPerDayPerProjectPerModel-FreeTier",
-            "quotaDimensions": {"location": "global", "model": "gemini-2.0-flash"},
-        },
-        {
-            "quotaMetric": "generativelanguage.googleapis.com/generate_content_free_tier_requests",
-            "quotaId": "GenerateRequestsPerMinutePerProjectPerModel-FreeTier",
-            "quotaDimensions": {"location": "global", "model": "gemini-2.0-flash"},
-        },
-    ],
-}
-_GEMINI_QUOTA_MSG = (
-    "You exceeded your current quota, please check your plan and billing details. For more "
-    "information on this error, head to: https://ai.google.dev/gemini-api/docs/rate-limits."
 )
 _OVERLOADED = "Our servers are currently overloaded. Please try again later."
 _OAI_500 = "The server had an error while processing your request. Sorry about that!"
@@ -395,9 +389,7 @@ _CATALOGUE: dict[Kind, dict[str, CannedError]] = {
         "resource_exhausted": _gemini(
             429,
             "RESOURCE_EXHAUSTED",
-            "You exceeded your current quota, please check your plan and billing details. "
-            "For more information on this error, head to: "
-            "https://ai.google.dev/gemini-api/docs/rate-limits.",
+            _GEMINI_QUOTA_MSG,
             _GEMINI_QUOTA,
             _GEMINI_HELP,
             {"@type": _RPC + "RetryInfo", "retryDelay": "27s"},
