@@ -160,6 +160,26 @@ async def test_a_model_that_is_gone_falls_back_and_alerts(
     assert metrics.registry.get_sample_value(MODEL_NOT_FOUND_TOTAL, labels) == 1
 
 
+# --- Gemini's quotas --------------------------------------------------------------------
+
+
+async def test_a_gemini_per_minute_quota_waits_for_its_retry_delay(sim: Simulator) -> None:
+    # The same "check your plan and billing" words as a spent quota, but a per-minute id.
+    per_minute = fault("gemini", "resource_exhausted", times=1, retry_after_s=0.3)
+    waited = await _waits_then_answers(sim, ORDER["gemini"], per_minute)
+    assert waited >= 0.28
+
+
+@pytest.mark.parametrize("name", ["daily_quota_exhausted", "quota_billing"])
+async def test_a_spent_gemini_quota_degrades_without_fallback(sim: Simulator, name: str) -> None:
+    sim.set_faults("gamma", fault("gemini", name))
+    result = await run(settings(sim.url, ORDER["gemini"]), turn())
+    assert result.status is Status.DEGRADED
+    assert result.reason == "provider_quota_exhausted"
+    assert result.attempts[0].error_class == "quota_exhausted"
+    assert sim.calls() == 1
+
+
 # --- on the fleet's store ---------------------------------------------------------------
 
 
