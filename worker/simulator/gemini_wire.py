@@ -203,10 +203,9 @@ def _check_signatures(contents: list[Any]) -> None:
     function call back with the signature it came with."""
     start = 0
     for i, content in enumerate(contents):
-        parts = content.get("parts") if isinstance(content, dict) else None
-        if content.get("role", "user") == "user" and any(
-            isinstance(p, dict) and "text" in p for p in parts or ()
-        ):
+        if not isinstance(content, dict) or content.get("role", "user") != "user":
+            continue
+        if any(isinstance(p, dict) and "text" in p for p in content.get("parts") or ()):
             start = i + 1
     for i, content in enumerate(contents[start:], start):
         if not isinstance(content, dict) or content.get("role") != "model":

@@ -47,7 +47,6 @@ GEN_AI_INPUT_TOKENS = "gen_ai.usage.input_tokens"
 GEN_AI_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
 GEN_AI_FINISH_REASONS = "gen_ai.response.finish_reasons"
 ERROR_TYPE = "error.type"
-CONTENT_FILTER = "content_filter"
 
 
 class TurnReport:
@@ -189,10 +188,10 @@ class TurnReport:
             # Not a fallback case: another model would be sent the same prompt. Withheld
             # before any content, nothing was answered; after some, the partial answer is
             # the model's, locked to it, and must not pass for a complete one.
-            reply = self.reply
+            reply, reason = self.reply, FinishReason.CONTENT_FILTER.value
             if reply is None or not (reply.text or reply.tool_calls):
-                return self._result(Status.FAILED, CONTENT_FILTER)
-            return self._result(Status.DEGRADED, CONTENT_FILTER)
+                return self._result(Status.FAILED, reason)
+            return self._result(Status.DEGRADED, reason)
         if self._stand_in is not None:
             # The cheaper model is no step of the chain, and no fallback: money moved the
             # turn, not health, so the fallback rate does not count it.
