@@ -17,7 +17,7 @@ from structlog.testing import capture_logs
 
 import breakers
 from tests.chainkit import ID_OF, KEY, ORDER, fault, model, run, settings, turn
-from worker.adapters.classify import seconds_to_daily_reset
+from worker.adapters.waits import seconds_to_daily_reset
 from worker.guard.redis_guard import open_guard
 from worker.guard.stores import breaker_store
 from worker.observability.metrics import MODEL_NOT_FOUND_TOTAL, TurnMetrics

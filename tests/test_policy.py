@@ -13,9 +13,8 @@ import pytest
 
 import worker.adapters.classify
 import worker.turn.policy
-from worker.adapters.classify import (
-    classify_response,
-    classify_stream_error,
+from worker.adapters.classify import classify_response, classify_stream_error
+from worker.adapters.waits import (
     parse_duration,
     parse_rate_limit_reset,
     parse_retry_after,

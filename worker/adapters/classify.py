@@ -7,10 +7,10 @@ generic classes (a 400 about a spend limit is money, not a bad request; "prompt 
 long" is the context window; a 404 about the model is a model that is gone). What the
 chain then does is `worker.turn.policy`.
 
-How long to wait is read from what each provider sends: `Retry-After` (or
-`retry-after-ms`), Gemini's `RetryInfo`, and for a rate limit without them OpenAI's
-"try again in 644ms" and `x-ratelimit-reset-*` durations or Anthropic's
-`anthropic-ratelimit-*-reset` timestamps. A Gemini per-day quota lasts until its reset.
+How long to wait is read from what each provider sends (`worker.adapters.waits`):
+`Retry-After`, Gemini's `RetryInfo`, and for a rate limit without them OpenAI's "try
+again in 644ms" and reset headers or Anthropic's reset timestamps. A Gemini per-day
+quota lasts until its reset.
 
 Classification never raises and never echoes a body: messages are short, single-line
 and have anything that looks like an API key redacted (`worker.observability.redact`).
@@ -19,15 +19,19 @@ and have anything that looks like an API key redacted (`worker.observability.red
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, time, timedelta, timezone, tzinfo
-from email.utils import parsedate_to_datetime
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from worker.adapters.waits import (
+    header_map,
+    parse_rate_limit_reset,
+    parse_retry_after,
+    retry_delay_s,
+    seconds_to_daily_reset,
+    wait_in_message,
+)
 from worker.errors import (
     AuthFailed,
     ContextTooLong,
@@ -43,15 +47,7 @@ from worker.errors import (
 )
 from worker.observability.redact import redact_text
 
-__all__ = [
-    "MAX_MESSAGE_CHARS",
-    "classify_response",
-    "classify_stream_error",
-    "parse_duration",
-    "parse_rate_limit_reset",
-    "parse_retry_after",
-    "seconds_to_daily_reset",
-]
+__all__ = ["MAX_MESSAGE_CHARS", "classify_response", "classify_stream_error"]
 
 MAX_MESSAGE_CHARS = 200
 MAX_BODY_BYTES = 64 * 1024  # error bodies are a few hundred bytes; anything bigger is not read
@@ -181,16 +177,6 @@ _MESSAGE_RULES: tuple[_MessageRule, ...] = (
 )
 
 _CODE_SHAPE = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
-_SECONDS = re.compile(r"[0-9]{1,12}(?:\.[0-9]{1,9})?")
-# Go's time.Duration as OpenAI prints it: "644ms", "1.5s", "6m0s", "1h2m3s".
-_DURATION = re.compile(r"(?:(\d{1,6})h)?(?:(\d{1,6})m(?!s))?(?:(\d{1,9}(?:\.\d{1,9})?)(ms|s))?")
-_TRY_AGAIN = re.compile(r"try again in (\S{1,24}?)\.?(?:\s|$)", re.IGNORECASE)
-# The limit kinds whose `*-remaining` / `*-reset` headers each provider sends.
-_OPENAI_LIMITS = ("requests", "tokens")
-_ANTHROPIC_LIMITS = ("requests", "tokens", "input-tokens", "output-tokens")
-# Gemini API "Rate limits": "Requests per day (RPD) quotas reset at midnight Pacific time."
-_QUOTA_DAY = "America/Los_Angeles"
-_PST = timedelta(hours=-8)
 _MEDIA_TYPE = re.compile(r"[\w.+-]{1,40}/[\w.+-]{1,40}", re.ASCII)
 
 
@@ -215,7 +201,7 @@ def classify_response(
         retry_after = fields.retry_after_s
     cls, code = _decide(kind, status, fields)
     if cls is RateLimited and retry_after is None:
-        retry_after = _try_again_in(fields.message)
+        retry_after = wait_in_message(fields.message)
         if retry_after is None:
             retry_after = parse_rate_limit_reset(headers)
     elif cls is ModelQuotaExhausted:
@@ -237,92 +223,6 @@ def classify_stream_error(kind: str, payload: Mapping[str, Any]) -> ProviderErro
     cls, code = _decide(kind, fields.status_hint, fields)
     message = _clean(fields.message) or "error event in the stream"
     return cls(message, provider_code=code, retry_after_s=fields.retry_after_s)
-
-
-def parse_retry_after(headers: Mapping[str, str], *, now: datetime | None = None) -> float | None:
-    """Seconds to wait from `retry-after-ms`, or `Retry-After` as seconds or an HTTP date.
-
-    Header names are case-insensitive. Returns None when absent or unreadable, never a
-    negative or non-finite number (a date in the past is 0.0).
-    """
-    lowered = _lower(headers)
-    millis = _seconds(lowered.get("retry-after-ms"))
-    if millis is not None:
-        return millis / 1000
-    value = lowered.get("retry-after")
-    seconds = _seconds(value)
-    if seconds is not None or value is None:
-        return seconds
-    return _seconds_until(value, now)
-
-
-def parse_duration(value: str | None) -> float | None:
-    """Seconds in a Go-style duration ("644ms", "1.5s", "6m0s", "1h2m"), or None."""
-    if value is None:
-        return None
-    text = value.strip()
-    match = _DURATION.fullmatch(text)
-    if not text or match is None:
-        return None
-    hours, minutes, amount, unit = match.groups()
-    seconds = float(amount or 0) / (1000 if unit == "ms" else 1)
-    return int(hours or 0) * 3600 + int(minutes or 0) * 60 + seconds
-
-
-def parse_rate_limit_reset(
-    headers: Mapping[str, str], *, now: datetime | None = None
-) -> float | None:
-    """Seconds until the spent rate limit resets, from OpenAI's `x-ratelimit-reset-*`
-    durations or Anthropic's `anthropic-ratelimit-*-reset` RFC 3339 timestamps.
-
-    Only limits whose `*-remaining` is 0 count, when any says so; the longest wait wins.
-    """
-    lowered = _lower(headers)
-    waits: dict[str, float] = {}
-    spent: set[str] = set()
-    for limit in _OPENAI_LIMITS:
-        seconds = parse_duration(lowered.get(f"x-ratelimit-reset-{limit}"))
-        if seconds is not None:
-            waits[limit] = seconds
-        if lowered.get(f"x-ratelimit-remaining-{limit}", "").strip() == "0":
-            spent.add(limit)
-    for limit in _ANTHROPIC_LIMITS:
-        seconds = _seconds_until_iso(lowered.get(f"anthropic-ratelimit-{limit}-reset"), now)
-        if seconds is not None:
-            waits[limit] = max(seconds, waits.get(limit, 0.0))
-        if lowered.get(f"anthropic-ratelimit-{limit}-remaining", "").strip() == "0":
-            spent.add(limit)
-    chosen = [waits[limit] for limit in spent if limit in waits] or list(waits.values())
-    return max(chosen) if chosen else None
-
-
-def seconds_to_daily_reset(now: datetime | None = None) -> float:
-    """Seconds until the next midnight Pacific time, when Gemini's per-day quotas reset."""
-    now = (now or datetime.now(UTC)).astimezone(UTC)
-    try:
-        zone: tzinfo = ZoneInfo(_QUOTA_DAY)
-    except ZoneInfoNotFoundError:
-        # No tz database (a slim image): standard time, at most an hour late in summer.
-        zone = timezone(_PST)
-    tomorrow = now.astimezone(zone).date() + timedelta(days=1)
-    midnight = datetime.combine(tomorrow, time(0), tzinfo=zone)
-    # In UTC: a difference within one zone would ignore a DST change between the two.
-    return (midnight.astimezone(UTC) - now).total_seconds()
-
-
-def _try_again_in(message: str) -> float | None:
-    match = _TRY_AGAIN.search(message)
-    return parse_duration(match.group(1)) if match else None
-
-
-def _seconds_until_iso(value: str | None, now: datetime | None) -> float | None:
-    if value is None or len(value) > 64:
-        return None
-    try:
-        when = datetime.fromisoformat(value.strip())
-    except ValueError:
-        return None
-    return _until(when, now)
 
 
 def _decide(kind: str, status: int | None, fields: _Fields) -> tuple[_ErrorClass, str | None]:
@@ -393,9 +293,9 @@ def _read_document(document: object) -> _Fields:
         for detail in details[:16]:
             if isinstance(detail, Mapping):
                 codes.append(_text(detail.get("reason")))
-                delay = detail.get("retryDelay")
-                if isinstance(delay, str) and delay.endswith("s"):
-                    retry_after = _seconds(delay[:-1])
+                delay = retry_delay_s(detail.get("retryDelay"))
+                if delay is not None:
+                    retry_after = delay
                 quotas.extend(_quota_ids(detail.get("violations")))
     codes.extend(_text(error.get(key)) for key in ("code", "type", "status"))
     raw_status = error.get("code")
@@ -431,39 +331,6 @@ def _clean(message: str) -> str:
 def _describe_body(status: int, headers: Mapping[str, str], body: bytes) -> str:
     if not body:
         return f"HTTP {status} with an empty body"
-    media = _lower(headers).get("content-type", "").split(";")[0].strip()
+    media = header_map(headers).get("content-type", "").split(";")[0].strip()
     shown = media if _MEDIA_TYPE.fullmatch(media) else "unknown type"
     return f"HTTP {status} with an unparsed {len(body)}-byte body ({shown})"
-
-
-def _lower(headers: Mapping[str, str]) -> dict[str, str]:
-    return {str(name).lower(): value for name, value in headers.items() if isinstance(value, str)}
-
-
-def _seconds(value: str | None) -> float | None:
-    if value is None or not _SECONDS.fullmatch(value.strip()):
-        return None
-    return float(value.strip())
-
-
-def _seconds_until(value: str, now: datetime | None) -> float | None:
-    if len(value) > 64:
-        return None
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError, OverflowError):
-        return None
-    return _until(when, now)
-
-
-def _until(when: datetime, now: datetime | None) -> float | None:
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    now = now or datetime.now(UTC)
-    if now.tzinfo is None:
-        now = now.replace(tzinfo=UTC)
-    try:
-        delta = (when - now).total_seconds()
-    except OverflowError:
-        return None
-    return max(0.0, delta) if math.isfinite(delta) else None
