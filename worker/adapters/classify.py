@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from worker.adapters.waits import (
-    header_map,
     parse_rate_limit_reset,
     parse_retry_after,
     retry_delay_s,
@@ -331,6 +330,10 @@ def _clean(message: str) -> str:
 def _describe_body(status: int, headers: Mapping[str, str], body: bytes) -> str:
     if not body:
         return f"HTTP {status} with an empty body"
-    media = header_map(headers).get("content-type", "").split(";")[0].strip()
+    media = _lower(headers).get("content-type", "").split(";")[0].strip()
     shown = media if _MEDIA_TYPE.fullmatch(media) else "unknown type"
     return f"HTTP {status} with an unparsed {len(body)}-byte body ({shown})"
+
+
+def _lower(headers: Mapping[str, str]) -> dict[str, str]:
+    return {str(name).lower(): value for name, value in headers.items() if isinstance(value, str)}

@@ -15,7 +15,6 @@ from email.utils import parsedate_to_datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 __all__ = [
-    "header_map",
     "parse_duration",
     "parse_rate_limit_reset",
     "parse_retry_after",
@@ -42,7 +41,7 @@ def parse_retry_after(headers: Mapping[str, str], *, now: datetime | None = None
     Header names are case-insensitive. Returns None when absent or unreadable, never a
     negative or non-finite number (a date in the past is 0.0).
     """
-    lowered = header_map(headers)
+    lowered = _lower(headers)
     millis = _seconds(lowered.get("retry-after-ms"))
     if millis is not None:
         return millis / 1000
@@ -74,7 +73,7 @@ def parse_rate_limit_reset(
 
     Only limits whose `*-remaining` is 0 count, when any says so; the longest wait wins.
     """
-    lowered = header_map(headers)
+    lowered = _lower(headers)
     waits: dict[str, float] = {}
     spent: set[str] = set()
     for limit in _OPENAI_LIMITS:
@@ -130,8 +129,7 @@ def retry_delay_s(value: object) -> float | None:
     return _seconds(value[:-1])
 
 
-def header_map(headers: Mapping[str, str]) -> dict[str, str]:
-    """`headers` with lower-case names, string values only."""
+def _lower(headers: Mapping[str, str]) -> dict[str, str]:
     return {str(name).lower(): value for name, value in headers.items() if isinstance(value, str)}
 
 
