@@ -21,7 +21,7 @@ from breakers.held import HeldTurn, HeldTurns
 from breakers.keys import validate_name
 from breakers.killswitch import KillSwitch
 from breakers.operators import CooldownReport, ExhaustedReport, FleetReport, Operators, ScopeReport
-from breakers.outcomes import Cooldown, Entry, Exhausted, Outcome, Pair, Verdict
+from breakers.outcomes import Cooldown, Entry, Exhausted, Gone, Outcome, Pair, Verdict
 from breakers.policy import CooldownPolicy, Policy
 from breakers.rediskit import FORBIDDEN_ERRORS, STORE_ERRORS
 from breakers.resilient import ResilientBreakers
@@ -49,6 +49,7 @@ __all__ = [
     "FleetBreakers",
     "FleetReport",
     "FleetState",
+    "Gone",
     "HeldTurn",
     "HeldTurns",
     "InvalidNameError",

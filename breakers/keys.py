@@ -11,11 +11,12 @@ passed in KEYS. Names follow `NAME_RULE`, the namespace `rediskit.NAMESPACE`. La
     {N}:br:<scope>            hash    state, opened_at_ms, until_ms, break_ms, streak, pinned
     {N}:win:<scope>           hash    c<bucket> / f<bucket> call and failure counts
     {N}:probe:<scope>         zset    probe holder -> slot expiry (ms)
-    {N}:cool:<account>|<model> string cooldown end (ms), PX = the cooldown
+    {N}:cool:<account>|<model> string cooldown end (ms), PX = the cooldown (or the gone skip)
     {N}:exh:<account>         string  exhausted-mark end (ms), PX = the mark's TTL
+    {N}:exh:<account>|<model> string  the same, for one model's quota on the account
     {N}:idx:scopes            zset    scope -> last seen (ms)        operators' listing
     {N}:idx:cool              zset    "<account>|<model>" -> end (ms)
-    {N}:idx:exh               zset    account -> end (ms)
+    {N}:idx:exh               zset    account (or "<account>|<model>") -> end (ms)
 
 Every key a worker writes carries a TTL that the Lua scripts refresh.
 """
@@ -112,14 +113,19 @@ class Keys:
         """The cooldown of one (provider account, model) pair."""
         return f"{self._prefix}:cool:{pair_member(account, model)}"
 
-    def exhausted(self, account: str) -> str:
-        """The exhausted mark of one provider account."""
-        return f"{self._prefix}:exh:{validate_name(account, 'account')}"
+    def exhausted(self, account: str, model: str | None = None) -> str:
+        """The exhausted mark of one provider account, or of one model's quota on it."""
+        return f"{self._prefix}:exh:{exhausted_member(account, model)}"
 
 
 def pair_member(account: str, model: str) -> str:
     """The ``<account>|<model>`` form of a pair used in keys and the cooldown index."""
     return f"{validate_name(account, 'account')}{PAIR_SEPARATOR}{validate_name(model, 'model')}"
+
+
+def exhausted_member(account: str, model: str | None = None) -> str:
+    """The account, or ``<account>|<model>``, as exhausted keys and their index name it."""
+    return validate_name(account, "account") if model is None else pair_member(account, model)
 
 
 def split_pair(member: str) -> tuple[str, str]:

@@ -1,7 +1,7 @@
 """What callers tell the fleet after an attempt (`FleetBreakers.record`'s entries).
 
-One call's `Verdict` for a scope (`Outcome`), a rate-limited `Pair`'s `Cooldown`, an
-`Exhausted` account.
+One call's `Verdict` for a scope (`Outcome`), a rate-limited `Pair`'s `Cooldown`, a
+`Gone` pair (the provider no longer serves the model), an `Exhausted` account or pair.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 from breakers.keys import validate_name
 
-__all__ = ["Cooldown", "Entry", "Exhausted", "Outcome", "Pair", "Verdict"]
+__all__ = ["Cooldown", "Entry", "Exhausted", "Gone", "Outcome", "Pair", "Verdict"]
 
 
 class Verdict(StrEnum):
@@ -58,14 +58,31 @@ class Cooldown:
 
 
 @dataclass(frozen=True)
-class Exhausted:
-    """A quota, credit or spend-limit error: the account is marked exhausted fleet-wide."""
+class Gone:
+    """The provider does not know the model (retired, deleted deployment): the pair is
+    skipped fleet-wide for `CooldownPolicy.gone_s`, past the cooldown cap."""
 
     account: str
-    seconds: float | None = None
+    model: str
 
     def __post_init__(self) -> None:
         validate_name(self.account, "account")
+        validate_name(self.model, "model")
 
 
-Entry = Outcome | Cooldown | Exhausted
+@dataclass(frozen=True)
+class Exhausted:
+    """A quota, credit or spend-limit error: the account (or, with `model`, that model's
+    quota on it) is marked exhausted fleet-wide for `seconds` (None: the default)."""
+
+    account: str
+    seconds: float | None = None
+    model: str | None = None
+
+    def __post_init__(self) -> None:
+        validate_name(self.account, "account")
+        if self.model is not None:
+            validate_name(self.model, "model")
+
+
+Entry = Outcome | Cooldown | Gone | Exhausted

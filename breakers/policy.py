@@ -86,11 +86,15 @@ class Policy:
 
 @dataclass(frozen=True)
 class CooldownPolicy:
-    """Cooldown of a rate-limited (account, model) pair and TTL of an exhausted mark."""
+    """Cooldown of a rate-limited (account, model) pair, TTL of an exhausted mark, and how
+    long a pair whose model the provider does not know is skipped (`gone_s`)."""
 
     default_cooldown_s: float = 30.0
     max_cooldown_s: float = 600.0
     exhausted_ttl_s: float = 900.0
+    # Long enough that a retired model costs the fleet one failed call an hour, short
+    # enough that a deployment restored by a person is used again the same day.
+    gone_s: float = 3600.0
 
     def __post_init__(self) -> None:
         for field in fields(self):
@@ -105,6 +109,10 @@ class CooldownPolicy:
     def cooldown_ms(self, seconds: float | None) -> int:
         """The cooldown to apply for a Retry-After of `seconds` (None: the default), capped."""
         return _ms(min(_or_default(seconds, self.default_cooldown_s), self.max_cooldown_s))
+
+    def gone_ms(self) -> int:
+        """How long a `Gone` pair is skipped."""
+        return _ms(self.gone_s)
 
     def exhausted_ms(self, seconds: float | None) -> int:
         """The TTL of an exhausted mark (None: the configured one)."""

@@ -85,7 +85,7 @@ class ResilientBreakers:
         self,
         scopes: Iterable[str],
         pairs: Iterable[Pair | tuple[str, str]] = (),
-        accounts: Iterable[str] = (),
+        accounts: Iterable[str | Pair] = (),
     ) -> FleetState:
         """`FleetBreakers.check`, from local breakers while the fleet is lost."""
         scopes, pairs, accounts = list(scopes), list(pairs), list(accounts)
@@ -97,7 +97,7 @@ class ResilientBreakers:
         pipe: Pipeline,
         scopes: Iterable[str],
         pairs: Iterable[Pair | tuple[str, str]] = (),
-        accounts: Iterable[str] = (),
+        accounts: Iterable[str | Pair] = (),
     ) -> Parse[FleetState]:
         """`FleetBreakers.check_on`; its parser answers locally when given an error."""
         scopes, pairs, accounts = list(scopes), list(pairs), list(accounts)

@@ -76,7 +76,8 @@ class FleetState:
     kill_switch: KillSwitchState | None
     scopes: Mapping[str, ScopeState]
     cooldowns: Mapping[Pair, float] = field(default_factory=dict)  # seconds left, 0 = none
-    exhausted: Mapping[str, bool] = field(default_factory=dict)
+    # Keyed as asked: an account (str), or a `Pair` for one model's quota on an account.
+    exhausted: Mapping[str | Pair, bool] = field(default_factory=dict)
     fleet_view: bool = True  # False: served by this process's local breakers (Redis lost)
     epoch: str = ""  # the store's epoch id ("" for a store that has none yet)
     epoch_off_by: str = ""  # who turned the kill switch off in this epoch, if anyone

@@ -10,8 +10,8 @@ from typing import Any, TypeVar
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
-from breakers.keys import Keys, pair_member, validate_name
-from breakers.outcomes import Cooldown, Entry, Exhausted, Outcome, Pair, Verdict
+from breakers.keys import Keys, exhausted_member, pair_member, validate_name
+from breakers.outcomes import Cooldown, Entry, Exhausted, Gone, Outcome, Pair, Verdict
 from breakers.policy import CooldownPolicy, Policy
 from breakers.rediskit import Parse, raise_if_error, read_clock, text
 from breakers.scripts import SCRIPTS
@@ -33,7 +33,8 @@ _PINNED_MS = -1
 # A process checks and records the same few scopes on every turn: their keys and
 # arguments are built once (a fifth of the guard's CPU when built per turn). Bounded all the same.
 _MAX_LAYOUTS = 256
-_CheckLayout = tuple[list[str], list[Pair], list[str], list[str], list[str | int]]
+_Account = str | Pair  # an account, or one model's quota on it
+_CheckLayout = tuple[list[str], list[Pair], list[_Account], list[str], list[str | int]]
 
 
 class FleetBreakers:
@@ -65,7 +66,7 @@ class FleetBreakers:
         self.known_scopes = frozenset(validate_name(s, "scope") for s in (*scopes, *self.policies))
         self._outcomes: dict[Outcome, tuple[list[str], list[str | int]]] = {}
         self._checks: dict[
-            tuple[tuple[str, ...], tuple[Pair, ...], tuple[str, ...]], _CheckLayout
+            tuple[tuple[str, ...], tuple[Pair, ...], tuple[_Account, ...]], _CheckLayout
         ] = {}
         every = (self.policy, *self.policies.values())
         self.index_ttl_ms = round(
@@ -74,6 +75,7 @@ class FleetBreakers:
                 *(p.state_ttl_s for p in every),
                 self.cooldowns.max_cooldown_s,
                 self.cooldowns.exhausted_ttl_s,
+                self.cooldowns.gone_s,
             )
         )
 
@@ -112,9 +114,10 @@ class FleetBreakers:
         pipe: Pipeline,
         scopes: Iterable[str],
         pairs: Iterable[Pair | tuple[str, str]] = (),
-        accounts: Iterable[str] = (),
+        accounts: Iterable[_Account] = (),
     ) -> Parse[FleetState]:
-        """Queue the pre-turn check: kill switch, each scope, each pair's cooldown, each mark."""
+        """Queue the pre-turn check: kill switch, each scope, each pair's cooldown, each mark
+        (of an account, or of a `Pair`: one model's quota on an account)."""
         asked = (tuple(scopes), tuple(Pair(*p) for p in pairs), tuple(accounts))
         layout = self._checks.get(asked)
         if layout is None:
@@ -150,7 +153,7 @@ class FleetBreakers:
         return parse
 
     def _check_layout(
-        self, scopes: tuple[str, ...], pairs: tuple[Pair, ...], accounts: tuple[str, ...]
+        self, scopes: tuple[str, ...], pairs: tuple[Pair, ...], accounts: tuple[_Account, ...]
     ) -> _CheckLayout:
         names = list(dict.fromkeys(scopes))
         wanted_pairs = list(dict.fromkeys(pairs))
@@ -162,7 +165,10 @@ class FleetBreakers:
         args: list[str | int] = [len(names), len(wanted_pairs), len(wanted_accounts)]
         args += [self.policy_for(scope).probes for scope in names]
         args += [pair_member(p.account, p.model) for p in wanted_pairs]
-        args += [validate_name(a, "account") for a in wanted_accounts]
+        args += [
+            exhausted_member(*a) if isinstance(a, Pair) else exhausted_member(a)
+            for a in wanted_accounts
+        ]
         return names, wanted_pairs, wanted_accounts, keys, args
 
     async def start_epoch(self) -> str:
@@ -178,7 +184,7 @@ class FleetBreakers:
         self,
         scopes: Iterable[str],
         pairs: Iterable[Pair | tuple[str, str]] = (),
-        accounts: Iterable[str] = (),
+        accounts: Iterable[_Account] = (),
     ) -> FleetState:
         """The pre-turn check in one round trip (see `check_on`)."""
         return await self.run_script(lambda pipe: self.check_on(pipe, scopes, pairs, accounts))
@@ -207,7 +213,15 @@ class FleetBreakers:
     def record_on(self, pipe: Pipeline, entries: Sequence[Entry]) -> Parse[list[Transition]]:
         """Queue a batch of outcomes, cooldowns and exhausted marks, applied atomically."""
         outcomes = [e for e in entries if isinstance(e, Outcome)]
-        cools = [e for e in entries if isinstance(e, Cooldown)]
+        cools: list[tuple[str, str, int]] = [
+            (e.account, e.model, self.cooldowns.cooldown_ms(e.seconds))
+            for e in entries
+            if isinstance(e, Cooldown)
+        ]
+        # A gone pair is a cooldown past the cap: the same key, skipped the same way.
+        cools += [
+            (e.account, e.model, self.cooldowns.gone_ms()) for e in entries if isinstance(e, Gone)
+        ]
         marks = [e for e in entries if isinstance(e, Exhausted)]
         keys = [self.keys.scope_index, self.keys.cooldown_index, self.keys.exhausted_index]
         args: list[str | int] = [
@@ -226,12 +240,12 @@ class FleetBreakers:
                 self._outcomes[o] = part
             keys += part[0]
             args += part[1]
-        for c in cools:
-            keys.append(self.keys.cooldown(c.account, c.model))
-            args += [pair_member(c.account, c.model), self.cooldowns.cooldown_ms(c.seconds)]
+        for account, model, ms in cools:
+            keys.append(self.keys.cooldown(account, model))
+            args += [pair_member(account, model), ms]
         for m in marks:
-            keys.append(self.keys.exhausted(m.account))
-            args += [m.account, self.cooldowns.exhausted_ms(m.seconds)]
+            keys.append(self.keys.exhausted(m.account, m.model))
+            args += [exhausted_member(m.account, m.model), self.cooldowns.exhausted_ms(m.seconds)]
         self.queue_script(pipe, "record", keys, args)
 
         async def parse(reply: object) -> list[Transition]:

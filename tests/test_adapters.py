@@ -288,7 +288,11 @@ def expected_body(api: str, model: str) -> dict[str, Any]:
                 "role": "model",
                 "parts": [
                     {"text": "Checking."},
-                    {"functionCall": {"name": "get_weather", "args": {"city": "Paris"}}},
+                    # No vendor signed these calls: Google's stand-in on the first only.
+                    {
+                        "functionCall": {"name": "get_weather", "args": {"city": "Paris"}},
+                        "thoughtSignature": "skip_thought_signature_validator",
+                    },
                     {"functionCall": {"name": "get_weather", "args": {"city": "Rome"}}},
                 ],
             },
@@ -512,6 +516,21 @@ def test_openai_output_limit_field_suits_the_server(
     body = OpenAIAdapter(provider, make_client()).request(ask("gpt", stream=False)).body
     assert body[field] == 100
     assert {"max_tokens", "max_completion_tokens"} & set(body) == {field}
+
+
+@pytest.mark.parametrize(
+    ("budget", "max_tokens", "thinks"), [(1024, 2048, True), (1024, 1024, False)]
+)
+def test_claude_thinks_only_with_a_budget_below_max_tokens(
+    budget: int, max_tokens: int, thinks: bool
+) -> None:
+    """The API refuses a thinking budget that is not below max_tokens: such a call asks none."""
+    provider = ProviderSettings(kind="anthropic", base_url="https://api.anthropic.com")
+    call = ProviderCall(
+        "claude", (Message(role="user", content="hi"),), (), max_tokens, False, budget
+    )
+    body = AnthropicAdapter(provider, make_client()).request(call).body
+    assert ("thinking" in body) is thinks
 
 
 # --- the pool never wedges ----------------------------------------------------------

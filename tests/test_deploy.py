@@ -188,6 +188,9 @@ def test_the_four_alerts_have_their_thresholds() -> None:
         "(relevo_tenant_budget_used_ratio) > 0.9"
     )
     assert squeeze["RelevoKillSwitchOn"] == "max(relevo_kill_switch) == 1"
+    gone = squeeze["RelevoModelNotFound"]
+    assert "increase(relevo_model_not_found_total[1h])) > 0" in gone
+    assert rules["RelevoModelNotFound"]["labels"]["severity"] == "critical"
 
 
 def test_dashboard_panels_use_exported_metrics_and_labels() -> None:

@@ -38,7 +38,7 @@ SURFACES: dict[str, str] = {
     "worker.demo": "run_demo",
     "breakers": "FORBIDDEN_ERRORS STORE_ERRORS BreakerState BreakersError Cooldown"
     " CooldownPolicy CooldownReport Entry Exhausted ExhaustedReport FleetBreakers FleetReport"
-    " FleetState HeldTurn HeldTurns InvalidNameError InvalidPolicyError KillSwitch"
+    " FleetState Gone HeldTurn HeldTurns InvalidNameError InvalidPolicyError KillSwitch"
     " KillSwitchState Operators Outcome Pair Policy ResilientBreakers ScopeReport ScopeState"
     " StoreForbiddenError StoreUnavailableError Transition TransitionKind UnknownScopeError"
     " Verdict connect in_memory validate_name",

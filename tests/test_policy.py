@@ -13,7 +13,13 @@ import pytest
 
 import worker.adapters.classify
 import worker.turn.policy
-from worker.adapters.classify import classify_response, classify_stream_error, parse_retry_after
+from worker.adapters.classify import classify_response, classify_stream_error
+from worker.adapters.waits import (
+    parse_duration,
+    parse_rate_limit_reset,
+    parse_retry_after,
+    seconds_to_daily_reset,
+)
 from worker.errors import (
     AuthFailed,
     ConnectionFailed,
@@ -23,6 +29,7 @@ from worker.errors import (
     InvalidRequest,
     MalformedResponse,
     ModelNotFound,
+    ModelQuotaExhausted,
     Overloaded,
     ProviderError,
     QuotaExhausted,
@@ -53,7 +60,13 @@ EXPECTED: dict[tuple[str, str], type[ProviderError]] = {
     ("openai", "engine_overloaded"): Overloaded,
     ("openai", "invalid_api_key"): AuthFailed,
     ("openai", "unsupported_region"): AuthFailed,
-    ("openai", "model_not_found"): InvalidRequest,
+    ("openai", "rate_limit_reset_headers"): RateLimited,
+    ("openai", "rate_limit_try_again"): RateLimited,
+    ("openai", "model_not_found"): ModelNotFound,
+    ("openai", "deployment_not_found"): ModelNotFound,
+    ("openai", "azure_prompt_filtered"): InvalidRequest,
+    ("openai", "context_window_exceeded"): ContextTooLong,
+    ("openai", "vllm_context_length"): ContextTooLong,
     ("openai", "context_length_exceeded"): ContextTooLong,
     ("openai", "invalid_request_error"): InvalidRequest,
     ("anthropic", "api_error"): ServerError,
@@ -61,7 +74,9 @@ EXPECTED: dict[tuple[str, str], type[ProviderError]] = {
     ("anthropic", "rate_limit_error"): RateLimited,
     ("anthropic", "authentication_error"): AuthFailed,
     ("anthropic", "permission_error"): AuthFailed,
-    ("anthropic", "not_found_error"): InvalidRequest,
+    ("anthropic", "not_found_error"): ModelNotFound,
+    ("anthropic", "context_limit_with_max_tokens"): ContextTooLong,
+    ("anthropic", "rate_limit_reset_headers"): RateLimited,
     ("anthropic", "request_too_large"): InvalidRequest,
     ("anthropic", "invalid_request_error"): InvalidRequest,
     ("anthropic", "prompt_too_long"): ContextTooLong,
@@ -73,6 +88,8 @@ EXPECTED: dict[tuple[str, str], type[ProviderError]] = {
     ("anthropic", "timeout_error"): ServerError,
     ("gemini", "resource_exhausted"): RateLimited,
     ("gemini", "resource_exhausted_bare"): RateLimited,
+    ("gemini", "daily_quota_exhausted"): ModelQuotaExhausted,
+    ("gemini", "quota_billing"): QuotaExhausted,
     ("gemini", "unavailable"): Overloaded,
     ("gemini", "internal"): ServerError,
     ("gemini", "invalid_argument"): InvalidRequest,
@@ -80,7 +97,7 @@ EXPECTED: dict[tuple[str, str], type[ProviderError]] = {
     ("gemini", "context_too_long"): ContextTooLong,
     ("gemini", "failed_precondition"): QuotaExhausted,
     ("gemini", "permission_denied"): AuthFailed,
-    ("gemini", "not_found"): InvalidRequest,
+    ("gemini", "not_found"): ModelNotFound,
     ("gemini", "deadline_exceeded"): ServerError,
     ("vertex", "resource_exhausted"): RateLimited,
     ("vertex", "claude_request_quota"): RateLimited,
@@ -222,6 +239,28 @@ DESIGN_ROWS: list[tuple[Any, ...]] = [
         Decision.LARGER_WINDOW,
         Signal.NEUTRAL,
     ),
+    (
+        "context, Anthropic's max_tokens wording",
+        classify("anthropic", "context_limit_with_max_tokens"),
+        Decision.LARGER_WINDOW,
+        Signal.NEUTRAL,
+    ),
+    ("404 model", classify("openai", "model_not_found"), Decision.NEXT, Signal.MODEL_GONE),
+    (
+        "404 deployment",
+        classify("openai", "deployment_not_found"),
+        Decision.NEXT,
+        Signal.MODEL_GONE,
+    ),
+    ("404 claude", classify("anthropic", "not_found_error"), Decision.NEXT, Signal.MODEL_GONE),
+    ("404 gemini", classify("gemini", "not_found"), Decision.NEXT, Signal.MODEL_GONE),
+    (
+        "429 per day",
+        classify("gemini", "daily_quota_exhausted"),
+        Decision.DEGRADE,
+        Signal.MODEL_EXHAUSTED,
+    ),
+    ("429 billing", classify("gemini", "quota_billing"), Decision.DEGRADE, Signal.EXHAUSTED),
     ("deadline", DeadlineExceeded("late"), Decision.STOP, Signal.NEUTRAL),
     ("cancelled", asyncio.CancelledError(), Decision.STOP, Signal.NEUTRAL),
 ]
@@ -364,7 +403,7 @@ def test_openai_compatible_servers_shapes() -> None:
     assert type(classify_response("openai", 400, {}, vllm)) is ContextTooLong
     ollama = b'{"error":"model \\"llama9\\" not found, try pulling it first"}'
     error = classify_response("openai", 404, {}, ollama)
-    assert type(error) is InvalidRequest
+    assert type(error) is ModelNotFound
     assert "llama9" in error.message
 
 
@@ -433,6 +472,63 @@ def test_rate_limit_carries_retry_after_from_headers() -> None:
     error = classify("anthropic", "rate_limit_error")
     assert error.retry_after_s == 15.0
     assert classify("anthropic", "rate_limit_error", retry_after_s=0.2).retry_after_s == 0.2
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("644ms", 0.644), ("1s", 1.0), ("1.5s", 1.5), ("6m0s", 360.0), ("1h2m3s", 3723.0)],
+)
+def test_openai_durations_are_read(text: str, seconds: float) -> None:
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["", "soon", "5", "-1s", "1.5", "ms"])
+def test_unreadable_durations_are_none(text: str) -> None:
+    assert parse_duration(text) is None
+
+
+def test_openai_reset_header_of_the_spent_limit_is_the_wait() -> None:
+    error = classify("openai", "rate_limit_reset_headers")
+    assert error.retry_after_s == pytest.approx(0.644)  # tokens spent; requests reset in 12ms
+    error = classify("openai", "rate_limit_try_again")
+    assert error.retry_after_s == pytest.approx(1.5)
+
+
+def test_retry_after_beats_the_message_and_the_reset_headers() -> None:
+    assert classify("openai", "rate_limit_exceeded").retry_after_s == 1.0
+
+
+def test_anthropic_reset_timestamps_are_seconds_from_now() -> None:
+    now = datetime(2029, 12, 31, 23, 59, 58, 500000, tzinfo=UTC)
+    headers = canned("anthropic", "rate_limit_reset_headers").headers
+    assert parse_rate_limit_reset(headers, now=now) == pytest.approx(1.5)
+    later = {"anthropic-ratelimit-tokens-reset": "2030-01-01T00:00:30Z"}
+    assert parse_rate_limit_reset({**headers, **later}, now=now) == pytest.approx(1.5)
+    assert parse_rate_limit_reset(later, now=now) == pytest.approx(31.5)
+    assert parse_rate_limit_reset({"anthropic-ratelimit-tokens-reset": "garbage"}) is None
+
+
+@pytest.mark.parametrize(
+    ("utc", "hours"),
+    [
+        (datetime(2026, 7, 1, 6, 0, tzinfo=UTC), 1.0),  # 23:00 PDT: midnight is 07:00 UTC
+        (datetime(2026, 12, 1, 9, 0, tzinfo=UTC), 23.0),  # 01:00 PST: the next night
+        (datetime(2026, 3, 8, 8, 30, tzinfo=UTC), 22.5),  # 00:30 PST on a 23-hour day
+    ],
+)
+def test_gemini_daily_quotas_reset_at_midnight_pacific(utc: datetime, hours: float) -> None:
+    assert seconds_to_daily_reset(utc) == pytest.approx(hours * 3600)
+
+
+def test_a_daily_quota_lasts_until_its_reset_not_its_retry_delay() -> None:
+    error = classify("gemini", "daily_quota_exhausted")
+    assert type(error) is ModelQuotaExhausted
+    assert error.retry_after_s is not None
+    assert error.retry_after_s >= max(47.0, seconds_to_daily_reset() - 5)
+    # Per-minute quotas stay a rate limit with their RetryInfo delay.
+    assert classify("gemini", "resource_exhausted").retry_after_s == 27.0
+    # An account out of money has no reset a header could tell.
+    assert classify("gemini", "quota_billing").retry_after_s is None
 
 
 def test_gemini_retry_delay_comes_from_the_body() -> None:

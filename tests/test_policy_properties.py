@@ -16,8 +16,8 @@ from worker.adapters.classify import (
     MAX_MESSAGE_CHARS,
     classify_response,
     classify_stream_error,
-    parse_retry_after,
 )
+from worker.adapters.waits import parse_duration, parse_rate_limit_reset, parse_retry_after
 from worker.errors import ProviderError
 from worker.simulator.catalogue import NAMES, canned
 from worker.turn.policy import RULES, rule_for
@@ -109,3 +109,28 @@ def test_parse_retry_after_is_never_negative_nan_or_raising(
     headers: dict[str, str], now: datetime | None
 ) -> None:
     assert _sane_wait(parse_retry_after(headers, now=now))
+
+
+RESET_NAMES = st.sampled_from(
+    [
+        "x-ratelimit-reset-requests",
+        "x-ratelimit-remaining-tokens",
+        "x-ratelimit-reset-tokens",
+        "anthropic-ratelimit-input-tokens-reset",
+        "anthropic-ratelimit-requests-remaining",
+    ]
+)
+RESET_VALUES = RETRY_VALUES | st.sampled_from(["0", "644ms", "6m0s", "2030-01-01T00:00:00Z"])
+
+
+@FAST
+@given(
+    headers=st.dictionaries(RESET_NAMES, RESET_VALUES, max_size=5),
+    text=RESET_VALUES,
+    now=st.none() | DATES,
+)
+def test_rate_limit_hints_are_never_negative_nan_or_raising(
+    headers: dict[str, str], text: str, now: datetime | None
+) -> None:
+    assert _sane_wait(parse_rate_limit_reset(headers, now=now))
+    assert _sane_wait(parse_duration(text))

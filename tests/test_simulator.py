@@ -303,10 +303,10 @@ def test_anthropic_refuses_a_request_without_max_tokens(sim: Simulator, http: ht
 def test_gemini_reply_has_candidates_and_usage_metadata(sim: Simulator, http: httpx.Client) -> None:
     body = post(http, "gemini", "gemini-a").json()
     candidate = body["candidates"][0]
-    assert candidate["content"] == {
-        "parts": [{"text": TEXT_8.format(model="gemini-a")}],
-        "role": "model",
-    }
+    [part] = candidate["content"]["parts"]
+    assert part["text"] == TEXT_8.format(model="gemini-a")
+    assert part["thoughtSignature"]  # Gemini 3 signs the last part of a reply
+    assert candidate["content"]["role"] == "model"
     assert candidate["finishReason"] == "STOP"
     usage = body["usageMetadata"]
     assert usage["candidatesTokenCount"] == 8
@@ -330,12 +330,19 @@ def test_gemini_stream_is_crlf_framed_generate_content_responses(
 def test_gemini_function_call_arrives_whole(sim: Simulator, http: httpx.Client) -> None:
     sim.set_faults("gemini-t", Fault(reply_tool="lookup", tool_args={"id": 42}))
     parts = post(http, "gemini", "gemini-t").json()["candidates"][0]["content"]["parts"]
-    assert parts == [{"functionCall": {"name": "lookup", "args": {"id": 42}}}]
+    call = {"functionCall": {"name": "lookup", "args": {"id": 42}}}
+    [signed] = parts
+    signature = signed.pop("thoughtSignature")
+    assert signature
+    assert signed == call
     events = stream(http, "gemini", "gemini-t")
     calls = [
         p for _, d in events for p in d["candidates"][0]["content"]["parts"] if "functionCall" in p
     ]
-    assert calls == [{"functionCall": {"name": "lookup", "args": {"id": 42}}}]
+    assert [{k: v for k, v in c.items() if k != "thoughtSignature"} for c in calls] == [call]
+    assert [c["thoughtSignature"] for c in calls] == [
+        signature
+    ]  # the same call, the same signature
 
 
 # --- shape of the healthy reply ---------------------------------------------------------------

@@ -227,7 +227,7 @@ async def test_a_tool_call_comes_back_and_its_result_goes_out(
     assert isinstance(done, Completion)
     (tool_call,) = done.tool_calls
     assert (tool_call.name, tool_call.arguments) == ("get_weather", {"city": "Paris"})
-    assert done.finish_reason == ("tool_calls" if chosen == "anthropic" else "stop")
+    assert done.finish_reason == "tool_calls"
     messages = (
         Message(role="user", content="Weather in Paris?"),
         Message(role="assistant", content="", tool_calls=done.tool_calls),

@@ -17,7 +17,8 @@ chain does next (see `worker.turn.policy.RULES`).
     │   ├── ConnectionFailed       refused, reset or dropped before any content
     │   ├── MalformedResponse      a body or stream that cannot be understood
     │   ├── RateLimited            429 rate limit (maybe with Retry-After)
-    │   ├── QuotaExhausted         quota, credit, billing or spend limit
+    │   ├── QuotaExhausted         quota, credit, billing or spend limit of the account
+    │   │   └── ModelQuotaExhausted    a quota of one model on the account (Gemini's per-day)
     │   ├── AuthFailed             401 / 403
     │   ├── InvalidRequest         400 / 413 / 422: the request itself is bad
     │   ├── ModelNotFound          404: the model or deployment does not exist (any more)
@@ -44,6 +45,7 @@ __all__ = [
     "InvalidRequest",
     "MalformedResponse",
     "ModelNotFound",
+    "ModelQuotaExhausted",
     "Overloaded",
     "ProviderError",
     "QuotaExhausted",
@@ -151,6 +153,11 @@ class RateLimited(ProviderError):
 
 class QuotaExhausted(ProviderError):
     code = "quota_exhausted"
+
+
+class ModelQuotaExhausted(QuotaExhausted):
+    """A quota of this model on the account is spent until it resets (`retry_after_s`);
+    the account's other models still have theirs."""
 
 
 class AuthFailed(ProviderError):

@@ -175,6 +175,9 @@ class ModelSettings(_Section):
     # Unset, cache reads cost the input price: never less than a provider bills for them
     # (all three discount reads), so a missing price over-charges, never under-charges.
     cache_read_usd_per_mtok: Decimal | None = Field(ge=0, default=None)
+    # Anthropic extended thinking: tokens the model may think before answering (sent only
+    # when below the turn's max_tokens, as the API requires; the API's minimum is 1024).
+    thinking_budget_tokens: int | None = Field(default=None, ge=1024)
 
     @property
     def input_micros_per_mtok(self) -> int:
@@ -320,6 +323,8 @@ class BreakerSettings(_Section):
     probe_ttl_s: float = _POLICY.probe_ttl_s
     default_cooldown_s: float = _COOLDOWNS.default_cooldown_s
     exhausted_ttl_s: float = _COOLDOWNS.exhausted_ttl_s
+    # A model the provider answers 404 for (retired, deployment deleted) is skipped this long.
+    model_gone_s: float = _COOLDOWNS.gone_s
 
     @model_validator(mode="after")
     def _valid_for_breakers(self) -> BreakerSettings:
@@ -347,7 +352,9 @@ class BreakerSettings(_Section):
     def cooldowns(self) -> breakers.CooldownPolicy:
         """The cooldown and exhausted-mark policy these settings describe."""
         return breakers.CooldownPolicy(
-            default_cooldown_s=self.default_cooldown_s, exhausted_ttl_s=self.exhausted_ttl_s
+            default_cooldown_s=self.default_cooldown_s,
+            exhausted_ttl_s=self.exhausted_ttl_s,
+            gone_s=self.model_gone_s,
         )
 
 

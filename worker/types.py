@@ -235,8 +235,17 @@ class Attempt(_Frozen):
     retry_index: int = 0
 
 
+FinishReasonName = Literal["stop", "length", "tool_calls", "content_filter", "other"]
+
+
 class TurnResult(_Frozen):
-    """What a turn reports, outside the model's context."""
+    """What a turn reports, outside the model's context.
+
+    `finish_reason` says why the answering model stopped (`worker.adapters.finish`):
+    `stop` and `tool_calls` are complete answers, `length` was cut at `max_tokens`,
+    `content_filter` was withheld by the provider's filter — before any content the
+    turn `failed`, after some it is `degraded`, never `ok`.
+    """
 
     turn_id: str
     tenant_id: str
@@ -249,6 +258,7 @@ class TurnResult(_Frozen):
     step: int | None = None
     attempts: tuple[Attempt, ...] = ()
     reply: Reply | None = None
+    finish_reason: FinishReasonName | None = None
     usage: Usage = Usage()
     cost_micros: int = 0
     degradation: str | None = None

@@ -7,6 +7,7 @@ from typing import Any
 
 from worker.adapters.base import Completion, Event, ProviderCall, TextDelta, ToolCallDelta
 from worker.adapters.classify import classify_stream_error
+from worker.adapters.finish import normalize_finish
 from worker.adapters.http import (
     HttpAdapter,
     HttpRequest,
@@ -18,11 +19,12 @@ from worker.adapters.http import (
 )
 from worker.adapters.sse import SseEvent
 from worker.errors import ConnectionFailed
-from worker.types import Message, ToolCall, Usage
+from worker.types import Message, Reasoning, ToolCall, Usage
 
-__all__ = ["ANTHROPIC_VERSION", "AnthropicAdapter"]
+__all__ = ["ANTHROPIC_VERSION", "ORIGIN", "AnthropicAdapter"]
 
 ANTHROPIC_VERSION = "2023-06-01"
+ORIGIN = "anthropic"  # the `Reasoning.origin` of Claude's thinking blocks, wherever served
 
 
 class AnthropicAdapter(HttpAdapter):
@@ -50,6 +52,9 @@ class AnthropicAdapter(HttpAdapter):
                 {"name": t.name, "description": t.description, "input_schema": t.parameters}
                 for t in call.tools
             ]
+        budget = call.thinking_budget_tokens
+        if budget is not None and budget < call.max_tokens and _may_think(call.messages):
+            body["thinking"] = {"type": "enabled", "budget_tokens": budget}
         if call.stream:
             body["stream"] = True
         url = f"{self._provider.base_url.rstrip('/')}/v1/messages"
@@ -59,10 +64,13 @@ class AnthropicAdapter(HttpAdapter):
         message = as_object(body)
         text: list[str] = []
         calls: list[ToolCall] = []
+        reasoning: list[Reasoning] = []
         for raw in message["content"]:
             block = as_object(raw)
             if block.get("type") == "text":
                 text.append(as_str(block.get("text")))
+            elif block.get("type") in ("thinking", "redacted_thinking"):
+                reasoning.append(_reasoning(block))
             elif block.get("type") == "tool_use":
                 calls.append(
                     ToolCall(
@@ -75,7 +83,8 @@ class AnthropicAdapter(HttpAdapter):
             text="".join(text),
             tool_calls=tuple(calls),
             usage=_usage(as_object(message.get("usage") or {}), Usage()),
-            finish_reason=as_str(message.get("stop_reason")) or None,
+            finish_reason=normalize_finish("anthropic", as_str(message.get("stop_reason"))),
+            reasoning=tuple(reasoning),
         )
 
     def decoder(self) -> StreamDecoder:
@@ -101,8 +110,11 @@ def _messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
             )
             continue
         results = None
-        if message.role == "assistant" and message.tool_calls:
-            blocks: list[dict[str, Any]] = []
+        thinking = _thinking_blocks(message)
+        if message.role == "assistant" and (message.tool_calls or thinking):
+            # Thinking first: with extended thinking and tools, the API refuses an
+            # assistant turn whose thinking blocks are missing or moved.
+            blocks: list[dict[str, Any]] = thinking
             if message.content:
                 blocks.append({"type": "text", "text": message.content})
             blocks.extend(
@@ -113,6 +125,34 @@ def _messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
         else:
             out.append({"role": message.role, "content": message.content})
     return out
+
+
+def _may_think(messages: tuple[Message, ...]) -> bool:
+    """With thinking on, the API refuses a tool loop whose last assistant turn does not
+    start with Claude's thinking (another vendor wrote it, after a fallback): such a
+    request goes without thinking rather than being refused."""
+    last = next((m for m in reversed(messages) if m.role == "assistant"), None)
+    return last is None or not last.tool_calls or bool(_thinking_blocks(last))
+
+
+def _thinking_blocks(message: Message) -> list[dict[str, Any]]:
+    """Claude's own thinking, as it was written; another vendor's reasoning is dropped."""
+    blocks: list[dict[str, Any]] = []
+    for item in message.reasoning:
+        if item.origin != ORIGIN:
+            continue
+        if item.redacted is not None:
+            blocks.append({"type": "redacted_thinking", "data": item.redacted})
+        elif item.signature:  # unsigned thinking is refused; it cannot be sent back
+            blocks.append({"type": "thinking", "thinking": item.text, "signature": item.signature})
+    return blocks
+
+
+def _reasoning(block: dict[str, Any]) -> Reasoning:
+    if block.get("type") == "redacted_thinking":
+        return Reasoning(origin=ORIGIN, redacted=as_str(block.get("data")))
+    signature = as_str(block.get("signature")) or None
+    return Reasoning(origin=ORIGIN, text=as_str(block.get("thinking")), signature=signature)
 
 
 def _usage(raw: dict[str, Any], before: Usage) -> Usage:
@@ -139,6 +179,8 @@ class _EventDecoder:
         self._text: list[str] = []
         self._tools: dict[int, int] = {}  # content block index -> tool-call index
         self._calls: list[tuple[str, str, list[str]]] = []  # id, name, argument pieces
+        # content block index -> the thinking block as it streams (type, thinking, signature)
+        self._thinking: dict[int, dict[str, Any]] = {}
         self._usage = Usage()
         self._stop_reason: str | None = None
 
@@ -164,6 +206,9 @@ class _EventDecoder:
         return []
 
     def _block_start(self, index: int, block: dict[str, Any]) -> list[Event]:
+        if block.get("type") in ("thinking", "redacted_thinking"):
+            self._thinking[index] = dict(block)
+            return []
         if block.get("type") == "text" and as_str(block.get("text")):
             self._text.append(block["text"])
             return [TextDelta(block["text"])]
@@ -186,7 +231,12 @@ class _EventDecoder:
             piece = as_str(delta.get("partial_json"))
             self._calls[position][2].append(piece)
             return [ToolCallDelta(index=position, arguments=piece)] if piece else []
-        return []  # thinking and signature deltas are not content the turn returns
+        thinking = self._thinking.get(index)
+        if thinking is not None and kind == "thinking_delta":
+            thinking["thinking"] = as_str(thinking.get("thinking")) + as_str(delta.get("thinking"))
+        elif thinking is not None and kind == "signature_delta":
+            thinking["signature"] = as_str(delta.get("signature"))
+        return []  # thinking is kept for the next turn, never content of this one
 
     def completion(self) -> Completion:
         if not self.finished:
@@ -199,5 +249,6 @@ class _EventDecoder:
             text="".join(self._text),
             tool_calls=calls,
             usage=self._usage,
-            finish_reason=self._stop_reason,
+            finish_reason=normalize_finish("anthropic", self._stop_reason),
+            reasoning=tuple(_reasoning(b) for _, b in sorted(self._thinking.items())),
         )

@@ -26,6 +26,8 @@ class ProviderCall:
     tools: tuple[Tool, ...]
     max_tokens: int
     stream: bool
+    # Anthropic extended thinking's budget (`ModelSettings.thinking_budget_tokens`).
+    thinking_budget_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

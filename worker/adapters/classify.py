@@ -4,7 +4,13 @@ A provider's error response (status, headers, body) or mid-stream error event be
 one error class. The body's own fields decide first — error-detail reasons, then
 `code`, `type`, `status` — then the HTTP status; a few message patterns refine the
 generic classes (a 400 about a spend limit is money, not a bad request; "prompt is too
-long" is the context window). What the chain then does is `worker.turn.policy`.
+long" is the context window; a 404 about the model is a model that is gone). What the
+chain then does is `worker.turn.policy`.
+
+How long to wait is read from what each provider sends (`worker.adapters.waits`):
+`Retry-After`, Gemini's `RetryInfo`, and for a rate limit without them OpenAI's "try
+again in 644ms" and reset headers or Anthropic's reset timestamps. A Gemini per-day
+quota lasts until its reset.
 
 Classification never raises and never echoes a body: messages are short, single-line
 and have anything that looks like an API key redacted (`worker.observability.redact`).
@@ -13,20 +19,25 @@ and have anything that looks like an API key redacted (`worker.observability.red
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 from typing import Any
 
+from worker.adapters.waits import (
+    parse_rate_limit_reset,
+    parse_retry_after,
+    retry_delay_s,
+    seconds_to_daily_reset,
+    wait_in_message,
+)
 from worker.errors import (
     AuthFailed,
     ContextTooLong,
     InvalidRequest,
     MalformedResponse,
     ModelNotFound,
+    ModelQuotaExhausted,
     Overloaded,
     ProviderError,
     QuotaExhausted,
@@ -35,7 +46,7 @@ from worker.errors import (
 )
 from worker.observability.redact import redact_text
 
-__all__ = ["MAX_MESSAGE_CHARS", "classify_response", "classify_stream_error", "parse_retry_after"]
+__all__ = ["MAX_MESSAGE_CHARS", "classify_response", "classify_stream_error"]
 
 MAX_MESSAGE_CHARS = 200
 MAX_BODY_BYTES = 64 * 1024  # error bodies are a few hundred bytes; anything bigger is not read
@@ -62,7 +73,8 @@ _OPENAI_CODES: Mapping[str, _ErrorClass] = {
     "invalid_authentication": AuthFailed,
     "unsupported_country_region_territory": AuthFailed,
     "context_length_exceeded": ContextTooLong,
-    "model_not_found": InvalidRequest,
+    "model_not_found": ModelNotFound,
+    "DeploymentNotFound": ModelNotFound,  # Azure OpenAI: the deployment was deleted
 }
 _ANTHROPIC_CODES: Mapping[str, _ErrorClass] = {
     "enforced_spend_limit_reached": QuotaExhausted,
@@ -83,8 +95,8 @@ _GEMINI_CODES: Mapping[str, _ErrorClass] = {
     "CONSUMER_SUSPENDED": AuthFailed,
     "BILLING_DISABLED": QuotaExhausted,
     "RATE_LIMIT_EXCEEDED": RateLimited,
-    # Per-minute and per-day quotas are both per model, with a RetryInfo delay: a
-    # cooldown of that (account, model), not an exhausted account.
+    # A per-minute quota: a cooldown of that (account, model). A per-day one (a
+    # QuotaFailure whose quotaId says PerDay) is money, decided in `_decide`.
     "RESOURCE_EXHAUSTED": RateLimited,
     "UNAVAILABLE": Overloaded,
     "INTERNAL": ServerError,
@@ -167,6 +179,7 @@ class _MessageRule:
     pattern: re.Pattern[str]
     refines: frozenset[_ErrorClass]
     to: _ErrorClass
+    status: int | None = None  # only for this HTTP status
 
 
 _MESSAGE_RULES: tuple[_MessageRule, ...] = (
@@ -180,9 +193,15 @@ _MESSAGE_RULES: tuple[_MessageRule, ...] = (
         QuotaExhausted,
     ),
     _MessageRule(
+        # Gemini's "exceeded your current quota" with no quota id to say per-minute.
+        re.compile(r"exceeded your current quota, please check your plan and billing", re.I),
+        frozenset({RateLimited}),
+        QuotaExhausted,
+    ),
+    _MessageRule(
         re.compile(
             r"prompt is too long|maximum context length|context[ _]length|context window"
-            r"|input token count \(\d+\) exceeds",
+            r"|exceeds? (?:the )?context limit|input token count(?: \(\d+\))? exceeds",
             re.IGNORECASE,
         ),
         frozenset({InvalidRequest}),
@@ -218,10 +237,20 @@ _MESSAGE_RULES: tuple[_MessageRule, ...] = (
         frozenset({InvalidRequest}),
         ModelNotFound,
     ),
+    _MessageRule(
+        # Anthropic's "model: claude-x", Gemini's "models/x is not found", a deployment.
+        re.compile(
+            r"^model: |\bmodels/\S+ is not found|\bmodel\b[^.]*\b(?:not found|does not exist)"
+            r"|\bdeployment\b[^.]*\bdoes not exist",
+            re.IGNORECASE,
+        ),
+        frozenset({InvalidRequest}),
+        ModelNotFound,
+        status=404,
+    ),
 )
 
 _CODE_SHAPE = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
-_SECONDS = re.compile(r"[0-9]{1,12}(?:\.[0-9]{1,9})?")
 _MEDIA_TYPE = re.compile(r"[\w.+-]{1,40}/[\w.+-]{1,40}", re.ASCII)
 
 
@@ -233,6 +262,7 @@ class _Fields:
     message: str = ""
     status_hint: int | None = None
     retry_after_s: float | None = None
+    quota_ids: tuple[str, ...] = ()  # Gemini's QuotaFailure violations
 
 
 def classify_response(
@@ -244,6 +274,16 @@ def classify_response(
     if retry_after is None:
         retry_after = fields.retry_after_s
     cls, code = _decide(kind, status, fields)
+    if cls is RateLimited and retry_after is None:
+        retry_after = wait_in_message(fields.message)
+        if retry_after is None:
+            retry_after = parse_rate_limit_reset(headers)
+    elif cls is ModelQuotaExhausted:
+        # A daily quota's RetryInfo says seconds (quoted in public Gemini issues), which
+        # would have the fleet retry a spent quota all day: the reset is midnight Pacific.
+        retry_after = max(retry_after or 0.0, seconds_to_daily_reset())
+    elif issubclass(cls, QuotaExhausted):
+        retry_after = None  # a rate-limit hint on a spent account says nothing of its reset
     message = _clean(fields.message) or _describe_body(status, headers, body)
     return cls(message, status=status, provider_code=code, retry_after_s=retry_after)
 
@@ -259,23 +299,6 @@ def classify_stream_error(kind: str, payload: Mapping[str, Any]) -> ProviderErro
     return cls(message, provider_code=code, retry_after_s=fields.retry_after_s)
 
 
-def parse_retry_after(headers: Mapping[str, str], *, now: datetime | None = None) -> float | None:
-    """Seconds to wait from `retry-after-ms`, or `Retry-After` as seconds or an HTTP date.
-
-    Header names are case-insensitive. Returns None when absent or unreadable, never a
-    negative or non-finite number (a date in the past is 0.0).
-    """
-    lowered = _lower(headers)
-    millis = _seconds(lowered.get("retry-after-ms"))
-    if millis is not None:
-        return millis / 1000
-    value = lowered.get("retry-after")
-    seconds = _seconds(value)
-    if seconds is not None or value is None:
-        return seconds
-    return _seconds_until(value, now)
-
-
 def _decide(kind: str, status: int | None, fields: _Fields) -> tuple[_ErrorClass, str | None]:
     table = _CODES.get(kind, {})
     cls: _ErrorClass | None = None
@@ -287,7 +310,14 @@ def _decide(kind: str, status: int | None, fields: _Fields) -> tuple[_ErrorClass
             break
     if cls is None:
         cls = _by_status(status)
+    if cls is RateLimited and fields.quota_ids:
+        # The quota ids decide, not the message (per-minute ones say "check your billing"
+        # too): a spent per-day quota is money until midnight.
+        daily = any("PerDay" in quota for quota in fields.quota_ids)
+        return (ModelQuotaExhausted if daily else RateLimited), code
     for rule in _MESSAGE_RULES:
+        if rule.status is not None and rule.status != status:
+            continue
         if cls in rule.refines and rule.pattern.search(fields.message):
             cls = rule.to
             break
@@ -328,6 +358,7 @@ def _read_document(document: object) -> _Fields:
             return _Fields()
         error = document  # vLLM puts the fields at the top level
     codes: list[str] = []
+    quotas: list[str] = []
     retry_after: float | None = None
     details = error.get("details")
     if isinstance(details, Mapping):
@@ -336,9 +367,10 @@ def _read_document(document: object) -> _Fields:
         for detail in details[:16]:
             if isinstance(detail, Mapping):
                 codes.append(_text(detail.get("reason")))
-                delay = detail.get("retryDelay")
-                if isinstance(delay, str) and delay.endswith("s"):
-                    retry_after = _seconds(delay[:-1])
+                delay = retry_delay_s(detail.get("retryDelay"))
+                if delay is not None:
+                    retry_after = delay
+                quotas.extend(_quota_ids(detail.get("violations")))
     codes.extend(_text(error.get(key)) for key in ("code", "type", "status"))
     raw_status = error.get("code")
     status_hint = raw_status if type(raw_status) is int and 100 <= raw_status <= 599 else None
@@ -347,6 +379,7 @@ def _read_document(document: object) -> _Fields:
         message=_text(error.get("message"))[:1000],
         status_hint=status_hint,
         retry_after_s=retry_after,
+        quota_ids=tuple(quotas),
     )
 
 
@@ -379,6 +412,13 @@ def _read_aws_event(payload: Mapping[str, Any]) -> _Fields:
     return _Fields(codes=(code,) if _CODE_SHAPE.fullmatch(code) else (), message=message[:1000])
 
 
+def _quota_ids(violations: object) -> list[str]:
+    if not isinstance(violations, list):
+        return []
+    ids = (_text(v.get("quotaId")) for v in violations[:16] if isinstance(v, Mapping))
+    return [quota for quota in ids if _CODE_SHAPE.fullmatch(quota)]
+
+
 def _text(value: object) -> str:
     return value if isinstance(value, str) else ""
 
@@ -401,28 +441,3 @@ def _describe_body(status: int, headers: Mapping[str, str], body: bytes) -> str:
 
 def _lower(headers: Mapping[str, str]) -> dict[str, str]:
     return {str(name).lower(): value for name, value in headers.items() if isinstance(value, str)}
-
-
-def _seconds(value: str | None) -> float | None:
-    if value is None or not _SECONDS.fullmatch(value.strip()):
-        return None
-    return float(value.strip())
-
-
-def _seconds_until(value: str, now: datetime | None) -> float | None:
-    if len(value) > 64:
-        return None
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError, OverflowError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    now = now or datetime.now(UTC)
-    if now.tzinfo is None:
-        now = now.replace(tzinfo=UTC)
-    try:
-        delta = (when - now).total_seconds()
-    except OverflowError:
-        return None
-    return max(0.0, delta) if math.isfinite(delta) else None

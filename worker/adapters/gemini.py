@@ -1,4 +1,9 @@
-"""Google Gemini generateContent / streamGenerateContent."""
+"""Google Gemini generateContent / streamGenerateContent.
+
+Gemini 3 signs its function calls (`thoughtSignature`) and refuses the next request of
+a tool loop without them: a call's signature rides on `ToolCall.signature`, a text
+part's on `Completion.reasoning`, and both go back on the model's turn as received.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ from urllib.parse import quote
 
 from worker.adapters.base import Completion, Event, ProviderCall, TextDelta, ToolCallDelta
 from worker.adapters.classify import classify_stream_error
+from worker.adapters.finish import FinishReason, normalize_finish
 from worker.adapters.http import (
     HttpAdapter,
     HttpRequest,
@@ -19,9 +25,14 @@ from worker.adapters.http import (
 )
 from worker.adapters.sse import SseEvent
 from worker.errors import ConnectionFailed
-from worker.types import Message, ToolCall, Usage
+from worker.types import Message, Reasoning, ToolCall, Usage
 
-__all__ = ["GeminiAdapter"]
+__all__ = ["ORIGIN", "SKIP_SIGNATURE", "GeminiAdapter"]
+
+ORIGIN = "google"  # the `Reasoning.origin` of Gemini's signatures, wherever served
+# Google's documented stand-in for a function call Gemini did not write (a turn that
+# fell back from another vendor): "Thought signatures", Gemini API docs.
+SKIP_SIGNATURE = "skip_thought_signature_validator"
 
 
 class GeminiAdapter(HttpAdapter):
@@ -80,10 +91,8 @@ def _contents(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
             response = {"name": name, "response": {"content": message.content}}
             parts.append({"functionResponse": response})
         elif message.content or not message.tool_calls:
-            parts.append({"text": message.content})
-        parts.extend(
-            {"functionCall": {"name": c.name, "args": c.arguments}} for c in message.tool_calls
-        )
+            parts.append(_signed({"text": message.content}, _text_signature(message)))
+        parts.extend(_function_calls(message.tool_calls))
         role = "model" if message.role == "assistant" else "user"
         # One turn per role change: parallel function responses must share one turn.
         if out and out[-1]["role"] == role:
@@ -91,6 +100,28 @@ def _contents(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
         else:
             out.append({"role": role, "parts": parts})
     return out
+
+
+def _function_calls(calls: tuple[ToolCall, ...]) -> list[dict[str, Any]]:
+    """Parallel calls: Gemini signs only the first; calls it never signed get the stand-in."""
+    signed = any(call.signature for call in calls)
+    return [
+        _signed(
+            {"functionCall": {"name": c.name, "args": c.arguments}},
+            c.signature or (None if signed or i else SKIP_SIGNATURE),
+        )
+        for i, c in enumerate(calls)
+    ]
+
+
+def _text_signature(message: Message) -> str | None:
+    return next((r.signature for r in message.reasoning if r.origin == ORIGIN), None)
+
+
+def _signed(part: dict[str, Any], signature: str | None) -> dict[str, Any]:
+    if signature:
+        part["thoughtSignature"] = signature
+    return part
 
 
 def _usage(meta: dict[str, Any]) -> Usage:
@@ -115,7 +146,8 @@ class _ChunkDecoder:
         self._text: list[str] = []
         self._calls: list[ToolCall] = []
         self._usage = Usage()
-        self._finish_reason: str | None = None
+        self._finish_reason: FinishReason | None = None
+        self._signature: str | None = None  # the last signature on a part that is no call
 
     def feed(self, event: SseEvent) -> list[Event]:
         return self.absorb(as_object(json.loads(event.data)))
@@ -130,24 +162,29 @@ class _ChunkDecoder:
         if not candidates:
             feedback = as_object(chunk.get("promptFeedback") or {})
             if feedback.get("blockReason") is not None:
-                self._finish_reason = as_str(feedback["blockReason"])
+                # The prompt itself was blocked, whatever the reason's name.
+                self._finish_reason = FinishReason.CONTENT_FILTER
             return []
         candidate = as_object(candidates[0])
         if candidate.get("finishReason") is not None:
-            self._finish_reason = as_str(candidate["finishReason"])
+            self._finish_reason = normalize_finish("gemini", as_str(candidate["finishReason"]))
         events: list[Event] = []
         for raw in as_object(candidate.get("content") or {}).get("parts") or ():
             part = as_object(raw)
+            signature = as_str(part.get("thoughtSignature")) or None
+            if "functionCall" in part:
+                events.extend(self._call(as_object(part["functionCall"]), signature))
+                continue
+            if signature is not None:
+                self._signature = signature
             if part.get("thought"):
                 continue
-            if "functionCall" in part:
-                events.extend(self._call(as_object(part["functionCall"])))
-            elif as_str(part.get("text")):
+            if as_str(part.get("text")):
                 self._text.append(part["text"])
                 events.append(TextDelta(part["text"]))
         return events
 
-    def _call(self, call: dict[str, Any]) -> list[Event]:
+    def _call(self, call: dict[str, Any], signature: str | None) -> list[Event]:
         arguments = as_object(call.get("args") or {})
         index = len(self._calls)
         self._calls.append(
@@ -155,6 +192,7 @@ class _ChunkDecoder:
                 id=as_str(call.get("id")) or f"call_{uuid.uuid4().hex[:24]}",
                 name=as_str(call["name"]),
                 arguments=arguments,
+                signature=signature,
             )
         )
         return [ToolCallDelta(index=index, name=call["name"], arguments=json.dumps(arguments))]
@@ -162,9 +200,15 @@ class _ChunkDecoder:
     def completion(self) -> Completion:
         if not self.finished and self._finish_reason is None:
             raise ConnectionFailed("stream ended before a finishReason")
+        finish = self._finish_reason
+        if finish is FinishReason.STOP and self._calls:
+            finish = FinishReason.TOOL_CALLS  # Gemini ends a function call with STOP
         return Completion(
             text="".join(self._text),
             tool_calls=tuple(self._calls),
             usage=self._usage,
-            finish_reason=self._finish_reason,
+            finish_reason=finish,
+            reasoning=()
+            if self._signature is None
+            else (Reasoning(origin=ORIGIN, signature=self._signature),),
         )

@@ -9,6 +9,7 @@ from urllib.parse import quote, urlsplit
 
 from worker.adapters.base import Completion, Event, ProviderCall, TextDelta, ToolCallDelta
 from worker.adapters.classify import classify_stream_error
+from worker.adapters.finish import normalize_finish
 from worker.adapters.http import (
     HttpAdapter,
     HttpRequest,
@@ -79,7 +80,7 @@ class OpenAIAdapter(HttpAdapter):
             text=as_str(message.get("content")),
             tool_calls=calls,
             usage=_usage(body.get("usage")),
-            finish_reason=as_str(choice.get("finish_reason")) or None,
+            finish_reason=normalize_finish("openai", as_str(choice.get("finish_reason"))),
         )
 
     def decoder(self) -> StreamDecoder:
@@ -203,5 +204,5 @@ class _ChunkDecoder:
             text="".join(self._text),
             tool_calls=calls,
             usage=self._usage,
-            finish_reason=self._finish_reason,
+            finish_reason=normalize_finish("openai", self._finish_reason),
         )

@@ -17,7 +17,6 @@ Anthropic error object the model itself returns; `classify` reads both as `verte
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from collections.abc import AsyncGenerator, Mapping
 from typing import ClassVar, Literal
 from urllib.parse import quote
@@ -25,8 +24,7 @@ from urllib.parse import quote
 import httpx
 
 from worker.adapters.anthropic import AnthropicAdapter
-from worker.adapters.base import Completion, Event, ProviderCall
-from worker.adapters.finish import FinishReason, normalize_finish
+from worker.adapters.base import Event, ProviderCall
 from worker.adapters.gemini import GeminiAdapter
 from worker.adapters.http import HttpAdapter, HttpRequest
 from worker.adapters.vertex_auth import AccessToken
@@ -39,7 +37,6 @@ VERTEX_ANTHROPIC_VERSION = "vertex-2023-10-16"
 """The `anthropic_version` a rawPredict body carries (instead of a header)."""
 
 Publisher = Literal["google", "anthropic"]
-_FINISH_VALUES = frozenset(FinishReason)
 
 
 def publisher(model_id: str) -> Publisher:
@@ -70,7 +67,7 @@ class VertexAdapter:
         try:
             async with contextlib.aclosing(self._adapters[chosen].send(call)) as events:
                 async for event in events:
-                    yield _normalized(chosen, event)
+                    yield event
         except AuthFailed as exc:
             if exc.status == 401:
                 self._token.refused()
@@ -136,10 +133,3 @@ def _on_vertex(
     # HttpAdapter redacts these from error bodies and messages; the token changes hourly.
     adapter._secrets = adapter._token.tokens
     return HttpRequest(url=url, headers=headers, body=built.body)
-
-
-def _normalized(chosen: Publisher, event: Event) -> Event:
-    if not isinstance(event, Completion) or event.finish_reason in _FINISH_VALUES:
-        return event  # already in our vocabulary
-    api = "gemini" if chosen == "google" else "anthropic"
-    return dataclasses.replace(event, finish_reason=normalize_finish(api, event.finish_reason))

@@ -37,7 +37,9 @@ class Signal(StrEnum):
     MODEL_FAILURE = "model_failure"  # this model only: overloaded, another model may serve
     NEUTRAL = "neutral"
     RATE_LIMITED = "rate_limited"
-    EXHAUSTED = "exhausted"
+    EXHAUSTED = "exhausted"  # the provider account: every model on it
+    MODEL_EXHAUSTED = "model_exhausted"  # one model's quota on the account
+    MODEL_GONE = "model_gone"  # the provider does not know the model: skip it for long
 
 
 @dataclass(frozen=True, slots=True)

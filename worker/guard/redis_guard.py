@@ -72,6 +72,9 @@ _BREAKER_VERDICT = {
     Signal.NEUTRAL: _NEUTRAL,
     Signal.RATE_LIMITED: _NEUTRAL,
     Signal.EXHAUSTED: _NEUTRAL,
+    Signal.MODEL_EXHAUSTED: _NEUTRAL,
+    # A 404 is the caller's configuration, not the model's health: the long skip says it.
+    Signal.MODEL_GONE: _NEUTRAL,
 }
 
 
@@ -130,8 +133,8 @@ class RedisGuard:
         if not self._scripts_loaded:
             await self._load_scripts()
         scopes = _scopes(targets)
-        pairs = [(t.provider, t.provider_model) for t in targets]
-        accounts = sorted({t.provider for t in targets})
+        pairs = [breakers.Pair(t.provider, t.provider_model) for t in targets]
+        accounts: list[str | breakers.Pair] = [*sorted({t.provider for t in targets}), *pairs]
         if not self.circuits.fleet_view:
             state = await self.circuits.check(scopes, pairs, accounts)
             if state.fleet_view:
@@ -224,8 +227,15 @@ class RedisGuard:
             ]
         if signal is Signal.RATE_LIMITED:
             entries.append(breakers.Cooldown(target.provider, target.provider_model, retry_after_s))
+        elif signal is Signal.MODEL_GONE:
+            entries.append(breakers.Gone(target.provider, target.provider_model))
         elif signal is Signal.EXHAUSTED:
-            entries.append(breakers.Exhausted(target.provider))
+            # Until the quota resets when the provider said when, else the configured TTL.
+            entries.append(breakers.Exhausted(target.provider, retry_after_s))
+        elif signal is Signal.MODEL_EXHAUSTED:
+            entries.append(
+                breakers.Exhausted(target.provider, retry_after_s, model=target.provider_model)
+            )
         if not self.circuits.fleet_view:
             if entries:
                 _log_transitions(await self.circuits.record(entries))
@@ -448,7 +458,8 @@ def _view(state: breakers.FleetState, targets: Sequence[Target]) -> FleetView:
 
 
 def _availability(state: breakers.FleetState, target: Target) -> Availability:
-    if state.exhausted.get(target.provider):
+    pair = breakers.Pair(target.provider, target.provider_model)
+    if state.exhausted.get(target.provider) or state.exhausted.get(pair):
         return Availability.EXHAUSTED
     closed = breakers.ScopeState("", breakers.BreakerState.CLOSED)
     vendor = state.scopes.get(vendor_scope(target), closed)
@@ -457,7 +468,7 @@ def _availability(state: breakers.FleetState, target: Target) -> Availability:
         return Availability.VENDOR_OPEN
     if not model.callable:
         return Availability.OPEN
-    if state.cooldowns.get(breakers.Pair(target.provider, target.provider_model), 0) > 0:
+    if state.cooldowns.get(pair, 0) > 0:
         return Availability.COOLDOWN
     if breakers.BreakerState.HALF_OPEN in (vendor.state, model.state):
         return Availability.PROBE

@@ -1,10 +1,16 @@
-"""The fallback-rate alert: share of turns with step >= 1 over a sliding window, per process.
+"""Alerts in the workers' own logs: the fallback rate, and a model the provider says is gone.
 
-One warning `fallback_rate.above_threshold` when the rate crosses the threshold,
+The fallback-rate alert is the share of turns with step >= 1 over a sliding window, per
+process. One warning `fallback_rate.above_threshold` when the rate crosses the threshold,
 one `fallback_rate.recovered` when it falls back under; nothing in between. A
 window with fewer than `min_turns` turns never alerts: 1 fallback in 2 turns is
 noise, not a 50 % fallback rate. Prometheus computes the fleet-wide rate from
 `relevo_turns_total`; this is the process's own early warning in its logs.
+
+`model_gone` logs `model.not_found` at error level each time a provider answers that a
+configured model does not exist (retired, misspelt, deployment deleted): the fleet
+skips it and falls back, but only a person can fix the chain. Prometheus alerts on
+`relevo_model_not_found_total`.
 """
 
 from __future__ import annotations
@@ -18,11 +24,23 @@ from dataclasses import dataclass
 
 import structlog
 
-__all__ = ["FallbackWatch"]
+__all__ = ["FallbackWatch", "model_gone"]
 
 log = structlog.get_logger("relevo.metrics")
 
 _BUCKETS = 60
+
+
+def model_gone(model: str, provider: str, provider_model: str, detail: str) -> None:
+    """A provider does not know a model of the chain: a person must change the chain."""
+    log.error(
+        "model.not_found",
+        model=model,
+        provider=provider,
+        provider_model=provider_model,
+        detail=detail,
+        action="the provider no longer serves this model: update the chain's configuration",
+    )
 
 
 @dataclass(slots=True)

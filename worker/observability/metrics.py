@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from worker.errors import ModelNotFound
 from worker.observability.alert import FallbackWatch
 from worker.settings import ObservabilitySettings
 from worker.types import AttemptOutcome, TurnResult
@@ -23,6 +24,7 @@ __all__ = [
     "FALLBACK_RATE",
     "KILL_SWITCH",
     "METRIC_NAMES",
+    "MODEL_NOT_FOUND_TOTAL",
     "SERIES_NAMES",
     "STORE_RESETS_TOTAL",
     "TENANT_BUDGET_HELD_MICROS",
@@ -51,6 +53,7 @@ TENANT_RECLAIMED_MICROS = "relevo_tenant_reclaimed_micros"
 FALLBACK_RATE = "relevo_fallback_rate"
 KILL_SWITCH = "relevo_kill_switch"
 STORE_RESETS_TOTAL = "relevo_store_resets_total"
+MODEL_NOT_FOUND_TOTAL = "relevo_model_not_found_total"
 
 # Every metric name and its labels, as PromQL sees them.
 METRIC_NAMES: dict[str, tuple[str, ...]] = {
@@ -69,6 +72,7 @@ METRIC_NAMES: dict[str, tuple[str, ...]] = {
     FALLBACK_RATE: (),
     KILL_SWITCH: (),
     STORE_RESETS_TOTAL: (),
+    MODEL_NOT_FOUND_TOTAL: ("model", "provider", "provider_model"),
 }
 _HISTOGRAMS = (TURN_DURATION_SECONDS, ATTEMPT_DURATION_SECONDS)
 # The series names a query may use: histograms add _bucket, _sum and _count.
@@ -133,6 +137,12 @@ class TurnMetrics:
             registry=r,
             multiprocess_mode="liveall",
         )
+        self.models_not_found = Counter(
+            _counter_base(MODEL_NOT_FOUND_TOTAL),
+            "Calls a provider answered with: this model does not exist (a person must act)",
+            METRIC_NAMES[MODEL_NOT_FOUND_TOTAL],
+            registry=r,
+        )
         self.store_resets = Counter(
             _counter_base(STORE_RESETS_TOTAL),
             "Times this process found the shared store had lost its data",
@@ -163,6 +173,10 @@ class TurnMetrics:
             self.attempts.labels(
                 attempt.model, attempt.provider, outcome, attempt.error_class or ""
             ).inc()
+            if attempt.error_class == ModelNotFound.code:
+                self.models_not_found.labels(
+                    attempt.model, attempt.provider, attempt.provider_model
+                ).inc()
             if attempt.outcome is not AttemptOutcome.SKIPPED:
                 self.attempt_seconds.labels(attempt.model, attempt.provider, outcome).observe(
                     attempt.latency_ms / 1000

@@ -1,4 +1,10 @@
-"""Anthropic Messages as the simulator speaks it."""
+"""Anthropic Messages as the simulator speaks it.
+
+With extended thinking asked for (`thinking: {"type": "enabled"}`), replies start with
+a signed thinking block (and a redacted_thinking block when the fault says so), and a
+follow-up whose last assistant turn lacks them, or changed them, is refused as the
+API refuses it.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +19,7 @@ from worker.simulator.wire import (
     estimate_tokens,
     fragments,
     require,
+    sign,
     sse,
 )
 
@@ -31,6 +38,16 @@ _ERRORS: dict[int, str] = {
 }
 
 _STREAM_ERROR = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+_THINKING = ("thinking", "redacted_thinking")
+# The API's words, as quoted in public issues (e.g. anthropics/claude-code).
+_THINKING_FIRST = (
+    "messages.{i}.content.0.type: Expected `thinking` or `redacted_thinking`, but found "
+    "`{found}`. When `thinking` is enabled, a final `assistant` message must start with a "
+    "thinking block (preceeding the lastmost set of `tool_use` and `tool_result` blocks). "
+    "We recommend you include thinking blocks from previous turns. To avoid this "
+    "requirement, disable `thinking`. Please consult our documentation at "
+    "https://docs.claude.com/en/docs/build-with-claude/extended-thinking"
+)
 
 
 class AnthropicDialect:
@@ -49,6 +66,10 @@ class AnthropicDialect:
             isinstance(t, dict) and isinstance(t.get("name"), str) for t in tools
         ):
             raise BadRequest("tools.name: field required")
+        thinking = body.get("thinking")
+        thinks = isinstance(thinking, dict) and thinking.get("type") == "enabled"
+        if thinks:
+            _check_thinking(messages, model)
         prompt = json.dumps([body.get("system"), messages])
         return Inspection(
             model=model,
@@ -57,11 +78,12 @@ class AnthropicDialect:
             message_count=len(messages),
             tools=tuple(t["name"] for t in tools),
             max_tokens=limit,
+            thinking=thinks,
         )
 
     def reply_body(self, reply: CannedReply) -> dict[str, Any]:
-        """A `message` object with text and tool_use blocks."""
-        content: list[dict[str, Any]] = []
+        """A `message` object with thinking, text and tool_use blocks."""
+        content: list[dict[str, Any]] = _thinking_blocks(reply)
         if _has_text_block(reply):
             content.append({"type": "text", "text": reply.text})
         if reply.tool is not None:
@@ -89,20 +111,26 @@ class AnthropicDialect:
             "usage": _usage(reply, 1),
         }
         out = [_event("message_start", {"message": start})]
+        for index, whole in enumerate(_thinking_blocks(reply)):
+            out.extend(_streamed_thinking(index, whole))
         if _has_text_block(reply):
             block = {"type": "text", "text": ""}
-            out.append(_event("content_block_start", {"index": 0, "content_block": block}))
+            start_at = {"index": _base(reply), "content_block": block}
+            out.append(_event("content_block_start", start_at))
         out.append(_event("ping", {}))
         return out
 
     def pieces(self, reply: CannedReply) -> list[bytes]:
         """text_delta per token; the tool_use block's start, then input_json_delta fragments."""
+        base = _base(reply)
         out = [
-            _event("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": t}})
+            _event(
+                "content_block_delta", {"index": base, "delta": {"type": "text_delta", "text": t}}
+            )
             for t in reply.tokens
         ]
         if reply.tool is not None:
-            index = 1 if _has_text_block(reply) else 0
+            index = base + (1 if _has_text_block(reply) else 0)
             block = {
                 "type": "tool_use",
                 "id": f"toolu_sim{reply.tool.id}",
@@ -110,8 +138,8 @@ class AnthropicDialect:
                 "input": {},
             }
             start = _event("content_block_start", {"index": index, "content_block": block})
-            if index:
-                start = _event("content_block_stop", {"index": 0}) + start
+            if index > base:
+                start = _event("content_block_stop", {"index": base}) + start
             out.append(start)
             for part in fragments(reply.tool.arguments_json):
                 delta = {"type": "input_json_delta", "partial_json": part}
@@ -124,7 +152,7 @@ class AnthropicDialect:
         The delta's output_tokens is the cumulative count, thinking included; the input
         and cache counts stay in message_start (the API may repeat them here, or not).
         """
-        last = 1 if reply.tool is not None and _has_text_block(reply) else 0
+        last = _base(reply) + (1 if reply.tool is not None and _has_text_block(reply) else 0)
         delta = {"stop_reason": _stop_reason(reply), "stop_sequence": None}
         usage = {"output_tokens": reply.output_tokens}
         return [
@@ -164,7 +192,77 @@ def _has_text_block(reply: CannedReply) -> bool:
     return bool(reply.tokens) or reply.tool is None
 
 
+def _base(reply: CannedReply) -> int:
+    """The index of the first block after the thinking blocks."""
+    return len(_thinking_blocks(reply))
+
+
+def _thinking_blocks(reply: CannedReply) -> list[dict[str, Any]]:
+    if not reply.thinking:
+        return []
+    thought = reply.thought
+    blocks = [{"type": "thinking", "thinking": thought, "signature": sign("thinking", thought)}]
+    if reply.redacted_thinking:
+        blocks.append({"type": "redacted_thinking", "data": sign("redacted", reply.model)})
+    return blocks
+
+
+def _streamed_thinking(index: int, whole: dict[str, Any]) -> list[bytes]:
+    """A thinking block as the API streams it: empty start, thinking, then signature."""
+    if whole["type"] == "redacted_thinking":
+        start = _event("content_block_start", {"index": index, "content_block": whole})
+        return [start, _event("content_block_stop", {"index": index})]
+    empty = {"type": "thinking", "thinking": "", "signature": ""}
+    deltas = (
+        {"type": "thinking_delta", "thinking": whole["thinking"]},
+        {"type": "signature_delta", "signature": whole["signature"]},
+    )
+    return [
+        _event("content_block_start", {"index": index, "content_block": empty}),
+        *(_event("content_block_delta", {"index": index, "delta": d}) for d in deltas),
+        _event("content_block_stop", {"index": index}),
+    ]
+
+
+def _check_thinking(messages: list[Any], model: str) -> None:
+    """Refuse what the API refuses with thinking on: changed thinking blocks, and a last
+    assistant turn of a tool loop that does not start with its thinking."""
+    last = None
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or message.get("role") != "assistant":
+            continue
+        last = i
+        content = message.get("content")
+        for j, block in enumerate(content if isinstance(content, list) else ()):
+            kind = block.get("type") if isinstance(block, dict) else None
+            if kind == "thinking" and block.get("signature") != sign(
+                "thinking", block.get("thinking")
+            ):
+                raise BadRequest(
+                    f"messages.{i}.content.{j}: Invalid `signature` in `thinking` block"
+                )
+            if kind == "redacted_thinking" and block.get("data") != sign("redacted", model):
+                raise BadRequest(
+                    f"messages.{i}.content.{j}: Invalid `data` in `redacted_thinking` block"
+                )
+    if last is None or not _uses_tools(messages[last]):
+        return
+    content = messages[last].get("content")
+    first = content[0] if isinstance(content, list) and content else {}
+    found = first.get("type", "text") if isinstance(first, dict) else "text"
+    if found not in _THINKING:
+        raise BadRequest(_THINKING_FIRST.format(i=last, found=found))
+
+
+def _uses_tools(message: dict[str, Any]) -> bool:
+    content = message.get("content")
+    blocks = content if isinstance(content, list) else ()
+    return any(isinstance(b, dict) and b.get("type") == "tool_use" for b in blocks)
+
+
 def _stop_reason(reply: CannedReply) -> str:
+    if reply.filtered:
+        return "refusal"
     if reply.tool is not None:
         return "tool_use"
     return "max_tokens" if reply.truncated else "end_turn"

@@ -9,7 +9,16 @@ both sides agree on what a provider really sends. Where each shape comes from:
   `insufficient_quota` type), and bodies quoted verbatim in public issue threads
   (context_length_exceeded, model_not_found, billing_hard_limit_reached). Body:
   `{"error": {"message", "type", "param", "code"}}`. Mid-stream, Chat Completions
-  sends one `data:` line carrying the same `error` object and no `choices`.
+  sends one `data:` line carrying the same `error` object and no `choices`. Rate-limit
+  hints beside Retry-After: the "Rate limits" guide's `x-ratelimit-reset-requests` /
+  `-tokens` headers (Go durations such as "1s", "6m0s") and "Please try again in
+  644ms" in messages quoted in openai/openai-python issues. "Your input exceeds the
+  context window of this model" is the Responses API's overflow (openai/codex issues).
+  Azure OpenAI: `{"error": {"code": "DeploymentNotFound", ...}}` with 404 as quoted
+  in MicrosoftDocs/azure-docs and Azure-Samples issues; its 400 `content_filter` for
+  a filtered prompt from the "Content filtering" page. vLLM's OpenAI-compatible
+  server puts the fields at the top level (`"object": "error"`, its own message for an
+  overflow).
 - Anthropic: Claude API "Errors" page (error shape with `request_id`; 400, 401,
   403, 404, 413, 429, 500, 529 and their `error.type`), the "Rate limits" and
   spend-limit pages (429 with `retry-after`; 429 with `details.error_code =
@@ -17,6 +26,10 @@ both sides agree on what a provider really sends. Where each shape comes from:
   the SDKs' `BillingError` (402 billing_error), `timeout_error` (504), and issue
   threads for the credit-balance and "prompt is too long" messages. Mid-stream:
   the "Streaming Messages" page's `event: error` with the same `error` object.
+  "input length and `max_tokens` exceed context limit: 178959 + 64000 > 200000, ..."
+  is quoted in docker/docker-agent and anthropics/claude-code issues; the
+  `anthropic-ratelimit-*-reset` headers (RFC 3339) are the "Rate limits" page's; 404
+  `not_found_error` with "model: <id>" is the API's answer for a retired model.
 - Gemini: Gemini API "Troubleshooting" page (HTTP code / status table:
   INVALID_ARGUMENT, FAILED_PRECONDITION, PERMISSION_DENIED, NOT_FOUND,
   RESOURCE_EXHAUSTED, INTERNAL, UNAVAILABLE, DEADLINE_EXCEEDED), the invalid key
@@ -53,6 +66,11 @@ both sides agree on what a provider really sends. Where each shape comes from:
   provided model identifier is invalid." in strands-agents/harness-sdk#38. Body:
   `{"message"}`, the exception's name in the header; mid-stream, an event-stream message
   of type `exception` named by `:exception-type` (here `{"throttlingException": {...}}`).
+  "details"}}`; mid-stream (`alt=sse`) the same object arrives as a `data:` line. A
+  per-day quota: the `QuotaFailure` with quotaId
+  `GenerateRequestsPerDayPerProjectPerModel-FreeTier` (and a RetryInfo of seconds)
+  quoted in googleapis/python-genai issue 2044; per-day quotas reset at midnight
+  Pacific time (Gemini API "Rate limits" page).
 - Proxies: an HTML 502 page as Cloudflare/nginx serve it, and an empty 503.
 """
 
@@ -150,17 +168,30 @@ def _headers(kwargs: Mapping[str, str]) -> dict[str, str]:
 
 
 _RPC = "type.googleapis.com/google.rpc."
-_GEMINI_QUOTA = {
-    "@type": _RPC + "QuotaFailure",
-    "violations": [
-        {
+
+
+def _quota_failure(*quota_ids: str, value: str | None = None) -> dict[str, Any]:
+    """A `google.rpc.QuotaFailure` detail naming the spent quotas of gemini-2.0-flash."""
+    violations: list[dict[str, Any]] = []
+    for quota_id in quota_ids:
+        violation: dict[str, Any] = {
             "quotaMetric": "generativelanguage.googleapis.com/generate_content_free_tier_requests",
-            "quotaId": "GenerateRequestsPerMinutePerProjectPerModel-FreeTier",
+            "quotaId": quota_id,
             "quotaDimensions": {"location": "global", "model": "gemini-2.0-flash"},
-            "quotaValue": "15",
         }
-    ],
-}
+        if value is not None:
+            violation["quotaValue"] = value
+        violations.append(violation)
+    return {"@type": _RPC + "QuotaFailure", "violations": violations}
+
+
+_PER_MINUTE = "GenerateRequestsPerMinutePerProjectPerModel-FreeTier"
+_GEMINI_QUOTA = _quota_failure(_PER_MINUTE, value="15")
+_GEMINI_DAILY = _quota_failure("GenerateRequestsPerDayPerProjectPerModel-FreeTier", _PER_MINUTE)
+_GEMINI_QUOTA_MSG = (
+    "You exceeded your current quota, please check your plan and billing details. For more "
+    "information on this error, head to: https://ai.google.dev/gemini-api/docs/rate-limits."
+)
 _GEMINI_HELP = {
     "@type": _RPC + "Help",
     "links": [
@@ -218,6 +249,27 @@ _CATALOGUE: dict[Kind, dict[str, CannedError]] = {
             x_ratelimit_remaining_requests="0",
             x_ratelimit_reset_requests="120ms",
         ),
+        "rate_limit_reset_headers": _openai(
+            429,
+            "Rate limit reached for gpt-4o-mini in organization org-XXXX on tokens per min "
+            "(TPM): Limit 200000, Used 199813, Requested 1042.",
+            "tokens",
+            "rate_limit_exceeded",
+            x_ratelimit_limit_requests="5000",
+            x_ratelimit_remaining_requests="4999",
+            x_ratelimit_reset_requests="12ms",
+            x_ratelimit_limit_tokens="200000",
+            x_ratelimit_remaining_tokens="0",
+            x_ratelimit_reset_tokens="644ms",
+        ),
+        "rate_limit_try_again": _openai(
+            429,
+            "Rate limit reached for gpt-4o in organization org-XXXX on tokens per min (TPM): "
+            "Limit 30000, Used 29400, Requested 1350. Please try again in 1.5s. Visit "
+            "https://platform.openai.com/account/rate-limits to learn more.",
+            "tokens",
+            "rate_limit_exceeded",
+        ),
         "insufficient_quota": _openai(429, _OAI_QUOTA, "insufficient_quota", "insufficient_quota"),
         "credit_balance_exhausted": _openai(
             429, _OAI_QUOTA, "insufficient_quota", "credit_balance_exhausted"
@@ -256,6 +308,47 @@ _CATALOGUE: dict[Kind, dict[str, CannedError]] = {
             "The model `gpt-9` does not exist or you do not have access to it.",
             "invalid_request_error",
             "model_not_found",
+        ),
+        "deployment_not_found": CannedError(
+            404,
+            {
+                "error": {
+                    "code": "DeploymentNotFound",
+                    "message": "The API deployment for this resource does not exist. If you "
+                    "created the deployment within the last 5 minutes, please wait a moment "
+                    "and try again.",
+                }
+            },
+            dict(_JSON),
+        ),
+        "azure_prompt_filtered": _openai(
+            400,
+            "The response was filtered due to the prompt triggering Azure OpenAI's content "
+            "management policy. Please modify your prompt and retry.",
+            "invalid_request_error",
+            "content_filter",
+            "prompt",
+        ),
+        "context_window_exceeded": _openai(
+            400,
+            "Your input exceeds the context window of this model. Please adjust your input "
+            "and try again.",
+            "invalid_request_error",
+            None,
+            "input",
+        ),
+        "vllm_context_length": CannedError(
+            400,
+            {
+                "object": "error",
+                "message": "This model's maximum context length is 32768 tokens. However, you "
+                "requested 33792 tokens (32768 in the messages, 1024 in the completion). "
+                "Please reduce the length of the messages or completion.",
+                "type": "BadRequestError",
+                "param": None,
+                "code": 400,
+            },
+            dict(_JSON),
         ),
         "context_length_exceeded": _openai(
             400,
@@ -305,6 +398,23 @@ _CATALOGUE: dict[Kind, dict[str, CannedError]] = {
         "prompt_too_long": _anthropic(
             400, "invalid_request_error", "prompt is too long: 208310 tokens > 200000 maximum"
         ),
+        "context_limit_with_max_tokens": _anthropic(
+            400,
+            "invalid_request_error",
+            "input length and `max_tokens` exceed context limit: 178959 + 64000 > 200000, "
+            "decrease input length or `max_tokens` and try again",
+        ),
+        "rate_limit_reset_headers": _anthropic(
+            429,
+            "rate_limit_error",
+            "This request would exceed the rate limit for your organization of 80,000 input "
+            "tokens per minute. For details, refer to: "
+            "https://docs.claude.com/en/api/rate-limits.",
+            anthropic_ratelimit_requests_remaining="49",
+            anthropic_ratelimit_requests_reset="2030-01-01T00:00:00Z",
+            anthropic_ratelimit_input_tokens_remaining="0",
+            anthropic_ratelimit_input_tokens_reset="2030-01-01T00:00:00Z",
+        ),
         "spend_limit": _anthropic(
             400,
             "invalid_request_error",
@@ -340,13 +450,20 @@ _CATALOGUE: dict[Kind, dict[str, CannedError]] = {
         "resource_exhausted": _gemini(
             429,
             "RESOURCE_EXHAUSTED",
-            "You exceeded your current quota, please check your plan and billing details. "
-            "For more information on this error, head to: "
-            "https://ai.google.dev/gemini-api/docs/rate-limits.",
+            _GEMINI_QUOTA_MSG,
             _GEMINI_QUOTA,
             _GEMINI_HELP,
             {"@type": _RPC + "RetryInfo", "retryDelay": "27s"},
         ),
+        "daily_quota_exhausted": _gemini(
+            429,
+            "RESOURCE_EXHAUSTED",
+            _GEMINI_QUOTA_MSG,
+            _GEMINI_HELP,
+            _GEMINI_DAILY,
+            {"@type": _RPC + "RetryInfo", "retryDelay": "47s"},
+        ),
+        "quota_billing": _gemini(429, "RESOURCE_EXHAUSTED", _GEMINI_QUOTA_MSG),
         "resource_exhausted_bare": _gemini(
             429, "RESOURCE_EXHAUSTED", "Resource has been exhausted (e.g. check quota)."
         ),

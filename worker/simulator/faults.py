@@ -89,6 +89,12 @@ class Fault:
     reasoning_tokens: int = 0
     """Hidden reasoning tokens the reply reports as output; never sent as content, so
     `stall_after_tokens` and `error_after_tokens` do not count them."""
+    content_filter_after_tokens: int | None = None
+    """Stop with the API's content-filter finish after this many text tokens (Azure's
+    `content_filter` mid-stream); 0 blocks the prompt before any content."""
+    redacted_thinking: bool = False
+    """When the request asks for extended thinking (Anthropic), add a redacted_thinking
+    block after the thinking block."""
 
     def __post_init__(self) -> None:
         if self.status is not None and not 400 <= self.status <= 599:
@@ -113,6 +119,7 @@ class Fault:
             "cache_write_tokens",
             "cache_read_tokens",
             "reasoning_tokens",
+            "content_filter_after_tokens",
         )
         for name in counts:
             value = getattr(self, name)

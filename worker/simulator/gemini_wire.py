@@ -1,4 +1,11 @@
-"""Gemini generateContent / streamGenerateContent as the simulator speaks it."""
+"""Gemini generateContent / streamGenerateContent as the simulator speaks it.
+
+As Gemini 3 does, every function call is signed (`thoughtSignature` on the first
+functionCall part of a reply, and on the last text part of a reply without calls), and
+a request whose current turn sends a model's function call back without its signature,
+or with one the simulator did not write, is refused with 400 INVALID_ARGUMENT. Google's
+documented stand-ins for calls Gemini did not write are accepted.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +19,7 @@ from worker.simulator.wire import (
     Inspection,
     estimate_tokens,
     require,
+    sign,
     sse,
 )
 
@@ -29,6 +37,16 @@ _ERRORS: dict[int, str] = {
     503: "UNAVAILABLE",
     504: "DEADLINE_EXCEEDED",
 }
+
+# "Thought signatures" (Gemini API docs): what a call Gemini did not write may carry.
+_STAND_INS = frozenset({"skip_thought_signature_validator", "context_engineering_is_the_way_to_go"})
+_MISSING = (
+    "Function call is missing a thought_signature in functionCall parts. This is required "
+    "for tools to work correctly, and missing thought_signature may lead to degraded model "
+    "performance. Additional data, function call `default_api:{name}` , position {at}. "
+    "Please refer to https://ai.google.dev/gemini-api/docs/thought-signatures for more details."
+)
+_SAFETY = [{"category": "HARM_CATEGORY_DANGEROUS_CONTENT", "probability": "HIGH"}]
 
 _STREAM_ERROR = {
     "error": {
@@ -60,6 +78,7 @@ class GeminiDialect:
                 ):
                     raise BadRequest("tools[].functionDeclarations[].name: field required")
                 names.append(declaration["name"])
+        _check_signatures(contents)
         config = body.get("generationConfig") or {}
         limit = config.get("maxOutputTokens") if isinstance(config, dict) else None
         prompt = json.dumps([body.get("systemInstruction"), contents])
@@ -74,11 +93,15 @@ class GeminiDialect:
 
     def reply_body(self, reply: CannedReply) -> dict[str, Any]:
         """A GenerateContentResponse with text and functionCall parts."""
+        if reply.filtered and not reply.tokens:
+            return self._blocked(reply)
         parts: list[dict[str, Any]] = [{"text": reply.text}] if reply.tokens else []
         if reply.tool is not None:
             parts.append(_function_call(reply))
-        if not parts:
-            parts.append({"text": ""})
+        elif not reply.filtered:
+            if not parts:
+                parts.append({"text": ""})
+            parts[-1]["thoughtSignature"] = _text_signature(reply)
         return self._response(reply, parts, finish=True)
 
     def preamble(self, reply: CannedReply) -> list[bytes]:
@@ -94,7 +117,12 @@ class GeminiDialect:
 
     def ending(self, reply: CannedReply) -> list[bytes]:
         """A last chunk with finishReason and the whole usageMetadata; no end marker."""
-        return [self._chunk(self._response(reply, [{"text": ""}], finish=True))]
+        if reply.filtered and not reply.tokens:
+            return [self._chunk(self._blocked(reply))]
+        last: dict[str, Any] = {"text": ""}
+        if reply.tool is None and not reply.filtered:
+            last["thoughtSignature"] = _text_signature(reply)
+        return [self._chunk(self._response(reply, [] if reply.filtered else [last], finish=True))]
 
     def stream_error(self, payload: Mapping[str, Any] | None) -> bytes:
         """`data: {"error": {"code", "message", "status"}}`."""
@@ -110,11 +138,25 @@ class GeminiDialect:
     def _chunk(self, data: dict[str, Any]) -> bytes:
         return sse(data, separator=self.separator)
 
+    def _blocked(self, reply: CannedReply) -> dict[str, Any]:
+        """The prompt itself was blocked: promptFeedback and no candidates."""
+        feedback = {"blockReason": "SAFETY", "safetyRatings": _SAFETY}
+        return {
+            "promptFeedback": feedback,
+            "usageMetadata": _usage(reply, finish=True),
+            "modelVersion": reply.model,
+        }
+
     def _response(
         self, reply: CannedReply, parts: list[dict[str, Any]], *, finish: bool = False
     ) -> dict[str, Any]:
         candidate: dict[str, Any] = {"content": {"parts": parts, "role": "model"}, "index": 0}
-        if finish:
+        if finish and reply.filtered:
+            # Stopped by the safety filter: what was written so far, then the reason.
+            candidate.update(finishReason="SAFETY", safetyRatings=_SAFETY)
+            if not parts:
+                del candidate["content"]
+        elif finish:
             candidate["finishReason"] = "MAX_TOKENS" if reply.truncated else "STOP"
         return {
             "candidates": [candidate],
@@ -144,4 +186,38 @@ def _usage(reply: CannedReply, *, finish: bool) -> dict[str, int]:
 
 def _function_call(reply: CannedReply) -> dict[str, Any]:
     assert reply.tool is not None
-    return {"functionCall": {"name": reply.tool.name, "args": dict(reply.tool.arguments)}}
+    call = {"name": reply.tool.name, "args": dict(reply.tool.arguments)}
+    return {"functionCall": call, "thoughtSignature": _call_signature(call)}
+
+
+def _call_signature(call: Mapping[str, Any]) -> str:
+    return sign("call", call.get("name"), call.get("args") or {})
+
+
+def _text_signature(reply: CannedReply) -> str:
+    return sign("text", reply.model, reply.text)
+
+
+def _check_signatures(contents: list[Any]) -> None:
+    """The current turn (after the last user text) must send each model step's first
+    function call back with the signature it came with."""
+    start = 0
+    for i, content in enumerate(contents):
+        if not isinstance(content, dict) or content.get("role", "user") != "user":
+            continue
+        if any(isinstance(p, dict) and "text" in p for p in content.get("parts") or ()):
+            start = i + 1
+    for i, content in enumerate(contents[start:], start):
+        if not isinstance(content, dict) or content.get("role") != "model":
+            continue
+        calls = [
+            p for p in content.get("parts") or () if isinstance(p, dict) and "functionCall" in p
+        ]
+        for at, part in enumerate(calls):
+            signature = part.get("thoughtSignature")
+            call = part["functionCall"] if isinstance(part["functionCall"], dict) else {}
+            if signature is None and at == 0:
+                raise BadRequest(_MISSING.format(name=call.get("name"), at=i + 1))
+            valid = signature is None or signature in _STAND_INS
+            if not valid and signature != _call_signature(call):
+                raise BadRequest("Corrupted thought signature.")

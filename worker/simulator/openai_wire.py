@@ -158,6 +158,8 @@ def _id(reply: CannedReply) -> str:
 
 
 def _finish_reason(reply: CannedReply) -> str:
+    if reply.filtered:
+        return "content_filter"
     if reply.tool is not None:
         return "tool_calls"
     return "length" if reply.truncated else "stop"

@@ -7,6 +7,7 @@ events, so faults that count tokens work the same way on every API.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Mapping
@@ -25,6 +26,7 @@ __all__ = [
     "estimate_tokens",
     "fragments",
     "require",
+    "sign",
     "sse",
 ]
 
@@ -47,6 +49,8 @@ class Inspection:
     tools: tuple[str, ...]
     max_tokens: int | None
     include_usage: bool = False
+    thinking: bool = False
+    """The request asks for extended thinking (Anthropic's `thinking`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +83,15 @@ class CannedReply:
     cache_write_tokens: int = 0
     cache_read_tokens: int = 0
     reasoning_tokens: int = 0
+    filtered: bool = False
+    """The provider's content filter stopped the answer after `tokens`."""
+    thinking: bool = False
+    redacted_thinking: bool = False
+
+    @property
+    def thought(self) -> str:
+        """The thinking text of a reply that thinks (Anthropic extended thinking)."""
+        return f"The user asks {self.model} something; answer briefly."
 
     @property
     def text(self) -> str:
@@ -151,6 +164,13 @@ def sse(data: Any, *, event: str | None = None, separator: bytes = b"\n\n") -> b
     return f"{head}data: {text}".encode() + separator
 
 
+def sign(*parts: object) -> str:
+    """The simulator's signature over `parts`: a follow-up request must send back what it
+    signed, unchanged, as a provider's own signatures are checked."""
+    digest = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode())
+    return "c2lt" + digest.hexdigest()[:40]
+
+
 def estimate_tokens(text: str) -> int:
     """About four characters a token, at least one."""
     return max(1, len(text) // 4)
@@ -177,6 +197,9 @@ def build_reply(seq: int, model: str, fault: Fault, request: Inspection) -> Cann
         tool = ToolReply(f"{seq:08d}", fault.reply_tool, dict(fault.tool_args))
         if not fault.tool_with_text:
             tokens = []
+    filtered = fault.content_filter_after_tokens is not None
+    if fault.content_filter_after_tokens is not None:
+        tokens, tool, truncated = tokens[: fault.content_filter_after_tokens], None, False
     return CannedReply(
         seq=seq,
         model=model,
@@ -189,6 +212,9 @@ def build_reply(seq: int, model: str, fault: Fault, request: Inspection) -> Cann
         cache_write_tokens=fault.cache_write_tokens,
         cache_read_tokens=fault.cache_read_tokens,
         reasoning_tokens=fault.reasoning_tokens,
+        filtered=filtered,
+        thinking=request.thinking,
+        redacted_thinking=request.thinking and fault.redacted_thinking,
     )
 
 

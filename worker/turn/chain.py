@@ -403,6 +403,7 @@ class _Turn:
             tools=fit.tools,
             max_tokens=self.request.max_tokens,
             stream=self.request.stream,
+            thinking_budget_tokens=self.settings.models[target.model].thinking_budget_tokens,
         )
         loop = asyncio.get_running_loop()
         total_at = loop.time() + provider.total_timeout_s

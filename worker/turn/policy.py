@@ -24,6 +24,7 @@ from worker.errors import (
     InvalidRequest,
     MalformedResponse,
     ModelNotFound,
+    ModelQuotaExhausted,
     Overloaded,
     QuotaExhausted,
     RateLimited,
@@ -69,10 +70,13 @@ RULES: Mapping[type[BaseException], Rule] = MappingProxyType(
         ResponseTimeout: Rule(Decision.NEXT, Signal.FAILURE, billed=True),
         RateLimited: Rule(Decision.WAIT_OR_NEXT, Signal.RATE_LIMITED),
         QuotaExhausted: Rule(Decision.DEGRADE, Signal.EXHAUSTED),
+        ModelQuotaExhausted: Rule(Decision.DEGRADE, Signal.MODEL_EXHAUSTED),
         AuthFailed: Rule(Decision.FAIL, Signal.NEUTRAL),
         InvalidRequest: Rule(Decision.FAIL, Signal.NEUTRAL),
         ContextTooLong: Rule(Decision.LARGER_WINDOW, Signal.NEUTRAL),
-        ModelNotFound: Rule(Decision.NEXT, Signal.MODEL_FAILURE),
+        # A retired model or a deleted deployment: the primary is not available, so
+        # fall back; the fleet skips it for long, and a person must fix the chain.
+        ModelNotFound: Rule(Decision.NEXT, Signal.MODEL_GONE),
         DeadlineExceeded: Rule(Decision.STOP, Signal.NEUTRAL),
         asyncio.CancelledError: Rule(Decision.STOP, Signal.NEUTRAL),
     }

@@ -16,8 +16,10 @@ from collections.abc import Sequence
 import structlog
 
 from worker.adapters.base import Completion
-from worker.errors import ProviderError
+from worker.adapters.finish import FinishReason
+from worker.errors import ModelNotFound, ProviderError
 from worker.guard.protocol import Target
+from worker.observability.alert import model_gone
 from worker.observability.redact import redact_text
 from worker.settings import DegradationSettings
 from worker.turn.capability import Fit
@@ -43,6 +45,7 @@ GEN_AI_REQUEST_MODEL = "gen_ai.request.model"
 GEN_AI_RESPONSE_MODEL = "gen_ai.response.model"
 GEN_AI_INPUT_TOKENS = "gen_ai.usage.input_tokens"
 GEN_AI_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+GEN_AI_FINISH_REASONS = "gen_ai.response.finish_reasons"
 ERROR_TYPE = "error.type"
 
 
@@ -61,6 +64,7 @@ class TurnReport:
         self.step: int | None = None
         self.fit: Fit | None = None
         self.reply: Reply | None = None
+        self.finish_reason: str | None = None
         self.usage = Usage()
         self.cost_micros = 0
         # Set while the cheaper model answers for a turn money stopped (`stand_in`).
@@ -69,7 +73,9 @@ class TurnReport:
     def lock(self) -> None:
         self.locked = True
 
-    def _add(self, attempt: Attempt, usage: Usage | None = None) -> None:
+    def _add(
+        self, attempt: Attempt, usage: Usage | None = None, finish_reason: str | None = None
+    ) -> None:
         self.attempts.append(attempt)
         # The answering attempt is in the turn's own line (turn.completed); its own
         # line is debug: one info line per healthy turn, failures logged as they happen.
@@ -88,6 +94,8 @@ class TurnReport:
         if usage is not None:
             semconv[GEN_AI_INPUT_TOKENS] = usage.prompt_tokens
             semconv[GEN_AI_OUTPUT_TOKENS] = usage.output_tokens
+        if finish_reason is not None:
+            semconv[GEN_AI_FINISH_REASONS] = [finish_reason]
         (log.debug if answered else log.info)(
             "turn.attempt",
             turn_id=self.request.turn_id,
@@ -112,6 +120,8 @@ class TurnReport:
             self.target = target
         self.errors.append(error)
         self.cost_micros += charged_micros or 0
+        if isinstance(error, ModelNotFound):
+            model_gone(target.model, target.provider, target.provider_model, error.message)
         self._add(
             _attempt(
                 target,
@@ -159,14 +169,29 @@ class TurnReport:
                 retry_index=retry_index,
             ),
             completion.usage,
+            completion.finish_reason,
         )
         self.step, self.target, self.fit = step, target, fit
-        self.reply = Reply(text=completion.text, tool_calls=completion.tool_calls)
+        self.reply = Reply(
+            text=completion.text,
+            tool_calls=completion.tool_calls,
+            reasoning=completion.reasoning,
+        )
+        self.finish_reason = completion.finish_reason
         self.usage = completion.usage
         self.cost_micros += cost_micros
 
     def ok(self) -> TurnResult:
-        """The turn was answered; read-only answers are a degradation the caller must see."""
+        """The turn was answered; read-only answers are a degradation the caller must see,
+        and so is a filtered one (`content_filter`)."""
+        if self.finish_reason == FinishReason.CONTENT_FILTER:
+            # Not a fallback case: another model would be sent the same prompt. Withheld
+            # before any content, nothing was answered; after some, the partial answer is
+            # the model's, locked to it, and must not pass for a complete one.
+            reply, reason = self.reply, FinishReason.CONTENT_FILTER.value
+            if reply is None or not (reply.text or reply.tool_calls):
+                return self._result(Status.FAILED, reason)
+            return self._result(Status.DEGRADED, reason)
         if self._stand_in is not None:
             # The cheaper model is no step of the chain, and no fallback: money moved the
             # turn, not health, so the fallback rate does not count it.
@@ -240,6 +265,7 @@ class TurnReport:
                 "step": self.step,
                 "attempts": tuple(self.attempts),
                 "reply": self.reply,
+                "finish_reason": self.finish_reason,
                 "usage": self.usage,
                 "cost_micros": self.cost_micros,
                 "read_only": fit.read_only if fit else False,
@@ -274,6 +300,7 @@ class TurnReport:
             effective_model=result.effective_model,
             effective_provider=result.effective_provider,
             step=result.step,
+            finish_reason=result.finish_reason,
             attempts=len(attempts),
             jumps=jumps(attempts),
             attempt_latency_ms=[a.latency_ms for a in attempts],
