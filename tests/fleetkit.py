@@ -28,6 +28,7 @@ from typing import Any
 
 from tests.chainkit import ORDER, settings
 from worker.adapters import make_client
+from worker.guard.hedging import hedge_book
 from worker.guard.protocol import Admission, Charge, Guard, Signal, Target
 from worker.guard.redis_guard import open_guard
 from worker.observability.logs import configure_logging
@@ -246,7 +247,7 @@ async def _run_job(job: Job, index: int, go: Event, stop: Event, out: Queue[Any]
     timed = _Timed(guard)
     report = ProcessReport(index)
     async with make_client() as client:
-        chain = Chain.from_settings(config, client, guard=timed)
+        chain = Chain.from_settings(config, client, guard=timed, hedges=hedge_book(config, guard))
 
         async def one(request: TurnRequest) -> None:
             started = time.time()

@@ -21,6 +21,8 @@ __all__ = [
     "ATTEMPT_DURATION_SECONDS",
     "BREAKER_STATE",
     "FALLBACK_RATE",
+    "HEDGES_TOTAL",
+    "HEDGE_WASTED_MICROS_TOTAL",
     "KILL_SWITCH",
     "METRIC_NAMES",
     "SERIES_NAMES",
@@ -51,6 +53,8 @@ TENANT_RECLAIMED_MICROS = "relevo_tenant_reclaimed_micros"
 FALLBACK_RATE = "relevo_fallback_rate"
 KILL_SWITCH = "relevo_kill_switch"
 STORE_RESETS_TOTAL = "relevo_store_resets_total"
+HEDGES_TOTAL = "relevo_hedges_total"
+HEDGE_WASTED_MICROS_TOTAL = "relevo_hedge_wasted_micros_total"
 
 # Every metric name and its labels, as PromQL sees them.
 METRIC_NAMES: dict[str, tuple[str, ...]] = {
@@ -69,6 +73,9 @@ METRIC_NAMES: dict[str, tuple[str, ...]] = {
     FALLBACK_RATE: (),
     KILL_SWITCH: (),
     STORE_RESETS_TOTAL: (),
+    # Hedged races decided: "won" (the hedge sent content first) or "lost".
+    HEDGES_TOTAL: ("outcome",),
+    HEDGE_WASTED_MICROS_TOTAL: (),
 }
 _HISTOGRAMS = (TURN_DURATION_SECONDS, ATTEMPT_DURATION_SECONDS)
 # The series names a query may use: histograms add _bucket, _sum and _count.
@@ -133,6 +140,17 @@ class TurnMetrics:
             registry=r,
             multiprocess_mode="liveall",
         )
+        self.hedges = Counter(
+            _counter_base(HEDGES_TOTAL),
+            "Hedged races decided, by whether the hedge won",
+            METRIC_NAMES[HEDGES_TOTAL],
+            registry=r,
+        )
+        self.hedge_wasted = Counter(
+            _counter_base(HEDGE_WASTED_MICROS_TOTAL),
+            "Micro-dollars charged for the losing calls of hedged races",
+            registry=r,
+        )
         self.store_resets = Counter(
             _counter_base(STORE_RESETS_TOTAL),
             "Times this process found the shared store had lost its data",
@@ -163,6 +181,9 @@ class TurnMetrics:
             self.attempts.labels(
                 attempt.model, attempt.provider, outcome, attempt.error_class or ""
             ).inc()
+            if attempt.outcome is AttemptOutcome.HEDGE_LOST:
+                self.hedges.labels("won" if attempt.error_class == "hedged" else "lost").inc()
+                self.hedge_wasted.inc(attempt.charged_micros or 0)
             if attempt.outcome is not AttemptOutcome.SKIPPED:
                 self.attempt_seconds.labels(attempt.model, attempt.provider, outcome).observe(
                     attempt.latency_ms / 1000
