@@ -166,5 +166,7 @@ def hedge_book(settings: Settings, guard: Guard) -> HedgeBook:
             share=plan.budget_share,
             burst=plan.burst,
         )
-        return FleetHedges(store, plan, guard.pipes)
+        # Not the turns' tightly timed round trips: no turn waits on these, and a budget
+        # refill dropped by a slow round trip would be lost for good.
+        return FleetHedges(store, plan, AutoPipeline(guard.redis))
     return LocalHedges(plan)

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import structlog
 
@@ -64,7 +64,7 @@ class TurnHedge(Generic[R]):
         targets: Mapping[str, tuple[Target, ...]],
         availability: Callable[[Target], Availability],
         deadline: float,
-        attempt: Callable[..., Awaitable[R]],
+        attempt: Callable[..., Coroutine[Any, Any, R]],
         charge: Callable[[Target, Fit, bool], Charge],
     ) -> None:
         self.book = book
@@ -179,17 +179,14 @@ class TurnHedge(Generic[R]):
         hedge: bool,
     ) -> asyncio.Task[R]:
         call = self._attempt(step, target, fit, charge, holder=holder, retry_index=retry_index)
-        task: asyncio.Task[R] = asyncio.get_running_loop().create_task(self._bounded(call))
+        # No deadline of its own: the turn's cancels the turn's task, which cancels it.
+        task: asyncio.Task[R] = asyncio.get_running_loop().create_task(call)
         model = self.settings.models[target.model]
         prompt = cost_of(Usage(input_tokens=fit.input_tokens), model)
         delay = self.book.delay_s(target)
         self.flights[task] = _Flight(target, retry_index, time.monotonic(), delay, prompt, hedge)
         task.add_done_callback(self._ended)
         return task
-
-    async def _bounded(self, call: Awaitable[R]) -> R:
-        async with asyncio.timeout_at(self.deadline):
-            return await call
 
     def _ended(self, task: asyncio.Task[R]) -> None:
         """An attempt that ended without content still earns the budget its share."""
@@ -272,6 +269,8 @@ class TurnHedge(Generic[R]):
                 return await (twin if primary in done else primary)
             await asyncio.wait({primary, twin})
         except asyncio.CancelledError:
+            # In the order they started: the report lists the primary first.
+            await self._cancel(primary)
             await self._cancel(twin)
             raise
         # Content was sent: the winner's attempt ends the turn either way (locked).
