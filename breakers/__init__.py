@@ -17,6 +17,7 @@ from breakers.errors import (
     StoreUnavailableError,
     UnknownScopeError,
 )
+from breakers.hedges import HedgeStore
 from breakers.held import HeldTurn, HeldTurns
 from breakers.keys import validate_name
 from breakers.killswitch import KillSwitch
@@ -49,6 +50,7 @@ __all__ = [
     "FleetBreakers",
     "FleetReport",
     "FleetState",
+    "HedgeStore",
     "HeldTurn",
     "HeldTurns",
     "InvalidNameError",

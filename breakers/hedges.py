@@ -1,7 +1,7 @@
 """The fleet's evidence for hedged attempts: first-byte latency per pair, and a hedge budget.
 
 Latency: each (account, model) pair has a histogram per time window, fixed log-spaced
-buckets (four per doubling, 10 ms to about two minutes), one hash field per bucket. An
+buckets (eight per doubling, 10 ms to about five minutes), one hash field per bucket. An
 attempt adds one count (`hedge_observe.lua`: one HINCRBY, its TTL refreshed); a reader
 sums the current window and the one before, so older samples fall away.
 
@@ -27,8 +27,9 @@ from breakers.scripts import SCRIPTS
 
 __all__ = ["EDGES_MS", "HedgeStore", "bucket_of", "percentile_ms"]
 
-# Upper edges of the buckets: 10 ms * 2^(k/4), k = 0..59 (10 ms .. about 300 s).
-EDGES_MS: tuple[float, ...] = tuple(10 * 2 ** (k / 4) for k in range(60))
+# Upper edges of the buckets: 10 ms * 2^(k/8), k = 0..119 (10 ms .. about 300 s). A
+# percentile reads as its bucket's upper edge: at most 9 % above the latency it stands for.
+EDGES_MS: tuple[float, ...] = tuple(10 * 2 ** (k / 8) for k in range(120))
 _BUDGET_TTL_MS = 86_400_000
 
 

@@ -25,8 +25,8 @@ SURFACES: dict[str, str] = {
     "worker.adapters": "ADAPTERS Adapter AnthropicAdapter Completion Event GeminiAdapter"
     " OpenAIAdapter ProviderCall TextDelta ToolCallDelta build_adapter make_client",
     "worker.turn": "RULES Chain Decision Rule rule_for",
-    "worker.guard": "Admission Availability Charge FleetView Guard OpenGuard RedisGuard Signal"
-    " Target open_guard",
+    "worker.guard": "Admission Availability Charge FleetView Guard HedgeBook LocalHedges"
+    " OpenGuard RedisGuard Signal Target hedge_book open_guard",
     "worker.guard.testing": "ScriptedGuard",
     "worker.fleet": "AsyncTurnHandle Producer TurnHandle TurnStore TurnTimeout enqueue_turn"
     " make_app",
@@ -37,7 +37,7 @@ SURFACES: dict[str, str] = {
     "worker.demo": "run_demo",
     "breakers": "FORBIDDEN_ERRORS STORE_ERRORS BreakerState BreakersError Cooldown"
     " CooldownPolicy CooldownReport Entry Exhausted ExhaustedReport FleetBreakers FleetReport"
-    " FleetState HeldTurn HeldTurns InvalidNameError InvalidPolicyError KillSwitch"
+    " FleetState HedgeStore HeldTurn HeldTurns InvalidNameError InvalidPolicyError KillSwitch"
     " KillSwitchState Operators Outcome Pair Policy ResilientBreakers ScopeReport ScopeState"
     " StoreForbiddenError StoreUnavailableError Transition TransitionKind UnknownScopeError"
     " Verdict connect in_memory validate_name",

@@ -30,6 +30,7 @@ from worker.settings import HedgingSettings, Settings
 __all__ = ["FleetHedges", "HedgeBook", "LocalHedges", "hedge_book"]
 
 log = structlog.get_logger("relevo.hedge")
+_SHORT_REFRESH_S = 0.5
 
 
 class HedgeBook(Protocol):
@@ -117,7 +118,11 @@ class FleetHedges:
 
     def delay_s(self, target: Target) -> float:
         fetched = self._fetched_at.get(target)
-        if (fetched is None or self._clock() - fetched >= self.plan.refresh_s) and (
+        known = self._known.get(target)
+        # A pair short of evidence is read again sooner: a fresh fleet learns in seconds.
+        enough = known is not None and sum(known.values()) >= self.plan.min_samples
+        every_s = self.plan.refresh_s if enough else min(self.plan.refresh_s, _SHORT_REFRESH_S)
+        if (fetched is None or self._clock() - fetched >= every_s) and (
             target not in self._refreshing
         ):
             task = asyncio.get_running_loop().create_task(self.refresh(target))
