@@ -148,7 +148,7 @@ def _to_micros(dollars: Decimal) -> int:
 
 class HedgingSettings(_Section):
     """Hedged attempts: a call with no content by its hedge delay gets the next model
-    started beside it; the first to send content answers (docs/operating.md)."""
+    started beside it; the first to send content answers (docs/hedging.md)."""
 
     enabled: bool = False
     # The delay is this percentile of the model-on-provider's first-byte latency...
