@@ -33,6 +33,7 @@ import asyncio
 import contextlib
 import sys
 import time
+from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,8 @@ def BUDGETS(args: argparse.Namespace) -> dict[str, tuple[float, int]]:  # noqa: 
 
 
 Ttft = Callable[[int], Awaitable[float]]  # one streamed turn: seconds to its first content
+# Per relevo contender: hedged races the hedge won ("hedged" losers) and lost ("hedge").
+RACES: dict[str, Counter[str]] = defaultdict(Counter)
 
 
 @contextlib.asynccontextmanager
@@ -106,12 +109,16 @@ async def contender(name: str, rig: kit.Rig, args: argparse.Namespace) -> AsyncI
                 first = first or time.perf_counter()
 
             result = await chain.run(kit.turn_request(i, stream=True), on_text=on_text)
+            for a in result.attempts:
+                if a.outcome == "hedge_lost":
+                    RACES[name]["won" if a.error_class == "hedged" else "lost"] += 1
             if result.status != "ok" or not first:
                 raise RuntimeError(f"relevo turn {result.status} {result.reason}")
             return first - started
 
         if budget is not None:
             await lanes(relevo_ttft, args.warm, args.concurrency)
+            RACES[name].clear()
         yield relevo_ttft
     await guard.aclose()
 
@@ -150,9 +157,11 @@ async def measure(args: argparse.Namespace, rig: kit.Rig) -> dict[str, dict[str,
                 out[name]["extra"] += provider_calls(rig) - before - chunk
     for name, row in out.items():
         times = row["ttft"]
+        races = RACES[name]
         kit.say(
             f"# {name:<15} p50 {kit.pct(times, 50):.3f} s  p99 {kit.pct(times, 99):.3f} s  "
-            f"extra calls {row['extra']} of {len(times)} turns"
+            f"extra calls {row['extra']} of {len(times)} turns, hedges won {races['won']} "
+            f"lost {races['lost']}, slower than 2 s {sum(t > 2 for t in times)}"
         )
     return out
 
@@ -164,6 +173,10 @@ def report(out: dict[str, dict[str, Any]], args: argparse.Namespace) -> None:
         kit.figure(f"hedging_ttft_p50_{name}", kit.pct(times, 50), "s")
         kit.figure(f"hedging_ttft_p99_{name}", kit.pct(times, 99), "s")
         kit.figure(f"hedging_extra_calls_{name}", row["extra"], "calls")
+        kit.figure(f"hedging_slower_than_2s_{name}", sum(t > 2 for t in times), "turns")
+        if name in RACES:
+            kit.figure(f"hedging_hedges_won_{name}", RACES[name]["won"], "hedges")
+            kit.figure(f"hedging_hedges_lost_{name}", RACES[name]["lost"], "hedges")
     for name, (share, burst) in BUDGETS(args).items():
         times = out[name]["ttft"]
         p99 = kit.pct(times, 99) / kit.pct(off, 99)

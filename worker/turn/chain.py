@@ -201,8 +201,6 @@ class _Turn:
             async with asyncio.timeout_at(self.deadline):
                 return await self._walk(view.of, first_fit)
         except TimeoutError:
-            if self.hedge is not None:
-                await self.hedge.aclose()  # its attempts are in the report, cut short
             error = DeadlineExceeded("the turn's deadline passed")
             return self.report.failed("deadline_exceeded", error)
 
