@@ -19,7 +19,7 @@ from tests.chainkit import KEY, settings, turn
 from tests.fleetkit import Job, Workers, make_request
 from worker.adapters import make_client
 from worker.guard import Availability, Target
-from worker.guard.hedging import LocalHedges, hedge_book
+from worker.guard.hedging import FleetHedges, LocalHedges, hedge_book
 from worker.guard.redis_guard import open_guard
 from worker.guard.testing import ScriptedGuard
 from worker.settings import HedgingSettings, Settings
@@ -219,16 +219,23 @@ def test_the_fleet_spends_no_more_hedges_than_its_attempts_earned(
     sim: Simulator, workers: Workers, redis_url: str, namespace: str
 ) -> None:
     hedging = {**QUICK, "budget_share": 0.1, "burst": 100}
-    sections: dict[str, Any] = {"redis": {"url": redis_url, "namespace": namespace}}
+    # A round trip slower than the default 0.25 s on a loaded machine drops its samples
+    # (evidence is never retried): counting every one needs them all to land.
+    store = {"url": redis_url, "namespace": namespace, "timeout_s": 2.0}
+    sections: dict[str, Any] = {"redis": store}
     # The warm-up waits 5 s before any hedge: it only earns.
     config = settings(sim.url, hedging={**hedging, "fallback_s": 5.0}, **sections)
 
-    async def warm_up() -> None:
+    async def warm_up() -> int:
         guard = open_guard(config)
+        book = hedge_book(config, guard)
+        assert isinstance(book, FleetHedges)
         async with make_client() as client:
-            chain = Chain.from_settings(config, client, guard=guard)
-            await asyncio.gather(*(chain.run(make_request()) for _ in range(40)))
+            chain = Chain.from_settings(config, client, guard=guard, hedges=book)
+            results = await asyncio.gather(*(chain.run(make_request()) for _ in range(40)))
+        await book.aclose()
         await guard.aclose()
+        return sum(a.outcome is not AttemptOutcome.SKIPPED for r in results for a in r.attempts)
 
     async def bucket() -> int:
         redis = Redis.from_url(redis_url)
@@ -237,10 +244,10 @@ def test_the_fleet_spends_no_more_hedges_than_its_attempts_earned(
         finally:
             await redis.aclose()
 
-    asyncio.run(warm_up())
-    assert asyncio.run(bucket()) == 4000  # 40 attempts x 0.1 hedge
+    warm = asyncio.run(warm_up())  # 40 (more if a first byte was late under load)
+    assert asyncio.run(bucket()) == 100 * warm  # each attempt earned 0.1 hedge
 
-    # Twenty slow turns at once over four processes: each wants a hedge, four are earned.
+    # Twenty slow turns at once over four processes: each wants a hedge, 4 or so are earned.
     sim.set_faults("alpha", Fault(latency_s=0.4))  # within its first-byte timeout
     requests = tuple(make_request().model_dump_json() for _ in range(5))
     job = Job(sim.url, {**sections, "hedging": hedging}, requests=requests)
@@ -251,11 +258,11 @@ def test_the_fleet_spends_no_more_hedges_than_its_attempts_earned(
     hedges = sum(any(a.outcome == "hedge_lost" for a in t.attempts) for t in turns)
     assert len(turns) == 20
     assert all(t.status == "ok" for t in turns)
-    # Every hedged primary earns 0.1 as it is cut: at most two more than the four.
-    assert 4 <= hedges <= 6
+    # Every hedged primary earns 0.1 as it is cut: at most two more than those earned.
+    assert warm // 10 <= hedges <= warm // 10 + 2
     # Nothing lost or spent twice: what the normal attempts earned, less the hedges.
     calls = sum(a.outcome != "skipped" for t in turns for a in t.attempts)
-    assert asyncio.run(bucket()) == 100 * (40 + calls - hedges) - 1000 * hedges
+    assert asyncio.run(bucket()) == 100 * (warm + calls - hedges) - 1000 * hedges
 
 
 async def test_the_fleet_book_keeps_first_byte_evidence_in_redis(

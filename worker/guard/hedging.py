@@ -154,7 +154,10 @@ class FleetHedges:
         slot.send()
 
     async def aclose(self) -> None:
-        """Stop the refreshes still running."""
+        """Send the samples still queued and stop the refreshes still running; before the
+        guard's `aclose` (it closes the Redis client). Not closed, a stopping process
+        may lose its last few samples: evidence, not money."""
+        await self.pipes.drain()
         for task in list(self._refreshing.values()):
             task.cancel()
         await asyncio.gather(*self._refreshing.values(), return_exceptions=True)
