@@ -285,3 +285,12 @@ async def test_the_fleet_book_keeps_first_byte_evidence_in_redis(
         assert [await book.take() for _ in range(4)] == [True, True, True, False]
     finally:
         await guard.aclose()
+
+
+async def test_ten_attempts_at_a_tenth_earn_exactly_one_hedge() -> None:
+    # In floats, ten tenths make 0.9999999999999999: the bucket counts thousandths.
+    book = LocalHedges(HedgingSettings(enabled=True, budget_share=0.1))
+    target = Target("openai/alpha", "openai", "oa", "alpha")
+    for _ in range(10):
+        book.observe(target, None, hedge=False)
+    assert [await book.take(), await book.take()] == [True, False]

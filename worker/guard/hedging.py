@@ -64,7 +64,7 @@ class LocalHedges:
         self.plan = plan
         self._clock = clock
         self._counts: dict[tuple[str, str, int], dict[int, int]] = {}
-        self._tokens = 0.0
+        self._milli = 0  # thousandths of a hedge, as in Redis: no float drift
 
     def _slot(self) -> int:
         return int(self._clock() // self.plan.window_s)
@@ -78,15 +78,15 @@ class LocalHedges:
         return _delay(counts, self.plan)
 
     async def take(self) -> bool:
-        self._tokens = min(self._tokens, float(self.plan.burst))
-        if self._tokens < 1:
+        self._milli = min(self._milli, self.plan.burst * 1000)
+        if self._milli < 1000:
             return False
-        self._tokens -= 1
+        self._milli -= 1000
         return True
 
     def observe(self, target: Target, first_byte_s: float | None, *, hedge: bool) -> None:
         if not hedge:
-            self._tokens += self.plan.budget_share
+            self._milli += round(self.plan.budget_share * 1000)
         if first_byte_s is None:
             return
         slot = self._slot()
