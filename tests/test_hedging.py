@@ -22,8 +22,10 @@ from worker.guard import Availability, Target
 from worker.guard.hedging import FleetHedges, LocalHedges, hedge_book
 from worker.guard.redis_guard import open_guard
 from worker.guard.testing import ScriptedGuard
+from worker.observability import TurnMetrics
 from worker.settings import HedgingSettings, Settings
 from worker.simulator import Fault, Simulator
+from worker.simulator.state import SimState
 from worker.turn.chain import Chain
 from worker.types import AttemptOutcome, Status, TurnRequest, TurnResult
 
@@ -95,6 +97,11 @@ async def test_a_hedge_that_sends_content_first_wins_and_the_primary_is_closed(
     assert 0 < settled < held
     assert result.attempts[0].charged_micros == settled
     assert result.cost_micros == settled + (charged["an"][1] or 0)
+    metrics = TurnMetrics()
+    metrics.record(result)
+    sample = metrics.registry.get_sample_value
+    assert sample("relevo_hedges_total", {"outcome": "won"}) == 1
+    assert sample("relevo_hedge_wasted_micros_total") == settled
 
 
 async def test_a_primary_that_sends_content_first_wins_and_the_hedge_is_closed(
@@ -294,3 +301,17 @@ async def test_ten_attempts_at_a_tenth_earn_exactly_one_hedge() -> None:
     for _ in range(10):
         book.observe(target, None, hedge=False)
     assert [await book.take(), await book.take()] == [True, False]
+
+
+def test_the_simulator_draws_first_byte_latencies_from_a_seeded_mix() -> None:
+    def draws(seed: int) -> list[float]:
+        state = SimState(seed)
+        state.set_faults("alpha", (Fault(latency_mix=((0.9, 0.4), (0.1, 3.0))),))
+        return [fault.latency_s for fault in (state.take("alpha") for _ in range(1000)) if fault]
+
+    first = draws(7)
+    assert first == draws(7)
+    assert set(first) == {0.4, 3.0}
+    assert 70 <= first.count(3.0) <= 130
+    with pytest.raises(ValueError, match="latency_mix"):
+        Fault(latency_mix=((0.8, 0.4), (0.3, 3.0)))
