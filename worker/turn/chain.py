@@ -80,9 +80,9 @@ class Chain:
         self.guard: Guard = guard or OpenGuard()
         self.rng = rng or random.Random()
         # The evidence and budget hedged attempts use (`worker.turn.hedge`), when enabled.
-        self.hedges = hedges
-        if hedges is None and settings.chain.hedging.enabled:
-            self.hedges = hedge_book(settings, self.guard)
+        self.hedges: HedgeBook | None = None
+        if settings.chain.hedging.enabled:
+            self.hedges = hedges or hedge_book(settings, self.guard)
         # The settings are frozen: each model's targets are the same for every turn.
         self.targets = {
             slug: tuple(Target(slug, model.vendor, s.provider, s.model_id) for s in model.serve)
