@@ -50,7 +50,7 @@ CONTENDERS = ("relevo_off", "relevo_on", "relevo_on_wide", "litellm")
 SEED = 18
 
 
-def BUDGETS(args: argparse.Namespace) -> dict[str, tuple[float, int]]:  # noqa: N802
+def budgets_of(args: argparse.Namespace) -> dict[str, tuple[float, int]]:
     """Each hedging contender's (budget share, burst)."""
     return {"relevo_on": (0.05, 1), "relevo_on_wide": (args.wide_budget, 10)}
 
@@ -88,7 +88,7 @@ async def contender(name: str, rig: kit.Rig, args: argparse.Namespace) -> AsyncI
 
     namespace = f"hedge{time.time_ns()}"
     base = kit.relevo_settings(rig.sim_url, rig.redis_url, namespace=namespace)
-    budget = BUDGETS(args).get(name)
+    budget = budgets_of(args).get(name)
     data = base.model_dump(mode="json")
     data["chain"]["hedging"] = {
         "enabled": budget is not None,
@@ -177,7 +177,7 @@ def report(out: dict[str, dict[str, Any]], args: argparse.Namespace) -> None:
         if name in RACES:
             kit.figure(f"hedging_hedges_won_{name}", RACES[name]["won"], "hedges")
             kit.figure(f"hedging_hedges_lost_{name}", RACES[name]["lost"], "hedges")
-    for name, (share, burst) in BUDGETS(args).items():
+    for name, (share, burst) in budgets_of(args).items():
         times = out[name]["ttft"]
         p99 = kit.pct(times, 99) / kit.pct(off, 99)
         p50 = kit.pct(times, 50) / kit.pct(off, 50)
