@@ -148,8 +148,9 @@ class Rig:
 
 
 @contextlib.contextmanager
-def rig(core: int | None) -> Iterator[Rig]:
-    """`relevo simulate` and a private `redis-server` on free ports, pinned to `core`."""
+def rig(core: int | None, *, seed: int | None = None) -> Iterator[Rig]:
+    """`relevo simulate` (its random draws seeded with `seed`) and a private `redis-server`
+    on free ports, pinned to `core`."""
     binary = shutil.which("redis-server")
     if binary is None:
         raise SystemExit("redis-server is not installed")
@@ -158,8 +159,10 @@ def rig(core: int | None) -> Iterator[Rig]:
     relevo = str(Path(sys.executable).with_name("relevo"))
     redis_cmd = [binary, "--port", str(redis_port), "--bind", HOST, "--save", "", "--appendonly"]
     redis_cmd += ["no", "--maxclients", "10000"]
+    simulate = [relevo, "--log-level", "warning", "simulate", "--port", str(sim_port)]
+    simulate += [] if seed is None else ["--seed", str(seed)]
     with (
-        _child([relevo, "--log-level", "warning", "simulate", "--port", str(sim_port)], core) as s,
+        _child(simulate, core) as s,
         _child(redis_cmd, core) as r,
     ):
         sim_url = f"http://{HOST}:{sim_port}"

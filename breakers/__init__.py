@@ -17,6 +17,7 @@ from breakers.errors import (
     StoreUnavailableError,
     UnknownScopeError,
 )
+from breakers.hedges import HedgeStore
 from breakers.held import HeldTurn, HeldTurns
 from breakers.keys import validate_name
 from breakers.killswitch import KillSwitch
@@ -50,6 +51,7 @@ __all__ = [
     "FleetReport",
     "FleetState",
     "Gone",
+    "HedgeStore",
     "HeldTurn",
     "HeldTurns",
     "InvalidNameError",

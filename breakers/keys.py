@@ -17,6 +17,8 @@ passed in KEYS. Names follow `NAME_RULE`, the namespace `rediskit.NAMESPACE`. La
     {N}:idx:scopes            zset    scope -> last seen (ms)        operators' listing
     {N}:idx:cool              zset    "<account>|<model>" -> end (ms)
     {N}:idx:exh               zset    account (or "<account>|<model>") -> end (ms)
+    {N}:fb:<account>|<model>:<slot>  hash  first-byte latency bucket -> count, one window
+    {N}:hedge:budget          hash    milli: hedges the fleet may still start, in thousandths
 
 Every key a worker writes carries a TTL that the Lua scripts refresh.
 """
@@ -112,6 +114,15 @@ class Keys:
     def cooldown(self, account: str, model: str) -> str:
         """The cooldown of one (provider account, model) pair."""
         return f"{self._prefix}:cool:{pair_member(account, model)}"
+
+    def first_byte(self, account: str, model: str, slot: int) -> str:
+        """The first-byte latency histogram of one (account, model) pair in window `slot`."""
+        return f"{self._prefix}:fb:{pair_member(account, model)}:{slot}"
+
+    @property
+    def hedge_budget(self) -> str:
+        """The hedges the fleet may still start (a token bucket)."""
+        return f"{self._prefix}:hedge:budget"
 
     def exhausted(self, account: str, model: str | None = None) -> str:
         """The exhausted mark of one provider account, or of one model's quota on it."""

@@ -37,13 +37,14 @@ def settings(
     models: dict[str, dict[str, Any]] | None = None,
     first_byte_timeout_s: float = 0.5,
     deadline_s: float = 10.0,
+    hedging: dict[str, Any] | None = None,
     **sections: Any,
 ) -> Settings:
     provider = {"api_key_env": "RELEVO_TEST_KEY", "first_byte_timeout_s": first_byte_timeout_s}
     provider["total_timeout_s"] = 5.0
     data: dict[str, Any] = {
         "turn_deadline_s": deadline_s,
-        "chain": {"models": list(chain)},
+        "chain": {"models": list(chain), "hedging": hedging or {}},
         "retry": {"base_delay_s": 0.01, "retry_after_cap_s": 1.0},
         "providers": {
             "oa": {"kind": "openai", "base_url": f"{url}/v1", **provider},

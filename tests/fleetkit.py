@@ -28,6 +28,7 @@ from typing import Any
 
 from tests.chainkit import ORDER, settings
 from worker.adapters import make_client
+from worker.guard.hedging import FleetHedges, hedge_book
 from worker.guard.protocol import Admission, Charge, Guard, Signal, Target
 from worker.guard.redis_guard import open_guard
 from worker.observability.logs import configure_logging
@@ -246,7 +247,8 @@ async def _run_job(job: Job, index: int, go: Event, stop: Event, out: Queue[Any]
     timed = _Timed(guard)
     report = ProcessReport(index)
     async with make_client() as client:
-        chain = Chain.from_settings(config, client, guard=timed)
+        hedges = hedge_book(config, guard)
+        chain = Chain.from_settings(config, client, guard=timed, hedges=hedges)
 
         async def one(request: TurnRequest) -> None:
             started = time.time()
@@ -269,6 +271,8 @@ async def _run_job(job: Job, index: int, go: Event, stop: Event, out: Queue[Any]
             await asyncio.gather(*(one(TurnRequest.model_validate_json(r)) for r in job.requests))
         else:
             await asyncio.gather(*(lane() for _ in range(job.lanes)))
+    if isinstance(hedges, FleetHedges):
+        await hedges.aclose()  # its last samples, before the guard closes Redis
     await guard.aclose()
     report.events = [json.loads(line) for line in logs.getvalue().splitlines() if line]
     out.put(("done", report))

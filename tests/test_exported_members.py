@@ -26,8 +26,8 @@ SURFACES: dict[str, str] = {
     " GeminiAdapter OpenAIAdapter ProviderCall TextDelta ToolCallDelta VertexAdapter"
     " build_adapter make_client",
     "worker.turn": "RULES Chain Decision Rule rule_for",
-    "worker.guard": "Admission Availability Charge FleetView Guard OpenGuard RedisGuard Signal"
-    " Target open_guard",
+    "worker.guard": "Admission Availability Charge FleetView Guard HedgeBook LocalHedges"
+    " OpenGuard RedisGuard Signal Target hedge_book open_guard",
     "worker.guard.testing": "ScriptedGuard",
     "worker.fleet": "AsyncTurnHandle Producer TurnHandle TurnStore TurnTimeout enqueue_turn"
     " make_app",
@@ -38,9 +38,9 @@ SURFACES: dict[str, str] = {
     "worker.demo": "run_demo",
     "breakers": "FORBIDDEN_ERRORS STORE_ERRORS BreakerState BreakersError Cooldown"
     " CooldownPolicy CooldownReport Entry Exhausted ExhaustedReport FleetBreakers FleetReport"
-    " FleetState Gone HeldTurn HeldTurns InvalidNameError InvalidPolicyError KillSwitch"
-    " KillSwitchState Operators Outcome Pair Policy ResilientBreakers ScopeReport ScopeState"
-    " StoreForbiddenError StoreUnavailableError Transition TransitionKind UnknownScopeError"
+    " FleetState Gone HedgeStore HeldTurn HeldTurns InvalidNameError InvalidPolicyError"
+    " KillSwitch KillSwitchState Operators Outcome Pair Policy ResilientBreakers ScopeReport"
+    " ScopeState StoreForbiddenError StoreUnavailableError Transition TransitionKind UnknownScopeError"
     " Verdict connect in_memory validate_name",
     "breakers.testing": "ManualClock",
     "budgets": "MICROS_PER_DOLLAR BudgetError BudgetReport Handoff Handoffs InvalidAmountError"

@@ -37,7 +37,13 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import skip_unless_ci
-from worker.settings import ModelSettings, ProviderSettings, Settings, load_settings
+from worker.settings import (
+    HedgingSettings,
+    ModelSettings,
+    ProviderSettings,
+    Settings,
+    load_settings,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -337,6 +343,9 @@ def test_the_complete_example_has_every_key(monkeypatch: pytest.MonkeyPatch) -> 
             assert field in raw.get(section, {}) or field in commented, f"{section}.{field}"
     for field in Settings.model_fields:
         assert field in raw, f"examples/chain.toml has no {field}"
+    assert settings.chain.hedging == HedgingSettings(), "[chain.hedging] differs from defaults"
+    for field in HedgingSettings.model_fields:
+        assert field in raw["chain"]["hedging"], f"chain.hedging.{field}"
     for model in (ProviderSettings, ModelSettings):
         for field in model.model_fields:
             assert re.search(rf"\b{field}\b", text), f"examples/chain.toml never names {field}"

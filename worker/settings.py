@@ -38,6 +38,7 @@ __all__ = [
     "BudgetSettings",
     "ChainSettings",
     "DegradationSettings",
+    "HedgingSettings",
     "LimitsSettings",
     "ModelSettings",
     "ObservabilitySettings",
@@ -216,10 +217,31 @@ def _to_micros(dollars: Decimal) -> int:
     return int((dollars * budgets.MICROS_PER_DOLLAR).to_integral_value(rounding=ROUND_CEILING))
 
 
+class HedgingSettings(_Section):
+    """Hedged attempts: a call with no content by its hedge delay gets the next model
+    started beside it; the first to send content answers (docs/hedging.md)."""
+
+    enabled: bool = False
+    # The delay is this percentile of the model-on-provider's first-byte latency...
+    percentile: float = Field(default=95.0, gt=0, lt=100)
+    # ...once it has this many samples in the window; `fallback_s` until then.
+    min_samples: int = Field(default=50, ge=1)
+    fallback_s: float = Field(default=1.0, gt=0, le=120)
+    floor_s: float = Field(default=0.05, ge=0, le=60)
+    # Samples older than two windows are forgotten.
+    window_s: float = Field(default=300.0, ge=1, le=86_400)
+    # Hedges per normal attempt, fleet-wide (a token bucket), and the bucket's size.
+    budget_share: float = Field(default=0.05, ge=0, le=1)
+    burst: int = Field(default=10, ge=1, le=10_000)
+    # How often a process re-reads the fleet's latency evidence.
+    refresh_s: float = Field(default=5.0, gt=0, le=3600)
+
+
 class ChainSettings(_Section):
     """The ordered models a turn may use: the primary first."""
 
     models: tuple[ModelSlug, ...] = Field(min_length=2, max_length=3)
+    hedging: HedgingSettings = HedgingSettings()
 
 
 class RetrySettings(_Section):

@@ -186,6 +186,7 @@ class AttemptOutcome(StrEnum):
     OK = "ok"
     ERROR = "error"
     SKIPPED = "skipped"
+    HEDGE_LOST = "hedge_lost"  # raced a hedged twin, which sent content first
 
 
 class Usage(_Frozen):
@@ -233,6 +234,7 @@ class Attempt(_Frozen):
     detail: str | None = None
     latency_ms: int = 0
     retry_index: int = 0
+    charged_micros: int | None = None  # set on a lost hedge race: what it was charged
 
 
 FinishReasonName = Literal["stop", "length", "tool_calls", "content_filter", "other"]

@@ -105,7 +105,7 @@ class _Echo:
 def _cmd_simulate(args: argparse.Namespace) -> int:
     from worker.simulator import serve
 
-    serve(args.host, args.port)
+    serve(args.host, args.port, seed=args.seed)
     return EXIT_OK
 
 
@@ -142,6 +142,9 @@ def _add_local_commands(commands: Commands) -> None:
     )
     simulate.add_argument("--host", default="127.0.0.1")
     simulate.add_argument("--port", type=int, default=8900)
+    simulate.add_argument(
+        "--seed", type=int, default=None, help="seed the faults' random draws (reproducible)"
+    )
     simulate.set_defaults(func=_cmd_simulate)
 
     demo = add_command(

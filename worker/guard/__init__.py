@@ -1,5 +1,6 @@
 """What the chain asks of the fleet's shared state (`Guard`), and its Redis implementation."""
 
+from worker.guard.hedging import HedgeBook, LocalHedges, hedge_book
 from worker.guard.protocol import (
     Admission,
     Availability,
@@ -18,9 +19,12 @@ __all__ = [
     "Charge",
     "FleetView",
     "Guard",
+    "HedgeBook",
+    "LocalHedges",
     "OpenGuard",
     "RedisGuard",
     "Signal",
     "Target",
+    "hedge_book",
     "open_guard",
 ]

@@ -83,6 +83,10 @@ class AutoPipeline:
             task.add_done_callback(self._sending.discard)
         return Slot(batch, len(batch.pipe))
 
+    async def drain(self) -> None:
+        """Wait until the batches already open have been sent."""
+        await asyncio.gather(*self._sending, return_exceptions=True)
+
     async def _send(self, batch: _Batch) -> None:
         if self._open is batch:
             self._open = None

@@ -22,6 +22,8 @@ __all__ = [
     "ATTEMPT_DURATION_SECONDS",
     "BREAKER_STATE",
     "FALLBACK_RATE",
+    "HEDGES_TOTAL",
+    "HEDGE_WASTED_MICROS_TOTAL",
     "KILL_SWITCH",
     "METRIC_NAMES",
     "MODEL_NOT_FOUND_TOTAL",
@@ -54,6 +56,8 @@ FALLBACK_RATE = "relevo_fallback_rate"
 KILL_SWITCH = "relevo_kill_switch"
 STORE_RESETS_TOTAL = "relevo_store_resets_total"
 MODEL_NOT_FOUND_TOTAL = "relevo_model_not_found_total"
+HEDGES_TOTAL = "relevo_hedges_total"
+HEDGE_WASTED_MICROS_TOTAL = "relevo_hedge_wasted_micros_total"
 
 # Every metric name and its labels, as PromQL sees them.
 METRIC_NAMES: dict[str, tuple[str, ...]] = {
@@ -73,6 +77,9 @@ METRIC_NAMES: dict[str, tuple[str, ...]] = {
     KILL_SWITCH: (),
     STORE_RESETS_TOTAL: (),
     MODEL_NOT_FOUND_TOTAL: ("model", "provider", "provider_model"),
+    # Hedged races decided: "won" (the hedge sent content first) or "lost".
+    HEDGES_TOTAL: ("outcome",),
+    HEDGE_WASTED_MICROS_TOTAL: (),
 }
 _HISTOGRAMS = (TURN_DURATION_SECONDS, ATTEMPT_DURATION_SECONDS)
 # The series names a query may use: histograms add _bucket, _sum and _count.
@@ -143,6 +150,17 @@ class TurnMetrics:
             METRIC_NAMES[MODEL_NOT_FOUND_TOTAL],
             registry=r,
         )
+        self.hedges = Counter(
+            _counter_base(HEDGES_TOTAL),
+            "Hedged races decided, by whether the hedge won",
+            METRIC_NAMES[HEDGES_TOTAL],
+            registry=r,
+        )
+        self.hedge_wasted = Counter(
+            _counter_base(HEDGE_WASTED_MICROS_TOTAL),
+            "Micro-dollars charged for the losing calls of hedged races",
+            registry=r,
+        )
         self.store_resets = Counter(
             _counter_base(STORE_RESETS_TOTAL),
             "Times this process found the shared store had lost its data",
@@ -177,6 +195,9 @@ class TurnMetrics:
                 self.models_not_found.labels(
                     attempt.model, attempt.provider, attempt.provider_model
                 ).inc()
+            if attempt.outcome is AttemptOutcome.HEDGE_LOST:
+                self.hedges.labels("won" if attempt.error_class == "hedged" else "lost").inc()
+                self.hedge_wasted.inc(attempt.charged_micros or 0)
             if attempt.outcome is not AttemptOutcome.SKIPPED:
                 self.attempt_seconds.labels(attempt.model, attempt.provider, outcome).observe(
                     attempt.latency_ms / 1000

@@ -57,6 +57,10 @@ class Fault:
 
     latency_s: float = 0.0
     """Added before anything is sent."""
+    latency_mix: tuple[tuple[float, float], ...] = ()
+    """(share, seconds) pairs: each call adds one of these latencies before anything is
+    sent, drawn with these shares from the simulator's seeded random (the shares' rest adds
+    none). ((0.9, 0.4), (0.1, 3.0)): 0.4 s for nine calls in ten, 3 s for the tenth."""
     stall_first_byte_s: float = 0.0
     """Send nothing at all for this long (a hang when long)."""
     stall_before_content_s: float = 0.0
@@ -110,6 +114,10 @@ class Fault:
             self.stall_after_s,
             self.token_interval_s,
         )
+        if any(share < 0 or s < 0 for share, s in self.latency_mix) or (
+            sum(share for share, _ in self.latency_mix) > 1 + 1e-9
+        ):
+            raise ValueError("latency_mix: shares and seconds >= 0, shares summing to <= 1")
         if any(s < 0 for s in seconds):
             raise ValueError("durations must not be negative")
         counts = (

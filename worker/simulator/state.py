@@ -121,7 +121,18 @@ class SimState:
                 head.remaining -= 1
                 if head.remaining == 0:
                     queue.popleft()
-            return head.fault
+            return self._drawn(head.fault)
+
+    def _drawn(self, fault: Fault) -> Fault:
+        """`fault` with one latency of its `latency_mix` added (under the lock: seeded)."""
+        if not fault.latency_mix:
+            return fault
+        point = self._random.random()
+        for share, seconds in fault.latency_mix:
+            if point < share:
+                return replace(fault, latency_s=fault.latency_s + seconds)
+            point -= share
+        return fault
 
     def arrive(self, record: RequestRecord) -> CallTicket:
         """Count a call as it arrives and keep its request (numbered here, `seq` is ignored)."""

@@ -30,11 +30,13 @@ from worker.errors import (
     ResponseTimeout,
     StoreForbidden,
 )
+from worker.guard.hedging import HedgeBook, hedge_book
 from worker.guard.protocol import Availability, Charge, Guard, OpenGuard, Signal, Target
 from worker.observability import tracing
 from worker.settings import ModelSettings, Settings
 from worker.turn.capability import Fit, Unfit, fit_turn
 from worker.turn.degrade import cheaper_answer, uses_cheaper_model
+from worker.turn.hedge import TurnHedge
 from worker.turn.policy import Decision, rule_for
 from worker.turn.pricing import cost_of, reservation_micros
 from worker.turn.report import TurnReport
@@ -71,11 +73,16 @@ class Chain:
         *,
         guard: Guard | None = None,
         rng: random.Random | None = None,
+        hedges: HedgeBook | None = None,
     ) -> None:
         self.settings = settings
         self.adapters = adapters
         self.guard: Guard = guard or OpenGuard()
         self.rng = rng or random.Random()
+        # The evidence and budget hedged attempts use (`worker.turn.hedge`), when enabled.
+        self.hedges: HedgeBook | None = None
+        if settings.chain.hedging.enabled:
+            self.hedges = hedges or hedge_book(settings, self.guard)
         # The settings are frozen: each model's targets are the same for every turn.
         self.targets = {
             slug: tuple(Target(slug, model.vendor, s.provider, s.model_id) for s in model.serve)
@@ -84,11 +91,16 @@ class Chain:
 
     @classmethod
     def from_settings(
-        cls, settings: Settings, client: httpx.AsyncClient, *, guard: Guard | None = None
+        cls,
+        settings: Settings,
+        client: httpx.AsyncClient,
+        *,
+        guard: Guard | None = None,
+        hedges: HedgeBook | None = None,
     ) -> Chain:
         """A chain whose adapters share one HTTP client."""
         adapters = {name: build_adapter(p, client) for name, p in settings.providers.items()}
-        return cls(settings, adapters, guard=guard)
+        return cls(settings, adapters, guard=guard, hedges=hedges)
 
     async def run(self, request: TurnRequest, *, on_text: OnText | None = None) -> TurnResult:
         """Run one turn. Always returns a result; caller cancellation propagates."""
@@ -113,6 +125,7 @@ class _Turn:
         self.pending: Charge | None = None
         self.unused: Charge | None = None
         self.primary: Target | None = None
+        self.hedge: TurnHedge[TurnResult | _MoveOn | float] | None = None
         budget_s = min(request.deadline_s, self.settings.turn_deadline_s)
         self.deadline = asyncio.get_running_loop().time() + budget_s
 
@@ -145,6 +158,8 @@ class _Turn:
             log.error("turn.store_forbidden", turn_id=self.request.turn_id, error=str(exc))
             return self.report.rejected(StoreForbidden.code, exc)
         finally:
+            if self.hedge is not None:
+                await self.hedge.aclose()
             self._skip_first()
             if self.unused is not None and self.primary is not None:
                 unused, self.unused = self.unused, None
@@ -169,6 +184,19 @@ class _Turn:
                 self.pending = None
                 self.report.skip(primary, refusal)
                 return await self._degrade(refusal)
+        if self.chain.hedges is not None:
+            self.hedge = TurnHedge(
+                self.chain.hedges,
+                self.settings,
+                self.request,
+                self.report,
+                self.guard,
+                targets=self.chain.targets,
+                availability=view.of,
+                deadline=self.deadline,
+                attempt=self._attempt,
+                charge=self._charge,
+            )
         try:
             async with asyncio.timeout_at(self.deadline):
                 return await self._walk(view.of, first_fit)
@@ -228,7 +256,8 @@ class _Turn:
             charge = await self._reserve(target, fit, fallback)
             if isinstance(charge, TurnResult):
                 return charge
-            outcome = await self._attempt(
+            attempt = self._attempt if self.hedge is None else self.hedge.attempt
+            outcome = await attempt(
                 step, target, fit, charge, holder=holder, retry_index=retry_index
             )
             if not isinstance(outcome, float):
@@ -340,10 +369,12 @@ class _Turn:
             )
         except asyncio.CancelledError:
             # Cut short in flight (deadline, shutdown): the provider may bill it all the same.
-            self.report.interrupted(target, time.monotonic() - started, retry_index, charge.micros)
-            await asyncio.shield(
-                self.guard.conclude(target, charge, signal=None, cost_micros=charge.micros)
-            )
+            # Cut because its hedged twin answered: no output was sent, its prompt is charged.
+            cost = self.hedge.lost_cost() if self.hedge is not None else None
+            if cost is None:
+                cost = charge.micros
+                self.report.interrupted(target, time.monotonic() - started, retry_index, cost)
+            await asyncio.shield(self.guard.conclude(target, charge, signal=None, cost_micros=cost))
             raise
         cost = cost_of(completion.usage, model)
         await self.guard.conclude(
@@ -377,6 +408,8 @@ class _Turn:
         """The policy table's decision for a failed attempt, applied."""
         if self.report.locked:
             return self.report.failed(error.code, error)
+        if self.hedge is not None and self.hedge.decides_nothing():
+            return _MoveOn()
         if decision is Decision.DEGRADE:
             return await self._degrade("provider_quota_exhausted", error)
         if decision in (Decision.FAIL, Decision.STOP):
@@ -414,6 +447,8 @@ class _Turn:
                     if not self.report.locked:
                         # First content: from now on only the total timeout applies.
                         limit.reschedule(total_at)
+                        if self.hedge is not None:
+                            self.hedge.claim()
                     if isinstance(event, Completion):
                         return event
                     self.report.lock()

@@ -56,6 +56,7 @@ class TurnReport:
         self.request = request
         self.primary_model = primary_model
         self.attempts: list[Attempt] = []
+        self._late: list[Attempt] = []
         self.errors: list[Exception] = []
         self.started = time.monotonic()
         # True once content has streamed: no fallback after that.
@@ -148,6 +149,33 @@ class TurnReport:
                 retry_index=retry_index,
             )
         )
+
+    def hedge_lost(
+        self,
+        target: Target,
+        latency_s: float,
+        retry_index: int,
+        charged_micros: int,
+        *,
+        twin_won: bool,
+    ) -> None:
+        """A call cut because its twin of a hedged race sent content first: "hedged"
+        when the hedge beat it, "hedge" when it was the hedge and lost."""
+        self.cost_micros += charged_micros
+        self._add(
+            _attempt(
+                target,
+                AttemptOutcome.HEDGE_LOST,
+                error_class="hedged" if twin_won else "hedge",
+                latency_ms=round(latency_s * 1000),
+                retry_index=retry_index,
+                charged_micros=charged_micros,
+            )
+        )
+        if not twin_won:
+            # Listed after the attempt it hedged, which is still running: attempts read
+            # in the order they started, the primary's first.
+            self._late.append(self.attempts.pop())
 
     def answered(
         self,
@@ -247,6 +275,8 @@ class TurnReport:
         return self._result(Status.REJECTED, reason)
 
     def _result(self, status: Status, reason: str | None, **extra: object) -> TurnResult:
+        self.attempts += self._late
+        self._late.clear()
         target, fit = self.target, self.fit
         failed = status in (Status.FAILED, Status.REJECTED)
         error = "; ".join(str(e) for e in self.errors) if failed and self.errors else None
