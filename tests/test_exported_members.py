@@ -40,8 +40,8 @@ SURFACES: dict[str, str] = {
     " CooldownPolicy CooldownReport Entry Exhausted ExhaustedReport FleetBreakers FleetReport"
     " FleetState Gone HedgeStore HeldTurn HeldTurns InvalidNameError InvalidPolicyError"
     " KillSwitch KillSwitchState Operators Outcome Pair Policy ResilientBreakers ScopeReport"
-    " ScopeState StoreForbiddenError StoreUnavailableError Transition TransitionKind UnknownScopeError"
-    " Verdict connect in_memory validate_name",
+    " ScopeState StoreForbiddenError StoreUnavailableError Transition TransitionKind"
+    " UnknownScopeError Verdict connect in_memory validate_name",
     "breakers.testing": "ManualClock",
     "budgets": "MICROS_PER_DOLLAR BudgetError BudgetReport Handoff Handoffs InvalidAmountError"
     " InvalidNameError Ledger Limits OutputEvidence PeriodReport Refusal RefusalReason Release"
