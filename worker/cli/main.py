@@ -39,8 +39,8 @@ from worker.cli.common import (
     OutputClosed,
     read_input,
 )
-from worker.cli.config import load_config
 from worker.cli.parsing import LOG_LEVELS, SHARED_DEFAULTS, Commands, add_command, exit_epilog
+from worker.fleet.operator_config import load_config
 from worker.settings import Settings
 from worker.turn.intake import checked_turn
 from worker.types import TurnRequest, TurnResult
