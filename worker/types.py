@@ -233,6 +233,10 @@ class Attempt(_Frozen):
     detail: str | None = None
     latency_ms: int = 0
     retry_index: int = 0
+    # When the attempt ended, in ms since the turn began (it began `latency_ms` before),
+    # and when its first content streamed, in ms since it began: a timeline of the turn.
+    ended_ms: int = 0
+    first_byte_ms: int | None = None
 
 
 class TurnResult(_Frozen):

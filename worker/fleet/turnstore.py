@@ -15,26 +15,32 @@ streaming turn goes to a Redis stream per turn, ended by an empty `end` entry.
     {N}:turns:sent         zset    turn id -> ms sent     (TTL: result_ttl_s, refreshed)
     {N}:turns:payloads     hash    turn id -> payload     (TTL: result_ttl_s, refreshed)
     {N}:turns:sweep        string  the sweeping worker    (TTL: one sweep interval)
+    {N}:turns:recent       zset    turn id -> ms saved    (the newest RECENT_TURNS; TTL refreshed)
 
 A producer records each turn in `sent` and `payloads` before it publishes it (`send_turn`);
 saving the result removes the record. `worker.fleet.sweeper` re-sends what stays unanswered.
+Saving also records the turn among the fleet's recent ones (`recent`): the fleet-wide
+fallback rate and each tenant's degraded turns are read from them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, cast
 
 from redis.asyncio import Redis
 
+from breakers.rediskit import text
 from worker.guard.autopipeline import AutoPipeline
 from worker.types import TurnResult
 
-__all__ = ["TurnKeys", "TurnStore"]
+__all__ = ["RECENT_TURNS", "TurnKeys", "TurnStore"]
 
 _CHUNK_MAXLEN = 10_000
+RECENT_TURNS = 1000
 # KEYS[1] the result; ARGV[1] the new one, ARGV[2] its TTL. Reply: the result that stands
 # (nil: ours). Only a missing or "rejected" result gives way: one that answered stands.
 _REPLACE = """
@@ -72,6 +78,10 @@ class TurnKeys:
     @property
     def payloads(self) -> str:
         return f"{{{self.namespace}}}:turns:payloads"
+
+    @property
+    def recent(self) -> str:
+        return f"{{{self.namespace}}}:turns:recent"
 
     @property
     def sweep(self) -> str:
@@ -126,8 +136,23 @@ class TurnStore:
         slot.pipe.delete(self.keys.claim(result.turn_id))
         # Answered: the sweeper has nothing to re-send (the record goes with the save).
         self._forget_on(slot.pipe, [result.turn_id])
+        # Wall-clock ms, as the sent record: the hosts of a fleet share a clock (NTP).
+        slot.pipe.zadd(self.keys.recent, {result.turn_id: _now_ms()})
+        slot.pipe.zremrangebyrank(self.keys.recent, 0, -RECENT_TURNS - 1)
+        slot.pipe.expire(self.keys.recent, self.ttl_s)
         standing, *_ = _raised(await slot.send())
         return result if standing is None else _parsed(standing)
+
+    async def recent(self, since_ms: int, count: int = RECENT_TURNS) -> list[TurnResult]:
+        """The newest results saved since `since_ms` (ms since the epoch), newest first;
+        turns whose result expired are left out."""
+        ids = await self.redis.zrange(
+            self.keys.recent, "+inf", since_ms, desc=True, byscore=True, offset=0, num=count
+        )
+        if not ids:
+            return []
+        raws = await self.redis.mget([self.keys.result(text(i)) for i in ids])
+        return [_parsed(raw) for raw in raws if raw is not None]
 
     async def forget(self, *turn_ids: str) -> None:
         """Drop the turns' sent records: they will not be re-sent."""
@@ -202,3 +227,7 @@ def _raised(replies: list[object]) -> list[object]:
 
 def _parsed(raw: object) -> TurnResult:
     return TurnResult.model_validate_json(cast(bytes, raw))
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
