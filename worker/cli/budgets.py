@@ -6,7 +6,6 @@ Amounts are integer micro-dollars in Redis and in `--json`; text output shows do
 from __future__ import annotations
 
 import argparse
-import asyncio
 from dataclasses import asdict
 from typing import Any
 
@@ -28,7 +27,7 @@ from worker.cli.common import (
     warn,
 )
 from worker.cli.parsing import Commands, add_command, add_redis_options, positive_int
-from worker.fleet.operations import check_limits, operator_fleet
+from worker.fleet.operations import budget_reports, check_limits, operator_fleet
 from worker.fleet.operator_config import redis_settings
 from worker.settings import RedisSettings
 
@@ -54,14 +53,7 @@ async def _list(args: argparse.Namespace) -> int:
     where, default = _where(args.config)
     async with operator_redis(where) as client:
         ledger = budgets.Ledger(client, namespace=where.namespace, default_limits=default)
-        reports = await asyncio.gather(
-            *(ledger.report(t) for t in await ledger.tenants()), return_exceptions=True
-        )
-    for report in reports:
-        # A tenant whose spend expired and whose limits were never set has nothing to show.
-        if isinstance(report, BaseException) and not isinstance(report, budgets.UnknownTenantError):
-            raise report
-    shown = [r for r in reports if isinstance(r, budgets.BudgetReport)]
+        shown = await budget_reports(ledger)
     if args.json:
         emit_json([_report_json(r) for r in shown])
         return 0

@@ -7,6 +7,7 @@ through; the surface decides how to show both.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from dataclasses import dataclass
 
@@ -23,13 +24,16 @@ from worker.settings import BreakerSettings, BudgetSettings, Settings
 __all__ = [
     "BREAKER_ACTIONS",
     "OperatorFleet",
+    "budget_reports",
     "check_limits",
     "check_text",
+    "fleet_of",
     "operator_fleet",
 ]
 
 # The scopes the guard names (worker.guard.stores): a typo in any other shape is refused.
 _SCOPE_SHAPE = re.compile(r"^(vendor:[^@]+|model:[^@]+@[^@]+)$")
+_TENANTS_AT_ONCE = 16
 # What each force leaves behind (each returns the state *before*).
 BREAKER_ACTIONS: dict[str, breakers.BreakerState] = {
     "open": breakers.BreakerState.OPEN,
@@ -113,6 +117,27 @@ def operator_fleet(path: str | None) -> OperatorFleet:
     """The fleet as `--config FILE` (or, without one, the environment) describes it."""
     config = operator_config(path)
     return OperatorFleet(config, config.chain_settings())
+
+
+async def budget_reports(ledger: budgets.Ledger) -> list[budgets.BudgetReport]:
+    """Every tenant's report, a few at a time; tenants with nothing to show are left out
+    (their spend expired and their limits were never set)."""
+    gate = asyncio.Semaphore(_TENANTS_AT_ONCE)
+
+    async def one(tenant: str) -> budgets.BudgetReport | None:
+        async with gate:
+            try:
+                return await ledger.report(tenant)
+            except budgets.UnknownTenantError:
+                return None
+
+    found = await asyncio.gather(*(one(t) for t in await ledger.tenants()))
+    return [r for r in found if r is not None]
+
+
+def fleet_of(settings: Settings) -> OperatorFleet:
+    """The fleet a whole configuration describes (one already loaded, as the demo's)."""
+    return OperatorFleet(OperatorConfig(None, {}, settings.redis), settings)
 
 
 def check_text(value: str, what: str) -> str:
