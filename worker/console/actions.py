@@ -23,7 +23,13 @@ from budgets import format_micros as usd
 from worker.console.audit import AuditTrail
 from worker.console.auth import Principal
 from worker.errors import InputError
-from worker.fleet.operations import BREAKER_ACTIONS, OperatorFleet, check_limits, check_text
+from worker.fleet.operations import (
+    BREAKER_ACTIONS,
+    OperatorFleet,
+    check_limits,
+    check_scope,
+    check_text,
+)
 from worker.fleet.replay import ReplaySummary, replay_fleet
 
 __all__ = ["KINDS", "Action", "Actions", "parse_action"]
@@ -53,8 +59,8 @@ def _field(form: Mapping[str, Any], name: str, *, required: bool = True) -> str:
         raise InputError(f"{name}: must be text")
     if len(value) > _MAX_FIELD:
         raise InputError(f"{name}: at most {_MAX_FIELD} characters")
-    value = value.strip()
-    if required and not value:
+    # Not stripped: a name is checked exactly as typed, as the commands check it.
+    if required and not value.strip():
         raise InputError(f"{name}: required")
     return value
 
@@ -87,8 +93,10 @@ def parse_action(kind: str, form: Mapping[str, Any]) -> tuple[Action, str | None
         op = _field(form, "op")
         if op not in BREAKER_ACTIONS:
             raise InputError(f"op: one of {', '.join(BREAKER_ACTIONS)}")
-        scope = breakers.validate_name(_field(form, "scope"), "scope")
-        seconds = _seconds(_field(form, "seconds", required=False)) if op == "open" else None
+        scope = check_scope(_field(form, "scope"))
+        seconds = (
+            _seconds(_field(form, "seconds", required=False).strip()) if op == "open" else None
+        )
         how = "" if op != "open" else (" until closed" if seconds is None else f" for {seconds:g}s")
         fields = {"op": op, "scope": scope, "seconds": "" if seconds is None else f"{seconds:g}"}
         action = Action(
@@ -114,8 +122,9 @@ def parse_action(kind: str, form: Mapping[str, Any]) -> tuple[Action, str | None
     daily = _dollars("daily", _field(form, "daily"))
     monthly = _dollars("monthly", _field(form, "monthly"))
     cap_text = _field(form, "fallback_cap", required=False)
-    cap = None if not cap_text else _dollars("fallback_cap", cap_text)
-    overdraft = _dollars("overdraft", _field(form, "overdraft", required=False) or "0")
+    cap = None if not cap_text.strip() else _dollars("fallback_cap", cap_text)
+    overdraft_text = _field(form, "overdraft", required=False)
+    overdraft = _dollars("overdraft", overdraft_text if overdraft_text.strip() else "0")
     warning = check_limits(daily, monthly, overdraft)
     shown_cap = "none" if cap is None else usd(cap)
     what = (

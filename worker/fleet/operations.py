@@ -26,6 +26,7 @@ __all__ = [
     "OperatorFleet",
     "budget_reports",
     "check_limits",
+    "check_scope",
     "check_text",
     "fleet_of",
     "operator_fleet",
@@ -98,10 +99,7 @@ class OperatorFleet:
         warn about any other the fleet has not used yet (a breaker set ahead of the first call)."""
         listed = ", ".join(known[:20]) or "none"
         if not _SCOPE_SHAPE.match(scope):
-            raise InputError(
-                f"scope {scope!r} is not a breaker scope: scopes are vendor:<vendor> or "
-                f"model:<model>@<provider>; known scopes: {listed}"
-            )
+            raise InputError(f"{_not_a_scope(scope)}; known scopes: {listed}")
         if self.settings is not None:
             raise InputError(
                 f"unknown breaker scope {scope!r}: the chain in {self.config.path} does not "
@@ -138,6 +136,21 @@ async def budget_reports(ledger: budgets.Ledger) -> list[budgets.BudgetReport]:
 def fleet_of(settings: Settings) -> OperatorFleet:
     """The fleet a whole configuration describes (one already loaded, as the demo's)."""
     return OperatorFleet(OperatorConfig(None, {}, settings.redis), settings)
+
+
+def check_scope(scope: str) -> str:
+    """A breaker scope's name and shape, checked before Redis is asked."""
+    breakers.validate_name(scope, "scope")
+    if not _SCOPE_SHAPE.match(scope):
+        raise InputError(_not_a_scope(scope))
+    return scope
+
+
+def _not_a_scope(scope: str) -> str:
+    return (
+        f"scope {scope!r} is not a breaker scope: scopes are vendor:<vendor> or "
+        "model:<model>@<provider>"
+    )
 
 
 def check_text(value: str, what: str) -> str:
