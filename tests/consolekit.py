@@ -38,7 +38,7 @@ _FLAGS = (
     "--disable-component-update",
     "--disable-sync",
     "--disable-dev-shm-usage",
-    "--window-size=1280,900",
+    "--window-size=1200,760",
 )
 
 

@@ -112,15 +112,16 @@ def shared() -> dict[str, Any]:
     return {}
 
 
-def _turns(settings: Settings, n: int, tenant: str = "acme") -> list[TurnHandle]:
+def _turns(settings: Settings, n: int, *, stream: bool = False) -> list[TurnHandle]:
     app = make_app(settings)
     return [
         enqueue_turn(
             TurnRequest(
-                tenant_id=tenant,
+                tenant_id="acme",
                 messages=(Message(role="user", content=f"question {i}"),),
                 max_tokens=16,
                 deadline_s=10,
+                stream=stream,
             ),
             app=app,
         )
@@ -262,7 +263,7 @@ def test_switched_off_the_held_turns_replay(
 
 
 def test_a_turn_s_attempts_are_on_its_timeline(
-    browser: Any, console: str, shared: dict[str, Any]
+    browser: Any, console: str, settings: Settings, shared: dict[str, Any]
 ) -> None:
     browser.get(f"{console}/turns")
     _css(browser, "#turn-id").send_keys(shared["fell_back"])
@@ -277,6 +278,16 @@ def test_a_turn_s_attempts_are_on_its_timeline(
     assert len(bars) == len(outcomes)
     assert all(bar.size["width"] > 0 for bar in bars), "the script placed every bar"
     _shot(browser, "turn")
+
+    (streamed,) = _results(_turns(settings, 1, stream=True))
+    _css(browser, "#turn-id").clear()
+    _css(browser, "#turn-id").send_keys(streamed.turn_id)
+    _css(browser, "#lookup").click()
+    _wait(browser, '#turn-status[data-status="ok"]')
+    assert _css(browser, "#streamed").text == streamed.reply.text  # type: ignore[union-attr]
+    answered = _css(browser, '#attempts tr[data-outcome="ok"]')
+    assert _css(answered, ".first-byte").text.endswith(" ms"), "first content is on the timeline"
+    assert _all(answered, ".fb"), "and marked on its bar"
 
 
 def test_tenants_are_sorted_searched_and_given_limits(browser: Any, console: str) -> None:
