@@ -314,6 +314,7 @@ OPTIONAL_SECTIONS = (
     "budgets",
     "limits",
     "observability",
+    "console",
 )
 
 
