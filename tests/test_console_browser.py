@@ -43,6 +43,9 @@ min_calls_in_window = 4
 break_s = 120
 max_break_s = 120
 
+[observability]
+fallback_min_turns = 5
+
 [console]
 poll_interval_s = 0.5
 """
@@ -235,6 +238,9 @@ def test_the_kill_switch_stops_every_provider_call(
     assert [r.status for r in results] == [Status.REJECTED] * 3
     assert sim.calls() == calls, "a provider call arrived while the kill switch was on"
     _wait(browser, "#held", text="3")
+    fallback = _css(browser, "#fallback")
+    assert "8 of 8 turns" in fallback.text, "rejected turns are not counted"
+    assert fallback.get_attribute("data-alerting") == "1"
     _shot(browser, "fleet")
     shared["held"] = [r.turn_id for r in results]
 
