@@ -6,7 +6,7 @@ import argparse
 
 from pydantic import ValidationError
 
-from worker.cli.common import EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
+from worker.cli.common import EXIT_OK, EXIT_USAGE
 from worker.cli.parsing import Commands, add_command
 from worker.errors import ConfigError
 from worker.settings import ConsoleSettings
@@ -41,9 +41,10 @@ def register(commands: Commands) -> None:
         commands,
         "console",
         "serve the operator console in the browser (127.0.0.1:8800 by default)",
-        exits=(EXIT_OK, EXIT_USAGE, EXIT_UNAVAILABLE),
+        exits=(EXIT_OK, EXIT_USAGE),
         details="Logins are the tokens of RELEVO_CONSOLE_TOKENS or [console] tokens_file, "
-        'one "NAME ROLE TOKEN" a line (ROLE viewer or operator). Ctrl-C stops it.',
+        'one "NAME ROLE TOKEN" a line (ROLE viewer or operator). Pages say so while Redis '
+        "does not answer, and recover when it does. Ctrl-C stops it.",
     )
     console.add_argument("--config", required=True, metavar="FILE", help="configuration (TOML)")
     console.add_argument("--host", help="address to listen on (default [console] host)")
