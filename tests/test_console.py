@@ -19,6 +19,7 @@ import pytest
 import redis
 
 from tests.chainkit import KEY, worker_config
+from tests.netkit import free_port
 from tests.test_security_names import TRICKY
 from worker.console import build_app
 from worker.console.app import Clients
@@ -61,6 +62,22 @@ async def client(config: Path, redis_url: str) -> AsyncIterator[httpx.AsyncClien
     finally:
         await clients.viewer.aclose()
         await clients.operator.aclose()
+
+
+async def test_a_redis_that_does_not_answer_gets_a_503_page(config: Path) -> None:
+    fleet = operator_fleet(str(config))
+    nowhere = RedisSettings(url=f"redis://127.0.0.1:{free_port()}/0")
+    clients = Clients(viewer=nowhere.connect(timeout_s=1), operator=nowhere.connect(timeout_s=1))
+    app = build_app(fleet, console_settings(fleet), TOKENS, clients)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=BASE) as http:
+        csrf = await log_in(http, OPERATOR)
+        page = await http.get("/")
+        assert page.status_code == 503
+        assert "Redis did not answer" in page.text
+        form = {"mode": "on", "reason": "r", "csrf": csrf, "confirmed": "yes"}
+        assert (await http.post("/act/kill_switch", data=form)).status_code == 503
+    await clients.viewer.aclose()
+    await clients.operator.aclose()
 
 
 def _csrf(html: str) -> str:

@@ -231,6 +231,8 @@ class _Console:
             if form.get("confirmed") != "yes":
                 return self.page(request, "confirm.html", action=action, warning=warning, back=back)
             message = await self.actions.perform(action, who)
+        except (*STORE_DOWN, *STORE_REFUSED):
+            raise  # the store's trouble, not the operator's: `guarded` shows it
         except _USER_ERRORS as exc:
             return self.page(request, "error.html", 400, error=str(exc), back=back)
         session = self.sessions.get(request.cookies.get(SESSION_COOKIE))
