@@ -286,9 +286,7 @@ def test_a_turn_s_attempts_are_on_its_timeline(
     _shot(browser, "turn")
 
     (streamed,) = _results(_turns(settings, 1, stream=True))
-    _css(browser, "#turn-id").clear()
-    _css(browser, "#turn-id").send_keys(streamed.turn_id)
-    _css(browser, "#lookup").click()
+    browser.get(f"{console}/turns?id={streamed.turn_id}")  # waits for the page, unlike a click
     _wait(browser, '#turn-status[data-status="ok"]')
     assert _css(browser, "#streamed").text == streamed.reply.text  # type: ignore[union-attr]
     answered = _css(browser, '#attempts tr[data-outcome="ok"]')
