@@ -41,6 +41,24 @@ async def test_healthy_turn_is_answered_by_the_primary(sim: Simulator) -> None:
     assert sim.calls("beta") == 0
 
 
+async def test_attempts_are_placed_on_the_turn_s_timeline(sim: Simulator) -> None:
+    """Each attempt ends `ended_ms` after the turn began; a streamed answer's first byte
+    falls inside its attempt, and a call that streamed nothing has none."""
+    sim.set_faults("alpha", Fault(status=500))
+    result = await run(settings(sim.url), turn(stream=True))
+    *errors, answer = result.attempts
+    assert [a.outcome for a in errors] == [AttemptOutcome.ERROR] * 2
+    ends = [a.ended_ms for a in result.attempts]
+    assert ends == sorted(ends)
+    assert ends[-1] <= result.latency_ms
+    assert all(a.ended_ms >= a.latency_ms for a in result.attempts)
+    assert all(a.first_byte_ms is None for a in errors)
+    assert answer.first_byte_ms is not None
+    assert 0 <= answer.first_byte_ms <= answer.latency_ms
+    plain = await run(settings(sim.url), turn())
+    assert plain.attempts[-1].first_byte_ms is None  # the whole answer came at once
+
+
 # (primary kind, catalogue error, calls the primary receives, effective step)
 FALLS_BACK: list[tuple[Kind, str, int]] = [
     ("openai", "server_error", 2),

@@ -28,11 +28,14 @@ from redis.exceptions import AuthenticationError, NoPermissionError
 
 import breakers
 import budgets
+from tests.chainkit import worker_config
 from tests.conftest import skip_unless_ci
 from tests.netkit import free_port
 from worker.cli.fleet import celery_command
+from worker.console.views import fleet_view, tenant_rows, turn_view
 from worker.fleet.app import make_app
 from worker.fleet.enqueue import enqueue_turn
+from worker.fleet.operations import operator_fleet
 from worker.observability.metrics import METRIC_NAMES
 from worker.settings import ObservabilitySettings, load_settings
 
@@ -360,6 +363,7 @@ PASSWORDS = {
     "relevo": "workerpassword00000000",
     "producer": "producerpassword000000",
     "operator": "operatorpassword000000",
+    "viewer": "viewerpassword00000000",
 }
 
 
@@ -474,6 +478,36 @@ async def test_producer_reaches_nothing_but_the_queue_and_results(clients: dict[
             await producer.execute_command(*command)
 
 
+async def test_the_viewer_reads_every_console_page_and_writes_nothing(
+    clients: dict[str, Any], acl_server: dict[str, str], tmp_path: Path
+) -> None:
+    """The console's viewer role on its own ACL user: each page's reads pass, every
+    write the console's actions make is refused by Redis, scripts' writes included."""
+    config = tmp_path / "chain.toml"
+    url = acl_server["operator"]
+    config.write_text(worker_config(sim="http://127.0.0.1:9", redis_url=url, namespace="relevo"))
+    fleet = operator_fleet(str(config))
+    operator, viewer = clients["operator"], clients["viewer"]
+    await budgets.Ledger(operator).set_limits("viewed", 5_000_000, 100_000_000)
+    await fleet.force(operator, "open", "vendor:openai", 60)
+    try:
+        view = await fleet_view(fleet, viewer)
+        assert {s.scope: str(s.state) for s in view.report.scopes}["vendor:openai"] == "open"
+        assert "viewed" in [row.tenant for row in await tenant_rows(fleet, viewer)]
+        assert (await turn_view(fleet, viewer, "t1")).result is None
+        for write in (
+            breakers.KillSwitch(viewer).on("mallory", "because"),
+            fleet.force(viewer, "close", "vendor:openai"),
+            budgets.Ledger(viewer).set_limits("viewed", 1, 2),
+            viewer.xadd("{relevo}:console:audit", {"who": "mallory"}),
+        ):
+            with pytest.raises((breakers.StoreUnavailableError, NoPermissionError)):
+                await write
+        assert await breakers.KillSwitch(operator).status() is None
+    finally:
+        await fleet.force(operator, "reset", "vendor:openai")
+
+
 async def test_operator_flips_the_kill_switch_and_workers_see_it(clients: dict[str, Any]) -> None:
     operator, worker = clients["operator"], clients["relevo"]
     await budgets.Ledger(operator).set_limits("acme", 5_000_000, 100_000_000)
@@ -538,9 +572,11 @@ def test_start_sh_leaves_the_sentinel_users_out_unless_their_passwords_are_set(
     tmp_path: Path,
 ) -> None:
     acl = tmp_path / "users.acl"
-    assert start_sh(password_env(acl), "true").returncode == 0
+    assert start_sh(password_env(acl, REDIS_VIEWER_PASSWORD=""), "true").returncode == 0
     users = [line.split()[1] for line in acl.read_text().splitlines() if line]
     assert users == ["default", "relevo", "producer", "operator"]
+    assert start_sh(password_env(acl), "true").returncode == 0
+    assert "user viewer on" in acl.read_text()
     assert start_sh(password_env(acl, **SENTINEL_PASSWORDS), "true").returncode == 0
     assert "user replica on" in acl.read_text()
     assert "user sentinel on" in acl.read_text()

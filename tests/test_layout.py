@@ -22,11 +22,14 @@ FOUNDATION = {"worker.types", "worker.errors", "worker.settings"}
 # observability at the bottom.
 MAY_IMPORT: dict[str, set[str]] = {
     "worker": {"worker.turn", "worker.guard", "worker.adapters"},  # the public surface
-    "worker.cli": {"worker.demo", "worker.simulator", "worker.fleet", "worker.turn",
-                   "worker.guard", "worker.adapters", "worker.observability",
+    "worker.cli": {"worker.console", "worker.demo", "worker.simulator", "worker.fleet",
+                   "worker.turn", "worker.guard", "worker.adapters", "worker.observability",
                    "breakers", "budgets"},
-    "worker.demo": {"worker.simulator", "worker.fleet", "worker.turn", "worker.guard",
-                    "worker.adapters", "worker.observability", "breakers", "budgets"},
+    "worker.demo": {"worker.console", "worker.simulator", "worker.fleet", "worker.turn",
+                    "worker.guard", "worker.adapters", "worker.observability", "breakers",
+                    "budgets"},
+    "worker.console": {"worker.fleet", "worker.turn", "worker.guard", "worker.adapters",
+                       "worker.observability", "breakers", "budgets"},
     "worker.fleet": {"worker.turn", "worker.guard", "worker.adapters",
                      "worker.observability", "breakers", "budgets"},
     "worker.turn": {"worker.guard", "worker.adapters", "worker.observability", "budgets"},

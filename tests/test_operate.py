@@ -31,9 +31,9 @@ from tests.chainkit import turn
 from tests.netkit import free_port
 from worker.adapters import make_client
 from worker.cli.main import main
-from worker.cli.replay import Delivery, Replayed, ReplaySummary, chain_runner, replay_held
 from worker.fleet.app import make_app
 from worker.fleet.enqueue import TurnHandle, enqueue_turn
+from worker.fleet.replay import Delivery, Replayed, ReplaySummary, chain_runner, replay_held
 from worker.fleet.runner import TurnRunner
 from worker.fleet.testing import InProcessWorker
 from worker.fleet.turnstore import TurnStore

@@ -320,6 +320,7 @@ OPTIONAL_SECTIONS = (
     "budgets",
     "limits",
     "observability",
+    "console",
 )
 
 

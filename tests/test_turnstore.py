@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -11,6 +12,7 @@ from redis.exceptions import RedisError
 
 import breakers
 from tests.netkit import free_port
+from worker.fleet import turnstore
 from worker.fleet.turnstore import TurnStore
 from worker.guard.autopipeline import AutoPipeline
 from worker.types import Status, TurnResult
@@ -119,3 +121,23 @@ async def test_an_unreachable_store_raises_a_redis_error(namespace: str) -> None
             await store.save(result("t8"))
     finally:
         await down.aclose()
+
+
+async def test_saved_turns_are_kept_among_the_recent_ones_newest_first(
+    redis: Redis, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`recent` gives the newest results saved since a time; the record is trimmed to about
+    RECENT_TURNS, and a turn whose result is gone is left out."""
+    monkeypatch.setattr(turnstore, "RECENT_TURNS", 3)
+    monkeypatch.setattr(turnstore, "_TRIM_EVERY", 2)
+    store = TurnStore(redis, namespace=namespace, ttl_s=60)
+    before_ms = int(time.time() * 1000) - 1
+    for i in range(6):
+        await store.save(result(f"t{i}"))
+        await asyncio.sleep(0.002)  # one ms apart at least: the order is the save order
+    assert [r.turn_id for r in await store.recent(before_ms)] == ["t5", "t4", "t3", "t2"]
+    assert await redis.zcard(store.keys.recent) == 4  # trimmed at the 5th save, then one more
+    assert 0 < await redis.ttl(store.keys.recent) <= 60
+    await redis.delete(store.keys.result("t4"))
+    assert [r.turn_id for r in await store.recent(before_ms, count=2)] == ["t5"]
+    assert await store.recent(int(time.time() * 1000) + 1000) == []

@@ -37,6 +37,7 @@ __all__ = [
     "BreakerSettings",
     "BudgetSettings",
     "ChainSettings",
+    "ConsoleSettings",
     "DegradationSettings",
     "HedgingSettings",
     "LimitsSettings",
@@ -474,6 +475,21 @@ class ObservabilitySettings(_Section):
     otlp_endpoint: str | None = Field(default=None, pattern=r"^https?://")
 
 
+class ConsoleSettings(_Section):
+    """`relevo console`: where it listens, who may log in, how each role reaches Redis."""
+
+    # Loopback: put a TLS-terminating proxy in front to serve it further.
+    host: str = "127.0.0.1"
+    port: int = Field(default=8800, ge=0, le=65535)
+    # Lines of "NAME ROLE TOKEN" (a mounted secret); RELEVO_CONSOLE_TOKENS holds the same.
+    tokens_file: Path | None = None
+    # Each role's Redis user (deploy/redis/users.acl.in); None: [redis] url.
+    viewer_redis_url: str | None = Field(default=None, pattern=r"^(redis|rediss|unix)://")
+    operator_redis_url: str | None = Field(default=None, pattern=r"^(redis|rediss|unix)://")
+    poll_interval_s: float = Field(default=2.0, ge=0.5, le=60)
+    session_ttl_s: float = Field(default=8 * 3600, gt=0, le=7 * 86_400)
+
+
 class Settings(BaseSettings):
     """Everything relevo is configured with."""
 
@@ -496,6 +512,7 @@ class Settings(BaseSettings):
     worker: WorkerSettings = WorkerSettings()
     limits: LimitsSettings = LimitsSettings()
     observability: ObservabilitySettings = ObservabilitySettings()
+    console: ConsoleSettings = ConsoleSettings()
 
     @property
     def visibility_timeout_s(self) -> float:

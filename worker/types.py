@@ -235,6 +235,10 @@ class Attempt(_Frozen):
     latency_ms: int = 0
     retry_index: int = 0
     charged_micros: int | None = None  # set on a lost hedge race: what it was charged
+    # When the attempt ended, in ms since the turn began (it began `latency_ms` before),
+    # and when its first content streamed, in ms since it began: a timeline of the turn.
+    ended_ms: int = 0
+    first_byte_ms: int | None = None
 
 
 FinishReasonName = Literal["stop", "length", "tool_calls", "content_filter", "other"]

@@ -5,6 +5,8 @@
 #   REDIS_RELEVO_PASSWORD, REDIS_PRODUCER_PASSWORD, REDIS_OPERATOR_PASSWORD
 #       letters and digits only (e.g. `openssl rand -hex 32`): they go into a URL
 #       and into the ACL file unescaped.
+#   REDIS_VIEWER_PASSWORD
+#       the same, for the console's viewer role: unset, that user is left out.
 #   REDIS_REPLICA_PASSWORD, REDIS_SENTINEL_PASSWORD
 #       the same, for Sentinel deployments only: unset, those users are left out.
 #   ACL_TEMPLATE  the template (default: users.acl.in next to this script)
@@ -17,10 +19,10 @@ target=${ACL_FILE:-/data/users.acl}
 
 drop=""
 for name in REDIS_RELEVO_PASSWORD REDIS_PRODUCER_PASSWORD REDIS_OPERATOR_PASSWORD \
-            REDIS_REPLICA_PASSWORD REDIS_SENTINEL_PASSWORD; do
+            REDIS_VIEWER_PASSWORD REDIS_REPLICA_PASSWORD REDIS_SENTINEL_PASSWORD; do
   eval "value=\${$name:-}"
   case $name:$value in
-    REDIS_REPLICA_PASSWORD: | REDIS_SENTINEL_PASSWORD:)
+    REDIS_VIEWER_PASSWORD: | REDIS_REPLICA_PASSWORD: | REDIS_SENTINEL_PASSWORD:)
       user=${name#REDIS_}; user=${user%_PASSWORD}
       drop="$drop -e /@${user}_PASSWORD@/d"
       continue ;;
@@ -42,6 +44,7 @@ sed -e '/^[[:space:]]*#/d' $drop \
     -e "s/@RELEVO_PASSWORD@/$REDIS_RELEVO_PASSWORD/" \
     -e "s/@PRODUCER_PASSWORD@/$REDIS_PRODUCER_PASSWORD/" \
     -e "s/@OPERATOR_PASSWORD@/$REDIS_OPERATOR_PASSWORD/" \
+    -e "s/@VIEWER_PASSWORD@/${REDIS_VIEWER_PASSWORD:-}/" \
     -e "s/@REPLICA_PASSWORD@/${REDIS_REPLICA_PASSWORD:-}/" \
     -e "s/@SENTINEL_PASSWORD@/${REDIS_SENTINEL_PASSWORD:-}/" \
     "$template" > "$target"

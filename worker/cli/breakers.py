@@ -4,12 +4,8 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
-from redis.asyncio import Redis
 from rich.table import Table
 
 import breakers
@@ -17,7 +13,6 @@ from worker.cli.common import (
     EXIT_OK,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
-    OperatorError,
     console,
     duration,
     emit_json,
@@ -27,43 +22,12 @@ from worker.cli.common import (
     utc,
     warn,
 )
-from worker.cli.config import OperatorConfig, operator_config
 from worker.cli.parsing import Commands, add_command, add_redis_options, positive_seconds
-from worker.guard.stores import breaker_store
-from worker.settings import BreakerSettings, Settings
+from worker.fleet.operations import BREAKER_ACTIONS, operator_fleet
 
 __all__ = ["register"]
 
-# The scopes the guard names (worker.guard.stores): a typo in any other shape is refused.
-_SCOPE_SHAPE = re.compile(r"^(vendor:[^@]+|model:[^@]+@[^@]+)$")
 _EXITS = (EXIT_OK, EXIT_USAGE, EXIT_UNAVAILABLE)
-
-
-@dataclass(frozen=True)
-class _Fleet:
-    """Where the breakers live and how they are configured, from `--config` or defaults."""
-
-    config: OperatorConfig
-    settings: Settings | None  # the whole configuration, when the file describes a chain
-
-    def store(self, client: Redis, *also_known: str) -> breakers.FleetBreakers:
-        """The breakers as workers see them; `also_known` lets an operator name a scope
-        no worker has used yet (a file without a chain has no scopes to check it against)."""
-        if self.settings is not None:
-            return breaker_store(self.settings, client, know_scopes=True)
-        policy = self.config.section("breakers", BreakerSettings)
-        return breakers.FleetBreakers(
-            client,
-            namespace=self.config.redis.namespace,
-            policy=policy.policy(),
-            cooldowns=policy.cooldowns(),
-            scopes=also_known,
-        )
-
-
-def _fleet(path: str | None) -> _Fleet:
-    config = operator_config(path)
-    return _Fleet(config, config.chain_settings())
 
 
 # -- relevo breakers -------------------------------------------------------------------
@@ -135,7 +99,7 @@ def _print_report(report: breakers.FleetReport) -> None:
 
 
 async def _show(args: argparse.Namespace) -> int:
-    fleet = _fleet(args.config)
+    fleet = operator_fleet(args.config)
     async with operator_redis(fleet.config.redis, shared=True) as client:
         report = await breakers.Operators(fleet.store(client)).report()
     if args.json:
@@ -145,27 +109,15 @@ async def _show(args: argparse.Namespace) -> int:
     return 0
 
 
-_Force = Callable[[breakers.Operators, str, float | None], Awaitable[breakers.BreakerState]]
-# Each force command returns the state *before*; the state after follows from the action.
-_ACTIONS: dict[str, tuple[_Force, breakers.BreakerState]] = {
-    "open": (lambda ops, scope, s: ops.force_open(scope, s), breakers.BreakerState.OPEN),
-    "close": (lambda ops, scope, _: ops.force_close(scope), breakers.BreakerState.CLOSED),
-    "reset": (lambda ops, scope, _: ops.reset(scope), breakers.BreakerState.CLOSED),
-}
-
-
 async def _force(args: argparse.Namespace) -> int:
     scope: str = breakers.validate_name(args.scope, "scope")
     seconds: float | None = getattr(args, "seconds", None)
-    force, after = _ACTIONS[args.action]
-    fleet = _fleet(args.config)
+    fleet = operator_fleet(args.config)
     async with operator_redis(fleet.config.redis, shared=True) as client:
-        ops = breakers.Operators(fleet.store(client))
-        known = await ops.scopes()
-        if scope not in known:
-            _accept_unknown(scope, fleet, known)
-            ops = breakers.Operators(fleet.store(client, scope))
-        before = await force(ops, scope, seconds)
+        before, warning = await fleet.force(client, args.action, scope, seconds)
+    if warning is not None:
+        warn(warning)
+    after = BREAKER_ACTIONS[args.action]
     if args.json:
         emit_json({"scope": scope, "before": str(before), "after": str(after), "for_s": seconds})
         return 0
@@ -174,26 +126,6 @@ async def _force(args: argparse.Namespace) -> int:
         note = " (pinned until closed)" if seconds is None else f" for {seconds:g}s"
     print(f"{scope}: {before} -> {after}{note}")
     return 0
-
-
-def _accept_unknown(scope: str, fleet: _Fleet, known: list[str]) -> None:
-    """Refuse a scope the configured chain does not have, or one of no scope's shape; warn
-    about any other the fleet has not used yet (a breaker set ahead of the first call)."""
-    listed = ", ".join(known[:20]) or "none"
-    if not _SCOPE_SHAPE.match(scope):
-        raise OperatorError(
-            f"scope {scope!r} is not a breaker scope: scopes are vendor:<vendor> or "
-            f"model:<model>@<provider>; known scopes: {listed}"
-        )
-    if fleet.settings is not None:
-        raise OperatorError(
-            f"unknown breaker scope {scope!r}: the chain in {fleet.config.path} does not use "
-            f"it and the fleet has not used it; known scopes: {listed}"
-        )
-    warn(
-        f"the fleet has not used scope {scope!r} yet; setting it anyway (check the "
-        "spelling, or pass --config FILE to check it against the chain)"
-    )
 
 
 def register(commands: Commands) -> None:

@@ -6,7 +6,6 @@ Amounts are integer micro-dollars in Redis and in `--json`; text output shows do
 from __future__ import annotations
 
 import argparse
-import asyncio
 from dataclasses import asdict
 from typing import Any
 
@@ -27,9 +26,10 @@ from worker.cli.common import (
     utc,
     warn,
 )
-from worker.cli.config import operator_config, redis_settings
 from worker.cli.parsing import Commands, add_command, add_redis_options, positive_int
-from worker.settings import BudgetSettings, RedisSettings
+from worker.fleet.operations import budget_reports, check_limits, operator_fleet
+from worker.fleet.operator_config import redis_settings
+from worker.settings import RedisSettings
 
 __all__ = ["register"]
 
@@ -38,10 +38,8 @@ _EXITS = (EXIT_OK, EXIT_USAGE, EXIT_UNAVAILABLE)
 
 def _where(path: str | None) -> tuple[RedisSettings, budgets.Limits | None]:
     """Redis, and the default limits of unknown tenants (none without a configuration)."""
-    config = operator_config(path)
-    if path is None:
-        return config.redis, None
-    return config.redis, config.section("budgets", BudgetSettings).default_limits()
+    fleet = operator_fleet(path)
+    return fleet.config.redis, fleet.default_limits()
 
 
 def _report_json(report: budgets.BudgetReport) -> dict[str, Any]:
@@ -55,14 +53,7 @@ async def _list(args: argparse.Namespace) -> int:
     where, default = _where(args.config)
     async with operator_redis(where, shared=True) as client:
         ledger = budgets.Ledger(client, namespace=where.namespace, default_limits=default)
-        reports = await asyncio.gather(
-            *(ledger.report(t) for t in await ledger.tenants()), return_exceptions=True
-        )
-    for report in reports:
-        # A tenant whose spend expired and whose limits were never set has nothing to show.
-        if isinstance(report, BaseException) and not isinstance(report, budgets.UnknownTenantError):
-            raise report
-    shown = [r for r in reports if isinstance(r, budgets.BudgetReport)]
+        shown = await budget_reports(ledger)
     if args.json:
         emit_json([_report_json(r) for r in shown])
         return 0
@@ -170,7 +161,9 @@ async def _set(args: argparse.Namespace) -> int:
     monthly = _dollars("--monthly", args.monthly)
     cap = None if args.fallback_cap is None else _dollars("--fallback-cap", args.fallback_cap)
     overdraft = _dollars("--overdraft", args.overdraft)
-    _check_limits(daily, monthly, overdraft)
+    warning = check_limits(daily, monthly, overdraft)
+    if warning is not None:
+        warn(warning)
     where = redis_settings(args.config)
     async with operator_redis(where, shared=True) as client:
         ledger = budgets.Ledger(client, namespace=where.namespace)
@@ -184,21 +177,6 @@ async def _set(args: argparse.Namespace) -> int:
             f"fallback cap {shown} per day, overdraft {usd(overdraft)}"
         )
     return 0
-
-
-def _check_limits(daily: int, monthly: int, overdraft: int) -> None:
-    """Refuse limits that contradict each other; warn about an overdraft past the limit."""
-    if daily > monthly:
-        raise OperatorError(
-            f"--daily {usd(daily)} is more than --monthly {usd(monthly)}: "
-            "a day's limit cannot exceed the month's"
-        )
-    if overdraft > daily:
-        # Allowed (a tenant may need room for one large worst case), but rarely meant.
-        warn(
-            f"--overdraft {usd(overdraft)} is more than --daily {usd(daily)}: worst cases "
-            f"in flight may take a day's spend to {usd(daily + overdraft)}"
-        )
 
 
 # -- relevo handoffs -------------------------------------------------------------------

@@ -30,9 +30,9 @@ from worker.cli.common import (
     read_input,
     redis_trouble,
 )
-from worker.cli.config import load_config
 from worker.cli.parsing import Commands, add_command, positive_seconds
 from worker.errors import STORE_DOWN, STORE_REFUSED
+from worker.fleet.operator_config import load_config
 from worker.settings import RedisSettings, Settings
 from worker.turn.intake import checked_turn
 

@@ -15,9 +15,9 @@ from pathlib import Path
 from types import FrameType
 
 from worker.cli.common import EXIT_OK, EXIT_USAGE
-from worker.cli.config import load_config
 from worker.cli.parsing import Commands, add_command, positive_int
 from worker.fleet.exporter import serve_metrics
+from worker.fleet.operator_config import load_config
 from worker.fleet.startup import PARENT_ENV
 
 __all__ = ["celery_command", "register"]

@@ -15,15 +15,15 @@ from worker.cli.common import (
     EXIT_OK,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
-    OperatorError,
     emit_json,
     iso,
     operator_command,
     operator_redis,
     utc,
 )
-from worker.cli.config import redis_settings
 from worker.cli.parsing import Commands, add_command, add_redis_options
+from worker.fleet.operations import check_text
+from worker.fleet.operator_config import redis_settings
 
 __all__ = ["register"]
 
@@ -32,15 +32,8 @@ def _who(args: argparse.Namespace) -> str:
     return args.who or os.environ.get("USER") or "operator"
 
 
-def _text(value: str, what: str) -> str:
-    """The kill switch's own limits on who and why, checked before Redis is asked."""
-    if not value.strip() or len(value) > 1000:
-        raise OperatorError(f"{what} must be 1-1000 characters, not blank")
-    return value
-
-
 async def _kill_on(args: argparse.Namespace) -> int:
-    who, reason = _text(_who(args), "--who"), _text(args.reason, "--reason")
+    who, reason = check_text(_who(args), "--who"), check_text(args.reason, "--reason")
     where = redis_settings(args.config)
     async with operator_redis(where, shared=True) as client:
         state = await breakers.KillSwitch(client, namespace=where.namespace).on(who, reason)
@@ -50,7 +43,7 @@ async def _kill_on(args: argparse.Namespace) -> int:
 
 
 async def _kill_off(args: argparse.Namespace) -> int:
-    who = _text(_who(args), "--who")
+    who = check_text(_who(args), "--who")
     where = redis_settings(args.config)
     async with operator_redis(where, shared=True) as client:
         before = await breakers.KillSwitch(client, namespace=where.namespace).off(who)

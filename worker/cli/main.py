@@ -6,7 +6,7 @@
     relevo result|tail TURN_ID                     (worker.cli.results)
     relevo breakers [open|close|reset SCOPE]       relevo kill-switch on|off|status
     relevo budgets list|show|set ...               relevo replay-held --config FILE
-    relevo handoffs
+    relevo handoffs                                relevo console --config FILE
 
 Exit codes are `worker.cli.common`'s (`relevo --help` lists them). Errors the user can
 fix are one line on stderr, never a traceback; so is a closed stdout (`| head`).
@@ -22,7 +22,16 @@ import textwrap
 from collections.abc import Callable, Sequence
 from importlib import metadata
 
-from worker.cli import breakers, budgets, enqueue, fleet, killswitch, replay_command, results
+from worker.cli import (
+    breakers,
+    budgets,
+    console_command,
+    enqueue,
+    fleet,
+    killswitch,
+    replay_command,
+    results,
+)
 from worker.cli.common import (
     EXIT_BROKEN_PIPE,
     EXIT_BY_STATUS,
@@ -39,8 +48,8 @@ from worker.cli.common import (
     OutputClosed,
     read_input,
 )
-from worker.cli.config import load_config
 from worker.cli.parsing import LOG_LEVELS, SHARED_DEFAULTS, Commands, add_command, exit_epilog
+from worker.fleet.operator_config import load_config
 from worker.settings import Settings
 from worker.turn.intake import checked_turn
 from worker.types import TurnRequest, TurnResult
@@ -118,6 +127,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         rate=args.rate,
         concurrency=args.concurrency,
         as_json=args.json,
+        console_port=args.console,
     )
     return EXIT_INCOMPLETE if lost else EXIT_OK
 
@@ -167,6 +177,15 @@ def _add_local_commands(commands: Commands) -> None:
     demo.add_argument("--rate", type=float, default=15.0, help="turns sent per second")
     demo.add_argument("--concurrency", type=int, default=16, help="turns in flight at most")
     demo.add_argument("--json", action="store_true", help="print the summary as JSON")
+    demo.add_argument(
+        "--console",
+        nargs="?",
+        type=int,
+        const=0,
+        metavar="PORT",
+        help="serve the operator console on 127.0.0.1 while the demo runs (default: a free "
+        "port) and print its URL and login token",
+    )
     demo.set_defaults(func=_cmd_demo)
 
 
@@ -198,6 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
         killswitch.register,
         replay_command.register,
         budgets.register,
+        console_command.register,
     ):
         register(commands)
     return parser

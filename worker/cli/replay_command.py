@@ -1,4 +1,4 @@
-"""`relevo replay-held`: the command around `worker.cli.replay`, and what it reports.
+"""`relevo replay-held`: the command around `worker.fleet.replay`, and what it reports.
 
 It refuses to start while the kill switch is on (exit 7), prints one JSON line per held
 turn, and ends with one line on stderr, and exit 4 or 7, when something needs a person.
@@ -25,26 +25,14 @@ from worker.cli.common import (
     operator_redis,
     write_out,
 )
-from worker.cli.config import load_config
 from worker.cli.parsing import Commands, add_command, positive_int
-from worker.cli.replay import (
-    CONCURRENCY,
-    Delivery,
-    ReplaySummary,
-    chain_runner,
-    replay_held,
-)
+from worker.fleet.operator_config import load_config
+from worker.fleet.replay import CONCURRENCY, ReplaySummary, replay_fleet
 
 __all__ = ["register"]
 
 
 async def _replay(args: argparse.Namespace) -> int:
-    from worker.adapters import make_client
-    from worker.fleet.app import make_app
-    from worker.fleet.turnstore import TurnStore
-    from worker.guard.redis_guard import open_guard
-    from worker.turn.chain import Chain
-
     settings = load_config(args.config)
     where = settings.redis
     summary = ReplaySummary()
@@ -52,38 +40,30 @@ async def _replay(args: argparse.Namespace) -> int:
         operator_redis(where, shared=True) as client,
         operator_redis(where) as results,
     ):
-        switch = breakers.KillSwitch(client, namespace=where.namespace)
-        held = breakers.HeldTurns(client, namespace=where.namespace)
-        state = await switch.status()
+        state = await breakers.KillSwitch(client, namespace=where.namespace).status()
         if state is not None:
             raise OperatorError(
                 f"the kill switch is on ({state.reason}, by {state.who}); "
                 "turn it off before replaying held turns",
                 EXIT_REFUSED,
             )
-        store = TurnStore(results, namespace=where.namespace, ttl_s=settings.worker.result_ttl_s)
-        delivery = Delivery(store, make_app(settings).backend)
-        async with make_client() as http:
-            chain = Chain.from_settings(settings, http, guard=open_guard(settings, client))
-            run_one = chain_runner(chain, delivery)
-            try:
-                await replay_held(
-                    held,
-                    switch,
-                    run_one,
-                    _print_line,
-                    limit=args.limit,
-                    concurrency=args.concurrency,
-                    summary=summary,
-                )
-            except asyncio.CancelledError:  # Ctrl-C: `main` exits 130 after this line
-                print(
-                    f"relevo: interrupted; replayed {summary.replayed}, {summary.given_back} "
-                    "unfinished turn(s) held again (run replay-held again to resume)",
-                    file=sys.stderr,
-                )
-                raise
-        left = await held.count()
+        try:
+            left = await replay_fleet(
+                settings,
+                client,
+                _print_line,
+                results=results,
+                limit=args.limit,
+                concurrency=args.concurrency,
+                summary=summary,
+            )
+        except asyncio.CancelledError:  # Ctrl-C: `main` exits 130 after this line
+            print(
+                f"relevo: interrupted; replayed {summary.replayed}, {summary.given_back} "
+                "unfinished turn(s) held again (run replay-held again to resume)",
+                file=sys.stderr,
+            )
+            raise
     return _verdict(summary, left)
 
 

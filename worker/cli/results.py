@@ -34,8 +34,8 @@ from worker.cli.common import (
     warn,
     write_out,
 )
-from worker.cli.config import redis_settings
 from worker.cli.parsing import Commands, add_command, add_redis_options, positive_seconds
+from worker.fleet.operator_config import redis_settings
 from worker.fleet.turnstore import TurnKeys, TurnStore
 from worker.types import TurnResult
 

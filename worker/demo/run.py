@@ -28,6 +28,8 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -43,11 +45,13 @@ from worker.demo.summary import summarize
 from worker.demo.tables import summary_view
 from worker.demo.view import LiveState, live_view
 from worker.errors import ConfigError
+from worker.fleet.operations import fleet_of
 from worker.observability.logs import configure_logging
 
 __all__ = ["DEFAULT_CONFIG", "demo_settings", "open_log_file", "run_demo"]
 
 DEFAULT_CONFIG = "examples/demo.toml"
+CONSOLE_EXTRA = "pip install 'relevo[console]'"
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,11 +70,14 @@ def run_demo(
     concurrency: int = 16,
     as_json: bool = False,
     console: Console | None = None,
+    console_port: int | None = None,
 ) -> int:
     """Run the demo; print the summary (tables, or JSON with `as_json`).
 
     `rate` is turns sent per second; `concurrency` the client threads (and, embedded,
-    the worker's threads). Returns how many turns got no result.
+    the worker's threads). With `console_port` (0: any free port) the operator console
+    serves the demo's fleet while it runs; its URL and login token go to stderr.
+    Returns how many turns got no result.
     """
     if not 0.5 <= rate <= 100:
         raise ConfigError("--rate: between 0.5 and 100 turns per second")
@@ -82,7 +89,7 @@ def run_demo(
         embedded_fleet(concurrency) if redis_url is None else remote_fleet(redis_url, Path(config))
     )
     try:
-        with fleets as fleet:
+        with fleets as fleet, _console(fleet, console_port):
             summary = _drive(fleet, options)
     except BaseException:  # a failed or interrupted run is when its logs are wanted most
         print(f"relevo demo: logs: {log_file}", file=sys.stderr)
@@ -100,6 +107,25 @@ def run_demo(
     if lost:
         print(f"relevo demo: {lost} turns got no result: {summary['errors']}", file=sys.stderr)
     return lost
+
+
+@contextmanager
+def _console(fleet: Fleet, port: int | None) -> Iterator[None]:
+    if port is None:
+        yield
+        return
+    try:
+        from worker.console import running_console
+    except ImportError as exc:
+        raise ConfigError(f"--console needs the console extra: {CONSOLE_EXTRA} ({exc})") from None
+    with running_console(fleet_of(fleet.settings), port=port) as served:
+        print(
+            f"relevo demo: console at {served.url} (log in with token {served.token}; "
+            "it stops with the demo)",
+            file=sys.stderr,
+            flush=True,
+        )
+        yield
 
 
 def open_log_file() -> tuple[Path, TextIO]:

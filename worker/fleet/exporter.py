@@ -23,6 +23,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 import breakers
 import budgets
 from worker.errors import STORE_DOWN
+from worker.fleet.operations import budget_reports
 from worker.guard.stores import breaker_store, budget_ledger
 from worker.observability.metrics import (
     BREAKER_STATE,
@@ -47,7 +48,6 @@ BREAKER_LEVELS = {
 }
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 _SCRAPE_TIMEOUT_S = 3.0
-_TENANTS_AT_ONCE = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,24 +90,10 @@ class FleetCollector:
                 store = breaker_store(self.settings, client, know_scopes=True)
                 report = await breakers.Operators(store).report()
                 killed = await breakers.KillSwitch(client, namespace=where.namespace).status()
-                reports = await _budget_reports(budget_ledger(self.settings, client))
+                reports = await budget_reports(budget_ledger(self.settings, client))
         finally:
             await client.aclose()
         return _Fleet(report.scopes, killed is not None, reports)
-
-
-async def _budget_reports(ledger: budgets.Ledger) -> list[budgets.BudgetReport]:
-    gate = asyncio.Semaphore(_TENANTS_AT_ONCE)
-
-    async def one(tenant: str) -> budgets.BudgetReport | None:
-        async with gate:
-            try:
-                return await ledger.report(tenant)
-            except budgets.UnknownTenantError:
-                return None
-
-    found = await asyncio.gather(*(one(t) for t in await ledger.tenants()))
-    return [r for r in found if r is not None]
 
 
 def _budget_families(reports: list[budgets.BudgetReport]) -> Iterator[Metric]:

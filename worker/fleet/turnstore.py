@@ -15,26 +15,35 @@ streaming turn goes to a Redis stream per turn, ended by an empty `end` entry.
     {N}:turns:sent         zset    turn id -> ms sent     (TTL: result_ttl_s, refreshed)
     {N}:turns:payloads     hash    turn id -> payload     (TTL: result_ttl_s, refreshed)
     {N}:turns:sweep        string  the sweeping worker    (TTL: one sweep interval)
+    {N}:turns:recent       zset    turn id -> ms saved    (the newest ~RECENT_TURNS; TTL refreshed)
 
 A producer records each turn in `sent` and `payloads` before it publishes it (`send_turn`);
 saving the result removes the record. `worker.fleet.sweeper` re-sends what stays unanswered.
+Saving also records the turn among the fleet's recent ones (`recent`): the fleet-wide
+fallback rate and each tenant's degraded turns are read from them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, cast
 
 from redis.asyncio import Redis
 
+from breakers.rediskit import text
 from worker.guard.autopipeline import AutoPipeline
 from worker.types import TurnResult
 
-__all__ = ["TurnKeys", "TurnStore"]
+__all__ = ["RECENT_TURNS", "TurnKeys", "TurnStore"]
 
 _CHUNK_MAXLEN = 10_000
+RECENT_TURNS = 1000
+# Each process trims the record every this many saves: it holds at most RECENT_TURNS plus
+# this many per process, for a command less on nearly every save.
+_TRIM_EVERY = 100
 # KEYS[1] the result; ARGV[1] the new one, ARGV[2] its TTL. Reply: the result that stands
 # (nil: ours). Only a missing or "rejected" result gives way: one that answered stands.
 _REPLACE = """
@@ -74,6 +83,10 @@ class TurnKeys:
         return f"{{{self.namespace}}}:turns:payloads"
 
     @property
+    def recent(self) -> str:
+        return f"{{{self.namespace}}}:turns:recent"
+
+    @property
     def sweep(self) -> str:
         return f"{{{self.namespace}}}:turns:sweep"
 
@@ -96,6 +109,7 @@ class TurnStore:
         self.ttl_s = ttl_s
         self.pipes = pipes or AutoPipeline(redis)
         self._replace = redis.register_script(_REPLACE)
+        self._saves = 0
 
     async def result(self, turn_id: str) -> TurnResult | None:
         """The turn's saved result, if it finished."""
@@ -126,8 +140,27 @@ class TurnStore:
         slot.pipe.delete(self.keys.claim(result.turn_id))
         # Answered: the sweeper has nothing to re-send (the record goes with the save).
         self._forget_on(slot.pipe, [result.turn_id])
+        # Wall-clock ms, as the sent record: the hosts of a fleet share a clock (NTP).
+        # execute_command: redis-py's helpers check their arguments for ~10 us a call.
+        recent = self.keys.recent
+        slot.pipe.execute_command("ZADD", recent, _now_ms(), result.turn_id)
+        self._saves += 1
+        if self._saves % _TRIM_EVERY == 1:  # the first save too: the key gets its TTL
+            slot.pipe.execute_command("ZREMRANGEBYRANK", recent, 0, -RECENT_TURNS - 1)
+            slot.pipe.execute_command("EXPIRE", recent, self.ttl_s)
         standing, *_ = _raised(await slot.send())
         return result if standing is None else _parsed(standing)
+
+    async def recent(self, since_ms: int, count: int = RECENT_TURNS) -> list[TurnResult]:
+        """The newest results saved since `since_ms` (ms since the epoch), newest first;
+        turns whose result expired are left out."""
+        ids = await self.redis.zrange(
+            self.keys.recent, "+inf", since_ms, desc=True, byscore=True, offset=0, num=count
+        )
+        if not ids:
+            return []
+        raws = await self.redis.mget([self.keys.result(text(i)) for i in ids])
+        return [_parsed(raw) for raw in raws if raw is not None]
 
     async def forget(self, *turn_ids: str) -> None:
         """Drop the turns' sent records: they will not be re-sent."""
@@ -202,3 +235,7 @@ def _raised(replies: list[object]) -> list[object]:
 
 def _parsed(raw: object) -> TurnResult:
     return TurnResult.model_validate_json(cast(bytes, raw))
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

@@ -70,13 +70,24 @@ class TurnReport:
         self.cost_micros = 0
         # Set while the cheaper model answers for a turn money stopped (`stand_in`).
         self._stand_in: tuple[str, DegradationSettings] | None = None
+        self._first_byte_at: float | None = None
 
     def lock(self) -> None:
+        if not self.locked:
+            self._first_byte_at = time.monotonic()
         self.locked = True
 
     def _add(
         self, attempt: Attempt, usage: Usage | None = None, finish_reason: str | None = None
     ) -> None:
+        now = time.monotonic()
+        timing: dict[str, int] = {"ended_ms": round((now - self.started) * 1000)}
+        if self._first_byte_at is not None and attempt.outcome is not AttemptOutcome.HEDGE_LOST:
+            # Content streams at most once a turn: after it, no other model is tried (a
+            # hedge that lost the race sent none).
+            began = now - attempt.latency_ms / 1000
+            timing["first_byte_ms"] = max(0, round((self._first_byte_at - began) * 1000))
+        attempt = attempt.model_copy(update=timing)
         self.attempts.append(attempt)
         # The answering attempt is in the turn's own line (turn.completed); its own
         # line is debug: one info line per healthy turn, failures logged as they happen.

@@ -1,6 +1,6 @@
 """Running the turns held while the kill switch was on, and delivering them.
 
-The command, `relevo replay-held`, is `worker.cli.replay_command`.
+The command, `relevo replay-held`, is `worker.cli.replay_command`; the console runs it too.
 
 Turns are taken from the held stream (each exactly once, fleet-wide) only as slots free
 up: at most `concurrency` run at once, at most `batch` are taken at a time, and the kill
@@ -27,7 +27,10 @@ from worker.errors import InputError
 from worker.types import Status, TurnResult, parse_turn_request
 
 if TYPE_CHECKING:
+    from redis.asyncio import Redis
+
     from worker.fleet.turnstore import TurnStore
+    from worker.settings import Settings
     from worker.turn.chain import Chain
 
 __all__ = [
@@ -39,6 +42,7 @@ __all__ = [
     "Replayed",
     "RunHeld",
     "chain_runner",
+    "replay_fleet",
     "replay_held",
 ]
 
@@ -255,3 +259,45 @@ async def _give_back(
 
 def _error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+async def replay_fleet(
+    settings: Settings,
+    client: Redis,
+    emit: Callable[[dict[str, Any]], None],
+    *,
+    limit: int | None = None,
+    concurrency: int = CONCURRENCY,
+    summary: ReplaySummary | None = None,
+    results: Redis | None = None,
+) -> int:
+    """Replay the fleet's held turns through its chain in this process (`replay_held`),
+    delivering each result to every reader; how many turns are still held after.
+
+    `client` holds the shared state (kill switch, held turns, breakers, budgets);
+    `results`, when the shared state has a store of its own, holds the turn store."""
+    from worker.adapters import make_client
+    from worker.fleet.app import make_app
+    from worker.fleet.turnstore import TurnStore
+    from worker.guard.redis_guard import open_guard
+    from worker.turn.chain import Chain
+
+    where = settings.redis
+    switch = breakers.KillSwitch(client, namespace=where.namespace)
+    held = breakers.HeldTurns(client, namespace=where.namespace)
+    store = TurnStore(
+        results or client, namespace=where.namespace, ttl_s=settings.worker.result_ttl_s
+    )
+    delivery = Delivery(store, make_app(settings).backend)
+    async with make_client() as http:
+        chain = Chain.from_settings(settings, http, guard=open_guard(settings, client))
+        await replay_held(
+            held,
+            switch,
+            chain_runner(chain, delivery),
+            emit,
+            limit=limit,
+            concurrency=concurrency,
+            summary=summary,
+        )
+    return await held.count()

@@ -1,0 +1,287 @@
+"""The console over HTTP (Starlette's test client) on the real Redis: security and inputs.
+
+No page without a session; every response carries the security headers; an action
+needs its CSRF token, this server's Origin and an operator; every hostile name or
+amount is refused before Redis is asked (nothing under the namespace changes) with
+an error naming the field; what the pages show is escaped and holds no secret.
+The browser tests (tests/test_console_browser.py) cover the same pages end to end.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis
+
+from tests.chainkit import KEY, worker_config
+from tests.netkit import free_port
+from tests.test_security_names import TRICKY
+from worker.console import build_app
+from worker.console.app import Clients
+from worker.console.auth import TOKENS_ENV, Principal, Role, Tokens, load_tokens
+from worker.console.server import console_settings
+from worker.errors import ConfigError
+from worker.fleet.operations import operator_fleet
+from worker.settings import RedisSettings
+
+OPERATOR = "operator-token-0123456789abcdef"
+VIEWER = "viewer-token-0123456789abcdefgh"
+TOKENS = Tokens(
+    (
+        (Principal("alice", Role.OPERATOR), OPERATOR),
+        (Principal("bob", Role.VIEWER), VIEWER),
+    )
+)
+BASE = "http://testserver"
+
+
+@pytest.fixture
+def config(redis_url: str, namespace: str, tmp_path: Path) -> Path:
+    path = tmp_path / "chain.toml"
+    path.write_text(
+        worker_config(sim="http://127.0.0.1:9", redis_url=redis_url, namespace=namespace)
+    )
+    return path
+
+
+@pytest.fixture
+async def client(config: Path, redis_url: str) -> AsyncIterator[httpx.AsyncClient]:
+    fleet = operator_fleet(str(config))
+    where = RedisSettings(url=redis_url)
+    clients = Clients(viewer=where.connect(timeout_s=2), operator=where.connect(timeout_s=2))
+    app = build_app(fleet, console_settings(fleet), TOKENS, clients)
+    transport = httpx.ASGITransport(app=app)
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url=BASE) as http:
+            yield http
+    finally:
+        await clients.viewer.aclose()
+        await clients.operator.aclose()
+
+
+async def test_a_redis_that_does_not_answer_gets_a_503_page(config: Path) -> None:
+    fleet = operator_fleet(str(config))
+    nowhere = RedisSettings(url=f"redis://127.0.0.1:{free_port()}/0")
+    clients = Clients(viewer=nowhere.connect(timeout_s=1), operator=nowhere.connect(timeout_s=1))
+    app = build_app(fleet, console_settings(fleet), TOKENS, clients)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=BASE) as http:
+        csrf = await log_in(http, OPERATOR)
+        page = await http.get("/")
+        assert page.status_code == 503
+        assert "Redis did not answer" in page.text
+        form = {"mode": "on", "reason": "r", "csrf": csrf, "confirmed": "yes"}
+        assert (await http.post("/act/kill_switch", data=form)).status_code == 503
+    await clients.viewer.aclose()
+    await clients.operator.aclose()
+
+
+def _csrf(html: str) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', html)
+    assert found is not None, html[:500]
+    return found.group(1)
+
+
+async def log_in(client: httpx.AsyncClient, token: str) -> str:
+    """Log in; the session's CSRF token."""
+    nonce = _csrf((await client.get("/login")).text)
+    response = await client.post("/login", data={"csrf": nonce, "token": token})
+    assert response.status_code == 303, response.text
+    return _csrf((await client.get("/")).text)
+
+
+def keys(redis_url: str, namespace: str) -> set[bytes]:
+    with redis.Redis.from_url(redis_url) as r:
+        return set(r.scan_iter(match=f"*{namespace}*", count=1000))
+
+
+def test_tokens_are_read_from_the_environment_and_a_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = tmp_path / "tokens"
+    secret.write_text(f"# people\ncarol viewer {'c' * 30}\n")
+    monkeypatch.setenv(TOKENS_ENV, f"alice operator {OPERATOR};bob viewer {VIEWER}")
+    tokens = load_tokens(secret)
+    assert tokens.authenticate(OPERATOR) == Principal("alice", Role.OPERATOR)
+    assert tokens.authenticate("c" * 30) == Principal("carol", Role.VIEWER)
+    assert tokens.authenticate(OPERATOR[:-1]) is None
+    assert tokens.authenticate("") is None
+
+
+@pytest.mark.parametrize(
+    ("line", "names"),
+    [
+        ("alice operator", "expected NAME ROLE TOKEN"),
+        (f"alice admin {OPERATOR}", "role must be viewer or operator"),
+        ("alice operator short-secret", "token must be 24-256"),
+        (f"al/ice operator {OPERATOR}", "name:"),
+        (f"alice operator {OPERATOR};alice viewer {VIEWER}", "a name appears twice"),
+        ("", "no console tokens"),
+    ],
+)
+def test_a_bad_token_line_is_refused_without_showing_the_token(
+    line: str, names: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(TOKENS_ENV, line)
+    with pytest.raises(ConfigError, match=names) as caught:
+        load_tokens(None)
+    assert "short-secret" not in str(caught.value)
+    assert OPERATOR not in str(caught.value)
+
+
+async def test_no_page_without_a_session(client: httpx.AsyncClient) -> None:
+    for path in ("/", "/tenants", "/turns?id=t1"):
+        response = await client.get(path)
+        assert response.status_code == 303
+        assert response.headers["location"] == "/login"
+    assert (await client.get("/?fragment=1")).status_code == 401
+    assert (await client.post("/act/kill_switch", data={"mode": "on"})).status_code == 401
+
+
+async def test_every_response_carries_the_security_headers(client: httpx.AsyncClient) -> None:
+    await log_in(client, VIEWER)
+    for path in ("/login", "/", "/static/console.css", "/nowhere"):
+        response = await client.get(path)
+        headers = response.headers
+        assert "script-src 'self'" in headers["content-security-policy"]
+        assert "frame-ancestors 'none'" in headers["content-security-policy"]
+        assert headers["x-content-type-options"] == "nosniff"
+        assert headers["x-frame-options"] == "DENY"
+        assert headers["cache-control"] == "no-store"
+        assert "server" not in headers
+
+
+async def test_the_session_cookie_is_http_only_and_same_site(client: httpx.AsyncClient) -> None:
+    nonce = _csrf((await client.get("/login")).text)
+    response = await client.post("/login", data={"csrf": nonce, "token": OPERATOR})
+    cookie = response.headers["set-cookie"].lower()
+    assert "httponly" in cookie
+    assert "samesite=strict" in cookie
+
+
+async def test_a_login_without_its_csrf_token_is_refused(client: httpx.AsyncClient) -> None:
+    await client.get("/login")
+    assert (await client.post("/login", data={"token": OPERATOR})).status_code == 403
+    assert (await client.post("/login", data={"token": OPERATOR, "csrf": "x"})).status_code == 403
+
+
+async def test_an_action_needs_the_csrf_token_and_this_origin(
+    client: httpx.AsyncClient, redis_url: str, namespace: str
+) -> None:
+    csrf = await log_in(client, OPERATOR)
+    form = {"mode": "on", "reason": "test", "confirmed": "yes"}
+    assert (await client.post("/act/kill_switch", data=form)).status_code == 403
+    wrong = {**form, "csrf": csrf[:-1]}
+    assert (await client.post("/act/kill_switch", data=wrong)).status_code == 403
+    elsewhere = {"origin": "http://evil.example"}
+    forged = await client.post("/act/kill_switch", data={**form, "csrf": csrf}, headers=elsewhere)
+    assert forged.status_code == 403
+    assert keys(redis_url, namespace) == set()
+    here = {"origin": BASE}
+    done = await client.post("/act/kill_switch", data={**form, "csrf": csrf}, headers=here)
+    assert done.status_code == 303
+    assert any(k.endswith(b":kill") for k in keys(redis_url, namespace))
+
+
+async def test_a_viewer_may_not_act(
+    client: httpx.AsyncClient, redis_url: str, namespace: str
+) -> None:
+    csrf = await log_in(client, VIEWER)
+    assert 'id="actions"' not in (await client.get("/")).text
+    form = {"mode": "on", "reason": "test", "confirmed": "yes", "csrf": csrf}
+    assert (await client.post("/act/kill_switch", data=form)).status_code == 403
+    assert keys(redis_url, namespace) == set()
+
+
+async def test_an_action_is_confirmed_before_it_is_done(
+    client: httpx.AsyncClient, redis_url: str, namespace: str
+) -> None:
+    csrf = await log_in(client, OPERATOR)
+    form = {"op": "open", "scope": "vendor:openai", "seconds": "30", "reason": "drill"}
+    page = await client.post("/act/breaker", data={**form, "csrf": csrf})
+    assert page.status_code == 200
+    assert "Open breaker vendor:openai for 30s" in page.text
+    assert keys(redis_url, namespace) == set()
+
+
+FORMS: dict[str, tuple[str, dict[str, str], str]] = {
+    "scope": ("breaker", {"op": "close", "reason": "r"}, "scope"),
+    "tenant": ("limits", {"daily": "1", "monthly": "2", "reason": "r"}, "tenant"),
+}
+
+
+@pytest.mark.parametrize("where", sorted(FORMS))
+async def test_every_tricky_name_is_refused_before_redis(
+    client: httpx.AsyncClient, redis_url: str, namespace: str, where: str
+) -> None:
+    kind, form, field = FORMS[where]
+    csrf = await log_in(client, OPERATOR)
+    for label, name in TRICKY.items():
+        data = {**form, field: name, "csrf": csrf, "confirmed": "yes"}
+        response = await client.post(f"/act/{kind}", data=data)
+        assert response.status_code == 400, f"{label}: {response.status_code}"
+    assert keys(redis_url, namespace) == set()
+
+
+async def test_every_tricky_turn_id_is_refused(client: httpx.AsyncClient) -> None:
+    await log_in(client, VIEWER)
+    for label, name in TRICKY.items():
+        if not name:
+            continue  # no id shows the look-up form
+        response = await client.get("/turns", params={"id": name})
+        assert response.status_code == 400, label
+        assert "turn id:" in response.text
+
+
+@pytest.mark.parametrize(
+    ("fields", "names"),
+    [
+        ({"daily": "-1"}, "daily: &#39;-1&#39; must not be negative"),
+        ({"daily": "1e9"}, "daily:"),
+        ({"monthly": "NaN"}, "monthly:"),
+        ({"fallback_cap": "0x10"}, "fallback_cap:"),
+        ({"overdraft": "1.0000001"}, "overdraft:"),
+        ({"daily": "20", "monthly": "10"}, "a day&#39;s limit cannot exceed the month&#39;s"),
+        ({"reason": " "}, "reason: required"),
+        ({"reason": "x" * 1001}, "reason: at most 1000 characters"),
+    ],
+)
+async def test_a_bad_amount_or_reason_names_its_field(
+    client: httpx.AsyncClient, redis_url: str, namespace: str, fields: dict[str, str], names: str
+) -> None:
+    csrf = await log_in(client, OPERATOR)
+    form = {"tenant": "acme", "daily": "1", "monthly": "2", "reason": "r", **fields}
+    response = await client.post("/act/limits", data={**form, "csrf": csrf, "confirmed": "yes"})
+    assert response.status_code == 400
+    assert names in response.text
+    assert keys(redis_url, namespace) == set()
+
+
+@pytest.mark.parametrize("seconds", ["inf", "nan", "-1", "0", "1e12", "soon"])
+async def test_a_bad_duration_is_refused(client: httpx.AsyncClient, seconds: str) -> None:
+    csrf = await log_in(client, OPERATOR)
+    form = {"op": "open", "scope": "vendor:openai", "seconds": seconds, "reason": "r"}
+    response = await client.post("/act/breaker", data={**form, "csrf": csrf, "confirmed": "yes"})
+    assert response.status_code == 400
+    assert "seconds:" in response.text
+
+
+async def test_what_the_pages_show_is_escaped_and_holds_no_secret(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
+    csrf = await log_in(client, OPERATOR)
+    reason = '<script>alert("x")</script><img src=x onerror=alert(1)>'
+    form = {"mode": "on", "reason": reason, "csrf": csrf, "confirmed": "yes"}
+    assert (await client.post("/act/kill_switch", data=form)).status_code == 303
+    pages: list[Any] = [(await client.get(p)).text for p in ("/", "/?fragment=1", "/tenants")]
+    for html in pages:
+        assert "<script>alert" not in html
+        assert "<img src=x" not in html
+        for secret in (OPERATOR, VIEWER, KEY):
+            assert secret not in html
+    assert "&lt;script&gt;alert" in pages[1]

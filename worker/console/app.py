@@ -1,0 +1,286 @@
+"""The console's web application (Starlette, Jinja2): pages, actions, security.
+
+Every page but the login form needs a session; every POST needs the session's (or,
+for the login form, the login cookie's) CSRF token and, when the browser sends an
+Origin, this server's own. Viewers read with the viewer's Redis client; only an
+operator's action ever uses the operator's. Templates autoescape everything they show,
+and nothing secret (tokens, Redis URLs, API keys) is ever handed to one.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from jinja2 import Environment, PackageLoader, select_autoescape
+from pydantic import TypeAdapter, ValidationError
+from redis.asyncio import Redis
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+import breakers
+import budgets
+from worker.console import filters
+from worker.console.actions import Actions, parse_action
+from worker.console.auth import Principal, Sessions, Tokens, csrf_ok
+from worker.console.views import SORTS, fleet_view, tenant_rows, turn_view
+from worker.errors import STORE_DOWN, STORE_REFUSED, InputError
+from worker.fleet.operations import OperatorFleet
+from worker.settings import ConsoleSettings
+from worker.types import TurnId
+
+__all__ = ["Clients", "build_app"]
+
+log = structlog.get_logger("relevo.console")
+
+SESSION_COOKIE = "relevo_session"
+LOGIN_COOKIE = "relevo_login"
+_USER_ERRORS = (InputError, breakers.BreakersError, budgets.BudgetError)
+_HEADERS = [
+    (b"content-security-policy",
+     b"default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+     b"connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"x-frame-options", b"DENY"),
+    (b"referrer-policy", b"same-origin"),  # no-referrer would make Origin "null"
+    (b"cross-origin-opener-policy", b"same-origin"),
+    (b"cross-origin-resource-policy", b"same-origin"),
+    (b"permissions-policy", b"camera=(), microphone=(), geolocation=()"),
+    (b"cache-control", b"no-store"),
+]  # fmt: skip
+_TURN_ID: TypeAdapter[str] = TypeAdapter(TurnId)
+
+
+@dataclass(frozen=True)
+class Clients:
+    """One Redis client per role: each the ACL user that role maps to."""
+
+    viewer: Redis
+    operator: Redis
+
+
+def _secure_headers(app: ASGIApp) -> ASGIApp:
+    async def wrapped(scope: Scope, receive: Receive, send: Send) -> None:
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *_HEADERS]
+            await send(message)
+
+        await app(scope, receive, with_headers if scope["type"] == "http" else send)
+
+    return wrapped
+
+
+def build_app(
+    fleet: OperatorFleet, console: ConsoleSettings, tokens: Tokens, clients: Clients
+) -> ASGIApp:
+    """The console for `fleet`; the clients are closed when the application shuts down."""
+    c = _Console(fleet, console, tokens, clients)
+    routes = [
+        Route("/login", c.login_form, methods=["GET"]),
+        Route("/login", c.login, methods=["POST"]),
+        Route("/logout", c.guarded(c.logout), methods=["POST"]),
+        Route("/", c.guarded(c.fleet_page), methods=["GET"]),
+        Route("/tenants", c.guarded(c.tenants_page), methods=["GET"]),
+        Route("/turns", c.guarded(c.turn_page), methods=["GET"]),
+        Route("/act/{kind}", c.guarded(c.act), methods=["POST"]),
+        Mount("/static", StaticFiles(packages=[("worker.console", "static")]), name="static"),
+    ]
+    return _secure_headers(Starlette(routes=routes, lifespan=c.lifespan))
+
+
+Handler = Callable[[Request, Principal], Awaitable[Response]]
+
+
+class _Console:
+    """The pages and actions, with the sessions, templates and clients they share."""
+
+    def __init__(
+        self, fleet: OperatorFleet, console: ConsoleSettings, tokens: Tokens, clients: Clients
+    ) -> None:
+        env = Environment(
+            loader=PackageLoader("worker.console", "templates"),
+            autoescape=select_autoescape(default=True, default_for_string=True),
+        )
+        filters.install(env)
+        self.templates = Jinja2Templates(env=env)
+        self.fleet = fleet
+        self.poll_ms = int(console.poll_interval_s * 1000)
+        self.tokens = tokens
+        self.clients = clients
+        self.sessions = Sessions(console.session_ttl_s)
+        self.actions = Actions(fleet, clients.operator)
+
+    def page(self, request: Request, name: str, status: int = 200, **context: Any) -> Response:
+        session = self.sessions.get(request.cookies.get(SESSION_COOKIE))
+        context.update(
+            user=None if session is None else session.principal,
+            csrf=None if session is None else session.csrf,
+            poll_ms=self.poll_ms,
+            notice=None,
+        )
+        if session is not None and session.notice is not None:
+            context["notice"], session.notice = session.notice, None
+        return self.templates.TemplateResponse(request, name, context, status_code=status)
+
+    def guarded(self, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+        """`handler` behind a session, and for a POST the session's CSRF token."""
+
+        async def run(request: Request) -> Response:
+            session = self.sessions.get(request.cookies.get(SESSION_COOKIE))
+            if session is None:
+                if request.method == "GET" and "fragment" not in request.query_params:
+                    return RedirectResponse("/login", status_code=303)
+                return _plain("log in first", 401)
+            if request.method == "POST":
+                form = await request.form()
+                if not _same_origin(request) or not csrf_ok(session, form.get("csrf")):
+                    log.warning("console.csrf_refused", who=session.principal.name)
+                    return _plain("refused: missing or wrong CSRF token", 403)
+            try:
+                return await handler(request, session.principal)
+            except (*STORE_DOWN, *STORE_REFUSED) as exc:
+                log.warning("console.redis_trouble", error=type(exc).__name__)
+                return self.page(request, "error.html", 503, error=_redis_trouble(exc))
+
+        return run
+
+    def _login_page(self, request: Request, status: int, error: str | None) -> Response:
+        nonce = secrets.token_urlsafe(24)
+        response = self.page(request, "login.html", status, login_csrf=nonce, error=error)
+        _set_cookie(request, response, LOGIN_COOKIE, nonce, 600)
+        return response
+
+    async def login_form(self, request: Request) -> Response:
+        return self._login_page(request, 200, None)
+
+    async def login(self, request: Request) -> Response:
+        form = await request.form()
+        nonce = request.cookies.get(LOGIN_COOKIE, "")
+        given = form.get("csrf")
+        if not (nonce and isinstance(given, str) and _same_origin(request)) or not (
+            secrets.compare_digest(given.encode(), nonce.encode())
+        ):
+            return _plain("refused: missing or wrong CSRF token", 403)
+        token = form.get("token")
+        principal = self.tokens.authenticate(token) if isinstance(token, str) else None
+        if principal is None:
+            log.warning("console.login_refused")
+            return self._login_page(request, 401, "Unknown token.")
+        log.info("console.login", who=principal.name, role=principal.role.value)
+        response = RedirectResponse("/", status_code=303)
+        _set_cookie(request, response, SESSION_COOKIE, self.sessions.start(principal), None)
+        response.delete_cookie(LOGIN_COOKIE)
+        return response
+
+    async def logout(self, request: Request, who: Principal) -> Response:
+        self.sessions.end(request.cookies.get(SESSION_COOKIE))
+        response = RedirectResponse("/login", status_code=303)
+        response.delete_cookie(SESSION_COOKIE)
+        return response
+
+    async def fleet_page(self, request: Request, who: Principal) -> Response:
+        view = await fleet_view(self.fleet, self.clients.viewer)
+        name = "fleet_live.html" if "fragment" in request.query_params else "fleet.html"
+        replay = self.actions.replay
+        return self.page(
+            request, name, view=view, replaying=replay is not None and not replay.done()
+        )
+
+    async def tenants_page(self, request: Request, who: Principal) -> Response:
+        search = request.query_params.get("q", "")[:128]
+        sort = request.query_params.get("sort", "used")
+        if sort not in SORTS:
+            return self.page(request, "error.html", 400, error=f"sort: one of {', '.join(SORTS)}")
+        desc = request.query_params.get("desc", "1") != "0"
+        rows = await tenant_rows(
+            self.fleet, self.clients.viewer, search=search, sort=sort, desc=desc
+        )
+        return self.page(request, "tenants.html", rows=rows, q=search, sort=sort, desc=desc)
+
+    async def turn_page(self, request: Request, who: Principal) -> Response:
+        turn_id = request.query_params.get("id", "")  # as typed: the commands strip nothing
+        if not turn_id:
+            return self.page(request, "turn.html", view=None, turn_id="")
+        try:
+            _TURN_ID.validate_python(turn_id)
+        except ValidationError:
+            error = "turn id: 1-128 of A-Z a-z 0-9 _ . - (not starting with . or -)"
+            return self.page(request, "turn.html", 400, view=None, turn_id=turn_id, error=error)
+        view = await turn_view(self.fleet, self.clients.viewer, turn_id)
+        return self.page(request, "turn.html", view=view, turn_id=turn_id)
+
+    async def act(self, request: Request, who: Principal) -> Response:
+        if not who.may_act:
+            log.warning("console.viewer_refused", who=who.name, path=request.url.path)
+            return self.page(request, "error.html", 403, error="A viewer may not act.")
+        form = await request.form()
+        kind = request.path_params["kind"]
+        back = "/tenants" if kind == "limits" else "/"
+        try:
+            action, warning = parse_action(kind, form)
+            if form.get("confirmed") != "yes":
+                return self.page(request, "confirm.html", action=action, warning=warning, back=back)
+            message = await self.actions.perform(action, who)
+        except (*STORE_DOWN, *STORE_REFUSED):
+            raise  # the store's trouble, not the operator's: `guarded` shows it
+        except _USER_ERRORS as exc:
+            return self.page(request, "error.html", 400, error=str(exc), back=back)
+        session = self.sessions.get(request.cookies.get(SESSION_COOKIE))
+        if session is not None:
+            session.notice = message
+        return RedirectResponse(back, status_code=303)
+
+    @asynccontextmanager
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            if self.actions.replay is not None and self.actions.replaying:
+                self.actions.replay.cancel()  # its unfinished turns are held again
+            await self.clients.viewer.aclose()
+            await self.clients.operator.aclose()
+
+
+def _plain(text: str, status: int) -> Response:
+    return Response(text, status_code=status, media_type="text/plain")
+
+
+def _same_origin(request: Request) -> bool:
+    """A browser's Origin, when it sends one, must be this server's."""
+    origin = request.headers.get("origin")
+    if origin is None:
+        return True
+    own = f"{request.url.scheme}://{request.url.netloc}"
+    return secrets.compare_digest(origin.encode(), own.encode())
+
+
+def _set_cookie(
+    request: Request, response: Response, name: str, value: str, max_age: int | None
+) -> None:
+    response.set_cookie(
+        name,
+        value,
+        max_age=max_age,
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+
+
+def _redis_trouble(exc: BaseException) -> str:
+    if isinstance(exc, STORE_REFUSED):
+        return (
+            f"Redis refused the console ({type(exc).__name__}): check the role's user and "
+            "password and its ACL permissions"
+        )
+    return f"Redis did not answer ({type(exc).__name__}); the page retries"

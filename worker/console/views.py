@@ -1,0 +1,202 @@
+"""What each page shows, read from Redis with the viewer's client.
+
+Every read goes through the same operator functions as the `relevo` commands
+(`breakers.Operators`, `KillSwitch`, `HeldTurns`, the budget ledger, `Handoffs`,
+`TurnStore`); the fallback rate and the degraded turns are counted over the fleet's
+recent turns (`TurnStore.recent`) in the alert's window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from redis.asyncio import Redis
+
+import breakers
+import budgets
+from worker.console.audit import AuditEntry, AuditTrail
+from worker.fleet.operations import OperatorFleet, budget_reports
+from worker.fleet.turnstore import TurnStore
+from worker.settings import ObservabilitySettings
+from worker.types import Status, TurnResult
+
+__all__ = [
+    "SORTS",
+    "FallbackRate",
+    "FleetView",
+    "TenantRow",
+    "TurnView",
+    "fleet_view",
+    "tenant_rows",
+    "turn_view",
+]
+
+_HANDOFFS_READ = 500
+
+
+@dataclass(frozen=True)
+class FallbackRate:
+    """Share of the window's turns answered by a fallback (step >= 1)."""
+
+    turns: int
+    fallbacks: int
+    threshold: float
+    window_s: float
+    min_turns: int
+
+    @property
+    def rate(self) -> float | None:
+        return self.fallbacks / self.turns if self.turns else None
+
+    @property
+    def alerting(self) -> bool:
+        rate = self.rate
+        return rate is not None and self.turns >= self.min_turns and rate > self.threshold
+
+
+@dataclass(frozen=True)
+class FleetView:
+    """The fleet page: breakers, cooldowns, marks, kill switch, fallback rate, audit trail."""
+
+    report: breakers.FleetReport
+    kill_switch: breakers.KillSwitchState | None
+    held_turns: int
+    fallback: FallbackRate
+    audit: list[AuditEntry]
+
+
+def _observability(fleet: OperatorFleet) -> ObservabilitySettings:
+    if fleet.settings is not None:
+        return fleet.settings.observability
+    return fleet.config.section("observability", ObservabilitySettings)
+
+
+def _store(fleet: OperatorFleet, client: Redis) -> TurnStore:
+    return TurnStore(client, namespace=fleet.config.redis.namespace)
+
+
+async def _recent(fleet: OperatorFleet, client: Redis, window_s: float) -> list[TurnResult]:
+    since_ms = int((time.time() - window_s) * 1000)
+    return await _store(fleet, client).recent(since_ms)
+
+
+async def fleet_view(fleet: OperatorFleet, client: Redis) -> FleetView:
+    """Everything on the fleet page, read concurrently."""
+    namespace = fleet.config.redis.namespace
+    watch = _observability(fleet)
+    report, state, held, recent, audit = await asyncio.gather(
+        breakers.Operators(fleet.store(client)).report(),
+        breakers.KillSwitch(client, namespace=namespace).status(),
+        breakers.HeldTurns(client, namespace=namespace).count(),
+        _recent(fleet, client, watch.fallback_window_s),
+        AuditTrail(client, namespace=namespace).latest(),
+    )
+    finished = [r for r in recent if r.step is not None]
+    rate = FallbackRate(
+        turns=len(finished),
+        fallbacks=sum(1 for r in finished if r.step),
+        threshold=watch.fallback_alert_threshold,
+        window_s=watch.fallback_window_s,
+        min_turns=watch.fallback_min_turns,
+    )
+    return FleetView(report, state, held, rate, audit)
+
+
+@dataclass(frozen=True)
+class TenantRow:
+    """One tenant on the tenants page; amounts in micro-dollars."""
+
+    report: budgets.BudgetReport
+    degraded_turns: int  # among the fleet's recent turns, in the fallback window
+    handoffs: int  # among the newest hand-offs
+
+    @property
+    def tenant(self) -> str:
+        return self.report.tenant
+
+    @property
+    def used(self) -> float:
+        """The larger share of the day's or the month's limit spent or held."""
+        shares = [
+            (p.spent_micros + p.reserved_micros) / p.limit_micros
+            for p in (self.report.day, self.report.month)
+            if p.limit_micros
+        ]
+        return max(shares, default=0.0)
+
+
+# Sort keys a page may ask for; anything else is refused before it is used.
+SORTS = {
+    "tenant": lambda r: r.tenant,
+    "used": lambda r: r.used,
+    "spent_today": lambda r: r.report.day.spent_micros,
+    "held": lambda r: r.report.reserved_micros,
+    "free_today": lambda r: r.report.day.remaining_micros,
+    "spent_month": lambda r: r.report.month.spent_micros,
+    "fallback_today": lambda r: r.report.day.fallback_spent_micros,
+    "degraded": lambda r: r.degraded_turns,
+    "handoffs": lambda r: r.handoffs,
+}
+
+
+async def tenant_rows(
+    fleet: OperatorFleet, client: Redis, *, search: str = "", sort: str = "used", desc: bool = True
+) -> list[TenantRow]:
+    """Every tenant with limits or spend whose id contains `search`, sorted by `sort`."""
+    namespace = fleet.config.redis.namespace
+    watch = _observability(fleet)
+    reports, recent, handoffs = await asyncio.gather(
+        budget_reports(fleet.ledger(client)),
+        _recent(fleet, client, watch.fallback_window_s),
+        budgets.Handoffs(client, namespace=namespace).list(_HANDOFFS_READ),
+    )
+    degraded = Counter(r.tenant_id for r in recent if r.status is Status.DEGRADED)
+    handed = Counter(h.tenant for h in handoffs)
+    needle = search.casefold()
+    rows = [
+        TenantRow(r, degraded[r.tenant], handed[r.tenant])
+        for r in reports
+        if needle in r.tenant.casefold()
+    ]
+    return sorted(rows, key=SORTS[sort], reverse=desc)
+
+
+@dataclass(frozen=True)
+class TurnView:
+    """One turn: its result (None while unknown or unfinished) and what it streamed."""
+
+    turn_id: str
+    result: TurnResult | None
+    streamed: str
+    running: bool  # claimed by a worker and not finished
+    bars: list[dict[str, float]] = field(default_factory=list)
+
+
+async def turn_view(fleet: OperatorFleet, client: Redis, turn_id: str) -> TurnView:
+    """The turn's stored result, its streamed text (if kept) and its attempts as bars."""
+    store = _store(fleet, client)
+    pipe = client.pipeline(transaction=False)
+    pipe.exists(store.keys.claim(turn_id))
+    pipe.xrange(store.keys.chunks(turn_id), count=10_000)
+    claimed, chunks = await pipe.execute()
+    result = await store.result(turn_id)
+    streamed = "".join(bytes(f[b"text"]).decode() for _, f in chunks if b"text" in f)
+    return TurnView(turn_id, result, streamed, bool(claimed) and result is None, _bars(result))
+
+
+def _bars(result: TurnResult | None) -> list[dict[str, float]]:
+    """Each attempt's start, first byte and end as percentages of the turn's span."""
+    if result is None or not result.attempts:
+        return []
+    span = max([result.latency_ms, *(a.ended_ms for a in result.attempts), 1])
+    bars = []
+    for a in result.attempts:
+        start = max(0, a.ended_ms - a.latency_ms)
+        bar = {"left": 100 * start / span, "width": max(0.5, 100 * a.latency_ms / span)}
+        if a.first_byte_ms is not None:
+            bar["first_byte"] = 100 * min(a.first_byte_ms, a.latency_ms) / max(a.latency_ms, 1)
+        bars.append(bar)
+    return bars
