@@ -24,7 +24,7 @@ from tests.test_security_names import TRICKY
 from worker.console import build_app
 from worker.console.app import Clients
 from worker.console.auth import TOKENS_ENV, Principal, Role, Tokens, load_tokens
-from worker.console.server import console_settings
+from worker.console.server import console_settings, serve_console
 from worker.errors import ConfigError
 from worker.fleet.operations import operator_fleet
 from worker.settings import RedisSettings
@@ -62,6 +62,15 @@ async def client(config: Path, redis_url: str) -> AsyncIterator[httpx.AsyncClien
     finally:
         await clients.viewer.aclose()
         await clients.operator.aclose()
+
+
+def test_a_fleet_whose_shared_state_is_elsewhere_is_refused_at_start(
+    config: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RELEVO_REDIS__SHARED_URL", "redis+cluster://127.0.0.1:7000")
+    fleet = operator_fleet(str(config))
+    with pytest.raises(ConfigError, match=r"redis\.shared_url"):
+        serve_console(fleet, console_settings(fleet))
 
 
 async def test_a_redis_that_does_not_answer_gets_a_503_page(config: Path) -> None:

@@ -14,6 +14,7 @@ from redis.asyncio import Redis
 
 from worker.console.app import Clients, build_app
 from worker.console.auth import Principal, Role, Tokens, load_tokens
+from worker.errors import ConfigError
 from worker.fleet.operations import OperatorFleet
 from worker.settings import ConsoleSettings, RedisSettings
 
@@ -37,6 +38,16 @@ def _client(where: RedisSettings, url: str | None) -> Redis:
     return where.connect(timeout_s=max(where.timeout_s, _PAGE_TIMEOUT_S))
 
 
+def _one_store(fleet: OperatorFleet) -> None:
+    # One client per role reads both the turns and the shared state: with the shared
+    # state on a store of its own, the pages would show an empty fleet.
+    if fleet.config.redis.shared_url is not None:
+        raise ConfigError(
+            "redis.shared_url: relevo console reads breakers, budgets and the kill switch "
+            "from redis.url; it cannot serve a fleet whose shared state is elsewhere yet"
+        )
+
+
 def _server(fleet: OperatorFleet, console: ConsoleSettings, tokens: Tokens) -> uvicorn.Server:
     where = fleet.config.redis
     clients = Clients(
@@ -58,6 +69,7 @@ def _server(fleet: OperatorFleet, console: ConsoleSettings, tokens: Tokens) -> u
 
 def serve_console(fleet: OperatorFleet, console: ConsoleSettings) -> None:
     """Serve until interrupted; the URL is printed once the port listens."""
+    _one_store(fleet)
     server = _server(fleet, console, load_tokens(console.tokens_file))
     print(f"relevo console: http://{_shown(console.host)}:{console.port}/", flush=True)
     server.run()
@@ -74,6 +86,7 @@ class RunningConsole:
 @contextmanager
 def running_console(fleet: OperatorFleet, *, port: int = 0) -> Iterator[RunningConsole]:
     """The console on loopback, in a thread, with a fresh operator token for this run."""
+    _one_store(fleet)
     token = secrets.token_urlsafe(24)
     tokens = Tokens(((Principal("demo", Role.OPERATOR), token),))
     console = console_settings(fleet).model_copy(update={"host": "127.0.0.1", "port": port})
