@@ -7,6 +7,7 @@ reads them (shared files pointed at nothing, instance metadata off): no AWS is r
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import math
 import sys
@@ -53,7 +54,7 @@ from worker.simulator.bedrock_wire import (
 from worker.simulator.catalogue import NAMES, STREAM_NAMES, canned, canned_stream
 from worker.turn.chain import Chain
 from worker.turn.policy import Decision, rule_for
-from worker.types import Message, Reasoning, Status, Tool, TurnRequest
+from worker.types import Message, Reasoning, Status, Tool, ToolCall, TurnRequest
 
 REGION = "eu-west-3"
 SESSION_TOKEN = "FQoGZXIvYXdzEXAMPLE-session-token-0123456789"
@@ -278,6 +279,27 @@ def test_reasoning_of_another_family_is_dropped_and_redacted_thinking_kept(
     ):
         blocks = bedrock.request(ask(model_id, *history)).body["messages"][1]["content"]
         assert blocks == [{"reasoningContent": kept}, {"text": "Hi."}]
+
+
+def test_claude_on_bedrock_thinks_when_its_model_has_a_budget(client: httpx.AsyncClient) -> None:
+    bedrock = BedrockAdapter(ProviderSettings(kind="bedrock", region="us-east-1"), client)
+    call = dataclasses.replace(ask("us.anthropic.claude-x-v1:0"), thinking_budget_tokens=64)
+    fields = bedrock.request(call).body["additionalModelRequestFields"]
+    assert fields == {"thinking": {"type": "enabled", "budget_tokens": 64}}
+    # Not for another vendor's model, nor a budget that leaves no room for the answer.
+    nova = dataclasses.replace(call, model_id="amazon.nova-pro-v1:0")
+    assert "additionalModelRequestFields" not in bedrock.request(nova).body
+    tight = dataclasses.replace(call, thinking_budget_tokens=call.max_tokens)
+    assert "additionalModelRequestFields" not in bedrock.request(tight).body
+    # A tool loop another vendor wrote goes without thinking, which Claude would refuse.
+    weather = ToolCall(id="t1", name="weather", arguments={})
+    loop = (
+        Message(role="user", content="Weather?"),
+        Message(role="assistant", tool_calls=(weather,)),
+        Message(role="tool", tool_call_id="t1", content="sunny"),
+    )
+    foreign = dataclasses.replace(call, messages=loop)
+    assert "additionalModelRequestFields" not in bedrock.request(foreign).body
 
 
 async def test_a_turn_falls_back_to_the_same_claude_on_bedrock_and_is_charged_its_usage(

@@ -53,7 +53,7 @@ class AnthropicAdapter(HttpAdapter):
                 for t in call.tools
             ]
         budget = call.thinking_budget_tokens
-        if budget is not None and budget < call.max_tokens and _may_think(call.messages):
+        if budget is not None and budget < call.max_tokens and may_think(call.messages):
             body["thinking"] = {"type": "enabled", "budget_tokens": budget}
         if call.stream:
             body["stream"] = True
@@ -127,9 +127,11 @@ def _messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
     return out
 
 
-def _may_think(messages: tuple[Message, ...]) -> bool:
-    """With thinking on, the API refuses a tool loop whose last assistant turn does not
-    start with Claude's thinking (another vendor wrote it, after a fallback): such a
+def may_think(messages: tuple[Message, ...]) -> bool:
+    """Whether Claude may be asked to think on `messages`, wherever it is served.
+
+    With thinking on, Claude refuses a tool loop whose last assistant turn does not
+    start with its own thinking (another vendor wrote it, after a fallback): such a
     request goes without thinking rather than being refused."""
     last = next((m for m in reversed(messages) if m.role == "assistant"), None)
     return last is None or not last.tool_calls or bool(_thinking_blocks(last))

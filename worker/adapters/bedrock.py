@@ -26,6 +26,7 @@ from urllib.parse import quote
 import aiohttp
 import httpx
 
+from worker.adapters.anthropic import may_think
 from worker.adapters.base import Completion, Event, ProviderCall, TextDelta, ToolCallDelta
 from worker.adapters.classify import classify_response, classify_stream_error
 from worker.adapters.finish import normalize_finish
@@ -93,6 +94,12 @@ class BedrockAdapter:
             body["system"] = [{"text": system}]
         if call.tools:
             body["toolConfig"] = {"tools": [_tool(tool) for tool in call.tools]}
+        budget = call.thinking_budget_tokens
+        thinks = reasoning_origin(call.model_id) == "anthropic" and may_think(call.messages)
+        if budget is not None and budget < call.max_tokens and thinks:
+            # Claude's own request field, passed through Converse as the model's.
+            thinking = {"type": "enabled", "budget_tokens": budget}
+            body["additionalModelRequestFields"] = {"thinking": thinking}
         return HttpRequest(
             url=f"{self._endpoint}/model/{model}/{operation}",
             headers={
