@@ -1,4 +1,5 @@
-"""The Celery app's broker transport: kombu's Redis transport, one client per pool."""
+"""The Celery app's broker transport (kombu's Redis transport, one client per pool) and
+its result backend (Celery's, without the read before a success)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from celery import states
 from kombu import Producer, Queue
 
 from tests.chainkit import worker_config
@@ -28,8 +30,28 @@ from worker.settings import RedisSettings, Settings
 def test_redis_urls_get_the_reusing_transport(url: str, ours: bool) -> None:
     master = "relevo" if url.startswith("sentinel") else None
     redis_settings = RedisSettings(url=url, sentinel_master=master)
-    conf = make_app(Settings.model_construct(redis=redis_settings)).conf
-    assert (conf.broker_transport is not None) is ours
+    app = make_app(Settings.model_construct(redis=redis_settings))
+    assert (app.conf.broker_transport is not None) is ours
+    assert (app.backend_cls is not None) is ours
+
+
+def test_a_success_is_written_without_a_read_and_a_failure_does_not_replace_it(
+    redis_url: str, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend = make_app(Settings.model_construct(redis=RedisSettings(url=redis_url))).backend
+    turn_id = f"{namespace}-turn"
+    reads: list[str] = []
+    read = backend.get
+    monkeypatch.setattr(backend, "get", lambda key: reads.append(key) or read(key))
+    try:
+        backend.store_result(turn_id, {"status": "ok", "n": 1}, states.SUCCESS)
+        backend.store_result(turn_id, {"status": "ok", "n": 1}, states.SUCCESS)
+        assert reads == []
+        backend.store_result(turn_id, ValueError("late"), states.FAILURE)
+        assert reads  # Celery's own check, for anything but a success
+        assert backend.get_task_meta(turn_id)["result"] == {"status": "ok", "n": 1}
+    finally:
+        backend.forget(turn_id)
 
 
 def test_acks_and_unacked_records_reuse_one_client_until_the_pool_changes(
