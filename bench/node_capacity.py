@@ -583,6 +583,8 @@ def __getattr__(name: str) -> Any:
     if not _FLOOR:
         sleeper = cast(TurnRunner, _Sleeper())
         app = make_app(load_settings(os.environ["RELEVO_CONFIG"]), runner=lambda: sleeper)
+        # Celery's floor: its result backend as Celery ships it, not relevo's leaner one.
+        app.backend_cls = None
         # make_app's task is shared: finalizing also attaches worker.fleet.app's module-level
         # app's task of the same name, which may win. Pin the sleeper explicitly.
         app.finalize()
