@@ -235,11 +235,14 @@ _OAI_QUOTA = (
 _OVERLOADED = "Our servers are currently overloaded. Please try again later."
 _OAI_500 = "The server had an error while processing your request. Sorry about that!"
 
+# The organization id every OpenAI rate-limit message names (a made-up one).
+_OAI_ORG = "org-4cQ8nVt2LmZr7KxPj1YwHs3d"
+
 _CATALOGUE: dict[Kind, dict[str, CannedError]] = {
     "openai": {
         "rate_limit_exceeded": _openai(
             429,
-            "Rate limit reached for gpt-4o in organization org-XXXX on requests per min (RPM): "
+            f"Rate limit reached for gpt-4o in organization {_OAI_ORG} on requests per min (RPM): "
             "Limit 500, Used 500, Requested 1. Please try again in 120ms. Visit "
             "https://platform.openai.com/account/rate-limits to learn more.",
             "requests",
@@ -251,7 +254,7 @@ _CATALOGUE: dict[Kind, dict[str, CannedError]] = {
         ),
         "rate_limit_reset_headers": _openai(
             429,
-            "Rate limit reached for gpt-4o-mini in organization org-XXXX on tokens per min "
+            f"Rate limit reached for gpt-4o-mini in organization {_OAI_ORG} on tokens per min "
             "(TPM): Limit 200000, Used 199813, Requested 1042.",
             "tokens",
             "rate_limit_exceeded",
@@ -264,7 +267,7 @@ _CATALOGUE: dict[Kind, dict[str, CannedError]] = {
         ),
         "rate_limit_try_again": _openai(
             429,
-            "Rate limit reached for gpt-4o in organization org-XXXX on tokens per min (TPM): "
+            f"Rate limit reached for gpt-4o in organization {_OAI_ORG} on tokens per min (TPM): "
             "Limit 30000, Used 29400, Requested 1350. Please try again in 1.5s. Visit "
             "https://platform.openai.com/account/rate-limits to learn more.",
             "tokens",
