@@ -302,6 +302,20 @@ def litellm_messages() -> list[dict[str, str]]:
     return [{"role": "user", "content": PROMPT}]
 
 
+async def litellm_first_token_s(router: Any, messages: list[dict[str, str]]) -> float:
+    """Seconds until LiteLLM's Router streams the primary's first chunk with content."""
+    started, first = time.perf_counter(), 0.0
+    stream = await router.acompletion(
+        model="primary", messages=messages, max_tokens=MAX_TOKENS, stream=True
+    )
+    async for chunk in stream:
+        if not first and chunk.choices and chunk.choices[0].delta.content:
+            first = time.perf_counter()
+    if not first:
+        raise RuntimeError("no content streamed")
+    return first - started
+
+
 # --- bare httpx --------------------------------------------------------------------------
 
 

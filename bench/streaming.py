@@ -87,16 +87,7 @@ async def contender(name: str, rig: kit.Rig) -> AsyncIterator[Ttft]:
         messages = kit.litellm_messages()
 
         async def litellm_ttft(i: int) -> float:
-            started, first = time.perf_counter(), 0.0
-            stream = await router.acompletion(
-                model="primary", messages=messages, max_tokens=kit.MAX_TOKENS, stream=True
-            )
-            async for chunk in stream:
-                if not first and chunk.choices and chunk.choices[0].delta.content:
-                    first = time.perf_counter()
-            if not first:
-                raise RuntimeError("no content streamed")
-            return (first - started) * 1000
+            return await kit.litellm_first_token_s(router, messages) * 1000
 
         yield litellm_ttft
 
