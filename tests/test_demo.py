@@ -151,7 +151,12 @@ def test_only_the_tenant_with_a_tiny_budget_degrades(
     embedded: tuple[dict[str, Any], float],
 ) -> None:
     summary = embedded[0]
-    assert set(summary["total"]["degraded"]) == {"tenant_budget_exhausted"}
+    reasons = set(summary["total"]["degraded"])
+    # On a loaded machine a turn can reach its deadline while attempts in flight still hold the
+    # last of the budget: that is the same refusal, told apart only by whether the money is
+    # spent yet.
+    assert "tenant_budget_exhausted" in reasons
+    assert reasons <= {"tenant_budget_exhausted", "tenant_budget_held"}
     tenants = summary["tenants"]
     thrifty = tenants[THRIFTY_TENANT]
     assert thrifty["status"].get("ok", 0) > 0  # it had some budget at first
