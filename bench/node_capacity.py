@@ -5,8 +5,9 @@ processes against a private redis-server (started here on a free port, no
 persistence) and the simulated providers in their own process, whose primary
 model answers after `--latency-s` (1 s). A feeder in this process keeps K turns
 in flight: it pushes Celery's own task messages (a template captured from
-`send_task`) onto the queue and tops up as results are published by Celery's
-Redis result backend (one PSUBSCRIBE, no per-turn polling). For each K it
+`send_task`) onto the queue and tops up as results are published (by relevo's
+turn store, or Celery's own result backend for the floor: one PSUBSCRIBE, no
+per-turn polling). For each K it
 reports, over a measured window after a settling period:
 
 - turns per second completed, and turns waiting on the provider (sampled at the
@@ -65,6 +66,8 @@ ROOT = Path(__file__).resolve().parents[1]
 TARGET_P99_MS = 50.0
 TICK_S = 1 / os.sysconf("SC_CLK_TCK")
 RESULT_CHANNEL = "celery-task-meta-"
+# Where relevo's turn store publishes each result (`TurnKeys.result`, any namespace).
+TURN_CHANNEL = "{*}:turn:*:result"
 # Every process here and in the workers holds sockets: ~2 per in-flight turn in a worker.
 WANT_FDS = 16_384
 
@@ -244,7 +247,7 @@ class Feeder:
 
     async def start(self) -> None:
         pubsub = self.client.pubsub()
-        await pubsub.psubscribe(RESULT_CHANNEL + "*")
+        await pubsub.psubscribe(RESULT_CHANNEL + "*", TURN_CHANNEL)
         self._tasks = [asyncio.create_task(self._listen(pubsub)), asyncio.create_task(self._pump())]
 
     async def stop(self) -> None:
@@ -284,13 +287,17 @@ class Feeder:
             if message["type"] != "pmessage":
                 continue
             ended = time.monotonic()
-            turn_id = message["channel"].decode()[len(RESULT_CHANNEL) :]
+            channel = message["channel"].decode()
+            if channel.startswith(RESULT_CHANNEL):  # Celery's own backend (the floor)
+                meta = json.loads(message["data"])
+                turn_id, result = channel[len(RESULT_CHANNEL) :], meta.get("result") or {}
+                ok = meta.get("status") == "SUCCESS" and result.get("status") == "ok"
+            else:  # relevo's: the turn store publishes the result itself
+                result = json.loads(message["data"])
+                turn_id, ok = result.get("turn_id", ""), result.get("status") == "ok"
             sent = self.sent_at.pop(turn_id, None)
             if sent is None:
                 continue
-            meta = json.loads(message["data"])
-            result = meta.get("result") or {}
-            ok = meta.get("status") == "SUCCESS" and result.get("status") == "ok"
             self.done.append((sent, ended, int(result.get("latency_ms", 0)), ok))
 
 
@@ -583,12 +590,14 @@ def __getattr__(name: str) -> Any:
     if not _FLOOR:
         sleeper = cast(TurnRunner, _Sleeper())
         app = make_app(load_settings(os.environ["RELEVO_CONFIG"]), runner=lambda: sleeper)
-        # Celery's floor: its result backend as Celery ships it, not relevo's leaner one.
+        # Celery's floor: its result backend as Celery ships it, storing each task's return
+        # value, not relevo's, which reads the turn store.
         app.backend_cls = None
         # make_app's task is shared: finalizing also attaches worker.fleet.app's module-level
         # app's task of the same name, which may win. Pin the sleeper explicitly.
         app.finalize()
         app.tasks[TASK_NAME].run = sleeper.run
+        app.tasks[TASK_NAME].ignore_result = False
         _FLOOR.append(app)
     return _FLOOR[0]
 

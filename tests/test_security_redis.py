@@ -229,9 +229,10 @@ def test_a_celery_round_trip_as_an_acl_user_stores_no_echoed_key(
     assert result.attempts[0].error_class == "auth_failed"
     assert sim.calls("alpha") == 1
     with redis.Redis.from_url(url) as client:
-        meta = client.get(f"celery-task-meta-{handle.turn_id}")
+        meta = client.get(f"{{{namespace}}}:turn:{handle.turn_id}:result")
         assert meta is not None
         assert b"auth_failed" in meta
+        assert not client.exists(f"celery-task-meta-{handle.turn_id}")  # kept once
         dump = repr(list(all_values(client)))
     assert KEY not in dump
     assert KEY not in meta.decode()
@@ -287,5 +288,5 @@ def test_a_celery_round_trip_over_tls(
         result = enqueue_turn(request(), app=app, limits=settings.limits).get(timeout_s=60)
     assert result.status == "ok"
     with redis.Redis.from_url(url) as client:
-        assert client.exists(f"celery-task-meta-{result.turn_id}")
         assert client.exists(f"{{{namespace}}}:turn:{result.turn_id}:result")
+        assert not client.exists(f"celery-task-meta-{result.turn_id}")

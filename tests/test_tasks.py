@@ -1,21 +1,30 @@
 """The Celery app's broker transport (kombu's Redis transport, one client per pool) and
-its result backend (Celery's, without the read before a success)."""
+its result backend (Celery's, reading each turn's result from the turn store)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 from celery import states
+from celery.result import AsyncResult
 from kombu import Producer, Queue
+from redis import asyncio as aioredis
 
 from tests.chainkit import worker_config
 from worker.fleet.app import make_app
+from worker.fleet.turnstore import TurnStore
 from worker.settings import RedisSettings, Settings
+from worker.types import Status, TurnResult
 
 
 @pytest.mark.parametrize(
@@ -35,23 +44,82 @@ def test_redis_urls_get_the_reusing_transport(url: str, ours: bool) -> None:
     assert (app.backend_cls is not None) is ours
 
 
-def test_a_success_is_written_without_a_read_and_a_failure_does_not_replace_it(
-    redis_url: str, namespace: str, monkeypatch: pytest.MonkeyPatch
+def _answered(turn_id: str) -> TurnResult:
+    return TurnResult(turn_id=turn_id, tenant_id="acme", status=Status.OK, primary_model="m")
+
+
+def _save(redis_url: str, namespace: str, result: TurnResult) -> TurnResult:
+    async def save() -> TurnResult:
+        client = aioredis.Redis.from_url(redis_url)
+        try:
+            return await TurnStore(client, namespace=namespace, ttl_s=60).save(result)
+        finally:
+            await client.aclose()
+
+    return asyncio.run(save())
+
+
+@pytest.fixture
+def results(redis_url: str, namespace: str) -> Iterator[tuple[Any, redis.Redis]]:
+    """The app's result backend on `namespace`, and a plain client to look at the keys."""
+    settings = Settings.model_construct(redis=RedisSettings(url=redis_url, namespace=namespace))
+    app = make_app(settings)
+    with redis.Redis.from_url(redis_url) as client:
+        yield app.backend, client
+    app.close()
+
+
+def test_a_result_is_read_from_the_turn_store_and_never_stored_twice(
+    results: tuple[Any, redis.Redis], redis_url: str, namespace: str
 ) -> None:
-    backend = make_app(Settings.model_construct(redis=RedisSettings(url=redis_url))).backend
+    backend, client = results
     turn_id = f"{namespace}-turn"
-    reads: list[str] = []
-    read = backend.get
-    monkeypatch.setattr(backend, "get", lambda key: reads.append(key) or read(key))
+    assert backend.get_task_meta(turn_id)["status"] == states.PENDING
+    _save(redis_url, namespace, _answered(turn_id))
+    meta = backend.get_task_meta(turn_id)
+    assert (meta["status"], meta["task_id"]) == (states.SUCCESS, turn_id)
+    assert meta["result"] == _answered(turn_id).model_dump(mode="json")
+    # A success that reaches the backend (a message asking for its result) writes nothing.
+    backend.store_result(turn_id, {"status": "ok", "other": 1}, states.SUCCESS)
+    assert client.keys(f"*{turn_id}*") == [f"{{{namespace}}}:turn:{turn_id}:result".encode()]
+    # Nor does a failure after it, and Celery's forget leaves the turn's result.
+    backend.store_result(turn_id, ValueError("late"), states.FAILURE)
+    backend.forget(turn_id)
+    assert backend.get_task_meta(turn_id, cache=False)["status"] == states.SUCCESS
+
+
+def test_a_task_that_raised_is_stored_by_celery_until_the_turn_answers(
+    results: tuple[Any, redis.Redis], redis_url: str, namespace: str
+) -> None:
+    backend, client = results
+    turn_id = f"{namespace}-raised"
+    backend.store_result(turn_id, ValueError("the loop timed out"), states.FAILURE)
+    assert client.exists(f"celery-task-meta-{turn_id}")
+    meta = backend.get_task_meta(turn_id, cache=False)
+    assert meta["status"] == states.FAILURE
+    assert isinstance(meta["result"], ValueError)
+    _save(redis_url, namespace, _answered(turn_id))  # a redelivery answered it
+    assert backend.get_task_meta(turn_id, cache=False)["status"] == states.SUCCESS
+    backend.forget(turn_id)
+    assert not client.exists(f"celery-task-meta-{turn_id}")
+
+
+def test_a_waiting_asyncresult_wakes_on_the_turn_stores_save(
+    results: tuple[Any, redis.Redis], redis_url: str, namespace: str
+) -> None:
+    backend, _ = results
+    turn_id = f"{namespace}-waited"
+    # Celery's Redis backend does not poll while it waits: only the save's publish wakes it.
+    saver = threading.Timer(0.3, _save, (redis_url, namespace, _answered(turn_id)))
+    saver.start()
+    started = time.monotonic()
     try:
-        backend.store_result(turn_id, {"status": "ok", "n": 1}, states.SUCCESS)
-        backend.store_result(turn_id, {"status": "ok", "n": 1}, states.SUCCESS)
-        assert reads == []
-        backend.store_result(turn_id, ValueError("late"), states.FAILURE)
-        assert reads  # Celery's own check, for anything but a success
-        assert backend.get_task_meta(turn_id)["result"] == {"status": "ok", "n": 1}
+        waiting = AsyncResult(turn_id, backend=backend, app=backend.app)
+        raw = waiting.get(timeout=5, disable_sync_subtasks=False)
     finally:
-        backend.forget(turn_id)
+        saver.join()
+    assert raw["turn_id"] == turn_id
+    assert 0.25 < time.monotonic() - started < 4
 
 
 def test_acks_and_unacked_records_reuse_one_client_until_the_pool_changes(

@@ -19,14 +19,13 @@ from urllib.parse import urlsplit
 
 import redis
 import structlog
-from celery import Celery, states
-from celery.backends import redis as celery_redis
-from celery.exceptions import BackendStoreError
+from celery import Celery
 from celery.signals import celeryd_init, worker_ready
 from kombu.transport import redis as kombu_redis
 
 from worker.errors import ConfigError
-from worker.fleet.runner import TurnRunner
+from worker.fleet.results import TurnResults, result_backend
+from worker.fleet.runner import INVALID_INPUT, TurnRunner
 from worker.fleet.sending import TASK_NAME, send_turn
 from worker.fleet.startup import follow_parent, warn_if_not_persistent
 from worker.observability import tracing
@@ -45,7 +44,7 @@ def make_app(
     """A Celery app for `settings` (or the environment), whose task runs on `runner()`."""
     redis = settings.redis if settings else _redis_from_env()
     app = Celery("relevo", broker=redis.url, backend=redis.url, set_as_current=False)
-    app.backend_cls = _result_backend(redis.url)
+    app.backend_cls = result_backend(redis.url)
     visibility_s = settings.visibility_timeout_s if settings else 2 * 3600 + 60
     restore_s = settings.worker.restore_interval_s if settings else 10.0
     transport: dict[str, Any] = {
@@ -83,10 +82,22 @@ def make_app(
     get_runner = runner or _lazy_runner(settings)
 
     # shared=False: each app runs its own runner, even with several apps in one process.
-    @app.task(name=TASK_NAME, acks_late=True, reject_on_worker_lost=True, shared=False)  # type: ignore[untyped-decorator]
+    # ignore_result: the runner saved the result in the turn store, where the result
+    # backend reads it (`worker.fleet.results`); only a task that raised is Celery's to store.
+    @app.task(  # type: ignore[untyped-decorator]
+        name=TASK_NAME,
+        acks_late=True,
+        reject_on_worker_lost=True,
+        shared=False,
+        ignore_result=True,
+        store_errors_even_if_ignored=True,
+    )
     def run_turn(payload: Any) -> dict[str, Any]:
         # The producer's trace context came in the message headers (None: tracing is off).
-        return get_runner().run(payload, carrier=tracing.carried(run_turn.request))
+        result = get_runner().run(payload, carrier=tracing.carried(run_turn.request))
+        if result["reason"] == INVALID_INPUT and isinstance(run_turn.backend, TurnResults):
+            run_turn.backend.keep(run_turn.request.id, result)  # not a turn: not in the store
+        return result
 
     def ready(sender: Any = None, **_: Any) -> None:
         # A worker of this app consuming: it also re-sends the turns the broker lost.
@@ -153,57 +164,6 @@ _TRANSPORTS: dict[str, type[kombu_redis.Transport]] = {
     "rediss": _Transport,
     "sentinel": _SentinelTransport,
 }
-
-
-class _Results(celery_redis.RedisBackend):  # type: ignore[misc]
-    """Celery's Redis result backend, without its read before each success it writes.
-
-    Celery reads a task's stored state before it writes a result, so that a second
-    delivery does not overwrite a success: a GET round trip per turn in Celery's
-    thread (without it, storing results fell from 9 % to 6 % of a worker's GIL time).
-    The turn's task returns the turn's standing result (the turn store's: the first
-    saved wins), so a success written again is the same one. Only while the turn
-    store cannot be reached does a delivery return a result of its own, and this
-    backend is on the same server. Other states keep Celery's check.
-    """
-
-    def _store_result(
-        self,
-        task_id: Any,
-        result: Any,
-        state: str,
-        traceback: Any = None,
-        request: Any = None,
-        **kwargs: Any,
-    ) -> Any:
-        if state != states.SUCCESS:
-            return super()._store_result(task_id, result, state, traceback, request, **kwargs)
-        meta = self._get_result_meta(
-            result=result, state=state, traceback=traceback, request=request
-        )
-        meta["task_id"] = task_id.decode() if isinstance(task_id, bytes) else task_id
-        try:
-            self._set_with_state(self.get_key_for_task(task_id), self.encode(meta), state)
-        except BackendStoreError as exc:
-            raise BackendStoreError(str(exc), state=state, task_id=task_id) from exc
-        return result
-
-
-class _SentinelResults(_Results, celery_redis.SentinelBackend):  # type: ignore[misc]
-    """The same backend, through Redis Sentinel."""
-
-
-_RESULTS: dict[str, type[celery_redis.RedisBackend]] = {
-    "redis": _Results,
-    "rediss": _Results,
-    "sentinel": _SentinelResults,
-}
-
-
-def _result_backend(url: str) -> str | None:
-    """Our result backend for `url`, as Celery names a backend class with its URL."""
-    backend = _RESULTS.get(urlsplit(url).scheme)
-    return None if backend is None else f"{__name__}:{backend.__name__}+{url}"
 
 
 def _broker_transport(url: str) -> type[kombu_redis.Transport] | None:

@@ -100,12 +100,10 @@ class ReplaySummary:
 
 
 class Delivery:
-    """Where a replayed result goes: the turn store first (it decides), then Celery's."""
+    """Where a replayed result goes: the turn store, which every reader reads."""
 
-    def __init__(self, store: TurnStore, backend: Any) -> None:
-        """`backend`: a Celery app's `backend`, taken once (Celery makes one per thread)."""
+    def __init__(self, store: TurnStore) -> None:
         self.store = store
-        self.backend = backend
 
     async def replayed(self, turn_id: str) -> TurnResult | None:
         """The turn's stored result if a replay already ran it (stored, not "rejected")."""
@@ -114,22 +112,7 @@ class Delivery:
 
     async def deliver(self, result: TurnResult) -> TurnResult:
         """Store `result` for every reader; return the one that stands (an earlier replay's)."""
-        standing = await self.store.replace(result)
-        # Celery's client blocks: off the event loop, so the other turns keep running.
-        await asyncio.to_thread(self._to_backend, standing)
-        return standing
-
-    def _to_backend(self, result: TurnResult) -> None:
-        from celery import states
-
-        value = result.model_dump(mode="json")
-        # `store_result` keeps a SUCCESS in place, and the rejection is one (the task
-        # returned it): forget it first, then read back what stands.
-        self.backend.forget(result.turn_id)
-        self.backend.store_result(result.turn_id, value, states.SUCCESS)
-        meta = self.backend.get_task_meta(result.turn_id, cache=False)
-        if meta.get("status") != states.SUCCESS or meta.get("result") != value:
-            raise RuntimeError("Celery's result backend kept another result")
+        return await self.store.replace(result)
 
 
 def chain_runner(chain: Chain, delivery: Delivery) -> RunHeld:
@@ -277,7 +260,6 @@ async def replay_fleet(
     `client` holds the shared state (kill switch, held turns, breakers, budgets);
     `results`, when the shared state has a store of its own, holds the turn store."""
     from worker.adapters import make_client
-    from worker.fleet.app import make_app
     from worker.fleet.turnstore import TurnStore
     from worker.guard.redis_guard import open_guard
     from worker.turn.chain import Chain
@@ -288,7 +270,7 @@ async def replay_fleet(
     store = TurnStore(
         results or client, namespace=where.namespace, ttl_s=settings.worker.result_ttl_s
     )
-    delivery = Delivery(store, make_app(settings).backend)
+    delivery = Delivery(store)
     async with make_client() as http:
         chain = Chain.from_settings(settings, http, guard=open_guard(settings, client))
         await replay_held(

@@ -36,12 +36,14 @@ from worker.turn.chain import Chain
 from worker.turn.intake import checked_turn
 from worker.types import Status, TurnRequest, TurnResult
 
-__all__ = ["LoopThread", "TurnRunner", "rejected_input"]
+__all__ = ["INVALID_INPUT", "LoopThread", "TurnRunner", "rejected_input"]
 
 log = structlog.get_logger("relevo.runner")
 T = TypeVar("T")
 # Beyond the turn's deadline: time to save the result and release the claim.
 _MARGIN_S = 5.0
+# The reason of a payload that is not a turn: it is answered, never run nor stored.
+INVALID_INPUT = "invalid_input"
 _FORGET_ERRORS: tuple[type[BaseException], ...] = (*STORE_DOWN, TimeoutError)
 
 
@@ -73,7 +75,7 @@ def rejected_input(payload: object, error: InputError) -> TurnResult:
         turn_id=(turn_id or "invalid")[:128],
         tenant_id=(tenant_id or "invalid")[:64],
         status=Status.FAILED,
-        reason="invalid_input",
+        reason=INVALID_INPUT,
         error=str(error),
         primary_model="",
     )

@@ -1,7 +1,9 @@
 """Where a turn's outcome lives between deliveries: its result, its claim, its stream.
 
 A turn is reported once: the first result saved wins (SET NX GET: the write and
-the read of the standing result are one command, Redis >= 7), later deliveries
+the read of the standing result are one command, Redis >= 7), and is published on a
+channel named as its key, for readers that wait on it (`worker.fleet.results`, Celery's
+result backend over this store). Later deliveries
 of the same turn read it instead of calling models again. The one exception is a
 turn the kill switch refused: `relevo replay-held` runs it later and replaces its
 "rejected" result (one Lua script, which replaces nothing else). A claim (SET NX PX)
@@ -55,6 +57,7 @@ if standing then
   end
 end
 redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
+redis.call('PUBLISH', KEYS[1], ARGV[1])
 return false
 """
 
@@ -137,6 +140,10 @@ class TurnStore:
         # NX GET: the reply is the result saved first (it stands), or nil (ours does).
         key, saved = self.keys.result(result.turn_id), result.model_dump_json()
         slot.pipe.execute_command("SET", key, saved, "NX", "GET", "EX", self.ttl_s, get=True)
+        # For those who wait on it (Celery's AsyncResult.get): a result's key is its channel.
+        # A later delivery that lost publishes its own result too, but a waiter has it after
+        # the first one's: it subscribes before it reads, and each save writes first.
+        slot.pipe.execute_command("PUBLISH", key, saved)
         slot.pipe.delete(self.keys.claim(result.turn_id))
         # Answered: the sweeper has nothing to re-send (the record goes with the save).
         self._forget_on(slot.pipe, [result.turn_id])
