@@ -124,7 +124,7 @@ class _Names:
         self.old_prefix = f"{tag}:budget:t:"
         self.claims = f"{tag}:budget:migrating"
         self._claim_prefix = self.claims + ":"
-        self._run = f"{int(time.time() * 1000)}.{secrets.token_hex(4)}"
+        self._run = secrets.token_hex(4)
         self._seq = count()
 
     def old(self, tenant: str, rest: str) -> str:
@@ -138,8 +138,9 @@ class _Names:
         return _Move(tenant, rest, name, self.keys.prefix(tenant) + rest)
 
     def claim(self, move: _Move) -> str:
-        """A name of this claim's own: the run, a sequence number, the tenant and the rest."""
-        return f"{self._claim_prefix}{self._run}.{next(self._seq)}:{move.tenant}:{move.rest}"
+        """A name of this claim's own: when, the run, a sequence number, the tenant, the rest."""
+        token = f"{int(time.time() * 1000)}.{self._run}.{next(self._seq)}"
+        return f"{self._claim_prefix}{token}:{move.tenant}:{move.rest}"
 
     def parse_claim(self, name: str) -> tuple[int, _Move] | None:
         """When claim `name` was made (epoch ms) and its move; None if it is no claim."""
