@@ -12,6 +12,7 @@ from budgets.evidence import OutputEvidence, percentile
 from budgets.handoffs import Handoff, Handoffs
 from budgets.keys import check_provider, check_tenant
 from budgets.ledger import Ledger
+from budgets.migrate import MigrationReport, migrate_keys, old_keys_present
 from budgets.money import (
     MICROS_PER_DOLLAR,
     cost_micros,
@@ -40,6 +41,7 @@ __all__ = [
     "InvalidNameError",
     "Ledger",
     "Limits",
+    "MigrationReport",
     "OutputEvidence",
     "PeriodReport",
     "Refusal",
@@ -52,6 +54,8 @@ __all__ = [
     "check_tenant",
     "cost_micros",
     "format_micros",
+    "migrate_keys",
+    "old_keys_present",
     "parse_dollars",
     "percentile",
     "worst_case_micros",

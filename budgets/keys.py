@@ -19,6 +19,8 @@ keys. Every key a script touches is passed in KEYS:
     {N/<t>}:budget:day:<YYYY-MM-DD>    hash  spent, fallback, fb:<provider>,  DAY_TTL_S
                                              reclaimed, reclaimed_micros
     {N/<t>}:budget:month:<YYYY-MM>     hash  the same for the UTC month       MONTH_TTL_S
+    {N/<t>}:budget:migrated            hash  old-layout claims applied here   7 d (budgets.migrate)
+    {N}:budget:migrating               set   claims of a migration underway   no TTL (emptied)
     {N}:budget:evidence:<model>        list  output tokens, newest first      EVIDENCE_TTL_S
     {N}:handoffs                       stream  degraded turns for people      capped (MAXLEN ~)
 

@@ -664,3 +664,16 @@ def wait_until(check: Any, timeout_s: float) -> None:
     while not check():
         assert time.monotonic() < deadline, f"{check.__name__} not within {timeout_s} s"
         time.sleep(0.1)
+
+
+async def test_workers_and_operators_may_migrate_old_budget_keys(clients: dict[str, Any]) -> None:
+    """Nothing the migration sends is refused to the `relevo` and `operator` users (no
+    RESTORE: it is @dangerous)."""
+    operator = clients["operator"]
+    for user, tenant in (("relevo", "old-w"), ("operator", "old-o")):
+        await operator.hset(f"{{relevo}}:budget:t:{tenant}:limits", "daily", 7)
+        await operator.zadd(f"{{relevo}}:budget:t:{tenant}:holds", {"turn-1:0": 1})
+        report = await budgets.migrate_keys(clients[user], "relevo")
+        assert (report.moved, report.tenants) == (2, 1), user
+        assert await operator.hget(f"{{relevo/{tenant}}}:budget:limits", "daily") == b"7"
+        await operator.delete(*(f"{{relevo/{tenant}}}:budget:{k}" for k in ("limits", "holds")))

@@ -179,6 +179,33 @@ async def _set(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _migrate(args: argparse.Namespace) -> int:
+    where = redis_settings(args.config)
+    async with operator_redis(where, shared=True) as client:
+        report = await budgets.migrate_keys(client, where.namespace, dry_run=args.dry_run)
+    if args.json:
+        emit_json({**asdict(report), "changed": report.changed})
+        return 0
+    _print_migration(report, where.namespace)
+    return 0
+
+
+def _print_migration(report: budgets.MigrationReport, namespace: str) -> None:
+    if not report.changed:
+        print(f"No budget keys of the old layout under namespace {namespace!r}.")
+    else:
+        verb = "Would move" if report.dry_run else "Moved"
+        print(
+            f"{verb} {report.changed} budget key(s) of {report.tenants} tenant(s) to the "
+            f"current layout: {report.moved} copied, {report.merged} merged (day and month "
+            f"counters added), {report.kept} kept (the current key wins)"
+        )
+    for key in report.conflicts:
+        print(f"  already there: {key}")
+    if report.skipped:
+        print(f"Left alone: {report.skipped} key(s) under the old prefix that are no budget key")
+
+
 # -- relevo handoffs -------------------------------------------------------------------
 
 
@@ -244,6 +271,21 @@ def register(commands: Commands) -> None:
     )
     add_redis_options(put)
     put.set_defaults(func=operator_command(_set))
+
+    move = add_command(
+        actions,
+        "migrate",
+        "move budget keys of the released layout to the current one",
+        exits=_EXITS,
+        details="Workers do this as they start; safe to run again and beside them. A day's "
+        "or month's spend already written under the current name is added to; other keys "
+        "already there win.",
+    )
+    move.add_argument(
+        "--dry-run", action="store_true", help="count what would move; change nothing"
+    )
+    add_redis_options(move)
+    move.set_defaults(func=operator_command(_migrate))
 
     handoffs = add_command(
         commands, "handoffs", "turns handed to people, newest first", exits=_EXITS

@@ -27,7 +27,7 @@ from worker.errors import ConfigError
 from worker.fleet.results import TurnResults, result_backend
 from worker.fleet.runner import INVALID_INPUT, TurnRunner
 from worker.fleet.sending import TASK_NAME, send_turn
-from worker.fleet.startup import follow_parent, warn_if_not_persistent
+from worker.fleet.startup import follow_parent, migrate_budget_keys, warn_if_not_persistent
 from worker.observability import tracing
 from worker.settings import RedisSettings, Settings, load_settings
 
@@ -223,6 +223,7 @@ def _app_from_env() -> Celery:
             # Celery redirects `sys.stderr` into its logger, which would prefix each JSON line.
             configure_from_settings(settings, stream=sys.__stderr__ or sys.stderr)
             warn_if_not_persistent(settings.redis)
+            migrate_budget_keys(settings.redis)
 
     celeryd_init.connect(starting, weak=False)
     return app

@@ -1,4 +1,5 @@
-"""What a worker process sees to as it starts: its parent, and the store's persistence.
+"""What a worker process sees to as it starts: its parent, the store's persistence, and
+budget keys an earlier release left in its old layout.
 
 A worker process that `relevo worker` started ends when `relevo worker` does. Without
 this, a parent killed alone (SIGKILL, OOM) leaves its Celery children running
@@ -19,14 +20,18 @@ import time
 
 import structlog
 
+import budgets
 from worker.errors import STORE_DOWN
 from worker.settings import RedisSettings
 
 log = structlog.get_logger("relevo.worker")
 
-__all__ = ["PARENT_ENV", "follow_parent", "warn_if_not_persistent"]
+__all__ = ["PARENT_ENV", "follow_parent", "migrate_budget_keys", "warn_if_not_persistent"]
 
 PARENT_ENV = "RELEVO_PARENT_PID"
+# A start waits at most this long for the old budget keys to move: what is left then moves
+# at the next start, or with `relevo budgets migrate`.
+MIGRATE_AT_START_S = 60.0
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 _POLL_S = 1.0
 
@@ -68,6 +73,39 @@ def warn_if_not_persistent(redis: RedisSettings) -> None:
             detail="Redis has no append-only file: a restart or failover loses what was "
             "written since its last snapshot (docs/deploy.md)",
         )
+
+
+def migrate_budget_keys(redis: RedisSettings) -> budgets.MigrationReport | None:
+    """Move the budget keys of the released layout to the current one (`budgets.migrate`),
+    when a few EXISTS find any: an upgrade needs no step by hand. Never raises: a failure
+    is one warning naming the error's class, and the worker starts all the same."""
+
+    async def migrate() -> budgets.MigrationReport | None:
+        client = redis.connect_shared(timeout_s=max(redis.timeout_s, 2.0))
+        try:
+            if not await budgets.old_keys_present(client, redis.namespace):
+                return None
+            return await asyncio.wait_for(
+                budgets.migrate_keys(client, redis.namespace), MIGRATE_AT_START_S
+            )
+        finally:
+            await client.aclose()
+
+    try:
+        report = asyncio.run(migrate())
+    except Exception as exc:  # the worker serves turns without the old keys' spend
+        log.warning("budgets.keys_not_migrated", error=type(exc).__name__)
+        return None
+    if report is not None and report.changed:
+        log.info(
+            "budgets.keys_migrated",
+            moved=report.moved,
+            merged=report.merged,
+            kept=report.kept,
+            skipped=report.skipped,
+            tenants=report.tenants,
+        )
+    return report
 
 
 def _watch(parent: int) -> None:
