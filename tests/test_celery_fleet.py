@@ -173,6 +173,19 @@ def test_a_malformed_payload_fails_at_once_and_is_never_retried(
     assert sim.calls() == 0
 
 
+def test_a_turn_sent_under_a_task_id_of_its_own_is_answered_there(
+    config: Path, sim: Simulator, start_worker: Callable[[str], subprocess.Popen[bytes]]
+) -> None:
+    start_worker("a")
+    app = make_app(load_settings(config, require_secrets=False))
+    turn = request(tenant_id="own-id")
+    sent = app.send_task(TASK_NAME, args=[turn.model_dump(mode="json")])  # a uuid, not turn_id
+    assert sent.id != turn.turn_id
+    raw = sent.get(timeout=30, disable_sync_subtasks=False)
+    assert (raw["turn_id"], raw["status"]) == (turn.turn_id, "ok")
+    assert sim.calls() == 1
+
+
 def test_the_same_turn_delivered_twice_is_run_and_reported_once(
     config: Path, sim: Simulator, start_worker: Callable[[str], subprocess.Popen[bytes]]
 ) -> None:

@@ -95,8 +95,13 @@ def make_app(
     def run_turn(payload: Any) -> dict[str, Any]:
         # The producer's trace context came in the message headers (None: tracing is off).
         result = get_runner().run(payload, carrier=tracing.carried(run_turn.request))
-        if result["reason"] == INVALID_INPUT and isinstance(run_turn.backend, TurnResults):
-            run_turn.backend.keep(run_turn.request.id, result)  # not a turn: not in the store
+        # Readers wait under the task's id. The turn store holds a result under its turn's
+        # id, which `send_turn` makes the task's; not a payload that was not a turn, nor a
+        # message sent with another task id.
+        task_id = run_turn.request.id
+        unsaved = result["reason"] == INVALID_INPUT or result["turn_id"] != task_id
+        if unsaved and isinstance(run_turn.backend, TurnResults):
+            run_turn.backend.keep(task_id, result)
         return result
 
     def ready(sender: Any = None, **_: Any) -> None:

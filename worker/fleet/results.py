@@ -7,8 +7,9 @@ turn store itself, and a success costs Celery nothing to store: the task is
 `ignore_result`, and a success that reaches the backend anyway is not written again.
 
 Celery writes only what the turn store never holds: a task that raised (the runner
-returns a result for everything else), and the result of a payload that was not a turn
-(it has no turn id of its own to be stored under). Those go under Celery's own key,
+returns a result for everything else), and a result the turn store holds under another
+id than the task's (a payload that was not a turn, a message sent with a task id of its
+own). Those go under Celery's own key,
 `celery-task-meta-<id>`, and is announced on the turn's channel, where waiters listen;
 reads look at the turn's result first, which a failure never replaces.
 """
@@ -88,7 +89,7 @@ class TurnResults(celery_redis.RedisBackend):  # type: ignore[misc]
         return result
 
     def keep(self, task_id: str, result: dict[str, Any]) -> None:
-        """Store a result the turn store does not hold: a payload that was not a turn."""
+        """Store a result the turn store does not hold under `task_id`."""
         meta = self._get_result_meta(
             result=result, state=states.SUCCESS, traceback=None, request=None
         )
