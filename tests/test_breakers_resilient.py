@@ -33,6 +33,8 @@ V = Verdict
 SCOPE = "vendor:openai"
 POLICY = Policy(min_calls_in_window=3, break_s=0.2, probe_ttl_s=1)
 TIMEOUT_S = 0.2
+# What a loaded machine may add to a call bounded by TIMEOUT_S (its loop, its scheduler).
+SLACK_S = 0.25
 
 
 class Proxy:
@@ -112,7 +114,7 @@ async def test_redis_down_serves_local_breakers_within_the_timeout(dead_redis: R
             start = time.perf_counter()
             transitions += await breakers.record([Outcome(SCOPE, verdict)])
             worst = max(worst, time.perf_counter() - start)
-    assert worst < TIMEOUT_S + 0.1
+    assert worst < TIMEOUT_S + SLACK_S
     assert [t.kind for t in transitions] == [TransitionKind.OPENED]  # same rules, locally
     assert (await breakers.check([SCOPE])).scopes[SCOPE].state is BreakerState.OPEN
     assert [e["event"] for e in logs] == ["breakers.fleet_view_lost"]
@@ -130,8 +132,8 @@ async def test_hung_redis_costs_at_most_the_timeout_then_nothing(redis_url: str)
     finally:
         await client.aclose()
         await hung.stop()
-    assert TIMEOUT_S * 0.9 < first < TIMEOUT_S + 0.15
-    assert max(later) < 0.05  # while lost, a turn does not even try the fleet
+    assert TIMEOUT_S * 0.9 < first < TIMEOUT_S + SLACK_S
+    assert max(later) < TIMEOUT_S / 2  # while lost, a turn does not even try the fleet
     assert not breakers.fleet_view
 
 

@@ -137,17 +137,17 @@ BAD_ARGUMENTS: dict[str, tuple[str, bytes]] = {
         ).encode(),
     ),
 }
-_bomb: list[bytes] = []
 
 
 def gzip_bomb() -> Handler:
-    """32 MiB of JSON whitespace, gzipped to ~32 KiB: only the decoded size counts."""
+    """32 MiB of JSON whitespace, gzipped to ~150 KiB: only the decoded size counts."""
+    # Made here, not in the handler: compressing inside it blocked the server's loop, and
+    # on a loaded machine the attempt could end on the first-byte timeout instead.
+    bomb = gzip.compress(b"{" + b" " * (32 * 1024 * 1024) + b"}", 1)
 
     async def answer(request: web.Request, api: str, stream: bool) -> web.StreamResponse:
-        if not _bomb:
-            _bomb.append(gzip.compress(b"{" + b" " * (32 * 1024 * 1024) + b"}", 9))
         headers = {"content-type": JSON, "content-encoding": "gzip"}
-        return web.Response(status=200, body=_bomb[0], headers=headers)
+        return web.Response(status=200, body=bomb, headers=headers)
 
     return answer
 
