@@ -15,9 +15,9 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -28,6 +28,8 @@ from worker.fleet.enqueue import TurnHandle, enqueue_turn
 from worker.settings import Settings, load_settings
 from worker.simulator import Fault, Simulator
 from worker.types import Message, Status, TurnRequest, TurnResult
+
+T = TypeVar("T")
 
 pytestmark = pytest.mark.slow
 
@@ -138,7 +140,7 @@ def _results(handles: list[TurnHandle]) -> list[TurnResult]:
 
 def _wait(driver: Any, css: str, timeout_s: float = 15.0, text: str | None = None) -> Any:
     """The element `css` selects once it is there (and, with `text`, shows exactly that)."""
-    from selenium.common.exceptions import TimeoutException
+    from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -149,7 +151,9 @@ def _wait(driver: Any, css: str, timeout_s: float = 15.0, text: str | None = Non
         return False
 
     try:
-        return WebDriverWait(driver, timeout_s).until(found)
+        # The fleet view re-renders every poll: an element found may be gone when read.
+        wait = WebDriverWait(driver, timeout_s, ignored_exceptions=[StaleElementReferenceException])
+        return wait.until(found)
     except TimeoutException:
         body = driver.find_element(By.TAG_NAME, "body").text
         pytest.fail(f"no {css} within {timeout_s}s at {driver.current_url}: {body[:1500]}")
@@ -159,6 +163,26 @@ def _css(driver: Any, css: str) -> Any:
     from selenium.webdriver.common.by import By
 
     return driver.find_element(By.CSS_SELECTOR, css)
+
+
+def _read(driver: Any, css: str, read: Callable[[Any], T]) -> T:
+    """`read` of the element `css` selects, found again if the live view replaced it."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    for _ in range(50):
+        try:
+            return read(_css(driver, css))
+        except StaleElementReferenceException:  # the fleet view re-renders every poll
+            time.sleep(0.05)
+    return read(_css(driver, css))
+
+
+def _text(driver: Any, css: str) -> str:
+    return _read(driver, css, lambda element: str(element.text))
+
+
+def _attr(driver: Any, css: str, name: str) -> str | None:
+    return _read(driver, css, lambda element: element.get_attribute(name))
 
 
 def _all(driver: Any, css: str) -> list[Any]:
@@ -215,7 +239,7 @@ def test_an_operator_logs_in_and_sees_the_primary_s_breaker_open(
     _css(browser, "#login").click()
     assert "Unknown token" in _wait(browser, "#error").text
     _log_in(browser, console, OPERATOR)
-    assert _css(browser, "#who").get_attribute("data-role") == "operator"
+    assert _attr(browser, "#who", "data-role") == "operator"
     assert not _all(browser, 'tr[data-state="open"]')
 
     sim.set_faults("alpha", Fault(status=500))
@@ -235,15 +259,14 @@ def test_the_kill_switch_stops_every_provider_call(
 ) -> None:
     _act(browser, {"#kill-reason": "provider incident"}, "#kill-on")
     _wait(browser, '#kill[data-on="1"]')
-    assert "provider incident" in _css(browser, "#kill").text
+    assert "provider incident" in _text(browser, "#kill")
     calls = sim.calls()
     results = _results(_turns(settings, 3))
     assert [r.status for r in results] == [Status.REJECTED] * 3
     assert sim.calls() == calls, "a provider call arrived while the kill switch was on"
     _wait(browser, "#held", text="3")
-    fallback = _css(browser, "#fallback")
-    assert "8 of 8 turns" in fallback.text, "rejected turns are not counted"
-    assert fallback.get_attribute("data-alerting") == "1"
+    assert "8 of 8 turns" in _text(browser, "#fallback"), "rejected turns are not counted"
+    assert _attr(browser, "#fallback", "data-alerting") == "1"
     _shot(browser, "fleet")
     shared["held"] = [r.turn_id for r in results]
 
@@ -264,7 +287,7 @@ def test_switched_off_the_held_turns_replay(
         assert time.monotonic() < deadline, [r.status for r in done]
         time.sleep(0.3)
     _wait(browser, "#held", text="0")
-    audit = _css(browser, "#audit").text
+    audit = _text(browser, "#audit")
     for action in ("kill_switch.on", "kill_switch.off", "replay_held"):
         assert action in audit
     assert "alice" in audit
@@ -279,7 +302,7 @@ def test_a_turn_s_attempts_are_on_its_timeline(
     _css(browser, "#lookup").click()
     status = _wait(browser, "#turn-status")
     assert status.get_attribute("data-status") == "ok"
-    assert "anthropic/beta" in _css(browser, "#effective").text
+    assert "anthropic/beta" in _text(browser, "#effective")
     outcomes = [row.get_attribute("data-outcome") for row in _all(browser, "#attempts tbody tr")]
     assert outcomes[-1] == "ok"
     assert {"error", "skipped"} & set(outcomes[:-1]), outcomes
@@ -291,7 +314,7 @@ def test_a_turn_s_attempts_are_on_its_timeline(
     (streamed,) = _results(_turns(settings, 1, stream=True))
     browser.get(f"{console}/turns?id={streamed.turn_id}")  # waits for the page, unlike a click
     _wait(browser, '#turn-status[data-status="ok"]')
-    assert _css(browser, "#streamed").text == streamed.reply.text  # type: ignore[union-attr]
+    assert _text(browser, "#streamed") == streamed.reply.text  # type: ignore[union-attr]
     answered = _css(browser, '#attempts tr[data-outcome="ok"]')
     assert _css(answered, ".first-byte").text.endswith(" ms"), "first content is on the timeline"
     assert _all(answered, ".fb"), "and marked on its bar"
@@ -316,7 +339,7 @@ def test_tenants_are_sorted_searched_and_given_limits(browser: Any, console: str
     _wait(browser, "#tenants")
     tenants = [r.get_attribute("data-tenant") for r in _all(browser, "#tenants tbody tr")]
     assert tenants == ["globex"]
-    assert "$5.00" in _css(browser, 'tr[data-tenant="globex"]').text
+    assert "$5.00" in _text(browser, 'tr[data-tenant="globex"]')
     browser.get(f"{console}/tenants")
     _shot(browser, "tenants")
 
@@ -326,15 +349,15 @@ def test_an_action_without_its_csrf_token_is_refused(browser: Any, console: str)
     assert _post_without_csrf(browser, "/act/kill_switch", None) == 403
     assert _post_without_csrf(browser, "/act/kill_switch", "wrong") == 403
     browser.get(f"{console}/")
-    assert _css(browser, "#kill").get_attribute("data-on") == "0"
+    assert _attr(browser, "#kill", "data-on") == "0"
 
 
 def test_a_viewer_sees_but_cannot_act(browser: Any, console: str) -> None:
     _log_in(browser, console, VIEWER)
-    assert _css(browser, "#who").get_attribute("data-role") == "viewer"
+    assert _attr(browser, "#who", "data-role") == "viewer"
     _wait(browser, "#breakers")
     assert not _all(browser, "#actions"), "a viewer is shown no action"
-    csrf = _css(browser, 'form.who input[name="csrf"]').get_attribute("value")
+    csrf = _attr(browser, 'form.who input[name="csrf"]', "value")
     assert _post_without_csrf(browser, "/act/kill_switch", csrf) == 403
     browser.get(f"{console}/")
-    assert _css(browser, "#kill").get_attribute("data-on") == "0"
+    assert _attr(browser, "#kill", "data-on") == "0"
