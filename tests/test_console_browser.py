@@ -185,6 +185,26 @@ def _attr(driver: Any, css: str, name: str) -> str | None:
     return _read(driver, css, lambda element: element.get_attribute(name))
 
 
+def _load_by(driver: Any, css: str) -> None:
+    """Click `css` and wait until the page it loads has replaced this one."""
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    page = _css(driver, "html")
+    _css(driver, css).click()
+    WebDriverWait(driver, 15).until(expected_conditions.staleness_of(page))
+
+
+def _tenant_rows(driver: Any) -> list[str | None]:
+    """The tenants table's rows, in order."""
+    _wait(driver, "#tenants")
+    return _read(
+        driver,
+        "#tenants",
+        lambda table: [r.get_attribute("data-tenant") for r in _all(table, "tbody tr")],
+    )
+
+
 def _all(driver: Any, css: str) -> list[Any]:
     from selenium.webdriver.common.by import By
 
@@ -328,16 +348,14 @@ def test_tenants_are_sorted_searched_and_given_limits(browser: Any, console: str
         | {"#limits-reason": "new contract"},
         "#limits-set",
     )
-    tenants = [r.get_attribute("data-tenant") for r in _all(browser, "#tenants tbody tr")]
+    tenants = _tenant_rows(browser)
     assert {"acme", "globex"} <= set(tenants)
-    _css(browser, 'a[data-sort="tenant"]').click()
-    _wait(browser, "#tenants")
-    tenants = [r.get_attribute("data-tenant") for r in _all(browser, "#tenants tbody tr")]
+    _load_by(browser, 'a[data-sort="tenant"]')
+    tenants = _tenant_rows(browser)
     assert tenants == sorted(tenants, reverse=True)
     _css(browser, "#q").send_keys("glo")
-    _css(browser, "#search").click()
-    _wait(browser, "#tenants")
-    tenants = [r.get_attribute("data-tenant") for r in _all(browser, "#tenants tbody tr")]
+    _load_by(browser, "#search")
+    tenants = _tenant_rows(browser)
     assert tenants == ["globex"]
     assert "$5.00" in _text(browser, 'tr[data-tenant="globex"]')
     browser.get(f"{console}/tenants")
