@@ -9,9 +9,9 @@ turn store itself, and a success costs Celery nothing to store: the task is
 Celery writes only what the turn store never holds: a task that raised (the runner
 returns a result for everything else), and a result the turn store holds under another
 id than the task's (a payload that was not a turn, a message sent with a task id of its
-own). Those go under Celery's own key,
-`celery-task-meta-<id>`, and is announced on the turn's channel, where waiters listen;
-reads look at the turn's result first, which a failure never replaces.
+own). Those go under Celery's own key, `celery-task-meta-<id>`, and are announced on the
+turn's channel, where waiters listen; reads look at the turn's result first, which a
+failure never replaces.
 """
 
 from __future__ import annotations
@@ -74,27 +74,34 @@ class TurnResults(celery_redis.RedisBackend):  # type: ignore[misc]
     ) -> Any:
         if state == states.SUCCESS:
             return result  # the turn store holds it (the task returns the standing result)
-        meta = self._get_result_meta(
-            result=result, state=state, traceback=traceback, request=request
-        )
-        meta["task_id"] = _text(task_id)
         if self._get_task_meta_for(task_id)["status"] == states.SUCCESS:
             return result  # Celery's rule: nothing replaces a success
-        encoded = self.encode(meta)
         expires = self.failure_expires if state == states.FAILURE else self.expires
         try:
-            self.ensure(self._announce, (task_id, encoded, expires))
+            self._write(task_id, result, state, expires, traceback=traceback, request=request)
         except BackendStoreError as exc:
             raise BackendStoreError(str(exc), state=state, task_id=task_id) from exc
         return result
 
     def keep(self, task_id: str, result: dict[str, Any]) -> None:
         """Store a result the turn store does not hold under `task_id`."""
+        self._write(task_id, result, states.SUCCESS, self.expires)
+
+    def _write(
+        self,
+        task_id: Any,
+        result: Any,
+        state: str,
+        expires: Any,
+        *,
+        traceback: Any = None,
+        request: Any = None,
+    ) -> None:
         meta = self._get_result_meta(
-            result=result, state=states.SUCCESS, traceback=None, request=None
+            result=result, state=state, traceback=traceback, request=request
         )
-        meta["task_id"] = task_id
-        self.ensure(self._announce, (task_id, self.encode(meta), self.expires))
+        meta["task_id"] = _text(task_id)
+        self.ensure(self._announce, (task_id, self.encode(meta), expires))
 
     def _announce(self, task_id: Any, encoded: Any, expires: Any) -> None:
         with self.client.pipeline() as pipe:
