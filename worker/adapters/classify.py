@@ -25,9 +25,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from worker.adapters.waits import (
+    lowercase_headers,
     parse_rate_limit_reset,
     parse_retry_after,
-    retry_delay_s,
+    parse_retry_delay,
     seconds_to_daily_reset,
     wait_in_message,
 )
@@ -46,10 +47,16 @@ from worker.errors import (
 )
 from worker.observability.redact import redact_text
 
-__all__ = ["MAX_MESSAGE_CHARS", "classify_response", "classify_stream_error"]
+__all__ = [
+    "MAX_ERROR_BODY_BYTES",
+    "MAX_MESSAGE_CHARS",
+    "classify_response",
+    "classify_stream_error",
+]
 
 MAX_MESSAGE_CHARS = 200
-MAX_BODY_BYTES = 64 * 1024  # error bodies are a few hundred bytes; anything bigger is not read
+# Error bodies are a few hundred bytes: one is read up to this much, and parsed only if whole.
+MAX_ERROR_BODY_BYTES = 64 * 1024
 
 _ErrorClass = type[ProviderError]
 
@@ -336,7 +343,7 @@ def _by_status(status: int | None) -> _ErrorClass:
 
 
 def _read_body(body: bytes) -> _Fields:
-    if not body or len(body) > MAX_BODY_BYTES:
+    if not body or len(body) > MAX_ERROR_BODY_BYTES:
         return _Fields()
     try:
         document = json.loads(body)
@@ -367,7 +374,7 @@ def _read_document(document: object) -> _Fields:
         for detail in details[:16]:
             if isinstance(detail, Mapping):
                 codes.append(_text(detail.get("reason")))
-                delay = retry_delay_s(detail.get("retryDelay"))
+                delay = parse_retry_delay(detail.get("retryDelay"))
                 if delay is not None:
                     retry_after = delay
                 quotas.extend(_quota_ids(detail.get("violations")))
@@ -387,14 +394,14 @@ def _read_aws(headers: Mapping[str, str], body: bytes) -> _Fields:
     """AWS rest-json: the exception name in `x-amzn-ErrorType` (or the body's `__type`),
     the body `{"message": ...}`."""
     document: object = None
-    if body and len(body) <= MAX_BODY_BYTES:
+    if body and len(body) <= MAX_ERROR_BODY_BYTES:
         try:
             document = json.loads(body)
         except (ValueError, RecursionError):
             document = None
     if not isinstance(document, Mapping):
         document = {}
-    raw = _lower(headers).get("x-amzn-errortype") or _text(document.get("__type"))
+    raw = lowercase_headers(headers).get("x-amzn-errortype") or _text(document.get("__type"))
     # "ThrottlingException:http://internal.amazon.com/coral/com.amazon.bedrock/", or
     # "com.amazon.coral.service#ExpiredTokenException".
     code = raw.partition(":")[0].rpartition("#")[2]
@@ -434,10 +441,6 @@ def _clean(message: str) -> str:
 def _describe_body(status: int, headers: Mapping[str, str], body: bytes) -> str:
     if not body:
         return f"HTTP {status} with an empty body"
-    media = _lower(headers).get("content-type", "").split(";")[0].strip()
+    media = lowercase_headers(headers).get("content-type", "").split(";")[0].strip()
     shown = media if _MEDIA_TYPE.fullmatch(media) else "unknown type"
     return f"HTTP {status} with an unparsed {len(body)}-byte body ({shown})"
-
-
-def _lower(headers: Mapping[str, str]) -> dict[str, str]:
-    return {str(name).lower(): value for name, value in headers.items() if isinstance(value, str)}
