@@ -845,7 +845,7 @@ async def test_body_past_the_cap_is_cut_off_as_malformed(
     client: httpx.AsyncClient,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(worker.adapters.http, "MAX_BODY_BYTES", 64 * 1024)
+    monkeypatch.setattr(worker.adapters.http, "MAX_RESPONSE_BYTES", 64 * 1024)
     monkeypatch.setattr(worker.adapters.http, "MAX_STREAM_BYTES", 64 * 1024)
     with pytest.raises(MalformedResponse, match="larger than 65536"):
         await collect(
@@ -856,7 +856,7 @@ async def test_body_past_the_cap_is_cut_off_as_malformed(
 async def test_declared_length_past_the_cap_is_refused_before_reading(
     hostile: str, client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(worker.adapters.http, "MAX_BODY_BYTES", 64 * 1024)
+    monkeypatch.setattr(worker.adapters.http, "MAX_RESPONSE_BYTES", 64 * 1024)
     with pytest.raises(MalformedResponse, match="exceeds 65536"):
         await collect(
             hostile_adapter("anthropic", hostile, "declared-huge", client).send(

@@ -502,6 +502,21 @@ async def test_credentials_never_appear_in_an_error(
     assert "[redacted]" in shown
 
 
+@pytest.mark.parametrize("secret", [TEST_SECRET_ACCESS_KEY, SESSION_TOKEN], ids=["key", "token"])
+async def test_a_credential_cut_short_with_the_message_is_redacted_first(
+    sim: Simulator, client: httpx.AsyncClient, model: str, secret: str
+) -> None:
+    """The message is cut to its length after the body is read: a secret straddling the cut
+    would leave its first characters, which no later search for the whole secret finds."""
+    echo = "x" * 185 + " " + secret
+    sim.set_faults(model, Fault(status=400, body={"message": echo}))
+    with pytest.raises(InvalidRequest) as caught:
+        await answer(adapter(sim, client), ask(model))
+    shown = f"{caught.value} {caught.value.args!r}"
+    assert secret[:8] not in shown
+    assert caught.value.message.endswith(" [redacted]")
+
+
 async def test_no_credentials_anywhere_is_auth_failed(
     sim: Simulator, client: httpx.AsyncClient, model: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -16,8 +16,8 @@ from worker.adapters.base import Completion, Event, ProviderCall, TextDelta, Too
 from worker.adapters.classify import classify_stream_error
 from worker.adapters.finish import FinishReason, normalize_finish
 from worker.adapters.http import (
-    HttpAdapter,
     HttpRequest,
+    SseAdapter,
     StreamDecoder,
     as_int,
     as_object,
@@ -35,7 +35,7 @@ ORIGIN = "google"  # the `Reasoning.origin` of Gemini's signatures, wherever ser
 SKIP_SIGNATURE = "skip_thought_signature_validator"
 
 
-class GeminiAdapter(HttpAdapter):
+class GeminiAdapter(SseAdapter):
     """POST /v1beta/models/{model}:generateContent (or :streamGenerateContent?alt=sse)."""
 
     kind = "gemini"
@@ -74,7 +74,7 @@ class GeminiAdapter(HttpAdapter):
         decoder.finished = True
         return decoder.completion()
 
-    def decoder(self) -> StreamDecoder:
+    def decoder(self) -> StreamDecoder[SseEvent]:
         return _ChunkDecoder()
 
 
