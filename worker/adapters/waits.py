@@ -1,6 +1,6 @@
 """How long a provider says to wait: Retry-After and the other hints, read defensively.
 
-Every function returns seconds as a finite number >= 0, or None when the hint is absent
+Every parser returns seconds as a finite number >= 0, or None when the hint is absent
 or unreadable; none raises. Durations are OpenAI's Go-style strings ("644ms", "6m0s"),
 timestamps Anthropic's RFC 3339 or HTTP dates.
 """
