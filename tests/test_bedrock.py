@@ -21,6 +21,7 @@ import httpx
 import pytest
 from aiohttp import web
 from botocore.eventstream import ChecksumMismatch, EventStreamBuffer
+from structlog.testing import capture_logs
 
 from tests.cloudkit import use_simulated_aws
 from worker.adapters import BedrockAdapter, Completion, ProviderCall, TextDelta, make_client
@@ -83,11 +84,14 @@ ROWS: dict[str, tuple[type[ProviderError], Decision]] = {
     "invalid_model_id": (ModelNotFound, Decision.NEXT),
     "end_of_life": (ModelNotFound, Decision.NEXT),
     "legacy_model": (ModelNotFound, Decision.NEXT),
+    "on_demand_unsupported": (ModelNotFound, Decision.NEXT),
+    "on_demand_not_supported": (ModelNotFound, Decision.NEXT),
     "proxy_502_html": (ServerError, Decision.RETRY_THEN_NEXT),
     "empty_503": (Overloaded, Decision.NEXT),
 }
 STREAM_ROWS: dict[str, type[ProviderError]] = {
     "model_stream_error": ServerError,
+    "model_stream_context_too_long": ContextTooLong,
     "throttling": RateLimited,
     "input_too_long": ContextTooLong,
     "service_unavailable": Overloaded,
@@ -365,6 +369,44 @@ async def test_each_bedrock_error_lands_in_its_class_and_decision(
     assert type(caught.value) is expected
     assert caught.value.status == error.status
     assert rule_for(caught.value).decision is decision
+
+
+async def test_a_model_served_only_through_an_inference_profile_falls_back_and_alerts(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch, model: str
+) -> None:
+    """Unusable as configured, as a gone model is: the next model answers, no retry, an alert."""
+    monkeypatch.setenv("RELEVO_TEST_KEY", "sk-ant-test-0123456789abcdef")
+    error = canned("bedrock", "on_demand_unsupported")
+    sim.set_faults(model, Fault(status=error.status, body=error.body, headers=error.headers))
+    entry = {"vendor": "anthropic", "context_window": 100_000}
+    config = load_settings(
+        data={
+            "chain": {"models": ["anthropic/on-bedrock", "anthropic/direct"]},
+            "providers": {
+                "an": {"kind": "anthropic", "base_url": sim.url, "api_key_env": "RELEVO_TEST_KEY"},
+                "aws": {"kind": "bedrock", "region": REGION, "base_url": provider(sim).base_url},
+            },
+            "models": {
+                "anthropic/on-bedrock": {
+                    **entry,
+                    "serve": [{"provider": "aws", "model_id": model}],
+                },
+                "anthropic/direct": {
+                    **entry,
+                    "serve": [{"provider": "an", "model_id": f"direct-{model}"}],
+                },
+            },
+        }
+    )
+    request = TurnRequest(tenant_id="acme", messages=(Message(role="user", content="Hi"),))
+    with capture_logs() as logs:
+        async with make_client() as http:
+            result = await Chain.from_settings(config, http).run(request)
+    assert (result.status, result.effective_provider, result.step) == (Status.OK, "an", 1)
+    assert result.attempts[0].error_class == "model_not_found"
+    assert sim.calls(model) == 1, "no retry: the same model would be refused again"
+    [alert] = [e for e in logs if e["event"] == "model.not_found"]
+    assert (alert["log_level"], alert["provider_model"]) == ("error", model)
 
 
 def test_every_canned_bedrock_error_has_a_row() -> None:

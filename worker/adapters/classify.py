@@ -143,6 +143,7 @@ _BEDROCK_CODES: Mapping[str, _ErrorClass] = {
     "InternalServerException": ServerError,
     "InternalFailure": ServerError,
     "ModelErrorException": ServerError,
+    # Mid-stream it wraps the model's own error: its `originalStatusCode` decides then.
     "ModelStreamErrorException": ServerError,
     "ValidationException": InvalidRequest,
     "AccessDeniedException": AuthFailed,
@@ -244,6 +245,16 @@ _MESSAGE_RULES: tuple[_MessageRule, ...] = (
         frozenset({InvalidRequest}),
         ModelNotFound,
     ),
+    # Bedrock's model that only an inference profile (or provisioned throughput) can serve:
+    # unusable as configured, like Vertex's "not allowed to use Publisher Model".
+    _MessageRule(
+        re.compile(
+            r"with on-demand throughput isn[’']t supported|doesn[’']t support on-demand throughput",
+            re.IGNORECASE,
+        ),
+        frozenset({InvalidRequest}),
+        ModelNotFound,
+    ),
     _MessageRule(
         # Anthropic's "model: claude-x", Gemini's "models/x is not found", a deployment.
         re.compile(
@@ -270,6 +281,7 @@ class _Fields:
     status_hint: int | None = None
     retry_after_s: float | None = None
     quota_ids: tuple[str, ...] = ()  # Gemini's QuotaFailure violations
+    relayed: bool = False  # the code wraps another's error: `status_hint` decides, not it
 
 
 def classify_response(
@@ -295,9 +307,10 @@ def classify_response(
     return cls(message, status=status, provider_code=code, retry_after_s=retry_after)
 
 
-def classify_stream_error(kind: str, payload: Mapping[str, Any]) -> ProviderError:
+def classify_stream_error(kind: str, payload: Mapping[str, Any] | list[Any]) -> ProviderError:
     """Classify the JSON of a mid-stream error event (Anthropic `event: error`, an
-    OpenAI or Gemini `data:` line carrying `error`); never raises."""
+    OpenAI or Gemini `data:` line carrying `error`, alone or in Google's one-element
+    list); never raises."""
     fields = _read_aws_event(payload) if kind == "bedrock" else _read_document(payload)
     if not fields.codes and not fields.message and fields.status_hint is None:
         return MalformedResponse("stream error event without an error object")
@@ -310,7 +323,7 @@ def _decide(kind: str, status: int | None, fields: _Fields) -> tuple[_ErrorClass
     table = _CODES.get(kind, {})
     cls: _ErrorClass | None = None
     code = fields.codes[0] if fields.codes else None
-    for candidate in fields.codes:
+    for candidate in () if fields.relayed else fields.codes:
         cls = table.get(candidate)
         if cls is not None:
             code = candidate
@@ -409,14 +422,23 @@ def _read_aws(headers: Mapping[str, str], body: bytes) -> _Fields:
     return _Fields(codes=(code,) if _CODE_SHAPE.fullmatch(code) else (), message=message[:1000])
 
 
-def _read_aws_event(payload: Mapping[str, Any]) -> _Fields:
-    """An event-stream exception as `{"throttlingException": {"message": ...}}`."""
-    if len(payload) != 1:
+def _read_aws_event(payload: object) -> _Fields:
+    """An event-stream exception as `{"throttlingException": {"message": ...}}`; one that
+    relays the model's own error (`modelStreamErrorException`) carries its
+    `originalStatusCode` and `originalMessage`."""
+    if not isinstance(payload, Mapping) or len(payload) != 1:
         return _Fields()
     ((name, inner),) = payload.items()
+    if not isinstance(inner, Mapping):
+        inner = {}
     code = str(name)[:1].upper() + str(name)[1:]
-    message = _text(inner.get("message")) if isinstance(inner, Mapping) else ""
-    return _Fields(codes=(code,) if _CODE_SHAPE.fullmatch(code) else (), message=message[:1000])
+    codes = (code,) if _CODE_SHAPE.fullmatch(code) else ()
+    message = _text(inner.get("message"))
+    original = inner.get("originalStatusCode")
+    if type(original) is int and 100 <= original <= 599:
+        message = _text(inner.get("originalMessage")) or message
+        return _Fields(codes=codes, message=message[:1000], status_hint=original, relayed=True)
+    return _Fields(codes=codes, message=message[:1000])
 
 
 def _quota_ids(violations: object) -> list[str]:

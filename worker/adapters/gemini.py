@@ -150,7 +150,10 @@ class _ChunkDecoder:
         self._signature: str | None = None  # the last signature on a part that is no call
 
     def feed(self, event: SseEvent) -> list[Event]:
-        return self.absorb(as_object(json.loads(event.data)))
+        data = json.loads(event.data)
+        if isinstance(data, list) and data and isinstance(data[0], dict) and "error" in data[0]:
+            raise classify_stream_error("gemini", data)  # a Status in Google's one-element list
+        return self.absorb(as_object(data))
 
     def absorb(self, chunk: dict[str, Any]) -> list[Event]:
         """Take in one response (or stream chunk); return its content deltas."""

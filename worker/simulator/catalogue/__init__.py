@@ -13,7 +13,7 @@ import copy
 import json
 import math
 from collections.abc import Mapping
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
 from worker.simulator.bedrock_wire import exception_event
 from worker.simulator.catalogue import anthropic, bedrock, gemini, openai, vertex
@@ -86,11 +86,12 @@ def canned_stream(kind: Kind, name: str) -> StreamPayload:
     return copy.deepcopy(_STREAM[kind][name])
 
 
-def stream_frame(kind: Kind, payload: Mapping[str, Any]) -> bytes:
+def stream_frame(kind: Kind, payload: StreamPayload) -> bytes:
     """`payload` framed as the provider sends it inside a `text/event-stream` body (for
     Bedrock, an event-stream exception message)."""
     if kind == "bedrock":
         return exception_event(payload)
     data = json.dumps(payload, separators=(",", ":"))
-    prefix = "event: error\n" if kind == "anthropic" or payload.get("type") == "error" else ""
+    typed = isinstance(payload, dict) and payload.get("type") == "error"
+    prefix = "event: error\n" if kind == "anthropic" or typed else ""
     return f"{prefix}data: {data}\n\n".encode()

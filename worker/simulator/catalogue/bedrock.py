@@ -11,9 +11,19 @@ errors: prompt is too long" in aaif-goose/goose#7442; end-of-life and legacy-mod
 ResourceNotFoundExceptions in langchain-ai/langchain-aws#1245 and awslabs/llmeter#35;
 UnrecognizedClientException in vercel/ai#4163; an empty message's ValidationException in
 anthropics/claude-code#13709; AccessDeniedException in andrewyng/aisuite#174; "The
-provided model identifier is invalid." in strands-agents/harness-sdk#38. Body:
-`{"message"}`, the exception's name in the header; mid-stream, an event-stream message of
-type `exception` named by `:exception-type` (here `{"throttlingException": {...}}`).
+provided model identifier is invalid." in strands-agents/harness-sdk#38; a model that
+needs an inference profile, "Invocation of model ID ... with on-demand throughput isn't
+supported. Retry your request with the ID or ARN of an inference profile that contains
+this model." (with a typographic apostrophe; from Converse and ConverseStream in
+terricain/aioboto3#352 and aws-samples/sample-getting-started-with-strands-agents-course#1)
+and its older wording "The provided model doesn't support on-demand throughput."
+(aws-samples/bedrock-chat#508). Body: `{"message"}`, the exception's name in the header;
+mid-stream, an event-stream message of type `exception` named by `:exception-type` (here
+`{"throttlingException": {...}}`). A `modelStreamErrorException` relays the model's own
+error in the fields of botocore's shape, `message`, `originalStatusCode` and
+`originalMessage`; the overflow's words are those of continuedev/continue#6005 ("Error
+processing Bedrock stream: The model returned the following errors: Input is too long for
+requested model.").
 """
 
 from __future__ import annotations
@@ -115,6 +125,16 @@ ERRORS: dict[str, CannedError] = {
         "actively using the model in the last 30 days. Please upgrade to an active model on "
         "Amazon Bedrock",
     ),
+    "on_demand_unsupported": _bedrock(
+        400,
+        "ValidationException",
+        "Invocation of model ID anthropic.claude-3-5-sonnet-20241022-v2:0 with on-demand "
+        "throughput isn’t supported. Retry your request with the ID or ARN of an inference "
+        "profile that contains this model.",
+    ),
+    "on_demand_not_supported": _bedrock(
+        400, "ValidationException", "The provided model doesn't support on-demand throughput."
+    ),
     "proxy_502_html": PROXY_502,
     "empty_503": EMPTY_503,
 }
@@ -124,6 +144,14 @@ STREAM: dict[str, StreamPayload] = {
         "modelStreamErrorException": {
             "message": "An error occurred while streaming the response. Retry your request.",
             "originalStatusCode": 500,
+        }
+    },
+    "model_stream_context_too_long": {
+        "modelStreamErrorException": {
+            "message": "The model returned the following errors: Input is too long for "
+            "requested model.",
+            "originalStatusCode": 400,
+            "originalMessage": "Input is too long for requested model.",
         }
     },
     "throttling": {

@@ -9,7 +9,9 @@ API_KEY_INVALID, and 429 bodies with `google.rpc.QuotaFailure` and `google.rpc.R
 `data:` line. A per-day quota: the `QuotaFailure` with quotaId
 `GenerateRequestsPerDayPerProjectPerModel-FreeTier` (and a RetryInfo of seconds) quoted in
 googleapis/python-genai issue 2044; per-day quotas reset at midnight Pacific time (Gemini
-API "Rate limits" page).
+API "Rate limits" page). Google also sends a Status in a one-element list, as
+streamGenerateContent?alt=sse did with 429 "Resource exhausted. Please try again later."
+in google-gemini/gemini-cli#6454; mid-stream that list is the `data:` line.
 """
 
 from __future__ import annotations
@@ -167,4 +169,15 @@ STREAM: dict[str, StreamPayload] = {
             "status": "INTERNAL",
         }
     },
+    "resource_exhausted_listed": [
+        {
+            "error": {
+                "code": 429,
+                "message": "Resource exhausted. Please try again later. Please refer to "
+                "https://cloud.google.com/vertex-ai/generative-ai/docs/error-code-429 for more "
+                "details.",
+                "status": "RESOURCE_EXHAUSTED",
+            }
+        }
+    ],
 }

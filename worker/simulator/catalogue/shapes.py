@@ -7,10 +7,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["EMPTY_503", "JSON", "PROXY_502", "CannedError", "StreamPayload", "header_args"]
+from worker.simulator.faults import StreamPayload
 
-StreamPayload = dict[str, Any]
-"""The JSON of a mid-stream error event, as the provider sends it."""
+__all__ = ["EMPTY_503", "JSON", "PROXY_502", "CannedError", "StreamPayload", "header_args"]
 
 
 @dataclass(frozen=True, slots=True)
