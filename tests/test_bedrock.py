@@ -42,7 +42,7 @@ from worker.errors import (
     RateLimited,
     ServerError,
 )
-from worker.settings import ProviderSettings, load_settings
+from worker.settings import ProviderSettings, Settings, load_settings
 from worker.simulator import Fault, Simulator
 from worker.simulator.bedrock_wire import (
     EVENT_STREAM,
@@ -120,6 +120,21 @@ def provider(sim: Simulator, signing: str = REGION, **extra: float) -> ProviderS
     """The simulator's endpoint for REGION, signing for `signing`."""
     base = f"{sim.url}/bedrock-runtime/{REGION}"
     return ProviderSettings(kind="bedrock", region=signing, base_url=base, **extra)
+
+
+def chain_config(sim: Simulator, models: dict[str, Any]) -> Settings:
+    """A chain of `models`, in order, served by this Bedrock provider (`aws`) or the
+    simulator's Anthropic API (`an`)."""
+    return load_settings(
+        data={
+            "chain": {"models": list(models)},
+            "providers": {
+                "an": {"kind": "anthropic", "base_url": sim.url, "api_key_env": "RELEVO_TEST_KEY"},
+                "aws": {"kind": "bedrock", "region": REGION, "base_url": provider(sim).base_url},
+            },
+            "models": models,
+        }
+    )
 
 
 def adapter(sim: Simulator, client: httpx.AsyncClient, **extra: Any) -> BedrockAdapter:
@@ -325,16 +340,7 @@ async def test_a_turn_falls_back_to_the_same_claude_on_bedrock_and_is_charged_it
         "cache_read_usd_per_mtok": "0.3",
     }
     other = {**claude, "serve": [{"provider": "an", "model_id": "claude-other"}]}
-    config = load_settings(
-        data={
-            "chain": {"models": ["anthropic/claude", "anthropic/other"]},
-            "providers": {
-                "an": {"kind": "anthropic", "base_url": sim.url, "api_key_env": "RELEVO_TEST_KEY"},
-                "aws": {"kind": "bedrock", "region": REGION, "base_url": provider(sim).base_url},
-            },
-            "models": {"anthropic/claude": claude, "anthropic/other": other},
-        }
-    )
+    config = chain_config(sim, {"anthropic/claude": claude, "anthropic/other": other})
     request = TurnRequest(tenant_id="acme", messages=(Message(role="user", content="Hi"),))
     async with make_client() as http:
         result = await Chain.from_settings(config, http).run(request)
@@ -379,25 +385,9 @@ async def test_a_model_served_only_through_an_inference_profile_falls_back_and_a
     error = canned("bedrock", "on_demand_unsupported")
     sim.set_faults(model, Fault(status=error.status, body=error.body, headers=error.headers))
     entry = {"vendor": "anthropic", "context_window": 100_000}
-    config = load_settings(
-        data={
-            "chain": {"models": ["anthropic/on-bedrock", "anthropic/direct"]},
-            "providers": {
-                "an": {"kind": "anthropic", "base_url": sim.url, "api_key_env": "RELEVO_TEST_KEY"},
-                "aws": {"kind": "bedrock", "region": REGION, "base_url": provider(sim).base_url},
-            },
-            "models": {
-                "anthropic/on-bedrock": {
-                    **entry,
-                    "serve": [{"provider": "aws", "model_id": model}],
-                },
-                "anthropic/direct": {
-                    **entry,
-                    "serve": [{"provider": "an", "model_id": f"direct-{model}"}],
-                },
-            },
-        }
-    )
+    on_bedrock = {**entry, "serve": [{"provider": "aws", "model_id": model}]}
+    direct = {**entry, "serve": [{"provider": "an", "model_id": f"direct-{model}"}]}
+    config = chain_config(sim, {"anthropic/on-bedrock": on_bedrock, "anthropic/direct": direct})
     request = TurnRequest(tenant_id="acme", messages=(Message(role="user", content="Hi"),))
     with capture_logs() as logs:
         async with make_client() as http:

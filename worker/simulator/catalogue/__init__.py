@@ -4,7 +4,7 @@ The simulated providers answer with these, and the policy tests classify them, s
 sides agree on what a provider really sends. Each provider's entries, and where each shape
 comes from, are in its own module (`openai`, `anthropic`, `gemini`, `vertex`, `bedrock`):
 `ERRORS` by name, and `STREAM` for its mid-stream error events. Every provider also has
-`proxy_502_html` and `empty_503`, what a proxy in front of it may answer.
+the `PROXIES` answers (`proxy_502_html`, `empty_503`) of `shapes`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Literal, get_args
 from worker.simulator.bedrock_wire import exception_event
 from worker.simulator.catalogue import anthropic, bedrock, gemini, openai, vertex
 from worker.simulator.catalogue.gemini import RPC, google_status
-from worker.simulator.catalogue.shapes import CannedError, StreamPayload
+from worker.simulator.catalogue.shapes import PROXIES, CannedError, StreamPayload
 
 __all__ = [
     "NAMES",
@@ -34,11 +34,11 @@ Kind = Literal["openai", "anthropic", "gemini", "vertex", "bedrock"]
 KINDS: tuple[Kind, ...] = get_args(Kind)
 
 _CATALOGUE: Mapping[Kind, Mapping[str, CannedError]] = {
-    "openai": openai.ERRORS,
-    "anthropic": anthropic.ERRORS,
-    "gemini": gemini.ERRORS,
-    "vertex": vertex.ERRORS,
-    "bedrock": bedrock.ERRORS,
+    "openai": {**openai.ERRORS, **PROXIES},
+    "anthropic": {**anthropic.ERRORS, **PROXIES},
+    "gemini": {**gemini.ERRORS, **PROXIES},
+    "vertex": {**vertex.ERRORS, **PROXIES},
+    "bedrock": {**bedrock.ERRORS, **PROXIES},
 }
 _STREAM: Mapping[Kind, Mapping[str, StreamPayload]] = {
     "openai": openai.STREAM,

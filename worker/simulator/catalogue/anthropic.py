@@ -17,9 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from worker.simulator.catalogue.shapes import (
-    EMPTY_503,
     JSON,
-    PROXY_502,
     CannedError,
     StreamPayload,
     header_args,
@@ -118,8 +116,6 @@ ERRORS: dict[str, CannedError] = {
         402, "billing_error", "Usage is blocked due to insufficient credits."
     ),
     "timeout_error": _anthropic(504, "timeout_error", "Request timed out"),
-    "proxy_502_html": PROXY_502,
-    "empty_503": EMPTY_503,
 }
 
 STREAM: dict[str, StreamPayload] = {

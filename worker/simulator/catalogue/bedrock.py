@@ -29,9 +29,7 @@ requested model.").
 from __future__ import annotations
 
 from worker.simulator.catalogue.shapes import (
-    EMPTY_503,
     JSON,
-    PROXY_502,
     CannedError,
     StreamPayload,
 )
@@ -135,8 +133,6 @@ ERRORS: dict[str, CannedError] = {
     "on_demand_not_supported": _bedrock(
         400, "ValidationException", "The provided model doesn't support on-demand throughput."
     ),
-    "proxy_502_html": PROXY_502,
-    "empty_503": EMPTY_503,
 }
 
 STREAM: dict[str, StreamPayload] = {

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from worker.simulator.catalogue.shapes import EMPTY_503, PROXY_502, CannedError, StreamPayload
+from worker.simulator.catalogue.shapes import CannedError, StreamPayload
 
 __all__ = ["ERRORS", "RPC", "STREAM", "google_error", "google_status"]
 
@@ -150,8 +150,6 @@ ERRORS: dict[str, CannedError] = {
     "deadline_exceeded": google_error(
         504, "DEADLINE_EXCEEDED", "Deadline expired before operation could complete."
     ),
-    "proxy_502_html": PROXY_502,
-    "empty_503": EMPTY_503,
 }
 
 STREAM: dict[str, StreamPayload] = {

@@ -21,9 +21,7 @@ at the top level (`"object": "error"`, its own message for an overflow).
 from __future__ import annotations
 
 from worker.simulator.catalogue.shapes import (
-    EMPTY_503,
     JSON,
-    PROXY_502,
     CannedError,
     StreamPayload,
     header_args,
@@ -175,8 +173,6 @@ ERRORS: dict[str, CannedError] = {
     "invalid_request_error": _openai(
         400, "'messages' is a required property", "invalid_request_error", None
     ),
-    "proxy_502_html": PROXY_502,
-    "empty_503": EMPTY_503,
 }
 
 STREAM: dict[str, StreamPayload] = {

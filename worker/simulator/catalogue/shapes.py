@@ -9,7 +9,7 @@ from typing import Any
 
 from worker.simulator.faults import StreamPayload
 
-__all__ = ["EMPTY_503", "JSON", "PROXY_502", "CannedError", "StreamPayload", "header_args"]
+__all__ = ["JSON", "PROXIES", "CannedError", "StreamPayload", "header_args"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,15 +31,18 @@ class CannedError:
 
 JSON = {"content-type": "application/json"}
 
-# In front of any provider: an HTML 502 page as Cloudflare or nginx serve it, an empty 503.
-PROXY_502 = CannedError(
-    502,
-    "<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n"
-    "<center><h1>502 Bad Gateway</h1></center>\r\n<hr><center>cloudflare</center>\r\n"
-    "</body>\r\n</html>\r\n",
-    {"content-type": "text/html", "server": "cloudflare"},
-)
-EMPTY_503 = CannedError(503, b"", {"content-length": "0"})
+PROXIES: dict[str, CannedError] = {
+    "proxy_502_html": CannedError(
+        502,
+        "<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n"
+        "<center><h1>502 Bad Gateway</h1></center>\r\n<hr><center>cloudflare</center>\r\n"
+        "</body>\r\n</html>\r\n",
+        {"content-type": "text/html", "server": "cloudflare"},
+    ),
+    "empty_503": CannedError(503, b"", {"content-length": "0"}),
+}
+"""What a proxy in front of any provider may answer: an HTML 502 page as Cloudflare or
+nginx serve it, an empty 503."""
 
 
 def header_args(kwargs: Mapping[str, str]) -> dict[str, str]:

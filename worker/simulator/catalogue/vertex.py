@@ -21,9 +21,7 @@ from __future__ import annotations
 
 from worker.simulator.catalogue.gemini import RPC, google_error
 from worker.simulator.catalogue.shapes import (
-    EMPTY_503,
     JSON,
-    PROXY_502,
     CannedError,
     StreamPayload,
 )
@@ -166,8 +164,6 @@ ERRORS: dict[str, CannedError] = {
         'messages: roles must alternate between "user" and "assistant", but found '
         'multiple "user" roles in a row',
     ),
-    "proxy_502_html": PROXY_502,
-    "empty_503": EMPTY_503,
 }
 
 STREAM: dict[str, StreamPayload] = {
