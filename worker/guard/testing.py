@@ -1,6 +1,6 @@
 """A guard for tests of code that runs turns: its fleet view is scripted, and it remembers.
 
-    guard = ScriptedGuard({"gpt-5": Availability.OPEN}, refuse={"anthropic": "tenant_budget_exhausted"})
+    guard = ScriptedGuard({"gpt-5": Availability.OPEN}, refuse={"an": "unknown_tenant"})
     result = await Chain.from_settings(settings, client, guard=guard).run(request)
     assert [c.provider for c in guard.reserved] == [...]
 
