@@ -17,6 +17,7 @@ chain does next (see `worker.turn.policy.RULES`).
     │   ├── ResponseTimeout        content began but the answer did not finish in time
     │   ├── ConnectionFailed       refused, reset or dropped before any content
     │   ├── MalformedResponse      a body or stream that cannot be understood
+    │   ├── OutputInvalid          an answer that is not the JSON the turn's schema asks for
     │   ├── RateLimited            429 rate limit (maybe with Retry-After)
     │   ├── QuotaExhausted         quota, credit, billing or spend limit of the account
     │   │   └── ModelQuotaExhausted    a quota of one model on the account (Gemini's per-day)
@@ -47,6 +48,7 @@ __all__ = [
     "MalformedResponse",
     "ModelNotFound",
     "ModelQuotaExhausted",
+    "OutputInvalid",
     "Overloaded",
     "ProviderError",
     "QuotaExhausted",
@@ -152,6 +154,13 @@ class ConnectionFailed(ProviderError):
 
 class MalformedResponse(ProviderError):
     code = "malformed_response"
+
+
+class OutputInvalid(ProviderError):
+    """The answer is not the JSON the turn's `response_format` asks for (it was answered,
+    and billed)."""
+
+    code = "output_invalid"
 
 
 class RateLimited(ProviderError):

@@ -180,6 +180,15 @@ class ModelSettings(_Section):
     # Anthropic extended thinking: tokens the model may think before answering (sent only
     # when below the turn's max_tokens, as the API requires; the API's minimum is 1024).
     thinking_budget_tokens: int | None = Field(default=None, ge=1024)
+    # What the model takes as input beside text: a turn with an image or a PDF skips a
+    # model that does not list it (text only unless configured: never dropped silently).
+    inputs: tuple[Literal["text", "image", "pdf"], ...] = ("text",)
+    # Whether it answers in a given JSON schema (`response_format`); unset, such turns
+    # skip it.
+    structured_output: bool = False
+    # Whether it is a reasoning model: it takes a `reasoning_effort` (else not sent to
+    # it), and OpenAI's reasoning models refuse the sampling fields (not sent to them).
+    reasoning: bool = False
 
     @property
     def input_micros_per_mtok(self) -> int:
@@ -448,10 +457,14 @@ class WorkerSettings(_Section):
 class LimitsSettings(_Section):
     """How big one turn may be: checked at enqueue and again on the worker."""
 
-    max_request_bytes: int = Field(default=1024 * 1024, ge=1024, le=64 * 1024 * 1024)
+    max_request_bytes: int = Field(default=16 * 1024 * 1024, ge=1024, le=64 * 1024 * 1024)
     max_messages: int = Field(default=500, ge=1, le=100_000)
     max_tools: int = Field(default=128, ge=0, le=10_000)
+    # A message's text (its text parts together).
     max_message_chars: int = Field(default=256 * 1024, ge=1)
+    # Images and documents: how many in a turn, and each one's size once decoded.
+    max_attachments: int = Field(default=20, ge=0, le=1000)
+    max_attachment_bytes: int = Field(default=10 * 1024 * 1024, ge=1024, le=64 * 1024 * 1024)
 
 
 class ObservabilitySettings(_Section):

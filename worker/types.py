@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 import uuid
 from enum import StrEnum
+from functools import cached_property
 from typing import Annotated, Any, Literal
 
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -22,13 +25,22 @@ from worker.errors import InputError, TurnFailed
 __all__ = [
     "Attempt",
     "AttemptOutcome",
+    "DocumentPart",
+    "ImagePart",
+    "JsonObjectFormat",
+    "JsonSchemaFormat",
     "Message",
+    "NamedTool",
+    "Part",
     "Reasoning",
     "Reply",
+    "ResponseFormat",
     "Status",
     "TenantId",
+    "TextPart",
     "Tool",
     "ToolCall",
+    "ToolChoice",
     "TurnRequest",
     "TurnResult",
     "Usage",
@@ -43,6 +55,12 @@ ToolName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
 
 # Signatures are opaque provider tokens of a few hundred bytes to a few KiB.
 _MAX_SIGNATURE_CHARS = 256 * 1024
+
+# Inline attachments are base64 (the standard alphabet, padded); their size is bounded
+# by `[limits]` before a request is parsed. URLs are fetched by the provider, over TLS.
+Base64Data = Annotated[str, StringConstraints(min_length=4, pattern=r"^[A-Za-z0-9+/]*={0,2}$")]
+HttpsUrl = Annotated[str, StringConstraints(max_length=4096, pattern=r"^https://[^\s]+$")]
+ImageType = Literal["image/png", "image/jpeg", "image/gif", "image/webp"]
 
 
 class _Frozen(BaseModel):
@@ -74,14 +92,89 @@ class Reasoning(_Frozen):
     redacted: str | None = Field(default=None, max_length=_MAX_SIGNATURE_CHARS)
 
 
+class TextPart(_Frozen):
+    """Text, as one part of a message's content."""
+
+    type: Literal["text"] = "text"
+    text: str
+
+
+class _Attachment(_Frozen):
+    """Inline bytes (`data`, base64) or a URL the provider fetches (never relevo)."""
+
+    data: Base64Data | None = None
+    url: HttpsUrl | None = None
+
+    @property
+    def size_bytes(self) -> int | None:
+        """What `data` decodes to, in bytes (counted, not decoded); None for a URL."""
+        data = self.data
+        return None if data is None else len(data) * 3 // 4 - len(data) + len(data.rstrip("="))
+
+    @model_validator(mode="after")
+    def _one_source(self) -> _Attachment:
+        if (self.data is None) == (self.url is None):
+            raise ValueError("give either data (base64) or url, not both or neither")
+        return self
+
+
+class ImagePart(_Attachment):
+    """An image: `media_type` says its format (required with `data`)."""
+
+    type: Literal["image"] = "image"
+    media_type: ImageType | None = None
+
+    @model_validator(mode="after")
+    def _typed(self) -> ImagePart:
+        if self.data is not None and self.media_type is None:
+            raise ValueError("an image given as data needs its media_type")
+        return self
+
+
+class DocumentPart(_Attachment):
+    """A document (a PDF), with the file name it goes by, if any."""
+
+    type: Literal["document"] = "document"
+    media_type: Literal["application/pdf"] = "application/pdf"
+    name: str | None = Field(default=None, min_length=1, max_length=256)
+
+
+Part = Annotated[TextPart | ImagePart | DocumentPart, Field(discriminator="type")]
+
+
 class Message(_Frozen):
-    """One message of the conversation, in a provider-neutral shape."""
+    """One message of the conversation, in a provider-neutral shape.
+
+    `content` is text, or a tuple of parts (text, images, documents): images and
+    documents come in user messages and tool results only.
+    """
 
     role: Literal["system", "user", "assistant", "tool"]
-    content: str = ""
+    content: str | tuple[Part, ...] = ""
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = Field(default=None, max_length=256)
     reasoning: tuple[Reasoning, ...] = ()
+
+    @property
+    def parts(self) -> tuple[TextPart | ImagePart | DocumentPart, ...]:
+        """The content as parts: text content is one text part (none when empty)."""
+        if isinstance(self.content, str):
+            return (TextPart(text=self.content),) if self.content else ()
+        return self.content
+
+    @property
+    def text(self) -> str:
+        """The content's text, its text parts joined by blank lines."""
+        if isinstance(self.content, str):
+            return self.content
+        return "\n\n".join(p.text for p in self.content if isinstance(p, TextPart))
+
+    @property
+    def attachments(self) -> tuple[ImagePart | DocumentPart, ...]:
+        """The content's images and documents."""
+        if isinstance(self.content, str):
+            return ()
+        return tuple(p for p in self.content if not isinstance(p, TextPart))
 
     @model_validator(mode="after")
     def _shape(self) -> Message:
@@ -93,6 +186,8 @@ class Message(_Frozen):
             raise ValueError("a tool message needs the tool_call_id it answers")
         if self.role != "tool" and self.tool_call_id is not None:
             raise ValueError("only tool messages carry a tool_call_id")
+        if self.attachments and self.role not in ("user", "tool"):
+            raise ValueError("only user and tool messages carry images and documents")
         return self
 
 
@@ -105,16 +200,76 @@ class Tool(_Frozen):
     side_effects: bool = False
 
 
+class NamedTool(_Frozen):
+    """`tool_choice` forcing one tool, by name (it must be one of the turn's tools)."""
+
+    name: ToolName
+
+
+ToolChoice = Literal["auto", "none", "required"] | NamedTool
+
+
+class JsonSchemaFormat(_Frozen):
+    """Answer with JSON that validates against `schema` (a JSON Schema object)."""
+
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", validate_by_name=True, serialize_by_alias=True
+    )
+
+    type: Literal["json_schema"] = "json_schema"
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    json_schema: dict[str, Any] = Field(alias="schema")
+    strict: bool = True
+
+    @model_validator(mode="after")
+    def _a_schema(self) -> JsonSchemaFormat:
+        try:
+            Draft202012Validator.check_schema(self.json_schema)
+        except SchemaError as exc:
+            where = "/".join(str(p) for p in exc.path) or "(root)"
+            raise ValueError(f"not a JSON Schema (at {where}: {exc.message[:200]})") from None
+        return self
+
+
+class JsonObjectFormat(_Frozen):
+    """Answer with a JSON object, of no particular schema."""
+
+    type: Literal["json_object"] = "json_object"
+
+
+ResponseFormat = Annotated[JsonSchemaFormat | JsonObjectFormat, Field(discriminator="type")]
+
+
 class TurnRequest(_Frozen):
-    """One agent turn: one LLM request with its messages and tools."""
+    """One agent turn: one LLM request with its messages and tools.
+
+    The sampling fields, `seed`, `reasoning_effort` and `parallel_tool_calls` are sent
+    only when set: unset, each provider's own default applies.
+    """
 
     turn_id: TurnId = Field(default_factory=lambda: uuid.uuid4().hex)
     tenant_id: TenantId
     messages: tuple[Message, ...] = Field(min_length=1)
     tools: tuple[Tool, ...] = ()
+    tool_choice: ToolChoice | None = None
+    response_format: ResponseFormat | None = None
     max_tokens: int = Field(default=1024, ge=1, le=200_000)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    # Four: the fewest any provider takes (OpenAI's Chat Completions).
+    stop: tuple[Annotated[str, StringConstraints(min_length=1, max_length=256)], ...] | None = (
+        Field(default=None, min_length=1, max_length=4)
+    )
+    seed: int | None = Field(default=None, ge=-(2**63), lt=2**63)
+    reasoning_effort: Literal["low", "medium", "high"] | None = None
+    parallel_tool_calls: bool | None = None
     stream: bool = False
     deadline_s: float = Field(default=60.0, gt=0, le=3600)
+
+    @cached_property
+    def attachment_kinds(self) -> frozenset[str]:
+        """The kinds of attachment the turn carries (`image`, `document`), for fitting."""
+        return frozenset(p.type for m in self.messages for p in m.attachments)
 
     @model_validator(mode="before")
     @classmethod
@@ -132,6 +287,13 @@ class TurnRequest(_Frozen):
         names = [tool.name for tool in self.tools]
         if len(names) != len(set(names)):
             raise ValueError("tool names must be unique")
+        choice = self.tool_choice
+        if isinstance(choice, NamedTool) and choice.name not in names:
+            raise ValueError(f"tool_choice names {choice.name!r}, which is not one of the tools")
+        if choice == "required" and not self.tools:
+            raise ValueError("tool_choice is 'required' but the turn has no tools")
+        if self.parallel_tool_calls is not None and not self.tools:
+            raise ValueError("parallel_tool_calls is set but the turn has no tools")
         return self
 
 
@@ -215,11 +377,17 @@ class Usage(_Frozen):
 
 
 class Reply(_Frozen):
-    """The assistant's answer: text, tool calls, and the reasoning to send back with them."""
+    """The assistant's answer: text, tool calls, and the reasoning to send back with them.
+
+    `parsed` is the text read as JSON when the turn asked for a `response_format` (and
+    validated against its schema); `refusal` is what the model said when it refused.
+    """
 
     text: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
     reasoning: tuple[Reasoning, ...] = ()
+    parsed: Any = None
+    refusal: str | None = None
 
 
 class Attempt(_Frozen):
@@ -244,7 +412,7 @@ class Attempt(_Frozen):
     first_byte_ms: int | None = None
 
 
-FinishReasonName = Literal["stop", "length", "tool_calls", "content_filter", "other"]
+FinishReasonName = Literal["stop", "length", "tool_calls", "content_filter", "refusal", "other"]
 
 
 class TurnResult(_Frozen):

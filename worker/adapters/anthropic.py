@@ -44,7 +44,7 @@ class AnthropicAdapter(SseAdapter):
             "max_tokens": call.max_tokens,
             "messages": _messages(call.messages),
         }
-        system = "\n\n".join(m.content for m in call.messages if m.role == "system")
+        system = "\n\n".join(m.text for m in call.messages if m.role == "system")
         if system:
             body["system"] = system
         if call.tools:
@@ -105,7 +105,7 @@ def _messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
                 {
                     "type": "tool_result",
                     "tool_use_id": message.tool_call_id,
-                    "content": message.content,
+                    "content": message.text,
                 }
             )
             continue
@@ -115,15 +115,15 @@ def _messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
             # Thinking first: with extended thinking and tools, the API refuses an
             # assistant turn whose thinking blocks are missing or moved.
             blocks: list[dict[str, Any]] = thinking
-            if message.content:
-                blocks.append({"type": "text", "text": message.content})
+            if message.text:
+                blocks.append({"type": "text", "text": message.text})
             blocks.extend(
                 {"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments}
                 for c in message.tool_calls
             )
             out.append({"role": "assistant", "content": blocks})
         else:
-            out.append({"role": message.role, "content": message.content})
+            out.append({"role": message.role, "content": message.text})
     return out
 
 

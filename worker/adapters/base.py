@@ -10,16 +10,29 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
 
-from worker.types import Message, Reasoning, Tool, ToolCall, Usage
+from worker.types import (
+    JsonObjectFormat,
+    JsonSchemaFormat,
+    Message,
+    Reasoning,
+    Tool,
+    ToolCall,
+    ToolChoice,
+    Usage,
+)
 
 __all__ = ["Adapter", "Completion", "Event", "ProviderCall", "TextDelta", "ToolCallDelta"]
 
 
 @dataclass(frozen=True, slots=True)
 class ProviderCall:
-    """One request to one model on one provider."""
+    """One request to one model on one provider.
+
+    The turn's optional fields (`tool_choice` to `parallel_tool_calls`) are None when the
+    caller did not set them: an adapter sends what is set, and nothing else.
+    """
 
     model_id: str
     messages: tuple[Message, ...]
@@ -28,6 +41,17 @@ class ProviderCall:
     stream: bool
     # Anthropic extended thinking's budget (`ModelSettings.thinking_budget_tokens`).
     thinking_budget_tokens: int | None = None
+    tool_choice: ToolChoice | None = None
+    response_format: JsonSchemaFormat | JsonObjectFormat | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    stop: tuple[str, ...] | None = None
+    seed: int | None = None
+    reasoning_effort: Literal["low", "medium", "high"] | None = None
+    parallel_tool_calls: bool | None = None
+    # The model reasons (`ModelSettings.reasoning`): it takes an effort, and OpenAI's
+    # reasoning models refuse the sampling fields.
+    reasoning: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +80,8 @@ class Completion:
     # Normalized (`worker.adapters.finish.FinishReason`); None when the provider gave none.
     finish_reason: str | None = None
     reasoning: tuple[Reasoning, ...] = ()
+    # What the model said when it refused (finish reason `refusal`).
+    refusal: str | None = None
 
 
 Event = TextDelta | ToolCallDelta | Completion

@@ -103,7 +103,7 @@ class _Converse(HttpAdapter[EventMessage]):
             "messages": _messages(call.messages, self._origin),
             "inferenceConfig": {"maxTokens": call.max_tokens},
         }
-        system = "\n\n".join(m.content for m in call.messages if m.role == "system" and m.content)
+        system = "\n\n".join(m.text for m in call.messages if m.role == "system" and m.text)
         if system:
             body["system"] = [{"text": system}]
         if call.tools:
@@ -166,14 +166,14 @@ def _messages(messages: tuple[Message, ...], origin: str) -> list[dict[str, Any]
             if results is None:
                 results = []
                 out.append({"role": "user", "content": results})
-            result = {"toolUseId": message.tool_call_id, "content": [{"text": message.content}]}
+            result = {"toolUseId": message.tool_call_id, "content": [{"text": message.text}]}
             results.append({"toolResult": result})
             continue
         results = None
         # Reasoning goes back first, and only what this model's family wrote.
         blocks = [_reasoning_block(r) for r in message.reasoning if r.origin == origin]
-        if message.content or not message.tool_calls:
-            blocks.append({"text": message.content})
+        if message.text or not message.tool_calls:
+            blocks.append({"text": message.text})
         blocks.extend(
             {"toolUse": {"toolUseId": c.id, "name": c.name, "input": c.arguments}}
             for c in message.tool_calls

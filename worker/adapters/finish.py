@@ -1,8 +1,9 @@
 """Why a model stopped, in one vocabulary for every provider API.
 
 Each API names its stop reasons differently; a caller needs to know one thing: is
-this answer complete (`stop`, `tool_calls`), cut short (`length`), or withheld
-(`content_filter`). Anything a provider adds later is `other`, never an error.
+this answer complete (`stop`, `tool_calls`), cut short (`length`), withheld by the
+provider's filter (`content_filter`), or declined by the model itself (`refusal`).
+Anything a provider adds later is `other`, never an error.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ class FinishReason(StrEnum):
     LENGTH = "length"
     TOOL_CALLS = "tool_calls"
     CONTENT_FILTER = "content_filter"
+    REFUSAL = "refusal"
     OTHER = "other"
 
 
@@ -45,6 +47,7 @@ FINISH_REASONS: Mapping[str, Mapping[str, FinishReason]] = MappingProxyType(
             "max_tokens": _F.LENGTH,
             "model_context_window_exceeded": _F.LENGTH,
             "tool_use": _F.TOOL_CALLS,
+            # Anthropic's streaming safety classifiers stepped in: a filter, not the model.
             "refusal": _F.CONTENT_FILTER,
         },
         "gemini": {

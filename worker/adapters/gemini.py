@@ -51,7 +51,7 @@ class GeminiAdapter(SseAdapter):
             "contents": _contents(call.messages),
             "generationConfig": {"maxOutputTokens": call.max_tokens},
         }
-        system = "\n\n".join(m.content for m in call.messages if m.role == "system")
+        system = "\n\n".join(m.text for m in call.messages if m.role == "system")
         if system:
             body["systemInstruction"] = {"parts": [{"text": system}]}
         if call.tools:
@@ -88,10 +88,10 @@ def _contents(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
         if message.role == "tool":
             # Gemini matches a response to its call by name (and order), not by id.
             name = names.get(message.tool_call_id or "", message.tool_call_id or "")
-            response = {"name": name, "response": {"content": message.content}}
+            response = {"name": name, "response": {"content": message.text}}
             parts.append({"functionResponse": response})
-        elif message.content or not message.tool_calls:
-            parts.append(_signed({"text": message.content}, _text_signature(message)))
+        elif message.text or not message.tool_calls:
+            parts.append(_signed({"text": message.text}, _text_signature(message)))
         parts.extend(_function_calls(message.tool_calls))
         role = "model" if message.role == "assistant" else "user"
         # One turn per role change: parallel function responses must share one turn.

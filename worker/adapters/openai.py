@@ -88,9 +88,9 @@ class OpenAIAdapter(SseAdapter):
 
 
 def _message(message: Message) -> dict[str, Any]:
-    out: dict[str, Any] = {"role": message.role, "content": message.content}
+    out: dict[str, Any] = {"role": message.role, "content": message.text}
     if message.tool_calls:
-        out["content"] = message.content or None
+        out["content"] = message.text or None
         out["tool_calls"] = [
             {
                 "id": call.id,

@@ -19,7 +19,7 @@ import secrets
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from worker.adapters import Adapter, ProviderCall
 from worker.adapters.base import Completion, TextDelta
@@ -28,6 +28,7 @@ from worker.guard.protocol import Availability, Charge, Conclusion, Guard, Refus
 from worker.observability import tracing
 from worker.settings import Settings
 from worker.turn.capability import Fit
+from worker.turn.output import read_output
 from worker.turn.policy import Decision, rule_for
 from worker.turn.pricing import cost_of, reservation_micros
 from worker.turn.report import TurnReport
@@ -281,16 +282,21 @@ class Attempts:
         model = self.settings.models[target.model]
         self.calls += 1
         started = time.monotonic()
+        completion: Completion | None = None
         try:
             # The call's span (a no-op while tracing is off) records how it failed, if it did.
             with tracing.attempt(target, self.request, plan.retry_index) as span:
                 completion = await self._send(flight)
                 span.answered(completion.usage, completion.finish_reason)
+                parsed = self._read(completion)
         except ProviderError as error:
             rule = rule_for(error)
             # A call the provider may bill (it timed out, or streamed and broke) is charged
-            # at its reservation: what it really cost is not known.
+            # at its reservation: what it really cost is not known. One that answered
+            # (in the wrong shape) is charged what it cost.
             billed = charge.micros if rule.billed or self.report.locked else None
+            if completion is not None:
+                billed = cost_of(completion.usage, model)
             await self.guard.conclude(
                 Conclusion(
                     target,
@@ -326,8 +332,15 @@ class Attempts:
             cost_micros=cost,
             latency_s=time.monotonic() - started,
             retry_index=plan.retry_index,
+            parsed=parsed,
         )
         return Answered()
+
+    def _read(self, completion: Completion) -> Any:
+        """The answer as the JSON the turn asked for (nothing to read in a refusal)."""
+        if completion.refusal is not None or completion.tool_calls:
+            return None
+        return read_output(completion.text, self.request.response_format)
 
     async def _cut(self, flight: Flight, latency_s: float) -> None:
         """Cut short in flight. Its hedged twin answered: no output was sent, its prompt is
@@ -370,13 +383,23 @@ class Attempts:
         """One HTTP call, bounded by the first-byte timeout and then the total timeout."""
         target, fit = flight.plan.target, flight.plan.fit
         provider = self.settings.providers[target.provider]
+        request, model = self.request, self.settings.models[target.model]
         call = ProviderCall(
             model_id=target.provider_model,
             messages=fit.messages,
             tools=fit.tools,
-            max_tokens=self.request.max_tokens,
-            stream=self.request.stream,
-            thinking_budget_tokens=self.settings.models[target.model].thinking_budget_tokens,
+            max_tokens=request.max_tokens,
+            stream=request.stream,
+            thinking_budget_tokens=model.thinking_budget_tokens,
+            tool_choice=request.tool_choice,
+            response_format=request.response_format,
+            temperature=request.temperature,
+            top_p=request.top_p,
+            stop=request.stop,
+            seed=request.seed,
+            reasoning_effort=request.reasoning_effort,
+            parallel_tool_calls=request.parallel_tool_calls,
+            reasoning=model.reasoning,
         )
         loop = asyncio.get_running_loop()
         total_at = loop.time() + provider.total_timeout_s

@@ -1,7 +1,11 @@
-"""Can this model do this turn? Tools and context window, decided before any call.
+"""Can this model do this turn? Inputs, output, tools and window, decided before any call.
 
-A backup that cannot call the turn's tools is skipped, unless the configuration
-lets it run read-only (without the side-effecting tools). A backup whose window
+A model that cannot take what the turn carries (an image, a PDF: its `inputs`) or give
+what it asks for (`response_format`: its `structured_output`) is skipped, `incapable`,
+the detail naming what it lacks: nothing is ever dropped to make a backup fit. A backup
+that cannot call the turn's tools is skipped, unless the configuration lets it run
+read-only (without the side-effecting tools), and never when the tool the turn forces
+(`tool_choice`) would be one of those dropped. A backup whose window
 is too small gets a trimmed history: whole exchanges dropped oldest first, the
 system prompt and the current exchange (from the latest user message on) kept,
 and a tool call never separated from its results.
@@ -13,10 +17,22 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from worker.adapters.wire_limits import WIRE_LIMITS
 from worker.settings import ModelSettings
-from worker.types import Message, Tool, TurnRequest
+from worker.types import ImagePart, Message, NamedTool, Tool, TurnRequest
 
-__all__ = ["Fit", "Unfit", "estimate_tokens", "fit_turn", "trim_history"]
+__all__ = [
+    "INCAPABLE",
+    "Fit",
+    "Unfit",
+    "estimate_tokens",
+    "fit_turn",
+    "trim_history",
+    "wire_unfit",
+]
+
+# Why a model is skipped when it cannot do what the turn needs (the detail says what).
+INCAPABLE = "incapable"
 
 # A rough, provider-neutral count: about four characters per token, plus a
 # little framing per message. Good enough to decide trimming and to reserve
@@ -64,7 +80,10 @@ def fit_turn(request: TurnRequest, model: ModelSettings, *, min_window: int = 0)
             "context_too_small",
             f"window {model.context_window} is not larger than one that was already too small",
         )
-    tools = _tools_for(request.tools, model)
+    lacking = _lacking(request, model)
+    if lacking is not None:
+        return lacking
+    tools = _tools_for(request, model)
     if isinstance(tools, Unfit):
         return tools
     room = model.context_window - request.max_tokens - estimate_tokens((), tools)
@@ -85,16 +104,69 @@ def fit_turn(request: TurnRequest, model: ModelSettings, *, min_window: int = 0)
     )
 
 
-def _tools_for(tools: tuple[Tool, ...], model: ModelSettings) -> tuple[Tool, ...] | Unfit:
+def wire_unfit(request: TurnRequest, kind: str) -> Unfit | None:
+    """Why a provider API of `kind` cannot carry the turn's attachments, if it cannot
+    (`worker.adapters.wire_limits`); checked per provider, after the model's fit."""
+    limits = WIRE_LIMITS.get(kind)
+    if limits is None or not request.attachment_kinds:
+        return None
+    problems: list[str] = []
+    images = documents = 0
+    for message in request.messages:
+        for part in message.attachments:
+            image = isinstance(part, ImagePart)
+            images += image
+            documents += not image
+            what = "an image" if image else "a document"
+            if message.role == "tool" and not limits.tool_result_attachments:
+                problems.append(f"{what} in a tool result")
+            if part.url is not None and not (limits.image_url if image else limits.document_url):
+                problems.append(f"{what} by URL")
+            cap = limits.max_image_bytes if image else limits.max_document_bytes
+            size = part.size_bytes
+            if size is not None and cap is not None and size > cap:
+                problems.append(f"{what} over {cap} bytes")
+    if limits.max_images is not None and images > limits.max_images:
+        problems.append(f"{images} images (at most {limits.max_images})")
+    if limits.max_documents is not None and documents > limits.max_documents:
+        problems.append(f"{documents} documents (at most {limits.max_documents})")
+    if not problems:
+        return None
+    unique = ", ".join(dict.fromkeys(problems))
+    return Unfit(INCAPABLE, f"its {kind} API cannot carry {unique}")
+
+
+def _lacking(request: TurnRequest, model: ModelSettings) -> Unfit | None:
+    """What the turn needs that the model does not declare: an input kind, JSON output."""
+    needs: list[str] = []
+    kinds = request.attachment_kinds
+    if "image" in kinds and "image" not in model.inputs:
+        needs.append("image input")
+    if "document" in kinds and "pdf" not in model.inputs:
+        needs.append("PDF input")
+    if request.response_format is not None and not model.structured_output:
+        needs.append("structured output")
+    if not needs:
+        return None
+    return Unfit(INCAPABLE, f"the turn needs {' and '.join(needs)}, which the model lacks")
+
+
+def _tools_for(request: TurnRequest, model: ModelSettings) -> tuple[Tool, ...] | Unfit:
+    tools = request.tools
     if not tools or model.tools == "full":
         return tools
     allowed = tuple(t for t in tools if not t.side_effects) if model.tools == "read_only" else ()
     if allowed == tools:
         return tools
+    forced = request.tool_choice
+    if isinstance(forced, NamedTool) and all(t.name != forced.name for t in allowed):
+        return Unfit(INCAPABLE, f"cannot call the tool the turn forces ({forced.name})")
+    if forced == "required" and not allowed:
+        return Unfit(INCAPABLE, "cannot call any of the turn's tools, and the turn requires one")
     if model.degrade_to_read_only:
         return allowed
     needed = ", ".join(t.name for t in tools if t not in allowed)
-    return Unfit("incapable", f"cannot call the turn's tools ({needed})")
+    return Unfit(INCAPABLE, f"cannot call the turn's tools ({needed})")
 
 
 def trim_history(messages: tuple[Message, ...], room_tokens: int) -> tuple[Message, ...] | None:

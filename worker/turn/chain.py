@@ -22,7 +22,7 @@ import httpx
 import structlog
 
 from worker.adapters import Adapter, build_adapter
-from worker.errors import DeadlineExceeded, StoreForbidden
+from worker.errors import DeadlineExceeded, InputError, StoreForbidden
 from worker.guard.hedge_book import HedgeBook, hedge_book
 from worker.guard.protocol import Availability, Guard, OpenGuard, Refusal, Target
 from worker.settings import Settings
@@ -39,7 +39,7 @@ from worker.turn.attempt import (
     Refused,
     Retry,
 )
-from worker.turn.capability import Fit, Unfit, fit_turn
+from worker.turn.capability import INCAPABLE, Fit, Unfit, fit_turn, wire_unfit
 from worker.turn.race import HedgedAttempts
 from worker.turn.report import TurnReport
 from worker.turn.stand_in import cheaper_answer, uses_cheaper_model
@@ -172,6 +172,11 @@ class _Walk:
                 self.attempts.skip(targets[0], fit.reason, fit.detail)
                 continue
             for index, target in enumerate(targets):
+                kind = self.settings.providers[target.provider].kind
+                unfit = wire_unfit(self.request, kind)
+                if unfit is not None:
+                    self.attempts.skip(target, unfit.reason, unfit.detail)
+                    continue
                 state = availability(target)
                 if state is Availability.EXHAUSTED:
                     self.attempts.skip(target, state.value)
@@ -192,6 +197,15 @@ class _Walk:
                 if outcome.min_window:
                     min_window = outcome.min_window
                     break
+        return self._nothing_answered()
+
+    def _nothing_answered(self) -> TurnResult:
+        """Every model was tried or skipped. When none of them could take the turn at all,
+        it fails as `incapable`, naming what each lacked, and no provider was called."""
+        attempts = self.report.attempts
+        if attempts and all(a.error_class == INCAPABLE for a in attempts):
+            lacks = "; ".join(dict.fromkeys(f"{a.model}: {a.detail}" for a in attempts))
+            return self.report.failed(INCAPABLE, InputError(f"no model can take it ({lacks})"))
         return self.report.exhausted()
 
     async def _try(self, plan: Plan) -> Outcome:

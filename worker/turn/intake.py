@@ -13,7 +13,7 @@ from typing import Any
 
 from worker.errors import InputError
 from worker.settings import LimitsSettings
-from worker.types import TurnRequest, parse_turn_request
+from worker.types import TextPart, TurnRequest, parse_turn_request
 
 __all__ = ["check_payload", "check_request", "checked_turn", "request_bytes"]
 
@@ -72,12 +72,23 @@ def checked_turn(payload: TurnRequest | object, limits: LimitsSettings) -> TurnR
 def _check_content(request: TurnRequest, limits: LimitsSettings) -> None:
     _check_count("messages", len(request.messages), "max_messages", limits)
     _check_count("tools", len(request.tools), "max_tools", limits)
+    attachments = 0
     for index, message in enumerate(request.messages):
-        if len(message.content) > limits.max_message_chars:
+        chars = len(message.content) if isinstance(message.content, str) else len(message.text)
+        if chars > limits.max_message_chars:
             raise InputError(
-                f"messages.{index}.content: {len(message.content)} characters, over "
+                f"messages.{index}.content: {chars} characters, over "
                 f"limits.max_message_chars ({limits.max_message_chars})"
             )
+        for part_index, part in enumerate(message.parts):
+            size = None if isinstance(part, TextPart) else part.size_bytes
+            if size is not None and size > limits.max_attachment_bytes:
+                raise InputError(
+                    f"messages.{index}.content.{part_index}.data: {size} bytes, over "
+                    f"limits.max_attachment_bytes ({limits.max_attachment_bytes})"
+                )
+        attachments += len(message.attachments)
+    _check_count("attachments", attachments, "max_attachments", limits)
 
 
 def _check_count(field: str, count: int, limit: str, limits: LimitsSettings) -> None:

@@ -25,6 +25,7 @@ from worker.errors import (
     MalformedResponse,
     ModelNotFound,
     ModelQuotaExhausted,
+    OutputInvalid,
     Overloaded,
     QuotaExhausted,
     RateLimited,
@@ -64,6 +65,9 @@ RULES: Mapping[type[BaseException], Rule] = MappingProxyType(
         ServerError: Rule(Decision.RETRY_THEN_NEXT, Signal.FAILURE),
         ConnectionFailed: Rule(Decision.RETRY_THEN_NEXT, Signal.FAILURE),
         MalformedResponse: Rule(Decision.RETRY_THEN_NEXT, Signal.FAILURE, billed=True),
+        # The model answered, in the wrong shape: the backup may follow the schema; the
+        # same model, asked the same, tends to answer the same. Its health is not at issue.
+        OutputInvalid: Rule(Decision.NEXT, Signal.NEUTRAL, billed=True),
         Overloaded: Rule(Decision.NEXT, Signal.MODEL_FAILURE),
         FirstByteTimeout: Rule(Decision.NEXT, Signal.FAILURE, billed=True),
         # Only raised once content has streamed, where the chain's lock forbids moving on.

@@ -28,7 +28,7 @@ import structlog
 from worker.guard.hedge_book import HedgeBook
 from worker.guard.protocol import Availability, Target
 from worker.turn.attempt import Attempts, Flight, MoveOn, Outcome, Plan
-from worker.turn.capability import Fit, fit_turn
+from worker.turn.capability import Fit, fit_turn, wire_unfit
 from worker.turn.pricing import cost_of
 from worker.types import Usage
 
@@ -203,6 +203,8 @@ class HedgedAttempts:
                     passed = target == current
                     continue
                 if self.availability(target) is not Availability.AVAILABLE:
+                    continue
+                if wire_unfit(request, settings.providers[target.provider].kind) is not None:
                     continue
                 if fit is None:
                     found = fit_turn(request, settings.models[slug])

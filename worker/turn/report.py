@@ -38,6 +38,8 @@ __all__ = ["TurnReport", "jumps"]
 log = structlog.get_logger("relevo.turn")
 
 _DETAIL_CHARS = 300
+# Finish reasons that withhold the answer: the provider's filter, or the model declining.
+_WITHHELD = frozenset({FinishReason.CONTENT_FILTER, FinishReason.REFUSAL})
 # OpenTelemetry GenAI semantic conventions (gen-ai registry): the names GenAI tooling reads.
 GEN_AI_OPERATION = "gen_ai.operation.name"
 GEN_AI_PROVIDER = "gen_ai.provider.name"
@@ -200,7 +202,9 @@ class TurnReport:
         cost_micros: int,
         latency_s: float,
         retry_index: int,
+        parsed: object = None,
     ) -> None:
+        """The answer; `parsed` is its text read as JSON, when the turn asked for it."""
         self._add(
             _attempt(
                 target,
@@ -218,6 +222,8 @@ class TurnReport:
             text=completion.text,
             tool_calls=completion.tool_calls,
             reasoning=completion.reasoning,
+            parsed=parsed,
+            refusal=completion.refusal,
         )
         self.finish_reason = completion.finish_reason
         self.usage = completion.usage
@@ -225,12 +231,13 @@ class TurnReport:
 
     def ok(self) -> TurnResult:
         """The turn was answered; read-only answers are a degradation the caller must see,
-        and so is a filtered one (`content_filter`)."""
-        if self.finish_reason == FinishReason.CONTENT_FILTER:
+        and so is a filtered one (`content_filter`) or a refusal."""
+        if self.finish_reason in _WITHHELD:
             # Not a fallback case: another model would be sent the same prompt. Withheld
-            # before any content, nothing was answered; after some, the partial answer is
-            # the model's, locked to it, and must not pass for a complete one.
-            reply, reason = self.reply, FinishReason.CONTENT_FILTER.value
+            # before any content, nothing was answered (a refusal's words are in
+            # `reply.refusal`); after some, the partial answer is the model's, locked to
+            # it, and must not pass for a complete one.
+            reply, reason = self.reply, str(self.finish_reason)
             if reply is None or not (reply.text or reply.tool_calls):
                 return self._result(Status.FAILED, reason)
             return self._result(Status.DEGRADED, reason)
