@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from worker.settings import ModelSettings, Serving
-from worker.turn.capability import Fit, Unfit, estimate_tokens, fit_turn, trim_history
+from worker.turn.capability import Fit, Unfit, fit_turn, trim_history
+from worker.turn.tokens import estimate_tokens
 from worker.types import Message, Tool, ToolCall, TurnRequest
 
 SEND = Tool(name="send_invoice", side_effects=True)

@@ -21,6 +21,7 @@ from redis.asyncio import Redis
 
 import breakers
 import budgets
+from tests import tokenkit
 from tests.chainkit import KEY, fault, settings
 from tests.fleetkit import (
     Job,
@@ -37,7 +38,7 @@ from worker.simulator import Fault, Simulator
 from worker.turn.capability import Fit, fit_turn
 from worker.turn.chain import Chain
 from worker.turn.pricing import reservation_micros
-from worker.types import TurnResult, parse_turn_request
+from worker.types import Message, TurnRequest, TurnResult, parse_turn_request
 
 pytestmark = pytest.mark.slow
 
@@ -126,9 +127,9 @@ def set_limits(url: str, ns: str, daily: int, cap: int | None = None) -> None:
     in_parent(url, lambda r: budgets.Ledger(r, namespace=ns).set_limits("acme", daily, daily, cap))
 
 
-def worst_case(sim: Simulator, model: str) -> int:
-    """The reservation of one `make_request()` turn's attempt on `model`."""
-    request = make_request()
+def worst_case(sim: Simulator, model: str, request: TurnRequest | None = None) -> int:
+    """The reservation of one turn's attempt on `model` (`make_request()` by default)."""
+    request = request or make_request()
     config = settings(sim.url)
     fit = fit_turn(request, config.models[model])
     assert isinstance(fit, Fit)
@@ -501,6 +502,30 @@ def test_rate_limit_cools_the_primary_down_fleet_wide_until_retry_after(
     )
 
 
+def budget_run(
+    workers: Workers, jobs: list[Job], url: str, ns: str, count: int
+) -> tuple[list[TurnRecord], list[TurnRecord], int]:
+    """Run `jobs` for tenant acme: (answered turns, degraded turns, what the day spent).
+
+    Every turn was answered or degraded, every hold settled or released, and the books
+    hold exactly what the answered turns cost.
+    """
+    with workers.fleet(jobs) as fleet:
+        fleet.go()
+        reports = fleet.reports()
+    turns = turns_of(reports)
+    assert_store_answered(reports)
+    assert len(turns) == count
+    answered = [t for t in turns if t.status == "ok"]
+    degraded = [t for t in turns if t.status == "degraded"]
+    assert len(answered) + len(degraded) == count
+    report = budget_report(url, ns)
+    spent = report.day.spent_micros
+    assert spent == report.month.spent_micros == sum(t.cost_micros for t in answered)
+    assert report.reserved_micros == 0
+    return answered, degraded, spent
+
+
 # -- issue 4 (f): 200 turns at once never settle more than the tenant's limit -----------------
 
 LIMIT_MICROS = 3_000  # ~18 worst-case reservations (166 each), ~25 actual turns (120 each)
@@ -517,27 +542,60 @@ def test_two_hundred_concurrent_turns_never_settle_more_than_the_limit(
     """
     set_limits(redis_url, namespace, LIMIT_MICROS)
     job = Job(sim.url, sections(redis_url, namespace), lanes=50, turns_per_lane=1)
-    with workers.fleet([job] * 4) as fleet:
-        fleet.go()
-        reports = fleet.reports()
-    turns = turns_of(reports)
-    assert_store_answered(reports)
-    assert len(turns) == 200
-    answered = [t for t in turns if t.status == "ok"]
-    degraded = [t for t in turns if t.status == "degraded"]
-    assert len(answered) + len(degraded) == 200
+    answered, degraded, spent = budget_run(workers, [job] * 4, redis_url, namespace, 200)
     assert all(t.reason == "tenant_budget_exhausted" for t in degraded)
     assert all(t.called(PRIMARY) == 0 and t.skips(PRIMARY) == [t.reason] for t in degraded)
-    report = budget_report(redis_url, namespace)
-    spent = report.day.spent_micros
-    assert spent == report.month.spent_micros == sum(t.cost_micros for t in answered)
     assert spent <= LIMIT_MICROS
-    assert report.reserved_micros == 0  # every hold was settled or released
     worst = worst_case(sim, PRIMARY)
     assert all(t.cost_micros <= worst for t in answered)
     assert len(answered) >= LIMIT_MICROS // worst  # what surely fits at once was used
     assert sim.calls() == len(answered)
     print(f"{len(answered)} answered, {len(degraded)} degraded; settled {spent} of {LIMIT_MICROS}")
+
+
+# -- prompts in Chinese never cost more than their reserved worst case --------------------------
+
+CJK_LIMIT_MICROS = 100_000  # $0.10 a day, no overdraft
+CJK_CHARS = 8_000
+
+
+def test_chinese_prompts_from_two_processes_never_spend_past_the_limit(
+    sim: Simulator, workers: Workers, redis_url: str, namespace: str
+) -> None:
+    """40 turns of one 8,000-character Chinese message each, 20 at once in each of two
+    processes, against a $0.10 tenant with no overdraft: spend stays within the limit.
+
+    The simulator bills what providers do, over one token a character (1.5: it counts
+    the JSON-escaped text). With the input estimate at four characters a token, an
+    attempt's worst case was a sixth of its cost, the strict rule let about 20 run at
+    once, and the tenant spent several times its limit.
+    """
+    set_limits(redis_url, namespace, CJK_LIMIT_MICROS)
+    text = (tokenkit.SAMPLES["zh"] * (CJK_CHARS // len(tokenkit.SAMPLES["zh"]) + 1))[:CJK_CHARS]
+    requests = [
+        TurnRequest(
+            tenant_id="acme",
+            messages=(Message(role="user", content=text),),
+            max_tokens=16,
+            deadline_s=10.0,
+        )
+        for _ in range(40)
+    ]
+    config = sections(redis_url, namespace)
+    jobs = [
+        Job(sim.url, config, requests=tuple(r.model_dump_json() for r in half))
+        for half in (requests[:20], requests[20:])
+    ]
+    answered, degraded, spent = budget_run(workers, jobs, redis_url, namespace, 40)
+    assert answered
+    assert {t.reason for t in degraded} <= {"tenant_budget_exhausted", "tenant_budget_held"}
+    assert spent <= CJK_LIMIT_MICROS
+    price = settings(sim.url).models[PRIMARY].input_micros_per_mtok
+    worst = worst_case(sim, PRIMARY, requests[0])
+    for t in answered:
+        assert t.cost_micros >= CJK_CHARS * price // 1_000_000  # a token a character at least
+        assert t.cost_micros <= worst
+    print(f"{len(answered)} answered; spent {spent} of {CJK_LIMIT_MICROS}")
 
 
 # -- the same turn run twice at once, and once more later: every provider call is charged ---

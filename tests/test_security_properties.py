@@ -21,8 +21,9 @@ from hypothesis import strategies as st
 from worker.adapters import ADAPTERS, ProviderCall
 from worker.errors import InputError
 from worker.settings import LimitsSettings, ModelSettings, ProviderSettings
-from worker.turn.capability import Fit, estimate_tokens, fit_turn, trim_history
+from worker.turn.capability import Fit, fit_turn, trim_history
 from worker.turn.intake import checked_turn
+from worker.turn.tokens import estimate_tokens
 from worker.types import Message, ToolCall, TurnRequest, parse_turn_request
 
 TRIM_EXAMPLES = 400

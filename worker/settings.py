@@ -409,8 +409,8 @@ class BudgetSettings(_Section):
     evidence_samples: int = Field(default=1000, ge=1, le=100_000)
     evidence_min_samples: int = Field(default=50, ge=1)
     evidence_refresh_s: float = Field(default=30.0, gt=0)
-    # The input is estimated (about 4 characters a token); providers count their own way.
-    # Reservations pad the estimate by this much so that a worst case stays one.
+    # The input estimate bounds the public tokenizers (docs/budgets.md); reservations pad
+    # it by this much for those that are not public, so that a worst case stays one.
     input_margin_pct: int = Field(default=20, ge=0, le=400)
     # A turn refused because attempts in flight hold the budget waits this long (within
     # its deadline) for them to settle before it degrades with tenant_budget_held.

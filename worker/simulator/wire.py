@@ -172,7 +172,11 @@ def sign(*parts: object) -> str:
 
 
 def estimate_tokens(text: str) -> int:
-    """About four characters a token, at least one."""
+    """About four characters a token, at least one.
+
+    Callers pass JSON with its non-ASCII escaped, so a CJK character (`\\u4e2d`) counts
+    1.5 tokens and an emoji 3: what providers bill, not a quarter of it.
+    """
     return max(1, len(text) // 4)
 
 

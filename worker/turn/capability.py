@@ -13,32 +13,18 @@ and a tool call never separated from its results.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from worker.adapters.wire_limits import WIRE_LIMITS
 from worker.settings import ModelSettings
+from worker.turn.tokens import TOKENS_PER_REQUEST, message_tokens, tools_tokens
 from worker.types import ImagePart, Message, NamedTool, Tool, TurnRequest
 
-__all__ = [
-    "INCAPABLE",
-    "Fit",
-    "Unfit",
-    "estimate_tokens",
-    "fit_turn",
-    "trim_history",
-    "wire_unfit",
-]
+__all__ = ["INCAPABLE", "Fit", "Unfit", "fit_turn", "trim_history", "wire_unfit"]
 
 # Why a model is skipped when it cannot do what the turn needs (the detail says what).
 INCAPABLE = "incapable"
-
-# A rough, provider-neutral count: about four characters per token, plus a
-# little framing per message. Good enough to decide trimming and to reserve
-# a worst-case budget; the provider's reported usage settles the real cost.
-_CHARS_PER_TOKEN = 4
-_TOKENS_PER_MESSAGE = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,18 +47,6 @@ class Unfit:
     detail: str
 
 
-def estimate_tokens(messages: Sequence[Message], tools: Sequence[Tool] = ()) -> int:
-    """An upper-leaning estimate of the prompt's size in tokens."""
-    chars = 0
-    for message in messages:
-        chars += len(message.content)
-        for call in message.tool_calls:
-            chars += len(call.name) + len(json.dumps(call.arguments))
-    for tool in tools:
-        chars += len(tool.name) + len(tool.description) + len(json.dumps(tool.parameters))
-    return -(-chars // _CHARS_PER_TOKEN) + _TOKENS_PER_MESSAGE * len(messages)
-
-
 def fit_turn(request: TurnRequest, model: ModelSettings, *, min_window: int = 0) -> Fit | Unfit:
     """Decide the tools and messages to send `model`, or why it cannot be used."""
     if model.context_window < min_window:
@@ -86,18 +60,20 @@ def fit_turn(request: TurnRequest, model: ModelSettings, *, min_window: int = 0)
     tools = _tools_for(request, model)
     if isinstance(tools, Unfit):
         return tools
-    room = model.context_window - request.max_tokens - estimate_tokens((), tools)
-    trimmed = trim_history(request.messages, room)
-    if trimmed is None:
+    tool_tokens = tools_tokens(tools)
+    room = model.context_window - request.max_tokens - tool_tokens
+    kept = _trim(request.messages, room)
+    if kept is None:
         return Unfit(
             "context_too_small",
             f"the turn does not fit a {model.context_window}-token window even trimmed",
         )
     dropped = tuple(t.name for t in request.tools if t not in tools)
+    trimmed, message_tokens = kept
     return Fit(
         messages=trimmed,
         tools=tools,
-        input_tokens=estimate_tokens(trimmed, tools),
+        input_tokens=message_tokens + tool_tokens,
         trimmed_messages=len(request.messages) - len(trimmed),
         read_only=bool(dropped),
         dropped_tools=dropped,
@@ -174,31 +150,41 @@ def trim_history(messages: tuple[Message, ...], room_tokens: int) -> tuple[Messa
 
     Returns None when even the system prompt and the current exchange do not fit.
     """
-    if estimate_tokens(messages) <= room_tokens:
-        return messages
-    system = [m for m in messages if m.role == "system"]
-    rest = [m for m in messages if m.role != "system"]
-    latest_user = max((i for i, m in enumerate(rest) if m.role == "user"), default=0)
+    kept = _trim(messages, room_tokens)
+    return None if kept is None else kept[0]
+
+
+def _trim(messages: tuple[Message, ...], room: int) -> tuple[tuple[Message, ...], int] | None:
+    """`trim_history`, with the estimate of what it kept; each message estimated once."""
+    sized = [(m, message_tokens(m)) for m in messages]
+    total = TOKENS_PER_REQUEST + sum(size for _, size in sized)
+    if total <= room:
+        return messages, total
+    system = [pair for pair in sized if pair[0].role == "system"]
+    rest = [pair for pair in sized if pair[0].role != "system"]
+    latest_user = max((i for i, (m, _) in enumerate(rest) if m.role == "user"), default=0)
     current = rest[latest_user:]
     units = _units(rest[:latest_user])
+    fixed = TOKENS_PER_REQUEST + sum(size for _, size in (*system, *current))
+    history = total - fixed
     while units:
-        units.pop(0)
+        history -= sum(size for _, size in units.pop(0))
         # Providers want the history to open with a user message.
-        while units and units[0][0].role != "user":
-            units.pop(0)
-        kept = (*system, *(m for unit in units for m in unit), *current)
-        if estimate_tokens(kept) <= room_tokens:
-            return kept
-    kept = (*system, *current)
-    return kept if estimate_tokens(kept) <= room_tokens else None
+        while units and units[0][0][0].role != "user":
+            history -= sum(size for _, size in units.pop(0))
+        if fixed + history <= room:
+            kept = (*system, *(pair for unit in units for pair in unit), *current)
+            return tuple(m for m, _ in kept), fixed + history
+    return (tuple(m for m, _ in (*system, *current)), fixed) if fixed <= room else None
 
 
-def _units(messages: Sequence[Message]) -> list[list[Message]]:
+def _units(messages: Sequence[tuple[Message, int]]) -> list[list[tuple[Message, int]]]:
     """Group messages so an assistant's tool calls and their results stay together."""
-    units: list[list[Message]] = []
-    for message in messages:
-        if message.role == "tool" and units and units[-1][0].tool_calls:
-            units[-1].append(message)
+    units: list[list[tuple[Message, int]]] = []
+    for pair in messages:
+        message = pair[0]
+        if message.role == "tool" and units and units[-1][0][0].tool_calls:
+            units[-1].append(pair)
         else:
-            units.append([message])
+            units.append([pair])
     return units
