@@ -130,7 +130,7 @@ def test_a_turn_within_the_limits_passes() -> None:
 
 def test_the_default_limits_are_sensible() -> None:
     limits = LimitsSettings()
-    assert limits.max_request_bytes == 1024 * 1024
+    assert limits.max_request_bytes == 16 * 1024 * 1024
     assert (limits.max_messages, limits.max_tools) == (500, 128)
     with pytest.raises(InputError, match=r"limits\.max_messages"):
         checked_turn(turn(messages=[USER] * 501), limits)
