@@ -174,11 +174,17 @@ class FleetBreakers:
     async def start_epoch(self) -> str:
         """The store's epoch id, made now if it has none (a new store, or one that lost
         its data). Concurrent callers all get the one id that won."""
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hsetnx(self.keys.epoch, "id", uuid.uuid4().hex)
-            pipe.hget(self.keys.epoch, "id")
-            _, epoch = await pipe.execute()
-        return text(epoch)
+
+        def queue(pipe: Pipeline) -> Parse[str]:
+            # On the server's clock, whatever this store's: restores compare with it.
+            SCRIPTS.queue(pipe, "epoch", [self.keys.epoch], [uuid.uuid4().hex])
+
+            async def parse(reply: object) -> str:
+                return text(raise_if_error(reply))
+
+            return parse
+
+        return await self.run_script(queue)
 
     async def check(
         self,
