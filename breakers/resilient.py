@@ -238,6 +238,9 @@ class ResilientBreakers:
         # failed) does not rejoin: the next look decides.
         if self._lost and asked > self._lost_at:
             self._lost = False
+            # What the local breakers learned in this outage is older than anything the
+            # fleet knows now: the next outage starts them empty.
+            self.local = self.fleet.with_redis(in_memory())
             lost_s = round(time.monotonic() - self._lost_at, 3)
             log.warning("breakers.fleet_view_rejoined", lost_s=lost_s)
 

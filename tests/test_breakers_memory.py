@@ -8,7 +8,7 @@ import asyncio
 import signal
 import subprocess
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import pytest
@@ -16,7 +16,7 @@ from structlog.testing import capture_logs
 
 from breakers import FleetBreakers, KillSwitch, ResilientBreakers, connect
 from tests.netkit import free_port
-from tests.test_breakers_resilient import Proxy
+from tests.test_breakers_resilient import Proxy, until
 from tests.test_store_faults import restart_empty
 
 pytestmark = pytest.mark.slow
@@ -58,14 +58,6 @@ async def store(
         if kept.proc is not proc:  # restarted: the fixture ends the first one only
             kept.proc.kill()
             kept.proc.wait(timeout=10)
-
-
-async def until(check: Callable[[], object], timeout_s: float = 5.0) -> None:
-    """Wait (on the loop, so the workers' timers run) until `check()` is true."""
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, "not within the time allowed"
-        await asyncio.sleep(0.02)
 
 
 async def status_until_on(switch: KillSwitch, timeout_s: float = 5.0) -> str:
