@@ -65,25 +65,27 @@ class KillSwitch:
         log.warning("breakers.kill_switch_on", who=who, reason=reason, since_ms=since_ms)
         return KillSwitchState(who, reason, since_ms)
 
-    async def off(self, who: str, *, settle_s: float = 0.0) -> KillSwitchState | None:
+    async def off(self, who: str) -> KillSwitchState | None:
         """Turn the kill switch off; return the state it had (None if it was already off).
 
-        With `settle_s` (the workers' look period plus the store's timeout), wait until
-        every worker has seen the switch off, then confirm: if the store lost its data in
-        between, a worker may have restored the switch from an older look, and it is
-        turned off again. Redis not answering the confirmation for 30 s raises
-        `StoreUnavailableError` (the switch was turned off; the confirmation is missing).
+        Then `confirm_off`: a worker may restore the switch from a look older than the off.
         """
         _check_text(who, "who")
         async with unavailable_as_error("kill switch off"):
             before = await self._off(who, confirming=False)
         log.warning("breakers.kill_switch_off", who=who, was_on=before is not None)
-        if settle_s > 0:
-            await asyncio.sleep(settle_s)
-            await self._confirm_off(who, settle_s)
         return before
 
-    async def _confirm_off(self, who: str, retry_s: float) -> None:
+    async def confirm_off(self, who: str, *, after_s: float) -> KillSwitchState | None:
+        """Wait `after_s` (the workers' look period plus the store's timeout: every worker
+        has seen the switch off by then), then make sure the store still notes the off.
+
+        If it lost its data in between, a worker may have restored the switch from its
+        look before the off: that switch is turned off again and returned (None: nothing
+        to undo). Redis not answering for 30 s raises `StoreUnavailableError`.
+        """
+        _check_text(who, "who")
+        await asyncio.sleep(after_s)
         deadline = time.monotonic() + _CONFIRM_WITHIN_S
         while True:
             try:
@@ -93,9 +95,10 @@ class KillSwitch:
             except StoreUnavailableError:
                 if time.monotonic() > deadline:
                     raise
-                await asyncio.sleep(retry_s)
+                await asyncio.sleep(after_s)
         if undone is not None:
             log.warning("breakers.kill_switch_off_again", who=who, restored_by_a_worker=True)
+        return undone
 
     async def _off(self, who: str, *, confirming: bool) -> KillSwitchState | None:
         def queue(pipe: Pipeline) -> Parse[KillSwitchState | None]:

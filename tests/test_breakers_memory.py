@@ -163,13 +163,15 @@ async def test_a_person_s_off_is_confirmed_across_a_restart_that_follows_it(
         await store.switch.on("alice", "incident 8")
         assert (await worker.check([SCOPE])).kill_switch is not None
         with capture_logs() as logs:
-            off = asyncio.create_task(store.switch.off("alice", settle_s=look_s + TIMEOUT_S))
-            await until(lambda: any(e["event"] == "breakers.kill_switch_off" for e in logs))
+            await store.switch.off("alice")
+            confirmed = store.switch.confirm_off("alice", after_s=look_s + TIMEOUT_S)
+            confirming = asyncio.create_task(confirmed)
             await store.restart_empty()
             restored = (await worker.check([SCOPE])).kill_switch  # a turn arrives
             assert restored is not None  # what the confirmation must undo
             assert restored.reason.endswith("[restored: the store lost its data]")
-            await off
+            undone = await confirming
+        assert undone == restored
         assert await store.switch.status() is None
         assert (await worker.check([SCOPE])).kill_switch is None
         assert "breakers.kill_switch_off_again" in [e["event"] for e in logs]

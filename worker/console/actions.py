@@ -29,6 +29,7 @@ from worker.fleet.operations import (
     check_limits,
     check_scope,
     check_text,
+    switch_settle_s,
 )
 from worker.fleet.replay import ReplaySummary, replay_fleet
 
@@ -182,7 +183,10 @@ class Actions:
             return f"kill switch ON by {state.who}: {state.reason}"
         if action.name == "kill_switch.off":
             before = await switch.off(who.name)
-            return "kill switch was already off" if before is None else "kill switch OFF"
+            settle_s = switch_settle_s(self.fleet.config.redis)
+            again = await switch.confirm_off(who.name, after_s=settle_s)
+            done = "kill switch was already off" if before is None else "kill switch OFF"
+            return done if again is None else f"{done} (again: a worker had restored it)"
         if action.kind == "replay":
             return await self._start_replay(switch, who, action)
         limits = await self.fleet.ledger(self.client).set_limits(

@@ -19,7 +19,7 @@ from budgets import format_micros as usd
 from worker.errors import InputError
 from worker.fleet.operator_config import OperatorConfig, operator_config
 from worker.guard.stores import breaker_store
-from worker.settings import BreakerSettings, BudgetSettings, Settings
+from worker.settings import BreakerSettings, BudgetSettings, RedisSettings, Settings
 
 __all__ = [
     "BREAKER_ACTIONS",
@@ -30,6 +30,7 @@ __all__ = [
     "check_text",
     "fleet_of",
     "operator_fleet",
+    "switch_settle_s",
 ]
 
 # The scopes the guard names (worker.guard.stores): a typo in any other shape is refused.
@@ -158,6 +159,12 @@ def check_text(value: str, what: str) -> str:
     if not value.strip() or len(value) > 1000:
         raise InputError(f"{what} must be 1-1000 characters, not blank")
     return value
+
+
+def switch_settle_s(redis: RedisSettings) -> float:
+    """How long after a person turns the kill switch off every worker has seen it: one
+    look period and the store's timeout (`breakers.KillSwitch.confirm_off`)."""
+    return redis.rejoin_check_s + redis.timeout_s
 
 
 def check_limits(daily: int, monthly: int, overdraft: int) -> str | None:
