@@ -224,10 +224,12 @@ class FleetBreakers:
             for e in entries
             if isinstance(e, Cooldown)
         ]
-        # A gone pair is a cooldown past the cap: the same key, skipped the same way.
-        cools += [
+        # A gone pair is a cooldown past the cap: the same key, skipped the same way; the
+        # gone index tells operators which ones to clear when the model is back.
+        gone = [
             (e.account, e.model, self.cooldowns.gone_ms()) for e in entries if isinstance(e, Gone)
         ]
+        cools += gone
         marks = [e for e in entries if isinstance(e, Exhausted)]
         keys = [self.keys.scope_index, self.keys.cooldown_index, self.keys.exhausted_index]
         args: list[str | int] = [
@@ -252,6 +254,8 @@ class FleetBreakers:
         for m in marks:
             keys.append(self.keys.exhausted(m.account, m.model))
             args += [exhausted_member(m.account, m.model), self.cooldowns.exhausted_ms(m.seconds)]
+        keys.append(self.keys.gone_index)
+        args.append(len(gone))
         self.queue_script(pipe, "record", keys, args)
 
         async def parse(reply: object) -> list[Transition]:

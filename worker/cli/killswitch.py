@@ -7,7 +7,6 @@ While it is on no turn calls any provider; turns end `rejected` and are held for
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any
 
 import breakers
@@ -19,6 +18,7 @@ from worker.cli.common import (
     iso,
     operator_command,
     operator_redis,
+    operator_who,
     utc,
 )
 from worker.cli.parsing import Commands, add_command, add_redis_options
@@ -28,12 +28,8 @@ from worker.fleet.operator_config import redis_settings
 __all__ = ["register"]
 
 
-def _who(args: argparse.Namespace) -> str:
-    return args.who or os.environ.get("USER") or "operator"
-
-
 async def _kill_on(args: argparse.Namespace) -> int:
-    who, reason = check_text(_who(args), "--who"), check_text(args.reason, "--reason")
+    who, reason = operator_who(args.who), check_text(args.reason, "--reason")
     where = redis_settings(args.config)
     async with operator_redis(where, shared=True) as client:
         state = await breakers.KillSwitch(client, namespace=where.namespace).on(who, reason)
@@ -43,7 +39,7 @@ async def _kill_on(args: argparse.Namespace) -> int:
 
 
 async def _kill_off(args: argparse.Namespace) -> int:
-    who = check_text(_who(args), "--who")
+    who = operator_who(args.who)
     where = redis_settings(args.config)
     async with operator_redis(where, shared=True) as client:
         switch = breakers.KillSwitch(client, namespace=where.namespace)

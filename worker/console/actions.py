@@ -37,7 +37,7 @@ __all__ = ["KINDS", "Action", "Actions", "parse_action"]
 
 log = structlog.get_logger("relevo.console")
 
-KINDS = ("breaker", "kill_switch", "replay", "limits")
+KINDS = ("breaker", "gone", "kill_switch", "replay", "limits")
 _MAX_FIELD = 1000
 
 
@@ -105,6 +105,14 @@ def parse_action(kind: str, form: Mapping[str, Any]) -> tuple[Action, str | None
             {**fields, "reason": reason}, {"op": op, "seconds": seconds},
         )  # fmt: skip
         return action, None
+    if kind == "gone":
+        account = breakers.validate_name(_field(form, "provider"), "provider")
+        model = breakers.validate_name(_field(form, "model"), "model")
+        pair = f"{account}|{model}"
+        what = f"Clear the gone mark of {pair}: the fleet calls the model again"
+        fields = {"provider": account, "model": model, "reason": reason}
+        named = {"account": account, "model": model}
+        return Action(kind, "breakers.clear_gone", pair, reason, what, fields, named), None
     if kind == "kill_switch":
         mode = _field(form, "mode")
         if mode not in ("on", "off"):
@@ -178,6 +186,10 @@ class Actions:
             was, warning = await self.fleet.force(self.client, op, action.target, seconds)
             done = f"{action.target}: {was} -> {BREAKER_ACTIONS[op]}"
             return done if warning is None else f"{done} ({warning})"
+        if action.kind == "gone":
+            account, model = action.values["account"], action.values["model"]
+            found = await self.fleet.clear_gone(self.client, account, model, who.name)
+            return f"{action.target}: not marked gone" if found is None else "gone mark cleared"
         if action.name == "kill_switch.on":
             state = await switch.on(who.name, action.reason)
             return f"kill switch ON by {state.who}: {state.reason}"

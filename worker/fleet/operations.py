@@ -95,6 +95,20 @@ class OperatorFleet:
             return await ops.force_close(scope), warning
         return await ops.reset(scope), warning
 
+    async def clear_gone(
+        self, client: Redis, account: str, model: str, who: str
+    ) -> breakers.CooldownReport | None:
+        """End the gone mark of (`account`, `model`): the mark cleared, None if the pair had
+        none. A rate limit's cooldown is refused: the provider said when to come back."""
+        ops = breakers.Operators(self.store(client))
+        found = await ops.clear_gone(account, model, who=who)
+        if found is not None and not found.gone:
+            raise InputError(
+                f"{account}|{model} is cooling down after a rate limit "
+                f"({found.remaining_s:.0f} s left), not marked gone: a cooldown ends by itself"
+            )
+        return found
+
     def _accept_unknown(self, scope: str, known: list[str]) -> str:
         """Refuse a scope the configured chain does not have, or one of no scope's shape;
         warn about any other the fleet has not used yet (a breaker set ahead of the first call)."""
