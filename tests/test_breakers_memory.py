@@ -9,6 +9,7 @@ import signal
 import subprocess
 import time
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import pytest
@@ -38,10 +39,19 @@ class Store:
     async def restart_empty(self) -> None:
         self.proc = await asyncio.to_thread(restart_empty, self.proc, self.url)
 
-    def worker(self, url: str | None = None, look_s: float = LOOK_S) -> ResilientBreakers:
+    @asynccontextmanager
+    async def worker(
+        self, url: str | None = None, look_s: float = LOOK_S
+    ) -> AsyncIterator[ResilientBreakers]:
+        """A worker's breakers on the store (or on `url`), closed after the block."""
         client = connect(url or self.url, timeout_s=TIMEOUT_S)
         fleet = FleetBreakers(client, namespace=self.namespace)
-        return ResilientBreakers(fleet, timeout_s=TIMEOUT_S, rejoin_check_s=look_s)
+        worker = ResilientBreakers(fleet, timeout_s=TIMEOUT_S, rejoin_check_s=look_s)
+        try:
+            yield worker
+        finally:
+            worker.close()
+            await client.aclose()
 
 
 @pytest.fixture
@@ -72,8 +82,7 @@ async def status_until_on(switch: KillSwitch, timeout_s: float = 5.0) -> str:
 async def test_an_idle_worker_keeps_a_switch_a_person_turned_off_off_after_an_empty_restart(
     store: Store,
 ) -> None:
-    worker = store.worker()
-    try:
+    async with store.worker() as worker:
         await store.switch.on("alice", "incident 5")
         assert (await worker.check([SCOPE])).kill_switch is not None  # its last turn saw it on
         await store.switch.off("alice")
@@ -83,17 +92,13 @@ async def test_an_idle_worker_keeps_a_switch_a_person_turned_off_off_after_an_em
         await asyncio.sleep(LOOK_S)
         assert await store.switch.status() is None
         assert (await worker.check([SCOPE])).kill_switch is None
-    finally:
-        worker.close()
-        await worker.fleet.redis.aclose()
 
 
 async def test_an_idle_fleet_restores_the_switch_on_time_after_an_empty_restart(
     store: Store,
 ) -> None:
     """No turn at all: a worker that only looks restores the switch, and status shows it."""
-    worker = store.worker()
-    try:
+    async with store.worker() as worker:
         await store.switch.on("alice", "incident 7")
         worker.watch()
         await until(lambda: worker.memory.kill is not None)
@@ -102,15 +107,11 @@ async def test_an_idle_fleet_restores_the_switch_on_time_after_an_empty_restart(
         reason = await status_until_on(store.switch, timeout_s=3 * LOOK_S + 2.0)
         assert reason == "incident 7 [restored: the store lost its data]"
         assert worker.resets == 1
-    finally:
-        worker.close()
-        await worker.fleet.redis.aclose()
 
 
 async def test_a_worker_that_was_not_looking_restores_nothing(store: Store) -> None:
     """Its timer stopped (a stalled process): its memory is older than a look period."""
-    worker = store.worker()
-    try:
+    async with store.worker() as worker:
         await store.switch.on("alice", "incident 10")
         assert (await worker.check([SCOPE])).kill_switch is not None
         worker.close()
@@ -123,9 +124,6 @@ async def test_a_worker_that_was_not_looking_restores_nothing(store: Store) -> N
         reset = [e for e in logs if e["event"] == "breakers.store_reset"]
         assert [(e["kill_switch_seen_on"], e["restoring"]) for e in reset] == [(True, False)]
         assert reset[0]["look_age_s"] > LOOK_S + TIMEOUT_S
-    finally:
-        worker.close()
-        await worker.fleet.redis.aclose()
 
 
 @pytest.mark.parametrize("last_on", [False, True])
@@ -133,8 +131,7 @@ async def test_while_the_store_is_away_the_switch_reads_as_at_the_last_look(
     store: Store, last_on: bool
 ) -> None:
     """The worker's last turn ran while the switch was on; a person changed it since."""
-    worker = store.worker()
-    try:
+    async with store.worker() as worker:
         await store.switch.on("alice", "incident 6")
         assert (await worker.check([SCOPE])).kill_switch is not None
         if not last_on:
@@ -147,9 +144,6 @@ async def test_while_the_store_is_away_the_switch_reads_as_at_the_last_look(
             store.proc.send_signal(signal.SIGCONT)
         assert not state.fleet_view
         assert (state.kill_switch is not None) is last_on
-    finally:
-        worker.close()
-        await worker.fleet.redis.aclose()
 
 
 async def test_a_person_s_off_is_confirmed_across_a_restart_that_follows_it(
@@ -158,8 +152,7 @@ async def test_a_person_s_off_is_confirmed_across_a_restart_that_follows_it(
     """The store loses its data right after the off, before a worker looked again: that
     worker restores the switch from its older look, and the off's confirmation undoes it."""
     look_s = 2.0  # long enough that the worker does not look between the off and the restart
-    worker = store.worker(look_s=look_s)
-    try:
+    async with store.worker(look_s=look_s) as worker:
         await store.switch.on("alice", "incident 8")
         assert (await worker.check([SCOPE])).kill_switch is not None
         with capture_logs() as logs:
@@ -175,9 +168,6 @@ async def test_a_person_s_off_is_confirmed_across_a_restart_that_follows_it(
         assert await store.switch.status() is None
         assert (await worker.check([SCOPE])).kill_switch is None
         assert "breakers.kill_switch_off_again" in [e["event"] for e in logs]
-    finally:
-        worker.close()
-        await worker.fleet.redis.aclose()
 
 
 async def test_a_worker_cut_off_when_the_switch_went_off_restores_nothing_when_back(
@@ -187,28 +177,25 @@ async def test_a_worker_cut_off_when_the_switch_went_off_restores_nothing_when_b
     data after the off: the others, that saw the off, had their turn; its memory is stale."""
     proxy = Proxy(store.url, free_port())
     await proxy.start()
-    cut_off = store.worker(f"redis://127.0.0.1:{proxy.port}/0")
-    looking = store.worker()
+    cut_off_url = f"redis://127.0.0.1:{proxy.port}/0"
     try:
-        await store.switch.on("alice", "incident 9")
-        assert (await cut_off.check([SCOPE])).kill_switch is not None
-        looking.watch()
-        await proxy.stop()
-        await until(lambda: not cut_off.fleet_view)  # its own timer found the store gone
-        await store.switch.off("alice")
-        await until(lambda: looking.memory.kill is None)
-        await store.restart_empty()
-        await until(lambda: looking.resets == 1)
-        await asyncio.sleep(2 * (LOOK_S + TIMEOUT_S) + 0.3)  # past the restore window
-        with capture_logs() as logs:
-            await proxy.start()
-            await until(lambda: cut_off.resets == 1)
-            await asyncio.sleep(0.2)
+        async with store.worker(cut_off_url) as cut_off, store.worker() as looking:
+            await store.switch.on("alice", "incident 9")
+            assert (await cut_off.check([SCOPE])).kill_switch is not None
+            looking.watch()
+            await proxy.stop()
+            await until(lambda: not cut_off.fleet_view)  # its own timer found the store gone
+            await store.switch.off("alice")
+            await until(lambda: looking.memory.kill is None)
+            await store.restart_empty()
+            await until(lambda: looking.resets == 1)
+            await asyncio.sleep(2 * (LOOK_S + TIMEOUT_S) + 0.3)  # past the restore window
+            with capture_logs() as logs:
+                await proxy.start()
+                await until(lambda: cut_off.resets == 1)
+                await asyncio.sleep(0.2)
         assert await store.switch.status() is None
         refused = [e for e in logs if e["event"] == "breakers.kill_switch_not_restored"]
         assert [e["why"] for e in refused] == ["late"]
     finally:
-        for worker in (cut_off, looking):
-            worker.close()
-            await worker.fleet.redis.aclose()
         await proxy.stop()

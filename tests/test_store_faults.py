@@ -11,6 +11,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from decimal import Decimal
 
 import pytest
@@ -167,6 +168,17 @@ def restart_empty(proc: subprocess.Popen[bytes], url: str) -> subprocess.Popen[b
     return new
 
 
+@contextmanager
+def emptied(proc: subprocess.Popen[bytes], url: str) -> Iterator[None]:
+    """The store restarted empty for the block (`restart_empty`); that server ends after it."""
+    restarted = restart_empty(proc, url)
+    try:
+        yield
+    finally:
+        restarted.kill()
+        restarted.wait(timeout=10)
+
+
 def kill_switch(url: str, namespace: str, action: str) -> breakers.KillSwitchState | None:
     async def act() -> breakers.KillSwitchState | None:
         client = breakers.connect(url, timeout_s=2.0)
@@ -191,8 +203,7 @@ def test_a_store_restarted_empty_does_not_lift_the_kill_switch(
     assert [r.status for r in run(runner, 1)] == [Status.OK]
     kill_switch(url, namespace, "on")
     assert [r.status for r in run(runner, 1)] == [Status.REJECTED]
-    restarted = restart_empty(redis_server, url)
-    try:
+    with emptied(redis_server, url):
         assert [r.status for r in run(runner, 1)] == [Status.REJECTED]
         restored = kill_switch(url, namespace, "status")
         assert restored is not None
@@ -203,9 +214,6 @@ def test_a_store_restarted_empty_does_not_lift_the_kill_switch(
         # A person's word ends it, and no worker turns it back on.
         kill_switch(url, namespace, "off")
         assert [r.status for r in run(runner, 2)] == [Status.OK, Status.OK]
-    finally:
-        restarted.kill()
-        restarted.wait(timeout=10)
 
 
 @pytest.fixture
@@ -230,14 +238,10 @@ def test_a_switch_turned_off_stays_off_when_an_idle_fleet_s_store_restarts_empty
     assert [r.status for r in run(runner, 1)] == [Status.REJECTED]  # held
     assert operator("off") == 0
     time.sleep(5 * REJOIN_CHECK_S)  # no turn: the worker only looks
-    restarted = restart_empty(redis_server, runner.settings.redis.url)
-    try:
+    with emptied(redis_server, runner.settings.redis.url):
         assert [r.status for r in run(runner, 2)] == [Status.OK, Status.OK]
         config = runner.settings.redis
         assert kill_switch(config.url, config.namespace, "status") is None
-    finally:
-        restarted.kill()
-        restarted.wait(timeout=10)
 
 
 def test_an_idle_worker_restores_the_switch_after_an_empty_restart_without_a_turn(
@@ -247,16 +251,12 @@ def test_an_idle_worker_restores_the_switch_after_an_empty_restart_without_a_tur
     url, namespace = runner.settings.redis.url, runner.settings.redis.namespace
     assert operator("on", "--reason", "incident 7") == 0
     time.sleep(5 * REJOIN_CHECK_S)  # the worker, which ran no turn, looked
-    restarted = restart_empty(redis_server, url)
-    try:
+    with emptied(redis_server, url):
         wait_for(lambda: kill_switch(url, namespace, "status") is not None, 3.0)
         restored = kill_switch(url, namespace, "status")
         assert restored is not None
         assert restored.reason == "incident 7 [restored: the store lost its data]"
         assert [r.status for r in run(runner, 1)] == [Status.REJECTED]
-    finally:
-        restarted.kill()
-        restarted.wait(timeout=10)
 
 
 def test_while_the_store_is_away_a_switch_turned_off_since_the_last_turn_rejects_nothing(
