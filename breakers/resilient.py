@@ -14,6 +14,7 @@ and a switch a person turned on stays on. Local breakers start empty at each out
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import math
 import time
@@ -83,6 +84,10 @@ class ResilientBreakers:
         if self._watching is None or self._watching.done():
             self._watching = asyncio.get_running_loop().create_task(self._watch())
 
+    def _keep_watching(self) -> None:
+        with contextlib.suppress(RuntimeError):  # no loop runs: a parser queued ahead of one
+            self.watch()
+
     async def check(
         self,
         scopes: Iterable[str],
@@ -149,7 +154,7 @@ class ResilientBreakers:
     async def _run(
         self, op: Callable[[FleetBreakers], Awaitable[T]], as_local: Callable[[T], T]
     ) -> T:
-        self.watch()
+        self._keep_watching()
         if not self._lost:
             asked = time.monotonic()
             try:
@@ -168,7 +173,7 @@ class ResilientBreakers:
         op: Callable[[FleetBreakers], Awaitable[T]],
         as_local: Callable[[T], T],
     ) -> Parse[T]:
-        self.watch()
+        self._keep_watching()
         asked = time.monotonic()
 
         async def resolve(reply: object) -> T:
