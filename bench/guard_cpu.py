@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import kit
 
-from worker.guard.protocol import Charge, Signal, Target
+from worker.guard.protocol import Charge, Conclusion, Signal, Target
 from worker.guard.redis_guard import open_guard
 
 Op = Callable[[int], Awaitable[None]]
@@ -62,7 +62,7 @@ async def measure(args: argparse.Namespace, rig: kit.Rig) -> dict[str, float]:
         admission = await guard.admit(TARGETS, charge)
         if admission.refusal is not None:
             raise RuntimeError(f"refused: {admission.refusal}")
-        await guard.conclude(TARGETS[0], charge, signal=Signal.SUCCESS, cost_micros=1_000)
+        await guard.conclude(Conclusion(TARGETS[0], charge, Signal.SUCCESS, 1_000))
 
     async def floor(i: int) -> None:
         for _ in range(2):

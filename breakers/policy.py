@@ -15,9 +15,11 @@ def _ms(seconds: float) -> int:
 
 
 def _or_default(seconds: float | None, default: float) -> float:
-    if seconds is None or not math.isfinite(seconds) or seconds <= 0:
+    """`seconds` as given, `default` when there is none. A provider's "retry now" (0, or a
+    date already past) is the shortest wait, never the default."""
+    if seconds is None or not math.isfinite(seconds):
         return default
-    return seconds
+    return max(0.0, seconds)
 
 
 @dataclass(frozen=True)
@@ -107,7 +109,8 @@ class CooldownPolicy:
             raise InvalidPolicyError("CooldownPolicy.default_cooldown_s must be <= max_cooldown_s")
 
     def cooldown_ms(self, seconds: float | None) -> int:
-        """The cooldown to apply for a Retry-After of `seconds` (None: the default), capped."""
+        """The cooldown to apply for a Retry-After of `seconds` (None: the default; 0: the
+        shortest, 1 ms), capped."""
         return _ms(min(_or_default(seconds, self.default_cooldown_s), self.max_cooldown_s))
 
     def gone_ms(self) -> int:
@@ -115,5 +118,5 @@ class CooldownPolicy:
         return _ms(self.gone_s)
 
     def exhausted_ms(self, seconds: float | None) -> int:
-        """The TTL of an exhausted mark (None: the configured one)."""
+        """The TTL of an exhausted mark (None: the configured one; 0: the shortest, 1 ms)."""
         return _ms(_or_default(seconds, self.exhausted_ttl_s))

@@ -4,18 +4,19 @@ Every decision runs in one Lua script (one EVALSHA, one round trip) on the
 Redis server's clock, so concurrent workers cannot race past a limit and the
 UTC day and month do not depend on a pod's clock (the client passes the period
 keys of both sides of its own clock, and the script picks those of its clock:
-`BudgetKeys.periods`). Each operation also comes in an `*_on(pipe, ...)` form
+`BudgetKeys.periods`). Each operation is written once, as an `*_on(pipe, ...)` form
 that queues the EVALSHA on a caller's pipeline and returns a parser for its raw
-reply, so a worker can send a reservation and a breaker check together.
+reply, so a worker can send a reservation and a breaker check together; its one-call
+form (`reserve`, `settle`, `release`) sends that same queue on a pipeline of its own.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
@@ -44,6 +45,7 @@ from budgets.types import BudgetReport, Limits, Refusal, Release, Reservation, S
 __all__ = ["Ledger"]
 
 T = TypeVar("T")
+P = ParamSpec("P")
 Parser = Callable[[Any], T]
 MAX_HOLD_TTL_S = 86_400
 # The tenants set lives on a slot of its own, out of the scripts' reach: a process adds a
@@ -51,6 +53,18 @@ MAX_HOLD_TTL_S = 86_400
 # second time), so a store that lost the set has it back within this long.
 REGISTER_EVERY_S = 60.0
 _MAX_REGISTERED = 10_000
+
+
+def _one_call(
+    queue: Callable[Concatenate[Ledger, Pipeline, P], Parser[T]],
+) -> Callable[Concatenate[Ledger, P], Coroutine[Any, Any, T]]:
+    """The one-call form of a `*_on` operation: the same queue, on a pipeline of its own."""
+
+    async def send(self: Ledger, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await self._run(lambda pipe: queue(self, pipe, *args, **kwargs))
+
+    send.__doc__ = f"`{queue.__name__}`, sent in a round trip of its own."
+    return send
 
 
 class Ledger:
@@ -152,8 +166,14 @@ class Ledger:
         ttl_s: float,
         worst_micros: int | None = None,
     ) -> Parser[Reservation | Refusal]:
-        """Queue a reservation on `pipe`; the returned function parses its reply (the first
-        of the commands queued here)."""
+        """Hold `micros` (the expected cost) for `charge_id` if the day, month and (for
+        fallback) cap allow it, and allow `worst_micros` (default: `micros`) within the
+        tenant's overdraft (see reserve.lua); queued on `pipe`, whose reply (the first of
+        the commands queued here) the returned function parses.
+
+        Idempotent by charge id: a live hold or a settled charge is returned as it
+        is (`replayed=True`); a released one is held afresh.
+        """
         keys = self.keys
         check_provider(provider)
         check_micros("micros", micros)
@@ -184,36 +204,7 @@ class Ledger:
             self._register_on(pipe, tenant)
         return partial(parse_reservation, tenant, charge_id, micros)
 
-    async def reserve(
-        self,
-        tenant: str,
-        charge_id: str,
-        *,
-        provider: str,
-        micros: int,
-        fallback: bool,
-        ttl_s: float,
-        worst_micros: int | None = None,
-    ) -> Reservation | Refusal:
-        """Hold `micros` (the expected cost) for `charge_id` if the day, month and (for
-        fallback) cap allow it, and allow `worst_micros` (default: `micros`) within the
-        tenant's overdraft (see reserve.lua).
-
-        Idempotent by charge id: a live hold or a settled charge is returned as it
-        is (`replayed=True`); a released one is held afresh.
-        """
-        return await self._run(
-            lambda pipe: self.reserve_on(
-                pipe,
-                tenant,
-                charge_id,
-                provider=provider,
-                micros=micros,
-                fallback=fallback,
-                ttl_s=ttl_s,
-                worst_micros=worst_micros,
-            )
-        )
+    reserve = _one_call(reserve_on)
 
     def settle_on(
         self,
@@ -225,11 +216,14 @@ class Ledger:
         provider: str | None = None,
         fallback: bool | None = None,
     ) -> Parser[Settlement]:
-        """Queue a settlement on `pipe`; the returned function parses its reply (the first
-        of the commands queued here).
+        """Charge `actual_micros` for `charge_id` once, whatever was reserved, and drop its
+        hold; queued on `pipe`, whose reply (the first of the commands queued here) the
+        returned function parses.
 
-        `provider` and `fallback` are used only when no reservation record exists
-        (never reserved, or reserved longer ago than the charge record's TTL).
+        A charge id already settled is never charged again (`replayed=True`,
+        `charged_micros=0`), even when two settlements race. `provider` and `fallback`
+        are used only when no reservation record exists (never reserved, or reserved
+        longer ago than the charge record's TTL).
         """
         check_micros("actual_micros", actual_micros)
         if provider is not None:
@@ -248,36 +242,17 @@ class Ledger:
         self._register_on(pipe, tenant)
         return partial(parse_settlement, tenant, charge_id)
 
-    async def settle(
-        self,
-        tenant: str,
-        charge_id: str,
-        actual_micros: int,
-        *,
-        provider: str | None = None,
-        fallback: bool | None = None,
-    ) -> Settlement:
-        """Charge `actual_micros` for `charge_id` once, whatever was reserved, and drop its hold.
-
-        A charge id already settled is never charged again (`replayed=True`,
-        `charged_micros=0`), even when two settlements race.
-        """
-        return await self._run(
-            lambda pipe: self.settle_on(
-                pipe, tenant, charge_id, actual_micros, provider=provider, fallback=fallback
-            )
-        )
+    settle = _one_call(settle_on)
 
     def release_on(self, pipe: Pipeline, tenant: str, charge_id: str) -> Parser[Release]:
-        """Queue a release on `pipe`; the returned function parses its reply."""
+        """Drop the hold of `charge_id` without charging it (the provider did not bill its
+        call): a settled charge stays charged, a reclaimed one is refunded. Queued on
+        `pipe`; the returned function parses its reply."""
         own_keys = [self.keys.charge(tenant, check_charge_id(charge_id))]
         self._queue(pipe, "release", tenant, own_keys, [charge_id])
         return partial(parse_release, tenant, charge_id)
 
-    async def release(self, tenant: str, charge_id: str) -> Release:
-        """Drop the hold of `charge_id` without charging it (the provider did not bill its
-        call): a settled charge stays charged, a reclaimed one is refunded."""
-        return await self._run(lambda pipe: self.release_on(pipe, tenant, charge_id))
+    release = _one_call(release_on)
 
     async def set_limits(
         self,

@@ -108,7 +108,7 @@ REDIS_FIXTURES = frozenset(
     {
         "redis_url",  # here
         "acl_server",  # test_deploy.py: deploy/redis/start.sh on the rendered ACL file
-        "acl_redis",  # test_guard_forbidden.py
+        "acl_redis",  # here: users that Redis refuses (a wrong password, no Lua)
         "acl",  # test_security_redis.py: tests.test_security_kit.private_redis
         "tls_server",  # test_security_redis.py: the same, over TLS
         "private_redis",  # here: one to hang, kill and restart mid-run
@@ -116,6 +116,35 @@ REDIS_FIXTURES = frozenset(
         "redis_cluster",  # here: three primaries of a Redis Cluster
     }
 )
+
+
+@pytest.fixture(scope="module")
+def acl_redis() -> Iterator[int]:
+    """A private redis-server: user `full` may do anything, `noscripts` may not run Lua."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        skip_unless_ci("no redis-server binary")
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            *(binary, "--port", str(port), "--save", "", "--appendonly", "no"),
+            *("--user", "default", "off"),
+            *("--user", "full", "on", ">secret", "~*", "+@all"),
+            *("--user", "noscripts", "on", ">secret", "~*", "+@all", "-@scripting"),
+        ],
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(100):
+            try:
+                redis.Redis(port=port, username="full", password="secret").ping()
+                break
+            except redis.RedisError:
+                time.sleep(0.05)
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 @pytest.fixture(scope="session")

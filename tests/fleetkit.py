@@ -28,8 +28,8 @@ from typing import Any
 
 from tests.chainkit import ORDER, settings
 from worker.adapters import make_client
-from worker.guard.hedging import FleetHedges, hedge_book
-from worker.guard.protocol import Admission, Charge, Guard, Signal, Target
+from worker.guard.hedge_book import FleetHedges, hedge_book
+from worker.guard.protocol import Admission, Charge, Conclusion, Guard, Refusal, Target
 from worker.guard.redis_guard import open_guard
 from worker.observability.logs import configure_logging
 from worker.turn.chain import Chain
@@ -169,7 +169,7 @@ class _Timed:
         timing.admitted = time.time()
         return admission
 
-    async def reserve(self, charge: Charge, *, replacing: Charge | None = None) -> str | None:
+    async def reserve(self, charge: Charge, *, replacing: Charge | None = None) -> Refusal | None:
         began = time.perf_counter()
         refusal = await self.guard.reserve(charge, replacing=replacing)
         self._timing(charge).guard_s += time.perf_counter() - began
@@ -185,31 +185,13 @@ class _Timed:
         timing.guard_s += time.perf_counter() - began
         return granted
 
-    async def conclude(
-        self,
-        target: Target,
-        charge: Charge,
-        *,
-        signal: Signal | None,
-        cost_micros: int | None,
-        holder: str | None = None,
-        retry_after_s: float | None = None,
-        output_tokens: int | None = None,
-    ) -> None:
+    async def conclude(self, end: Conclusion) -> None:
         began, began_at = time.perf_counter(), time.time()
-        await self.guard.conclude(
-            target,
-            charge,
-            signal=signal,
-            cost_micros=cost_micros,
-            holder=holder,
-            retry_after_s=retry_after_s,
-            output_tokens=output_tokens,
-        )
-        timing = self._timing(charge)
+        await self.guard.conclude(end)
+        timing = self._timing(end.charge)
         timing.guard_s += time.perf_counter() - began
-        if signal is not None:
-            timing.concluded.append((target.provider_model, began_at, time.time()))
+        if end.signal is not None:
+            timing.concluded.append((end.target.provider_model, began_at, time.time()))
 
     async def hold(self, turn_id: str, payload: str) -> None:
         await self.guard.hold(turn_id, payload)

@@ -33,6 +33,7 @@ from worker.adapters import (
     make_client,
 )
 from worker.adapters.base import Adapter, Event
+from worker.adapters.classify import classify_stream_error
 from worker.errors import (
     AuthFailed,
     ConnectionFailed,
@@ -45,6 +46,7 @@ from worker.errors import (
 )
 from worker.settings import ProviderSettings
 from worker.simulator import Fault, Simulator
+from worker.simulator.catalogue import STREAM_NAMES, Kind, canned_stream
 from worker.types import Message, Tool, ToolCall
 
 SECRET = "sk-test-SECRET-0123456789abcdef"
@@ -456,6 +458,27 @@ async def test_mid_stream_error_event_raises_after_the_content_already_sent(
     assert [type(e) for e in events] == [TextDelta, TextDelta]
 
 
+STREAM_ERRORS = [
+    (api, name) for api in ("openai", "anthropic", "gemini") for name in STREAM_NAMES[api]
+]
+
+
+@pytest.mark.parametrize(("api", "name"), STREAM_ERRORS)
+async def test_each_real_mid_stream_error_reaches_the_classifier(
+    api: Kind, name: str, sim: Simulator, client: httpx.AsyncClient, model: str
+) -> None:
+    """The stream decoder hands every error event the provider sends to the classifier, in
+    whatever shape it comes (Google's one-element list included), never as malformed."""
+    payload = canned_stream(api, name)
+    sim.set_faults(model, Fault(error_after_tokens=1, stream_error=payload))
+    events: list[Event] = []
+    with pytest.raises(ProviderError) as caught:
+        await drain_into(events, adapter(api, sim.url, client).send(ask(model, stream=True)))
+    assert type(caught.value) is type(classify_stream_error(api, payload))
+    assert not isinstance(caught.value, MalformedResponse)
+    assert [type(e) for e in events] == [TextDelta]
+
+
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
 @pytest.mark.parametrize("api", APIS)
 async def test_connection_dropped_mid_answer_is_connection_failed(
@@ -845,7 +868,7 @@ async def test_body_past_the_cap_is_cut_off_as_malformed(
     client: httpx.AsyncClient,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(worker.adapters.http, "MAX_BODY_BYTES", 64 * 1024)
+    monkeypatch.setattr(worker.adapters.http, "MAX_RESPONSE_BYTES", 64 * 1024)
     monkeypatch.setattr(worker.adapters.http, "MAX_STREAM_BYTES", 64 * 1024)
     with pytest.raises(MalformedResponse, match="larger than 65536"):
         await collect(
@@ -856,7 +879,7 @@ async def test_body_past_the_cap_is_cut_off_as_malformed(
 async def test_declared_length_past_the_cap_is_refused_before_reading(
     hostile: str, client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(worker.adapters.http, "MAX_BODY_BYTES", 64 * 1024)
+    monkeypatch.setattr(worker.adapters.http, "MAX_RESPONSE_BYTES", 64 * 1024)
     with pytest.raises(MalformedResponse, match="exceeds 65536"):
         await collect(
             hostile_adapter("anthropic", hostile, "declared-huge", client).send(

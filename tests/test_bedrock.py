@@ -21,6 +21,7 @@ import httpx
 import pytest
 from aiohttp import web
 from botocore.eventstream import ChecksumMismatch, EventStreamBuffer
+from structlog.testing import capture_logs
 
 from tests.cloudkit import use_simulated_aws
 from worker.adapters import BedrockAdapter, Completion, ProviderCall, TextDelta, make_client
@@ -41,7 +42,7 @@ from worker.errors import (
     RateLimited,
     ServerError,
 )
-from worker.settings import ProviderSettings, load_settings
+from worker.settings import ProviderSettings, Settings, load_settings
 from worker.simulator import Fault, Simulator
 from worker.simulator.bedrock_wire import (
     EVENT_STREAM,
@@ -83,11 +84,14 @@ ROWS: dict[str, tuple[type[ProviderError], Decision]] = {
     "invalid_model_id": (ModelNotFound, Decision.NEXT),
     "end_of_life": (ModelNotFound, Decision.NEXT),
     "legacy_model": (ModelNotFound, Decision.NEXT),
+    "on_demand_unsupported": (ModelNotFound, Decision.NEXT),
+    "on_demand_not_supported": (ModelNotFound, Decision.NEXT),
     "proxy_502_html": (ServerError, Decision.RETRY_THEN_NEXT),
     "empty_503": (Overloaded, Decision.NEXT),
 }
 STREAM_ROWS: dict[str, type[ProviderError]] = {
     "model_stream_error": ServerError,
+    "model_stream_context_too_long": ContextTooLong,
     "throttling": RateLimited,
     "input_too_long": ContextTooLong,
     "service_unavailable": Overloaded,
@@ -116,6 +120,21 @@ def provider(sim: Simulator, signing: str = REGION, **extra: float) -> ProviderS
     """The simulator's endpoint for REGION, signing for `signing`."""
     base = f"{sim.url}/bedrock-runtime/{REGION}"
     return ProviderSettings(kind="bedrock", region=signing, base_url=base, **extra)
+
+
+def chain_config(sim: Simulator, models: dict[str, Any]) -> Settings:
+    """A chain of `models`, in order, served by this Bedrock provider (`aws`) or the
+    simulator's Anthropic API (`an`)."""
+    return load_settings(
+        data={
+            "chain": {"models": list(models)},
+            "providers": {
+                "an": {"kind": "anthropic", "base_url": sim.url, "api_key_env": "RELEVO_TEST_KEY"},
+                "aws": {"kind": "bedrock", "region": REGION, "base_url": provider(sim).base_url},
+            },
+            "models": models,
+        }
+    )
 
 
 def adapter(sim: Simulator, client: httpx.AsyncClient, **extra: Any) -> BedrockAdapter:
@@ -321,16 +340,7 @@ async def test_a_turn_falls_back_to_the_same_claude_on_bedrock_and_is_charged_it
         "cache_read_usd_per_mtok": "0.3",
     }
     other = {**claude, "serve": [{"provider": "an", "model_id": "claude-other"}]}
-    config = load_settings(
-        data={
-            "chain": {"models": ["anthropic/claude", "anthropic/other"]},
-            "providers": {
-                "an": {"kind": "anthropic", "base_url": sim.url, "api_key_env": "RELEVO_TEST_KEY"},
-                "aws": {"kind": "bedrock", "region": REGION, "base_url": provider(sim).base_url},
-            },
-            "models": {"anthropic/claude": claude, "anthropic/other": other},
-        }
-    )
+    config = chain_config(sim, {"anthropic/claude": claude, "anthropic/other": other})
     request = TurnRequest(tenant_id="acme", messages=(Message(role="user", content="Hi"),))
     async with make_client() as http:
         result = await Chain.from_settings(config, http).run(request)
@@ -365,6 +375,28 @@ async def test_each_bedrock_error_lands_in_its_class_and_decision(
     assert type(caught.value) is expected
     assert caught.value.status == error.status
     assert rule_for(caught.value).decision is decision
+
+
+async def test_a_model_served_only_through_an_inference_profile_falls_back_and_alerts(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch, model: str
+) -> None:
+    """Unusable as configured, as a gone model is: the next model answers, no retry, an alert."""
+    monkeypatch.setenv("RELEVO_TEST_KEY", "sk-ant-test-0123456789abcdef")
+    error = canned("bedrock", "on_demand_unsupported")
+    sim.set_faults(model, Fault(status=error.status, body=error.body, headers=error.headers))
+    entry = {"vendor": "anthropic", "context_window": 100_000}
+    on_bedrock = {**entry, "serve": [{"provider": "aws", "model_id": model}]}
+    direct = {**entry, "serve": [{"provider": "an", "model_id": f"direct-{model}"}]}
+    config = chain_config(sim, {"anthropic/on-bedrock": on_bedrock, "anthropic/direct": direct})
+    request = TurnRequest(tenant_id="acme", messages=(Message(role="user", content="Hi"),))
+    with capture_logs() as logs:
+        async with make_client() as http:
+            result = await Chain.from_settings(config, http).run(request)
+    assert (result.status, result.effective_provider, result.step) == (Status.OK, "an", 1)
+    assert result.attempts[0].error_class == "model_not_found"
+    assert sim.calls(model) == 1, "no retry: the same model would be refused again"
+    [alert] = [e for e in logs if e["event"] == "model.not_found"]
+    assert (alert["log_level"], alert["provider_model"]) == ("error", model)
 
 
 def test_every_canned_bedrock_error_has_a_row() -> None:
@@ -500,6 +532,21 @@ async def test_credentials_never_appear_in_an_error(
     assert TEST_SECRET_ACCESS_KEY not in shown
     assert SESSION_TOKEN not in shown
     assert "[redacted]" in shown
+
+
+@pytest.mark.parametrize("secret", [TEST_SECRET_ACCESS_KEY, SESSION_TOKEN], ids=["key", "token"])
+async def test_a_credential_cut_short_with_the_message_is_redacted_first(
+    sim: Simulator, client: httpx.AsyncClient, model: str, secret: str
+) -> None:
+    """The message is cut to its length after the body is read: a secret straddling the cut
+    would leave its first characters, which no later search for the whole secret finds."""
+    echo = "x" * 185 + " " + secret
+    sim.set_faults(model, Fault(status=400, body={"message": echo}))
+    with pytest.raises(InvalidRequest) as caught:
+        await answer(adapter(sim, client), ask(model))
+    shown = f"{caught.value} {caught.value.args!r}"
+    assert secret[:8] not in shown
+    assert caught.value.message.endswith(" [redacted]")
 
 
 async def test_no_credentials_anywhere_is_auth_failed(

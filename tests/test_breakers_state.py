@@ -278,6 +278,19 @@ async def test_rate_limit_cools_the_pair_down_until_it_expires(
     assert (await store.check([], [pair, other])).cooldowns == {pair: 0.0, other: 0.0}
 
 
+@pytest.mark.parametrize("seconds", [0, -2.5])
+async def test_a_hint_to_retry_now_is_the_shortest_cooldown_not_the_default(
+    make_store: MakeStore, clock: ManualClock, seconds: float
+) -> None:
+    """Retry-After: 0, or a date already past: a 1 ms cooldown (real Redis may drop it sooner)."""
+    store = make_store(cooldowns=CooldownPolicy(default_cooldown_s=4, max_cooldown_s=5))
+    pair = Pair("acct-a", "gpt-5")
+    await store.record([Cooldown(*pair, seconds=seconds)])
+    assert (await store.check([], [pair])).cooldowns[pair] <= 0.001
+    clock.advance(0.001)
+    assert (await store.check([], [pair])).cooldowns == {pair: 0.0}
+
+
 async def test_rate_limit_adds_nothing_to_the_failure_rate(make_store: MakeStore) -> None:
     store = make_store()
     for _ in range(5):

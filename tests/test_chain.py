@@ -13,7 +13,7 @@ import pytest
 
 from tests.chainkit import ID_OF, KEY, ORDER, fault, run, settings, turn
 from worker.errors import TurnFailed
-from worker.guard import Availability, Charge, Signal, Target
+from worker.guard import Availability, Conclusion, Signal
 from worker.guard.testing import ScriptedGuard
 from worker.simulator import Fault, Simulator
 from worker.simulator.catalogue import Kind
@@ -384,20 +384,10 @@ async def test_the_turn_is_never_rewritten_to_mention_fallback(sim: Simulator) -
 class _OpensOnFailure(ScriptedGuard):
     """A fleet whose breaker for a model opens as soon as one of its calls fails."""
 
-    async def conclude(
-        self,
-        target: Target,
-        charge: Charge,
-        *,
-        signal: Signal | None,
-        cost_micros: int | None,
-        holder: str | None = None,
-        retry_after_s: float | None = None,
-        output_tokens: int | None = None,
-    ) -> None:
-        await super().conclude(target, charge, signal=signal, cost_micros=cost_micros)
-        if signal is Signal.FAILURE:
-            self.availability[target.provider_model] = Availability.OPEN
+    async def conclude(self, end: Conclusion) -> None:
+        await super().conclude(end)
+        if end.signal is Signal.FAILURE:
+            self.availability[end.target.provider_model] = Availability.OPEN
 
 
 async def test_a_retry_is_not_sent_to_a_breaker_that_opened_meanwhile(sim: Simulator) -> None:

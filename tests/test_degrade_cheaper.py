@@ -21,7 +21,7 @@ from worker.guard.redis_guard import open_guard
 from worker.guard.testing import ScriptedGuard
 from worker.settings import Settings, load_settings
 from worker.simulator import Fault, Simulator
-from worker.turn.degrade import CHEAPER_MODEL_REASONS
+from worker.turn.stand_in import CHEAPER_MODEL_REASONS
 from worker.types import AttemptOutcome, Status, TurnResult
 
 PRIMARY, CHEAP = "openai/alpha", "google/gamma-lite"

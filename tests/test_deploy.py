@@ -9,6 +9,7 @@ results, checked on a real redis-server started with deploy/redis/start.sh.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -24,11 +25,13 @@ from urllib.parse import urlparse
 import pytest
 import redis
 import yaml
-from redis.exceptions import AuthenticationError, NoPermissionError
+from redis.exceptions import AuthenticationError, NoPermissionError, OutOfMemoryError
+from structlog.testing import capture_logs
 
 import breakers
 import budgets
-from tests.chainkit import worker_config
+from tests.chainkit import KEY, run, turn, worker_config
+from tests.chainkit import settings as chain_settings
 from tests.conftest import skip_unless_ci
 from tests.netkit import free_port
 from worker.cli.fleet import celery_command
@@ -36,8 +39,11 @@ from worker.console.views import fleet_view, tenant_rows, turn_view
 from worker.fleet.app import make_app
 from worker.fleet.enqueue import enqueue_turn
 from worker.fleet.operations import operator_fleet
+from worker.guard.redis_guard import open_guard
 from worker.observability.metrics import METRIC_NAMES
 from worker.settings import ObservabilitySettings, load_settings
+from worker.simulator import Simulator
+from worker.types import Status
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -347,14 +353,227 @@ def test_k8s_secrets_are_placeholders_and_redis_uses_the_acl() -> None:
     for name in ("relevo-redis", "relevo-providers"):
         values = objects["Secret", name]["stringData"].values()
         assert all(value.startswith("FAKE") for value in values)
-    acl = objects["ConfigMap", "relevo-redis-acl"]["data"]
-    assert acl["users.acl.in"] == (DEPLOY / "redis/users.acl.in").read_text()
-    assert acl["start.sh"] == (DEPLOY / "redis/start.sh").read_text()
+    files = objects["ConfigMap", "relevo-redis-config"]["data"]
+    assert files == {p.name: p.read_text() for p in (DEPLOY / "redis").iterdir()}
     (redis_container,) = objects["StatefulSet", "redis"]["spec"]["template"]["spec"]["containers"]
     assert "--aclfile" in redis_container["command"]
     (kustomization,) = load_yaml("kubernetes/kustomization.yaml")
     manifests = {p.name for p in (DEPLOY / "kubernetes").glob("*.yaml")} - {"kustomization.yaml"}
     assert set(kustomization["resources"]) == manifests
+
+
+# --- every Redis data node: a memory limit it refuses writes at, an append-only file ---
+
+REDIS_CONF = DEPLOY / "redis/redis.conf"
+MOUNTED = "/etc/relevo-redis"  # where compose and Kubernetes mount deploy/redis/
+# Redis sizes ("256mb"), Kubernetes quantities ("512Mi") and compose's ("512m").
+REDIS_UNITS = {"": 1, "k": 1000, "kb": 2**10, "m": 10**6, "mb": 2**20, "g": 10**9, "gb": 2**30}
+K8S_UNITS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "k": 1000, "M": 10**6, "G": 10**9}
+COMPOSE_UNITS = {"b": 1, "k": 2**10, "m": 2**20, "g": 2**30}
+
+
+def size(value: str, units: dict[str, int]) -> int:
+    """Bytes in `value`; a unit that is not one of `units` as written is tried in lower case."""
+    match = re.fullmatch(r"(\d+)([A-Za-z]*)", value)
+    assert match, f"not a size: {value!r}"
+    unit = match[2] if match[2] in units else match[2].lower()
+    return int(match[1]) * units[unit]
+
+
+def conf_directives(text: str) -> dict[str, str]:
+    """A redis.conf's directives (name -> value), quotes removed."""
+    lines = (line.strip() for line in text.splitlines())
+    pairs = (line.partition(" ")[::2] for line in lines if line and not line.startswith("#"))
+    return {name.lower(): value.strip().strip('"') for name, value in pairs}
+
+
+def server_settings(command: list[str]) -> dict[str, str]:
+    """What a redis-server started by `command` runs with: the mounted redis.conf, then
+    the options after it, which override it."""
+    args = command[command.index("redis-server") + 1 :]
+    assert args[0] == f"{MOUNTED}/redis.conf", "redis-server does not read the deploy's redis.conf"
+    running = conf_directives(REDIS_CONF.read_text())
+    starts = [i for i, arg in enumerate(args) if arg.startswith("--")] + [len(args)]
+    for here, following in itertools.pairwise(starts):
+        running[args[here][2:].lower()] = " ".join(args[here + 1 : following])
+    return running
+
+
+def redis_data_nodes() -> dict[str, tuple[dict[str, str], int]]:
+    """Every Redis data node the deploy files run: its settings and its memory limit (bytes)."""
+    base = compose()
+    (layer,) = load_yaml("docker-compose.sentinel.yml")
+    # Compose merges a service named in both files; a list such as `command` is replaced.
+    layered = {**base, **{n: {**base.get(n, {}), **s} for n, s in layer["services"].items()}}
+    nodes = {}
+    for where, services in (("compose", base), ("compose+sentinel", layered)):
+        for name, service in services.items():
+            if "redis-server" in service.get("command", []):
+                assert f"./redis:{MOUNTED}:ro" in service["volumes"], name
+                limit = size(service["mem_limit"], COMPOSE_UNITS)
+                nodes[f"{where}: {name}"] = (server_settings(service["command"]), limit)
+    spec = k8s()["StatefulSet", "redis"]["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    mounted = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    (volume,) = [v for v in spec["volumes"] if v["name"] == mounted[MOUNTED]]
+    assert volume["configMap"]["name"] == "relevo-redis-config"
+    limit = size(container["resources"]["limits"]["memory"], K8S_UNITS)
+    nodes["kubernetes: redis"] = (server_settings(container["command"]), limit)
+    return nodes
+
+
+def test_every_redis_refuses_writes_at_half_its_memory_and_keeps_an_append_only_file() -> None:
+    nodes = redis_data_nodes()
+    assert set(nodes) == {
+        "compose: redis",
+        "compose+sentinel: redis",
+        "compose+sentinel: redis-replica-1",
+        "compose+sentinel: redis-replica-2",
+        "kubernetes: redis",
+    }
+    for name, (conf, limit) in nodes.items():
+        assert conf["maxmemory-policy"] == "noeviction", name
+        assert 0 < size(conf["maxmemory"], REDIS_UNITS) <= limit // 2, name
+        assert (conf["appendonly"], conf["appendfsync"]) == ("yes", "everysec"), name
+
+
+def test_the_memory_sizes_are_read_as_their_tools_read_them() -> None:
+    """The helpers the check above relies on: sizes in each tool's units, options that
+    override the file."""
+    assert (
+        size("256MB", REDIS_UNITS)
+        == size("512Mi", K8S_UNITS) // 2
+        == size("512m", COMPOSE_UNITS) // 2
+    )
+    assert size("3gb", REDIS_UNITS) == 3 * 2**30
+    assert size("1M", K8S_UNITS) == 10**6
+    assert server_settings(
+        [
+            "sh",
+            "start.sh",
+            "redis-server",
+            f"{MOUNTED}/redis.conf",
+            "--maxmemory",
+            "1gb",
+            "--replicaof",
+            "redis",
+            "6379",
+        ]
+    ) == {**conf_directives(REDIS_CONF.read_text()), "maxmemory": "1gb", "replicaof": "redis 6379"}
+
+
+def started_redis(
+    folder: Path, *options: str, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[bytes], int]:
+    """redis-server on the deploy's redis.conf (through start.sh when `env` holds the
+    passwords) on a free port, writing under `folder`; `options` override the file."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        skip_unless_ci("no redis-server binary to run the deploy's Redis configuration")
+    port = free_port()
+    command = [str(binary), str(REDIS_CONF), "--port", str(port), "--bind", "127.0.0.1"]
+    command += ["--dir", str(folder), *options]
+    if env is not None:
+        command = ["sh", str(DEPLOY / "redis/start.sh"), *command]
+    proc = subprocess.Popen(
+        command,
+        env={"PATH": os.environ["PATH"], **(env or {})},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    return proc, port
+
+
+def wait_answering(proc: subprocess.Popen[bytes], url: str) -> None:
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            with redis.Redis.from_url(url, socket_timeout=0.5) as client:
+                client.ping()
+            return
+        except (redis.ConnectionError, AuthenticationError):
+            assert proc.poll() is None, "redis-server refused its configuration"
+            assert time.monotonic() < deadline, "redis-server never answered"
+            time.sleep(0.05)
+
+
+@pytest.fixture
+def deploy_redis(tmp_path: Path) -> Iterator[Any]:
+    """Start redis-servers on the deploy's redis.conf: `start(*options)` gives a URL."""
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(*options: str) -> str:
+        proc, port = started_redis(tmp_path, *options)
+        procs.append(proc)
+        url = f"redis://127.0.0.1:{port}/0"
+        wait_answering(proc, url)
+        return url
+
+    yield start
+    for proc in procs:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.mark.redis
+def test_a_redis_server_runs_with_the_deploy_settings(deploy_redis: Any) -> None:
+    """redis-server reads deploy/redis/redis.conf as the check above does."""
+    with redis.Redis.from_url(deploy_redis(), decode_responses=True) as client:
+        running = client.config_get("*")
+        aof = client.info("persistence")["aof_enabled"]
+    wanted = conf_directives(REDIS_CONF.read_text())
+    assert running["maxmemory"] == str(size(wanted["maxmemory"], REDIS_UNITS)) != "0"
+    assert running["maxmemory-policy"] == "noeviction"
+    assert (running["appendonly"], running["appendfsync"], aof) == ("yes", "everysec", 1)
+    assert running["save"] == ""
+
+
+async def written_until_refused(client: Any, writes: int = 200) -> int:
+    """How many 64 KiB keys that expire (as relevo's do) Redis took before refusing one."""
+    for written in range(writes):
+        try:
+            await client.set(f"filler:{written}", bytes(64 * 1024), ex=3600)
+        except OutOfMemoryError:
+            return written
+    return writes
+
+
+@pytest.mark.redis
+async def test_a_full_redis_refuses_writes_keeps_every_key_and_workers_serve_locally(
+    deploy_redis: Any, sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At its limit the deploy's Redis refuses writes (OOM) rather than evict a spend or a
+    queued turn; relevo takes that as the store unavailable, not as a refusal of the
+    worker: the turn is answered from the worker's local view (docs/deploy.md)."""
+    url = deploy_redis("--maxmemory", "3mb")  # the deploy's policy, a limit filled quickly
+    client = breakers.connect(url, timeout_s=2)
+    ledger = budgets.Ledger(client, namespace="full")
+    try:
+        await ledger.set_limits("acme", 5_000_000, 100_000_000)
+        await ledger.reserve(
+            "acme", "t1:0", provider="openai", micros=700, fallback=False, ttl_s=60
+        )
+        await ledger.settle("acme", "t1:0", 700)
+        await client.lpush("full", "a queued turn")
+        written = await written_until_refused(client)
+        assert (await ledger.report("acme")).day.spent_micros == 700
+        assert await client.llen("full") == 1
+        assert written < 200
+    finally:
+        await client.aclose()
+    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
+    sim.reset()
+    config = chain_settings(sim.url, redis={"url": url, "namespace": "full"})
+    guard = open_guard(config)
+    try:
+        with capture_logs() as logs:
+            result = await run(config, turn(), guard=guard)
+    finally:
+        await guard.aclose()
+    assert (result.status, sim.calls()) == (Status.OK, 1)
+    lost = [e for e in logs if e["event"] == "breakers.fleet_view_lost"]
+    assert [e["error"] for e in lost] == ["OutOfMemoryError"]
+    assert not [e for e in logs if "forbidden" in e["event"]]
 
 
 # --- Redis ACL users, on a real server -------------------------------------------------
@@ -394,34 +613,15 @@ def test_start_sh_refuses_passwords_that_would_break_the_acl(tmp_path: Path, pas
 
 @pytest.fixture(scope="module")
 def acl_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """A private redis-server on the rendered ACL file; yields each user's URL."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail("CI needs redis-server to check the ACL users")
-        skip_unless_ci("no redis-server binary to check the ACL users on")
-    port = free_port()
-    acl = tmp_path_factory.mktemp("acl") / "users.acl"
-    args = ["--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-    proc = subprocess.Popen(
-        ["sh", str(DEPLOY / "redis/start.sh"), binary, *args, "--aclfile", str(acl)],
-        env={"PATH": os.environ["PATH"], **password_env(acl)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    """A private redis-server as the deploy starts it (start.sh, redis.conf, the rendered
+    ACL file); yields each user's URL."""
+    folder = tmp_path_factory.mktemp("acl")
+    acl = folder / "users.acl"
+    proc, port = started_redis(folder, "--aclfile", str(acl), env=password_env(acl))
     urls = {user: f"redis://{user}:{pw}@127.0.0.1:{port}/0" for user, pw in PASSWORDS.items()}
     urls["anonymous"] = f"redis://127.0.0.1:{port}/0"
     try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                with redis.Redis.from_url(urls["operator"], socket_timeout=0.5) as client:
-                    client.ping()
-                break
-            except (redis.ConnectionError, AuthenticationError):
-                assert proc.poll() is None, "redis-server refused the rendered ACL file"
-                assert time.monotonic() < deadline, "redis-server never answered"
-                time.sleep(0.05)
+        wait_answering(proc, urls["operator"])
         yield urls
     finally:
         proc.terminate()
@@ -548,18 +748,21 @@ def test_compose_sentinel_layer_fails_over_through_three_sentinels_as_acl_users(
     script = services["sentinel-1"]["command"][-1]
     assert "sentinel monitor relevo redis 6379 2" in script
     assert "sentinel auth-user relevo sentinel" in script
-    replica = services["redis-replica"]["command"]
-    assert replica[replica.index("--replicaof") + 1 :][:2] == ["redis", "6379"]
-    assert replica[replica.index("--masteruser") + 1] == "replica"
+    replicas = [name for name in services if name.startswith("redis-replica-")]
+    for name in replicas:
+        replica = services[name]["command"]
+        assert replica[replica.index("--replicaof") + 1 :][:2] == ["redis", "6379"]
+        assert replica[replica.index("--masteruser") + 1] == "replica"
     primary = services["redis"]["command"]
-    assert primary[primary.index("--min-replicas-to-write") + 1] == "1"
+    # Writes need this many replicas: one more keeps writes going while one restarts.
+    assert 1 <= int(primary[primary.index("--min-replicas-to-write") + 1]) < len(replicas)
     for name in ("worker-1", "worker-2"):
         env = services[name]["environment"]
         assert env["RELEVO_REDIS__SENTINEL_MASTER"] == "relevo"
         # As compose fills it in: each ${...} is the password.
         parts = re.sub(r"\$\{[^}]*\}", "pw", env["RELEVO_REDIS__URL"]).split(";")
         assert [urlparse(p).hostname for p in parts] == sentinels
-    assert set(services) - set(compose()) == {"redis-replica", *sentinels}
+    assert set(services) - set(compose()) == {*replicas, *sentinels}
 
 
 SENTINEL_PASSWORDS = {

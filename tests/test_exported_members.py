@@ -26,8 +26,8 @@ SURFACES: dict[str, str] = {
     " GeminiAdapter OpenAIAdapter ProviderCall TextDelta ToolCallDelta VertexAdapter"
     " build_adapter make_client",
     "worker.turn": "RULES Chain Decision Rule rule_for",
-    "worker.guard": "Admission Availability Charge FleetView Guard HedgeBook LocalHedges"
-    " OpenGuard RedisGuard Signal Target hedge_book open_guard",
+    "worker.guard": "Admission Availability Charge Conclusion FleetView Guard HedgeBook"
+    " LocalHedges OpenGuard RedisGuard Refusal Signal Target hedge_book open_guard",
     "worker.guard.testing": "ScriptedGuard",
     "worker.fleet": "AsyncTurnHandle Producer TurnHandle TurnStore TurnTimeout enqueue_turn"
     " make_app",

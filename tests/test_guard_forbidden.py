@@ -2,49 +2,12 @@
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import time
-from collections.abc import Iterator
-
 import pytest
-import redis
 
 from tests.chainkit import KEY, run, settings, turn
-from tests.conftest import skip_unless_ci
-from tests.netkit import free_port
 from worker.guard.redis_guard import open_guard
 from worker.simulator import Simulator
 from worker.types import Status
-
-
-@pytest.fixture(scope="module")
-def acl_redis() -> Iterator[int]:
-    """A private redis-server: user `full` may do anything, `noscripts` may not run Lua."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        skip_unless_ci("no redis-server binary")
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            *(binary, "--port", str(port), "--save", "", "--appendonly", "no"),
-            *("--user", "default", "off"),
-            *("--user", "full", "on", ">secret", "~*", "+@all"),
-            *("--user", "noscripts", "on", ">secret", "~*", "+@all", "-@scripting"),
-        ],
-        stdout=subprocess.DEVNULL,
-    )
-    try:
-        for _ in range(100):
-            try:
-                redis.Redis(port=port, username="full", password="secret").ping()
-                break
-            except redis.RedisError:
-                time.sleep(0.05)
-        yield port
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 @pytest.mark.parametrize(

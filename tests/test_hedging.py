@@ -19,7 +19,7 @@ from tests.chainkit import KEY, settings, turn
 from tests.fleetkit import Job, Workers, make_request
 from worker.adapters import make_client
 from worker.guard import Availability, Target
-from worker.guard.hedging import FleetHedges, LocalHedges, hedge_book
+from worker.guard.hedge_book import FleetHedges, LocalHedges, hedge_book
 from worker.guard.redis_guard import open_guard
 from worker.guard.testing import ScriptedGuard
 from worker.observability import TurnMetrics

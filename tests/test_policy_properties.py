@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from worker.adapters.classify import (
-    MAX_BODY_BYTES,
+    MAX_ERROR_BODY_BYTES,
     MAX_MESSAGE_CHARS,
     classify_response,
     classify_stream_error,
@@ -53,7 +53,7 @@ BODIES = st.one_of(
             b"\xff\xfe\xfa" * 100,
             b"[" * 50_000,
             b'{"error":' * 20_000,
-            b"x" * (MAX_BODY_BYTES + 1),
+            b"x" * (MAX_ERROR_BODY_BYTES + 1),
             '{"error":{"message":"\u0000\u202e\ud7ff"}}'.encode(),
         ]
     ),

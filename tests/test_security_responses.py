@@ -283,7 +283,7 @@ async def run_chain(settings: Settings, stream: bool) -> tuple[TurnResult, float
 
 @pytest.fixture
 def small_caps(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(worker.adapters.http, "MAX_BODY_BYTES", CAP)
+    monkeypatch.setattr(worker.adapters.http, "MAX_RESPONSE_BYTES", CAP)
     monkeypatch.setattr(worker.adapters.http, "MAX_STREAM_BYTES", CAP)
     monkeypatch.setattr(worker.adapters.http, "MAX_ERROR_BODY_BYTES", CAP // 4)
 

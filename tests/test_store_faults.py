@@ -11,6 +11,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from decimal import Decimal
 
@@ -23,12 +24,13 @@ from tests.chainkit import KEY, settings, turn
 from tests.conftest import _answers
 from tests.netkit import free_port
 from worker.cli.main import main
+from worker.fleet.replay import replay_fleet
 from worker.fleet.runner import TurnRunner
 from worker.fleet.startup import warn_if_not_persistent
 from worker.fleet.turnstore import TurnStore
-from worker.guard.redis_guard import BUDGET_UNREACHABLE
+from worker.guard.protocol import Refusal
 from worker.settings import RedisSettings, Settings
-from worker.simulator import Simulator
+from worker.simulator import Fault, Simulator
 from worker.turn.capability import Fit, fit_turn
 from worker.turn.pricing import reservation_micros
 from worker.types import Status, TurnResult
@@ -143,8 +145,71 @@ def test_while_the_store_is_away_a_tenant_spends_only_its_offline_allowance(
         redis_server.send_signal(signal.SIGCONT)
         runner.close()
     assert [r.status for r in offline] == [Status.OK, Status.DEGRADED, Status.DEGRADED]
-    assert {r.reason for r in offline[1:]} == {BUDGET_UNREACHABLE}
+    assert {r.reason for r in offline[1:]} == {Refusal.BUDGET_UNREACHABLE}
     assert sim.calls("alpha") == 2  # the refused turns called no model
+
+
+def test_while_the_store_is_away_turns_in_flight_count_against_the_allowance(
+    sim: Simulator,
+    private_redis: tuple[str, subprocess.Popen[bytes]],
+    namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Twelve turns at once, as a worker's threads run them: only the calls whose worst
+    cases fit the allowance together start; the others degrade before any call."""
+    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
+    sim.reset()
+    url, redis_server = private_redis
+    redis = {"url": url, "namespace": namespace, "timeout_s": 0.25, "rejoin_check_s": 30}
+    worst = worst_case(configured(sim, redis), "openai/alpha")
+    allowance = Decimal(2 * worst + worst // 2) / 1_000_000
+    runner = TurnRunner(configured(sim, redis, offline_allowance_usd=str(allowance)))
+    try:
+        run(runner, 1)
+        sim.set_faults("alpha", Fault(latency_s=1.0))  # long enough to be in flight together
+        redis_server.send_signal(signal.SIGSTOP)
+        with ThreadPoolExecutor(12) as threads:
+            offline = list(threads.map(lambda _: run(runner, 1)[0], range(12)))
+    finally:
+        redis_server.send_signal(signal.SIGCONT)
+        runner.close()
+    statuses = sorted(r.status for r in offline)
+    assert statuses == [Status.DEGRADED] * 10 + [Status.OK] * 2
+    assert {r.reason for r in offline if r.status is Status.DEGRADED} == {
+        Refusal.BUDGET_UNREACHABLE
+    }
+    assert sim.calls("alpha") == 1 + 2
+    assert sum(r.cost_micros for r in offline) <= allowance * 1_000_000
+
+
+def test_turns_the_kill_switch_refused_during_a_stall_are_all_replayed(
+    runner_on: tuple[TurnRunner, subprocess.Popen[bytes]],
+) -> None:
+    """The switch is on and Redis stalls: the turns refused meanwhile are held when Redis
+    answers again, on the backlog's timer, and a replay runs every one of them."""
+    runner, redis_server = runner_on
+    url, namespace = runner.settings.redis.url, runner.settings.redis.namespace
+    kill_switch(url, namespace, "on")
+    refused = run(runner, 1)
+    redis_server.send_signal(signal.SIGSTOP)
+    refused += run(runner, 3)
+    assert not runner.guard.circuits.fleet_view
+    redis_server.send_signal(signal.SIGCONT)
+    wait_for(lambda: len(runner.guard.backlog) == 0, 5.0)
+    assert [r.status for r in refused] == [Status.REJECTED] * 4
+    kill_switch(url, namespace, "off")
+
+    async def replay() -> list[TurnResult | None]:
+        client = breakers.connect(url, timeout_s=2.0)
+        try:
+            await replay_fleet(runner.settings, client, lambda _: None)
+            store = TurnStore(client, namespace=namespace)
+            return [await store.result(r.turn_id) for r in refused]
+        finally:
+            await client.aclose()
+
+    replayed = asyncio.run(replay())
+    assert [r.status if r else None for r in replayed] == [Status.OK] * 4
 
 
 def restart_empty(proc: subprocess.Popen[bytes], url: str) -> subprocess.Popen[bytes]:

@@ -42,7 +42,7 @@ def test_enqueued_turns_run_on_the_stub_fleet(simulator: Simulator) -> None:
 
 
 async def test_the_scripted_guard_scripts_the_fleet_view(simulator: Simulator) -> None:
-    guard = ScriptedGuard({"alpha": Availability.OPEN}, refuse={"an": "over_budget"})
+    guard = ScriptedGuard({"alpha": Availability.OPEN}, refuse={"an": "tenant_budget_exhausted"})
     result = await run(settings(simulator.url), turn(), guard=guard)
     # alpha's breaker is open (skipped, no call); beta's provider refuses the money.
     assert result.status is Status.DEGRADED

@@ -9,6 +9,7 @@ chain does next (see `worker.turn.policy.RULES`).
     ├── InputError             a bad turn request, naming the field
     ├── DeadlineExceeded       the turn's deadline passed
     ├── StoreForbidden         Redis refused this worker (password, ACL): fail closed
+    ├── StoreUnreachable       Redis slow or gone: the guard answers locally, keeps writes
     ├── ProviderError          one attempt failed
     │   ├── ServerError            500 / 502 / 504, Anthropic api_error
     │   ├── Overloaded             503 overloaded, Anthropic 529
@@ -54,6 +55,7 @@ __all__ = [
     "ResponseTimeout",
     "ServerError",
     "StoreForbidden",
+    "StoreUnreachable",
     "TurnFailed",
 ]
 
@@ -93,6 +95,11 @@ class StoreForbidden(RelevoError):
     """The shared store refused this worker: it may not read the kill switch, so no turn runs."""
 
     code: ClassVar[str] = "store_forbidden"
+
+
+class StoreUnreachable(RelevoError):
+    """The shared store did not answer in time. The guard answers for it locally (the
+    process's own breakers, the offline allowance) and keeps what it missed for later."""
 
 
 class ProviderError(RelevoError):

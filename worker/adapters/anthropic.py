@@ -9,8 +9,8 @@ from worker.adapters.base import Completion, Event, ProviderCall, TextDelta, Too
 from worker.adapters.classify import classify_stream_error
 from worker.adapters.finish import normalize_finish
 from worker.adapters.http import (
-    HttpAdapter,
     HttpRequest,
+    SseAdapter,
     StreamDecoder,
     as_int,
     as_object,
@@ -27,7 +27,7 @@ ANTHROPIC_VERSION = "2023-06-01"
 ORIGIN = "anthropic"  # the `Reasoning.origin` of Claude's thinking blocks, wherever served
 
 
-class AnthropicAdapter(HttpAdapter):
+class AnthropicAdapter(SseAdapter):
     """POST /v1/messages with `x-api-key` and `anthropic-version`."""
 
     kind = "anthropic"
@@ -87,7 +87,7 @@ class AnthropicAdapter(HttpAdapter):
             reasoning=tuple(reasoning),
         )
 
-    def decoder(self) -> StreamDecoder:
+    def decoder(self) -> StreamDecoder[SseEvent]:
         return _EventDecoder()
 
 

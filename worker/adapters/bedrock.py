@@ -1,60 +1,48 @@
-"""AWS Bedrock Converse and ConverseStream, signed with botocore's SigV4.
+"""AWS Bedrock Converse and ConverseStream, on the shared HTTP path, signed with SigV4.
 
-botocore is an optional extra (`pip install 'relevo[bedrock]'`), imported here and only
-when a Bedrock provider is used. Credentials come from botocore's standard chain
-(environment, shared config and credentials files, container or instance role); looking
-them up, and refreshing them when they are about to expire, may block on files or the
-network, so it runs in a thread, never on the event loop. Signing itself is a few HMACs.
+The request is signed by `worker.adapters.sigv4.SigV4` (botocore's signer and credential
+chain, the optional extra `pip install 'relevo[bedrock]'`), passed to `HttpAdapter` as
+its `httpx.Auth`; the secret key and session token are redacted from every error, as an
+API key is. ConverseStream answers in AWS event-stream framing (binary messages with
+headers and a CRC each), read with botocore's own parser. An error before the stream is
+an HTTP status with `x-amzn-ErrorType`; one inside it is a message whose `:message-type`
+is `exception`. Both are classified in `worker.adapters.classify`.
 
-ConverseStream answers in AWS event-stream framing (binary messages with headers and a
-CRC each), read with botocore's own parser. An error before the stream is an HTTP status
-with `x-amzn-ErrorType`; one inside it is an event whose `:message-type` is `exception`.
-Both are classified in `worker.adapters.classify`. The secret key and session token never
-appear in an error: every message leaving here is scrubbed of them.
+Which family wrote a reasoning block decides where it may go back (`reasoning_origin`),
+so a provider holds one Converse adapter per family, chosen by the model id.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
-import threading
-from collections.abc import AsyncGenerator, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncGenerator, Mapping
+from typing import Any, ClassVar, NamedTuple
 from urllib.parse import quote
 
-import aiohttp
 import httpx
 
 from worker.adapters.anthropic import may_think
 from worker.adapters.base import Completion, Event, ProviderCall, TextDelta, ToolCallDelta
-from worker.adapters.classify import classify_response, classify_stream_error
+from worker.adapters.classify import classify_stream_error
 from worker.adapters.finish import normalize_finish
 from worker.adapters.http import (
-    MAX_BODY_BYTES,
-    MAX_ERROR_BODY_BYTES,
-    MAX_STREAM_BYTES,
+    HttpAdapter,
     HttpRequest,
-    _capped,
-    _read_capped,
-    _translate,
     as_int,
     as_object,
     as_str,
     parse_arguments,
 )
-from worker.errors import AuthFailed, ConnectionFailed, MalformedResponse, ProviderError
-from worker.observability.redact import redact_text
+from worker.adapters.sigv4 import SigV4
+from worker.errors import ConnectionFailed, MalformedResponse
 from worker.settings import ProviderSettings
 from worker.types import Message, Reasoning, Tool, ToolCall, Usage
-
-if TYPE_CHECKING:
-    from botocore.credentials import Credentials, ReadOnlyCredentials
 
 __all__ = ["EVENT_STREAM", "BedrockAdapter", "reasoning_origin"]
 
 EVENT_STREAM = "application/vnd.amazon.eventstream"
 _SERVICE = "bedrock"  # the SigV4 signing name of bedrock-runtime
+_ORIGINS = ("anthropic", "bedrock")
 
 
 def reasoning_origin(model_id: str) -> str:
@@ -63,30 +51,56 @@ def reasoning_origin(model_id: str) -> str:
 
 
 class BedrockAdapter:
-    """POST /model/{modelId}/converse (or /converse-stream), SigV4-signed for `bedrock`."""
+    """One Bedrock provider (a region): every model, one credential chain."""
 
-    kind = "bedrock"
+    kind: ClassVar[str] = "bedrock"
 
     def __init__(self, provider: ProviderSettings, client: httpx.AsyncClient) -> None:
-        region = provider.region or ""
-        self._region = region
-        self._endpoint = (
-            provider.base_url or f"https://bedrock-runtime.{region}.amazonaws.com"
-        ).rstrip("/")
-        self._client = client
-        self._credentials = _CredentialChain()
-        self._timeout = httpx.Timeout(
-            provider.total_timeout_s, connect=min(10.0, provider.first_byte_timeout_s)
-        )
+        auth = SigV4(service=_SERVICE, region=provider.region or "")
+        self._converse = {
+            origin: _Converse(provider, client, auth, origin=origin) for origin in _ORIGINS
+        }
 
     def request(self, call: ProviderCall) -> HttpRequest:
         """The Converse request for `call`, before it is signed."""
+        return self._converse[reasoning_origin(call.model_id)].request(call)
+
+    def send(self, call: ProviderCall) -> AsyncGenerator[Event, None]:
+        """Yield content deltas (when streaming), then one `Completion`."""
+        return self._converse[reasoning_origin(call.model_id)].send(call)
+
+
+class EventMessage(NamedTuple):
+    """One AWS event-stream message: its headers and its payload."""
+
+    headers: Mapping[str, Any]
+    payload: bytes
+
+
+class _Converse(HttpAdapter[EventMessage]):
+    """POST /model/{modelId}/converse (or /converse-stream) for one family's models."""
+
+    kind = "bedrock"
+    stream_media_type = EVENT_STREAM
+
+    def __init__(
+        self, provider: ProviderSettings, client: httpx.AsyncClient, auth: SigV4, *, origin: str
+    ) -> None:
+        super().__init__(provider, client, auth=auth)
+        self._sigv4 = auth
+        self._origin = origin
+        region = provider.region or ""
+        self._endpoint = (
+            provider.base_url or f"https://bedrock-runtime.{region}.amazonaws.com"
+        ).rstrip("/")
+
+    def request(self, call: ProviderCall) -> HttpRequest:
         # `:` and `@` stay as they are: the transport would unescape them, and the path
         # that is signed must be the path that is sent. `/` (in ARNs) is escaped.
         model = quote(call.model_id, safe=":@")
         operation = "converse-stream" if call.stream else "converse"
         body: dict[str, Any] = {
-            "messages": _messages(call.messages, reasoning_origin(call.model_id)),
+            "messages": _messages(call.messages, self._origin),
             "inferenceConfig": {"maxTokens": call.max_tokens},
         }
         system = "\n\n".join(m.content for m in call.messages if m.role == "system" and m.content)
@@ -95,7 +109,7 @@ class BedrockAdapter:
         if call.tools:
             body["toolConfig"] = {"tools": [_tool(tool) for tool in call.tools]}
         budget = call.thinking_budget_tokens
-        thinks = reasoning_origin(call.model_id) == "anthropic" and may_think(call.messages)
+        thinks = self._origin == "anthropic" and may_think(call.messages)
         if budget is not None and budget < call.max_tokens and thinks:
             # Claude's own request field, passed through Converse as the model's.
             thinking = {"type": "enabled", "budget_tokens": budget}
@@ -109,128 +123,37 @@ class BedrockAdapter:
             body=body,
         )
 
-    async def send(self, call: ProviderCall) -> AsyncGenerator[Event, None]:
-        """Yield content deltas (when streaming), then one `Completion`."""
-        request = self.request(call)
-        data = json.dumps(request.body, ensure_ascii=False).encode()
-        started = False
-        secrets: tuple[str, ...] = ()
-        try:
-            credentials = await self._credentials.frozen()
-            secrets = tuple(s for s in (credentials.secret_key, credentials.token) if s)
-            headers = _signed(credentials, self._region, request, data)
-            async with self._client.stream(
-                "POST", request.url, headers=headers, content=data, timeout=self._timeout
-            ) as response:
-                await _check(response, request.headers["accept"])
-                if not call.stream:
-                    body = await _read_capped(response, MAX_BODY_BYTES)
-                    with _malformed():
-                        completion = parse_response(json.loads(body), call.model_id)
-                else:
-                    from botocore.eventstream import EventStreamBuffer
+    def parse(self, body: Any) -> Completion:
+        return _parse(body, self._origin)
 
-                    decoder = StreamDecoder(reasoning_origin(call.model_id))
-                    buffer = EventStreamBuffer()
-                    async with contextlib.aclosing(_capped(response, MAX_STREAM_BYTES)) as chunks:
-                        async for chunk in chunks:
-                            buffer.add_data(chunk)
-                            with _malformed():
-                                messages = list(buffer)
-                            for message in messages:
-                                with _malformed():
-                                    events = decoder.feed(message.headers, message.payload)
-                                for event in events:
-                                    started = True
-                                    yield event
-                    with _malformed():
-                        completion = decoder.completion()
-        except ProviderError as exc:
-            raise _scrubbed(exc, secrets) from None
-        except (httpx.HTTPError, aiohttp.ClientError, OSError) as exc:
-            raise _scrubbed(_translate(exc, started=started), secrets) from None
-        yield completion
+    def framing(self) -> _EventStream:
+        return _EventStream()
+
+    def decoder(self) -> _StreamDecoder:
+        return _StreamDecoder(self._origin)
+
+    def _redacted(self) -> tuple[str, ...]:
+        return self._sigv4.secrets
 
 
-class _CredentialChain:
-    """botocore's credential chain, looked up once and re-read when it is due to expire."""
+class _EventStream:
+    """botocore's event-stream parser: bytes in, whole messages out, each CRC checked."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()  # adapters are shared by threads with their own loops
-        self._source: Credentials | None = None
-        self._frozen: ReadOnlyCredentials | None = None
+        from botocore.eventstream import EventStreamBuffer
 
-    async def frozen(self) -> ReadOnlyCredentials:
-        """Credentials to sign one request with."""
-        frozen, source = self._frozen, self._source
-        # refresh_needed() only compares the expiry with the clock; the refresh may block.
-        if frozen is None or (source is not None and _refresh_needed(source)):
-            frozen = await asyncio.to_thread(self._load)
-        return frozen
+        self._buffer = EventStreamBuffer()
 
-    def _load(self) -> ReadOnlyCredentials:
-        import botocore.exceptions
-        import botocore.session
+    def feed(self, chunk: bytes) -> list[EventMessage]:
+        from botocore.eventstream import ParserError
 
-        with self._lock:
-            try:
-                if self._source is None:
-                    self._source = botocore.session.Session().get_credentials()
-                if self._source is None:
-                    raise AuthFailed(
-                        "no AWS credentials found (environment, shared config or credentials "
-                        "file, container or instance role)"
-                    )
-                self._frozen = self._source.get_frozen_credentials()
-            except botocore.exceptions.BotoCoreError as exc:
-                # The chain's own errors name a profile or a provider, never a secret.
-                raise AuthFailed(f"AWS credentials unavailable: {type(exc).__name__}") from None
-            return self._frozen
-
-
-def _refresh_needed(source: Credentials) -> bool:
-    check = getattr(source, "refresh_needed", None)
-    return bool(check()) if callable(check) else False
-
-
-def _signed(
-    credentials: ReadOnlyCredentials, region: str, request: HttpRequest, data: bytes
-) -> dict[str, str]:
-    """`request`'s headers plus SigV4's: X-Amz-Date, X-Amz-Security-Token, Authorization."""
-    from botocore.auth import SigV4Auth
-    from botocore.awsrequest import AWSRequest
-
-    signed = AWSRequest(method="POST", url=request.url, data=data, headers=dict(request.headers))
-    SigV4Auth(credentials, _SERVICE, region).add_auth(signed)
-    return dict(signed.headers.items())
-
-
-async def _check(response: httpx.Response, wanted: str) -> None:
-    if not response.is_success:
-        body = await _read_capped(response, MAX_ERROR_BODY_BYTES, truncate=True)
-        raise classify_response("bedrock", response.status_code, response.headers, body)
-    media = response.headers.get("content-type", "").partition(";")[0].strip().lower()
-    if media != wanted:
-        raise MalformedResponse(f"expected {wanted}, got content type {media or 'none'!r}")
-
-
-@contextlib.contextmanager
-def _malformed() -> Iterator[None]:
-    """An untrusted body or frame of the wrong shape becomes `MalformedResponse`."""
-    from botocore.eventstream import ParserError
-
-    try:
-        yield
-    except (KeyError, IndexError, TypeError, ValueError, AttributeError, ParserError) as exc:
-        raise MalformedResponse(f"unexpected bedrock response: {type(exc).__name__}") from None
-
-
-def _scrubbed(exc: ProviderError, secrets: tuple[str, ...]) -> ProviderError:
-    exc.message = redact_text(exc.message, secrets)
-    exc.args = (exc.message,)
-    if exc.provider_code is not None:
-        exc.provider_code = redact_text(exc.provider_code, secrets)
-    return exc
+        self._buffer.add_data(chunk)
+        try:
+            return [EventMessage(m.headers, m.payload) for m in self._buffer]
+        except ParserError as exc:
+            raise MalformedResponse(
+                f"unexpected bedrock event stream: {type(exc).__name__}"
+            ) from None
 
 
 def _messages(messages: tuple[Message, ...], origin: str) -> list[dict[str, Any]]:
@@ -302,11 +225,10 @@ def _reasoning(origin: str, block: Mapping[str, Any]) -> Reasoning:
     )
 
 
-def parse_response(body: Any, model_id: str) -> Completion:
+def _parse(body: Any, origin: str) -> Completion:
     """The `Completion` in a Converse response's decoded JSON."""
     document = as_object(body)
     message = as_object(as_object(document["output"])["message"])
-    origin = reasoning_origin(model_id)
     text: list[str] = []
     calls: list[ToolCall] = []
     reasoning: list[Reasoning] = []
@@ -334,12 +256,13 @@ def parse_response(body: Any, model_id: str) -> Completion:
     )
 
 
-class StreamDecoder:
+class _StreamDecoder:
     """ConverseStream events: messageStart, content block start/delta/stop, messageStop,
-    then metadata with the usage."""
+    then metadata with the usage, the last event."""
 
     def __init__(self, origin: str) -> None:
         self._origin = origin
+        self.finished = False
         self._stopped = False
         self._text: list[str] = []
         self._tools: dict[int, int] = {}  # content block index -> tool-call index
@@ -348,8 +271,9 @@ class StreamDecoder:
         self._usage = Usage()
         self._stop_reason: str | None = None
 
-    def feed(self, headers: Mapping[str, Any], payload: bytes) -> list[Event]:
+    def feed(self, frame: EventMessage) -> list[Event]:
         """The content deltas of one event-stream message; raises for an exception event."""
+        headers, payload = frame
         kind = headers.get(":message-type")
         if kind == "exception":
             name = as_str(headers.get(":exception-type")) or "exception"
@@ -371,6 +295,7 @@ class StreamDecoder:
             self._stop_reason = _finish(data.get("stopReason"))
         elif event == "metadata":
             self._usage = _usage(data.get("usage"))
+            self.finished = True
         return []
 
     def _tool_start(self, index: int, raw: Any) -> list[Event]:

@@ -25,9 +25,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from worker.adapters.waits import (
+    lowercase_headers,
     parse_rate_limit_reset,
     parse_retry_after,
-    retry_delay_s,
+    parse_retry_delay,
     seconds_to_daily_reset,
     wait_in_message,
 )
@@ -46,10 +47,16 @@ from worker.errors import (
 )
 from worker.observability.redact import redact_text
 
-__all__ = ["MAX_MESSAGE_CHARS", "classify_response", "classify_stream_error"]
+__all__ = [
+    "MAX_ERROR_BODY_BYTES",
+    "MAX_MESSAGE_CHARS",
+    "classify_response",
+    "classify_stream_error",
+]
 
 MAX_MESSAGE_CHARS = 200
-MAX_BODY_BYTES = 64 * 1024  # error bodies are a few hundred bytes; anything bigger is not read
+# Error bodies are a few hundred bytes: one is read up to this much, and parsed only if whole.
+MAX_ERROR_BODY_BYTES = 64 * 1024
 
 _ErrorClass = type[ProviderError]
 
@@ -136,6 +143,7 @@ _BEDROCK_CODES: Mapping[str, _ErrorClass] = {
     "InternalServerException": ServerError,
     "InternalFailure": ServerError,
     "ModelErrorException": ServerError,
+    # Mid-stream it wraps the model's own error: its `originalStatusCode` decides then.
     "ModelStreamErrorException": ServerError,
     "ValidationException": InvalidRequest,
     "AccessDeniedException": AuthFailed,
@@ -237,6 +245,16 @@ _MESSAGE_RULES: tuple[_MessageRule, ...] = (
         frozenset({InvalidRequest}),
         ModelNotFound,
     ),
+    # Bedrock's model that only an inference profile (or provisioned throughput) can serve:
+    # unusable as configured, like Vertex's "not allowed to use Publisher Model".
+    _MessageRule(
+        re.compile(
+            r"with on-demand throughput isn[’']t supported|doesn[’']t support on-demand throughput",
+            re.IGNORECASE,
+        ),
+        frozenset({InvalidRequest}),
+        ModelNotFound,
+    ),
     _MessageRule(
         # Anthropic's "model: claude-x", Gemini's "models/x is not found", a deployment.
         re.compile(
@@ -263,6 +281,7 @@ class _Fields:
     status_hint: int | None = None
     retry_after_s: float | None = None
     quota_ids: tuple[str, ...] = ()  # Gemini's QuotaFailure violations
+    relayed: bool = False  # the code wraps another's error: `status_hint` decides, not it
 
 
 def classify_response(
@@ -288,9 +307,10 @@ def classify_response(
     return cls(message, status=status, provider_code=code, retry_after_s=retry_after)
 
 
-def classify_stream_error(kind: str, payload: Mapping[str, Any]) -> ProviderError:
+def classify_stream_error(kind: str, payload: Mapping[str, Any] | list[Any]) -> ProviderError:
     """Classify the JSON of a mid-stream error event (Anthropic `event: error`, an
-    OpenAI or Gemini `data:` line carrying `error`); never raises."""
+    OpenAI or Gemini `data:` line carrying `error`, alone or in Google's one-element
+    list); never raises."""
     fields = _read_aws_event(payload) if kind == "bedrock" else _read_document(payload)
     if not fields.codes and not fields.message and fields.status_hint is None:
         return MalformedResponse("stream error event without an error object")
@@ -303,7 +323,7 @@ def _decide(kind: str, status: int | None, fields: _Fields) -> tuple[_ErrorClass
     table = _CODES.get(kind, {})
     cls: _ErrorClass | None = None
     code = fields.codes[0] if fields.codes else None
-    for candidate in fields.codes:
+    for candidate in () if fields.relayed else fields.codes:
         cls = table.get(candidate)
         if cls is not None:
             code = candidate
@@ -336,7 +356,7 @@ def _by_status(status: int | None) -> _ErrorClass:
 
 
 def _read_body(body: bytes) -> _Fields:
-    if not body or len(body) > MAX_BODY_BYTES:
+    if not body or len(body) > MAX_ERROR_BODY_BYTES:
         return _Fields()
     try:
         document = json.loads(body)
@@ -367,7 +387,7 @@ def _read_document(document: object) -> _Fields:
         for detail in details[:16]:
             if isinstance(detail, Mapping):
                 codes.append(_text(detail.get("reason")))
-                delay = retry_delay_s(detail.get("retryDelay"))
+                delay = parse_retry_delay(detail.get("retryDelay"))
                 if delay is not None:
                     retry_after = delay
                 quotas.extend(_quota_ids(detail.get("violations")))
@@ -387,14 +407,14 @@ def _read_aws(headers: Mapping[str, str], body: bytes) -> _Fields:
     """AWS rest-json: the exception name in `x-amzn-ErrorType` (or the body's `__type`),
     the body `{"message": ...}`."""
     document: object = None
-    if body and len(body) <= MAX_BODY_BYTES:
+    if body and len(body) <= MAX_ERROR_BODY_BYTES:
         try:
             document = json.loads(body)
         except (ValueError, RecursionError):
             document = None
     if not isinstance(document, Mapping):
         document = {}
-    raw = _lower(headers).get("x-amzn-errortype") or _text(document.get("__type"))
+    raw = lowercase_headers(headers).get("x-amzn-errortype") or _text(document.get("__type"))
     # "ThrottlingException:http://internal.amazon.com/coral/com.amazon.bedrock/", or
     # "com.amazon.coral.service#ExpiredTokenException".
     code = raw.partition(":")[0].rpartition("#")[2]
@@ -402,14 +422,23 @@ def _read_aws(headers: Mapping[str, str], body: bytes) -> _Fields:
     return _Fields(codes=(code,) if _CODE_SHAPE.fullmatch(code) else (), message=message[:1000])
 
 
-def _read_aws_event(payload: Mapping[str, Any]) -> _Fields:
-    """An event-stream exception as `{"throttlingException": {"message": ...}}`."""
-    if len(payload) != 1:
+def _read_aws_event(payload: object) -> _Fields:
+    """An event-stream exception as `{"throttlingException": {"message": ...}}`; one that
+    relays the model's own error (`modelStreamErrorException`) carries its
+    `originalStatusCode` and `originalMessage`."""
+    if not isinstance(payload, Mapping) or len(payload) != 1:
         return _Fields()
     ((name, inner),) = payload.items()
+    if not isinstance(inner, Mapping):
+        inner = {}
     code = str(name)[:1].upper() + str(name)[1:]
-    message = _text(inner.get("message")) if isinstance(inner, Mapping) else ""
-    return _Fields(codes=(code,) if _CODE_SHAPE.fullmatch(code) else (), message=message[:1000])
+    codes = (code,) if _CODE_SHAPE.fullmatch(code) else ()
+    message = _text(inner.get("message"))
+    original = inner.get("originalStatusCode")
+    if type(original) is int and 100 <= original <= 599:
+        message = _text(inner.get("originalMessage")) or message
+        return _Fields(codes=codes, message=message[:1000], status_hint=original, relayed=True)
+    return _Fields(codes=codes, message=message[:1000])
 
 
 def _quota_ids(violations: object) -> list[str]:
@@ -434,10 +463,6 @@ def _clean(message: str) -> str:
 def _describe_body(status: int, headers: Mapping[str, str], body: bytes) -> str:
     if not body:
         return f"HTTP {status} with an empty body"
-    media = _lower(headers).get("content-type", "").split(";")[0].strip()
+    media = lowercase_headers(headers).get("content-type", "").split(";")[0].strip()
     shown = media if _MEDIA_TYPE.fullmatch(media) else "unknown type"
     return f"HTTP {status} with an unparsed {len(body)}-byte body ({shown})"
-
-
-def _lower(headers: Mapping[str, str]) -> dict[str, str]:
-    return {str(name).lower(): value for name, value in headers.items() if isinstance(value, str)}

@@ -16,8 +16,8 @@ from worker.adapters.base import Completion, Event, ProviderCall, TextDelta, Too
 from worker.adapters.classify import classify_stream_error
 from worker.adapters.finish import FinishReason, normalize_finish
 from worker.adapters.http import (
-    HttpAdapter,
     HttpRequest,
+    SseAdapter,
     StreamDecoder,
     as_int,
     as_object,
@@ -35,7 +35,7 @@ ORIGIN = "google"  # the `Reasoning.origin` of Gemini's signatures, wherever ser
 SKIP_SIGNATURE = "skip_thought_signature_validator"
 
 
-class GeminiAdapter(HttpAdapter):
+class GeminiAdapter(SseAdapter):
     """POST /v1beta/models/{model}:generateContent (or :streamGenerateContent?alt=sse)."""
 
     kind = "gemini"
@@ -74,7 +74,7 @@ class GeminiAdapter(HttpAdapter):
         decoder.finished = True
         return decoder.completion()
 
-    def decoder(self) -> StreamDecoder:
+    def decoder(self) -> StreamDecoder[SseEvent]:
         return _ChunkDecoder()
 
 
@@ -150,7 +150,10 @@ class _ChunkDecoder:
         self._signature: str | None = None  # the last signature on a part that is no call
 
     def feed(self, event: SseEvent) -> list[Event]:
-        return self.absorb(as_object(json.loads(event.data)))
+        data = json.loads(event.data)
+        if isinstance(data, list) and data and isinstance(data[0], dict) and "error" in data[0]:
+            raise classify_stream_error("gemini", data)  # a Status in Google's one-element list
+        return self.absorb(as_object(data))
 
     def absorb(self, chunk: dict[str, Any]) -> list[Event]:
         """Take in one response (or stream chunk); return its content deltas."""

@@ -1,10 +1,13 @@
 """The shared HTTP client and the one POST every adapter makes.
 
-`HttpAdapter.send` owns everything the three APIs have in common: the request
+`HttpAdapter.send` owns everything the provider APIs have in common: the request
 timeout backstop, status and content-type checks, capped reads of untrusted
-bodies, the SSE loop, and the one place where httpx and aiohttp exceptions
-become `ProviderError`s, with the API key and anything shaped like a key
-redacted. Subclasses only map requests and responses.
+bodies, the stream loop, and the one place where httpx and aiohttp exceptions
+become `ProviderError`s, with the secrets and anything shaped like a key redacted
+(from an error body before it is classified). Subclasses only map requests and
+responses: how a stream is framed (`SseAdapter`: Server-Sent Events; Bedrock: AWS
+event-stream messages) and what each frame means. A provider that signs its requests
+(Bedrock's SigV4) passes an `httpx.Auth`.
 """
 
 from __future__ import annotations
@@ -15,14 +18,14 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import aiohttp
 import httpx
 from httpx_aiohttp import AiohttpTransport
 
 from worker.adapters.base import Completion, Event, ProviderCall
-from worker.adapters.classify import classify_response
+from worker.adapters.classify import MAX_ERROR_BODY_BYTES, classify_response
 from worker.adapters.sse import SseEvent, SseParser
 from worker.errors import (
     ConnectionFailed,
@@ -34,11 +37,12 @@ from worker.observability.redact import redact_exact, redact_text
 from worker.settings import ProviderSettings
 
 __all__ = [
-    "MAX_BODY_BYTES",
-    "MAX_ERROR_BODY_BYTES",
+    "MAX_RESPONSE_BYTES",
     "MAX_STREAM_BYTES",
+    "Framing",
     "HttpAdapter",
     "HttpRequest",
+    "SseAdapter",
     "StreamDecoder",
     "as_int",
     "as_object",
@@ -47,10 +51,12 @@ __all__ = [
     "parse_arguments",
 ]
 
-MAX_BODY_BYTES = 8 * 1024 * 1024
-MAX_STREAM_BYTES = 64 * 1024 * 1024
-MAX_ERROR_BODY_BYTES = 64 * 1024
+MAX_RESPONSE_BYTES = 8 * 1024 * 1024  # a whole non-streaming answer
+MAX_STREAM_BYTES = 64 * 1024 * 1024  # a whole streamed answer, frames and keep-alives included
 _DRAIN_S = 0.5  # how long a finished stream may take to reach EOF before we drop the connection
+
+_FrameT = TypeVar("_FrameT")
+_FrameT_contra = TypeVar("_FrameT_contra", contravariant=True)
 
 
 def make_client(*, max_connections: int = 1000) -> httpx.AsyncClient:
@@ -84,16 +90,25 @@ class HttpRequest:
     body: Mapping[str, Any]
 
 
-class StreamDecoder(Protocol):
-    """Turns one API's SSE events into content events and, at the end, a `Completion`."""
+class Framing(Protocol[_FrameT]):
+    """Splits a streaming body into the API's frames; raises `MalformedResponse` for bytes
+    that cannot be framed."""
+
+    def feed(self, chunk: bytes) -> list[_FrameT]:
+        """The frames `chunk` completes, in order."""
+        ...
+
+
+class StreamDecoder(Protocol[_FrameT_contra]):
+    """Turns one API's stream frames into content events and, at the end, a `Completion`."""
 
     @property
     def finished(self) -> bool:
         """The API's end-of-stream marker was seen."""
         ...
 
-    def feed(self, event: SseEvent) -> list[Event]:
-        """The content deltas in `event`; raises `ProviderError` for an error event."""
+    def feed(self, frame: _FrameT_contra) -> list[Event]:
+        """The content deltas in `frame`; raises `ProviderError` for an error event."""
         ...
 
     def completion(self) -> Completion:
@@ -101,14 +116,22 @@ class StreamDecoder(Protocol):
         ...
 
 
-class HttpAdapter(ABC):
-    """One provider API over a shared `httpx.AsyncClient`."""
+class HttpAdapter(ABC, Generic[_FrameT]):
+    """One provider API over a shared `httpx.AsyncClient`, its stream made of frames."""
 
     kind: ClassVar[str]
+    stream_media_type: ClassVar[str]
 
-    def __init__(self, provider: ProviderSettings, client: httpx.AsyncClient) -> None:
+    def __init__(
+        self,
+        provider: ProviderSettings,
+        client: httpx.AsyncClient,
+        *,
+        auth: httpx.Auth | None = None,
+    ) -> None:
         self._provider = provider
         self._client = client
+        self._auth = auth
         self._secret = provider.api_key()
         self._secrets: tuple[str, ...] = (self._secret,) if self._secret else ()
         self._timeout = httpx.Timeout(
@@ -124,8 +147,16 @@ class HttpAdapter(ABC):
         """The `Completion` in a non-streaming response's decoded JSON."""
 
     @abstractmethod
-    def decoder(self) -> StreamDecoder:
-        """A fresh decoder for one streaming response."""
+    def framing(self) -> Framing[_FrameT]:
+        """A fresh framer for one streaming response's bytes."""
+
+    @abstractmethod
+    def decoder(self) -> StreamDecoder[_FrameT]:
+        """A fresh decoder for one streaming response's frames."""
+
+    def _redacted(self) -> tuple[str, ...]:
+        """The secrets no error may show: the API key, or what the subclass signs with."""
+        return self._secrets
 
     async def send(self, call: ProviderCall) -> AsyncGenerator[Event, None]:
         """Yield content deltas (when streaming), then one `Completion`."""
@@ -138,20 +169,21 @@ class HttpAdapter(ABC):
                 headers={**request.headers, "content-type": "application/json"},
                 content=json.dumps(request.body, ensure_ascii=False).encode(),
                 timeout=self._timeout,
+                auth=self._auth,
             ) as response:
                 await self._check(response, streaming=call.stream)
                 if not call.stream:
-                    body = await _read_capped(response, MAX_BODY_BYTES)
+                    body = await _read_capped(response, MAX_RESPONSE_BYTES)
                     with self._malformed():
                         completion = self.parse(json.loads(body))
                 else:
                     decoder = self.decoder()
-                    parser = SseParser()
+                    framing = self.framing()
                     async with contextlib.aclosing(_capped(response, MAX_STREAM_BYTES)) as chunks:
                         async for chunk in chunks:
-                            for sse in parser.feed(chunk):
+                            for frame in framing.feed(chunk):
                                 with self._malformed():
-                                    events = decoder.feed(sse)
+                                    events = decoder.feed(frame)
                                 for event in events:
                                     started = True
                                     yield event
@@ -169,13 +201,14 @@ class HttpAdapter(ABC):
     async def _check(self, response: httpx.Response, *, streaming: bool) -> None:
         if not response.is_success:
             body = await _read_capped(response, MAX_ERROR_BODY_BYTES, truncate=True)
-            if self._secrets:
+            secrets = self._redacted()
+            if secrets:
                 # Before parsing: the message is cut short later, and a cut key is no longer
                 # the key `_scrubbed` looks for.
-                body = redact_exact(body.decode("utf-8", "replace"), self._secrets).encode()
+                body = redact_exact(body.decode("utf-8", "replace"), secrets).encode()
             raise classify_response(self.kind, response.status_code, response.headers, body)
         media = response.headers.get("content-type", "").partition(";")[0].strip().lower()
-        wanted = "text/event-stream" if streaming else "application/json"
+        wanted = self.stream_media_type if streaming else "application/json"
         if media != wanted and not (wanted == "application/json" and media.endswith("+json")):
             raise MalformedResponse(f"expected {wanted}, got content type {media or 'none'!r}")
 
@@ -191,11 +224,21 @@ class HttpAdapter(ABC):
             ) from None
 
     def _scrubbed(self, exc: ProviderError) -> ProviderError:
-        exc.message = redact_text(exc.message, self._secrets)
+        secrets = self._redacted()
+        exc.message = redact_text(exc.message, secrets)
         exc.args = (exc.message,)
         if exc.provider_code is not None:
-            exc.provider_code = redact_text(exc.provider_code, self._secrets)
+            exc.provider_code = redact_text(exc.provider_code, secrets)
         return exc
+
+
+class SseAdapter(HttpAdapter[SseEvent]):
+    """An API that streams Server-Sent Events (OpenAI, Anthropic, Gemini)."""
+
+    stream_media_type = "text/event-stream"
+
+    def framing(self) -> SseParser:
+        return SseParser()
 
 
 async def _read_capped(response: httpx.Response, limit: int, *, truncate: bool = False) -> bytes:

@@ -11,8 +11,8 @@ from worker.adapters.base import Completion, Event, ProviderCall, TextDelta, Too
 from worker.adapters.classify import classify_stream_error
 from worker.adapters.finish import normalize_finish
 from worker.adapters.http import (
-    HttpAdapter,
     HttpRequest,
+    SseAdapter,
     StreamDecoder,
     as_int,
     as_object,
@@ -31,7 +31,7 @@ __all__ = ["OpenAIAdapter"]
 _NEW_LIMIT_HOSTS = ("api.openai.com",)
 
 
-class OpenAIAdapter(HttpAdapter):
+class OpenAIAdapter(SseAdapter):
     """Chat Completions; Azure OpenAI when the provider has an `azure_api_version`."""
 
     kind = "openai"
@@ -83,7 +83,7 @@ class OpenAIAdapter(HttpAdapter):
             finish_reason=normalize_finish("openai", as_str(choice.get("finish_reason"))),
         )
 
-    def decoder(self) -> StreamDecoder:
+    def decoder(self) -> StreamDecoder[SseEvent]:
         return _ChunkDecoder()
 
 

@@ -26,7 +26,7 @@ import httpx
 from worker.adapters.anthropic import AnthropicAdapter
 from worker.adapters.base import Event, ProviderCall
 from worker.adapters.gemini import GeminiAdapter
-from worker.adapters.http import HttpAdapter, HttpRequest
+from worker.adapters.http import HttpRequest, SseAdapter
 from worker.adapters.vertex_auth import AccessToken
 from worker.errors import AuthFailed
 from worker.settings import ProviderSettings
@@ -51,7 +51,7 @@ class VertexAdapter:
 
     def __init__(self, provider: ProviderSettings, client: httpx.AsyncClient) -> None:
         self._token = AccessToken(timeout_s=provider.first_byte_timeout_s)
-        self._adapters: Mapping[Publisher, HttpAdapter] = {
+        self._adapters: Mapping[Publisher, SseAdapter] = {
             "google": _VertexGemini(provider, client, self._token),
             "anthropic": _VertexClaude(provider, client, self._token),
         }

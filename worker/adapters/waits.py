@@ -1,6 +1,6 @@
 """How long a provider says to wait: Retry-After and the other hints, read defensively.
 
-Every function returns seconds as a finite number >= 0, or None when the hint is absent
+Every parser returns seconds as a finite number >= 0, or None when the hint is absent
 or unreadable; none raises. Durations are OpenAI's Go-style strings ("644ms", "6m0s"),
 timestamps Anthropic's RFC 3339 or HTTP dates.
 """
@@ -15,10 +15,11 @@ from email.utils import parsedate_to_datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 __all__ = [
+    "lowercase_headers",
     "parse_duration",
     "parse_rate_limit_reset",
     "parse_retry_after",
-    "retry_delay_s",
+    "parse_retry_delay",
     "seconds_to_daily_reset",
     "wait_in_message",
 ]
@@ -41,7 +42,7 @@ def parse_retry_after(headers: Mapping[str, str], *, now: datetime | None = None
     Header names are case-insensitive. Returns None when absent or unreadable, never a
     negative or non-finite number (a date in the past is 0.0).
     """
-    lowered = _lower(headers)
+    lowered = lowercase_headers(headers)
     millis = _seconds(lowered.get("retry-after-ms"))
     if millis is not None:
         return millis / 1000
@@ -73,7 +74,7 @@ def parse_rate_limit_reset(
 
     Only limits whose `*-remaining` is 0 count, when any says so; the longest wait wins.
     """
-    lowered = _lower(headers)
+    lowered = lowercase_headers(headers)
     waits: dict[str, float] = {}
     spent: set[str] = set()
     for limit in _OPENAI_LIMITS:
@@ -122,14 +123,15 @@ def _seconds_until_iso(value: str | None, now: datetime | None) -> float | None:
     return _until(when, now)
 
 
-def retry_delay_s(value: object) -> float | None:
+def parse_retry_delay(value: object) -> float | None:
     """Seconds in a `google.rpc.RetryInfo` `retryDelay` ("27s", "0.5s"), or None."""
     if not isinstance(value, str) or not value.endswith("s"):
         return None
     return _seconds(value[:-1])
 
 
-def _lower(headers: Mapping[str, str]) -> dict[str, str]:
+def lowercase_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """`headers` with lower-case names (httpx's or a plain dict); non-string values dropped."""
     return {str(name).lower(): value for name, value in headers.items() if isinstance(value, str)}
 
 

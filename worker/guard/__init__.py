@@ -1,13 +1,15 @@
 """What the chain asks of the fleet's shared state (`Guard`), and its Redis implementation."""
 
-from worker.guard.hedging import HedgeBook, LocalHedges, hedge_book
+from worker.guard.hedge_book import HedgeBook, LocalHedges, hedge_book
 from worker.guard.protocol import (
     Admission,
     Availability,
     Charge,
+    Conclusion,
     FleetView,
     Guard,
     OpenGuard,
+    Refusal,
     Signal,
     Target,
 )
@@ -17,12 +19,14 @@ __all__ = [
     "Admission",
     "Availability",
     "Charge",
+    "Conclusion",
     "FleetView",
     "Guard",
     "HedgeBook",
     "LocalHedges",
     "OpenGuard",
     "RedisGuard",
+    "Refusal",
     "Signal",
     "Target",
     "hedge_book",

@@ -1,10 +1,12 @@
 """Writes the shared store missed, kept in this process and retried until they land.
 
-A worker that answered a turn or spent a tenant's money while Redis was slow or gone
-must not forget it: the result is saved and the spend settled when Redis answers
-again. Every write kept here is idempotent (a result saved under its turn id, a charge
-settled under its charge id), so a write that did land before its reply was lost is
-harmless when sent again.
+A worker that answered a turn, spent a tenant's money or refused a turn while Redis was
+slow or gone must not forget it: the result is saved, the spend settled (or the hold of
+a call nobody billed released), the held turn or the hand-off written when Redis answers
+again. A write kept here is idempotent (a result saved under its turn id, a charge
+settled or released under its charge id), or harmless twice (a turn held twice is
+replayed once; a hand-off written twice is listed twice), so a write that did land
+before its reply was lost may be sent again.
 
 The retries run on a timer of their own, not on the next turn: a worker that rejoins
 the fleet while idle settles its backlog within `retry_every_s`.
@@ -29,7 +31,7 @@ Write = Callable[[], Awaitable[object]]
 
 @dataclass(frozen=True, slots=True)
 class _Item:
-    kind: str  # "result" or "spend": for logs and metrics
+    kind: str  # "result", "spend", "release", "hold" or "handoff": for logs and metrics
     write: Write
     micros: int  # money this write carries (0 for a result)
     tenant: str | None

@@ -5,8 +5,9 @@ switch and the tenant's budget, so that a Redis-backed guard can batch them:
 `admit` (the fleet view and the first attempt's reservation) and `conclude`
 (the signal and the settlement) are one round trip each on a healthy turn.
 
-    admit ─► [reserve ─►] [acquire_probe ─►] call ─► conclude ─► … next attempt
+    admit ─► [acquire_probe ─►] [reserve ─►] call ─► conclude ─► … next attempt
 
+What it refuses is named by `Refusal`; what it is told after a call is one `Conclusion`.
 `OpenGuard` is the in-process default: nothing is shared, nothing refused.
 """
 
@@ -17,16 +18,42 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
+import budgets
+
 __all__ = [
     "Admission",
     "Availability",
     "Charge",
+    "Conclusion",
     "FleetView",
     "Guard",
     "OpenGuard",
+    "Refusal",
     "Signal",
     "Target",
 ]
+
+
+class Refusal(StrEnum):
+    """Why the fleet's shared state stopped an attempt (or a whole turn) before any call.
+
+    The budget reasons are `budgets.RefusalReason`'s, value for value.
+    """
+
+    KILL_SWITCH = "kill_switch"  # a person turned the fleet off: the turn is held
+    BREAKER_HALF_OPEN = "breaker_half_open"  # another worker holds the probe slot
+    TENANT_BUDGET_EXHAUSTED = budgets.RefusalReason.TENANT_BUDGET_EXHAUSTED.value
+    TENANT_BUDGET_HELD = budgets.RefusalReason.TENANT_BUDGET_HELD.value
+    FALLBACK_CAP_REACHED = budgets.RefusalReason.FALLBACK_CAP_REACHED.value
+    FALLBACK_CAP_HELD = budgets.RefusalReason.FALLBACK_CAP_HELD.value
+    UNKNOWN_TENANT = budgets.RefusalReason.UNKNOWN_TENANT.value
+    # The store is away and the tenant spent its offline allowance in this process.
+    BUDGET_UNREACHABLE = "budget_store_unreachable"
+
+    @property
+    def held(self) -> bool:
+        """Whether attempts in flight hold what is refused: it may pass once they settle."""
+        return self in (Refusal.TENANT_BUDGET_HELD, Refusal.FALLBACK_CAP_HELD)
 
 
 class Signal(StrEnum):
@@ -96,7 +123,23 @@ class Admission:
     """The fleet view, and the answer to the first attempt's reservation."""
 
     view: FleetView
-    refusal: str | None = None
+    refusal: Refusal | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Conclusion:
+    """What the guard is told when an attempt ends: the charge settled to `cost_micros`
+    (released when None), the breaker `signal` (None: nothing to say), the probe slot
+    `holder` gives back, the provider's `retry_after_s`, and the answer's
+    `output_tokens` (evidence for sizing later reservations)."""
+
+    target: Target
+    charge: Charge
+    signal: Signal | None = None
+    cost_micros: int | None = None
+    holder: str | None = None
+    retry_after_s: float | None = None
+    output_tokens: int | None = None
 
 
 class Guard(Protocol):
@@ -106,12 +149,12 @@ class Guard(Protocol):
         """Look at the fleet and reserve the first planned attempt, if there is one."""
         ...
 
-    async def reserve(self, charge: Charge, *, replacing: Charge | None = None) -> str | None:
-        """Reserve a later attempt: None when granted, else the refusal reason.
+    async def reserve(self, charge: Charge, *, replacing: Charge | None = None) -> Refusal | None:
+        """Reserve a later attempt: None when granted, else why not.
 
         `replacing` is a reservation to give back in the same breath (the first
-        attempt's, when that attempt was skipped). "kill_switch" means the switch
-        went on since `admit`.
+        attempt's, when that attempt was skipped). `Refusal.KILL_SWITCH` means the
+        switch went on since `admit`.
         """
         ...
 
@@ -123,19 +166,8 @@ class Guard(Protocol):
         """Take the fleet's half-open probe slot for `target`."""
         ...
 
-    async def conclude(
-        self,
-        target: Target,
-        charge: Charge,
-        *,
-        signal: Signal | None,
-        cost_micros: int | None,
-        holder: str | None = None,
-        retry_after_s: float | None = None,
-        output_tokens: int | None = None,
-    ) -> None:
-        """Settle `charge` to `cost_micros` (release it when None) and record the signal,
-        and the answer's `output_tokens` as evidence for sizing reservations."""
+    async def conclude(self, end: Conclusion) -> None:
+        """Settle or release the attempt's charge and tell the breakers how it went."""
         ...
 
     async def hold(self, turn_id: str, payload: str) -> None:
@@ -153,7 +185,7 @@ class OpenGuard:
     async def admit(self, targets: Sequence[Target], first: Charge | None) -> Admission:
         return Admission(FleetView())
 
-    async def reserve(self, charge: Charge, *, replacing: Charge | None = None) -> str | None:
+    async def reserve(self, charge: Charge, *, replacing: Charge | None = None) -> Refusal | None:
         return None
 
     def output_tokens(self, model: str, max_tokens: int) -> int:
@@ -162,17 +194,7 @@ class OpenGuard:
     async def acquire_probe(self, target: Target, holder: str) -> bool:
         return True
 
-    async def conclude(
-        self,
-        target: Target,
-        charge: Charge,
-        *,
-        signal: Signal | None,
-        cost_micros: int | None,
-        holder: str | None = None,
-        retry_after_s: float | None = None,
-        output_tokens: int | None = None,
-    ) -> None:
+    async def conclude(self, end: Conclusion) -> None:
         return None
 
     async def hold(self, turn_id: str, payload: str) -> None:

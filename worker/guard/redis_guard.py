@@ -4,29 +4,45 @@ A healthy turn costs two round trips: `admit` pipelines the breaker check
 (kill switch, breakers, cooldowns, exhausted accounts) with the first
 attempt's reservation, and `conclude` pipelines the breaker record with the
 settlement. Turns that reach the guard in the same loop iteration share those
-round trips (`worker.guard.autopipeline`). When Redis cannot be reached, breakers
-answer from this process's own (`breakers.ResilientBreakers`) and budgets are
-not enforced (logged once): a turn never fails because the shared store is down.
+round trips (`worker.guard.autopipeline`); every budget script goes out that one way.
+
+The store's failures are translated in one place, `_store_errors`: Redis refusing the
+worker (password, ACL) is `StoreForbidden`, and the turn fails closed; Redis slow or gone
+is `StoreUnreachable`, which each method answers locally. Breakers answer from this
+process's own (`breakers.ResilientBreakers`); a tenant may start calls worth its offline
+allowance, counted at their worst case while they run; and every write the store missed
+(a settlement, a release, a held turn, a hand-off) waits in the backlog until it lands.
+A turn never fails because the shared store is down.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
+import contextlib
 import math
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from typing import Any, ParamSpec, TypeVar
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import structlog
 from redis.asyncio import Redis
+from redis.asyncio.client import Pipeline
 from redis.exceptions import NoScriptError
 
 import breakers
 import budgets
-from worker.errors import STORE_DOWN, STORE_REFUSED, StoreForbidden
+from worker.errors import STORE_DOWN, STORE_REFUSED, StoreForbidden, StoreUnreachable
 from worker.guard.autopipeline import AutoPipeline
 from worker.guard.backlog import Backlog
-from worker.guard.protocol import Admission, Availability, Charge, FleetView, Signal, Target
+from worker.guard.protocol import (
+    Admission,
+    Availability,
+    Charge,
+    Conclusion,
+    FleetView,
+    Refusal,
+    Signal,
+    Target,
+)
 from worker.guard.sizing import OutputSizer
 from worker.guard.stores import (
     breaker_store,
@@ -37,29 +53,23 @@ from worker.guard.stores import (
 )
 from worker.settings import Settings
 
-__all__ = ["BUDGET_UNREACHABLE", "RedisGuard", "open_guard"]
-
-# Why a turn degrades when Redis is away and the tenant's offline allowance is spent.
-BUDGET_UNREACHABLE = "budget_store_unreachable"
+__all__ = ["RedisGuard", "open_guard"]
 
 log = structlog.get_logger("relevo.guard")
-T = TypeVar("T")
-P = ParamSpec("P")
+Parser = Callable[[Any], object]
+Queue = Callable[[Pipeline], Parser]
 
 
-def _fail_closed(
-    method: Callable[P, Coroutine[Any, Any, T]],
-) -> Callable[P, Coroutine[Any, Any, T]]:
-    """Redis refusing us (password, ACL) is `StoreForbidden`, never a quiet local view."""
-
-    @functools.wraps(method)
-    async def guarded(*args: P.args, **kwargs: P.kwargs) -> T:
-        try:
-            return await method(*args, **kwargs)
-        except breakers.StoreForbiddenError as exc:
-            raise StoreForbidden(str(exc)) from exc
-
-    return guarded
+@contextlib.contextmanager
+def _store_errors() -> Iterator[None]:
+    """Redis failures as the guard names them: refusing us (password, ACL) is
+    `StoreForbidden`, never a quiet local view; slow or gone is `StoreUnreachable`."""
+    try:
+        yield
+    except STORE_REFUSED as exc:
+        raise StoreForbidden(f"Redis refused this worker: {exc}") from exc
+    except STORE_DOWN as exc:
+        raise StoreUnreachable(f"Redis did not answer ({type(exc).__name__})") from exc
 
 
 # What the model's breaker and its vendor's breaker are told, per signal of the
@@ -96,9 +106,10 @@ class RedisGuard:
         sizer: OutputSizer | None = None,
     ) -> None:
         """`pipes` carries the per-turn round trips (by default, on `redis`); `backlog`
-        keeps the spend Redis missed until it lands; while the fleet view is lost, a
-        tenant may spend `offline_allowance_micros` in this process before its turns
-        degrade; `sizer` sizes reservations by the fleet's evidence (by default, every
+        keeps the writes Redis missed until they land; while the budgets cannot be
+        reached, a tenant may start calls worth `offline_allowance_micros` in this process
+        (each counted at its worst case until it ends, then at its cost until Redis has
+        it); `sizer` sizes reservations by the fleet's evidence (by default, every
         attempt reserves its `max_tokens`)."""
         self.redis = redis
         self.circuits = circuits
@@ -110,7 +121,12 @@ class RedisGuard:
         self.backlog = backlog or Backlog()
         self.offline_allowance_micros = offline_allowance_micros
         self.sizer = sizer
-        self._budgets_lost = False
+        self.budgets_reachable = True
+        """False from a budget script Redis missed until the next one it answers."""
+        # Calls admitted while the budgets could not be reached, until they end: by charge
+        # id, and their worst cases summed per tenant.
+        self._offline: dict[str, Charge] = {}
+        self._offline_micros: dict[str, int] = {}
         self._scripts_loaded = False
         self._scripts_loading = asyncio.Lock()
 
@@ -122,145 +138,134 @@ class RedisGuard:
             if self._scripts_loaded:
                 return
             try:
-                await self.circuits.fleet.load_scripts()
-                await self.ledger.load_scripts()
-            except STORE_DOWN as exc:
-                log.warning("guard.scripts_not_loaded", error=type(exc).__name__)
+                with _store_errors():
+                    await self.circuits.fleet.load_scripts()
+                    await self.ledger.load_scripts()
+            except StoreUnreachable as exc:
+                log.warning("guard.scripts_not_loaded", error=str(exc))
             self._scripts_loaded = True
 
-    @_fail_closed
     async def admit(self, targets: Sequence[Target], first: Charge | None) -> Admission:
         if not self._scripts_loaded:
             await self._load_scripts()
         scopes = _scopes(targets)
         pairs = [breakers.Pair(t.provider, t.provider_model) for t in targets]
         accounts: list[str | breakers.Pair] = [*sorted({t.provider for t in targets}), *pairs]
-        if not self.circuits.fleet_view:
-            state = await self.circuits.check(scopes, pairs, accounts)
-            if state.fleet_view:
-                refusal = await self._reserve_alone(first)
-            else:
-                refusal = self._offline(first)
-            return Admission(_view(state, targets), refusal)
-        slot = self.pipes.open()
-        pipe = slot.pipe
-        parse_state = self.circuits.check_on(pipe, scopes, pairs, accounts)
-        parse_charge = self._reserve_on(pipe, first) if first is not None else None
-        replies = await slot.send()
-        state = await parse_state(replies[0])
-        refusal = None
-        if parse_charge is not None and first is not None:
-            refusal = await self._budget(
-                replies[1],
-                parse_charge,
-                lambda: self._reserve(first),
-                lost=lambda: self._offline(first),
-            )
+        with _store_errors():
+            if not self.circuits.fleet_view:
+                state = await self.circuits.check(scopes, pairs, accounts)
+                if first is None:
+                    return Admission(_view(state, targets))
+                if not state.fleet_view:
+                    return Admission(_view(state, targets), self._admit_offline(first))
+                return Admission(_view(state, targets), await self._reserve_alone(first))
+            slot = self.pipes.open()
+            parse_state = self.circuits.check_on(slot.pipe, scopes, pairs, accounts)
+            parse_charge = self._queue_reserve(slot.pipe, first) if first is not None else None
+            replies = await slot.send()
+            state = await parse_state(replies[0])
+        if first is None or parse_charge is None:
+            return Admission(_view(state, targets))
+        refusal = await self._budget(
+            replies[1],
+            parse_charge,
+            lambda pipe: self._queue_reserve(pipe, first),
+            lost=lambda: self._reservation_missed(first),
+        )
         return Admission(_view(state, targets), refusal)
 
-    @_fail_closed
-    async def reserve(self, charge: Charge, *, replacing: Charge | None = None) -> str | None:
-        if not self.circuits.fleet_view:
-            state = await self.circuits.check(())
-            if not state.fleet_view:
-                return _kill(state) or self._offline(charge)
-            if replacing is not None:
-                await self.conclude_charge(replacing, None)
-            return _kill(state) or await self._reserve_alone(charge)
-        slot = self.pipes.open()
-        pipe = slot.pipe
-        parse_state = self.circuits.check_on(pipe, ())
-        if replacing is not None:
-            release = self._settle_on(pipe, replacing, None)
-        at = slot.queued
-        parse_charge = self._reserve_on(pipe, charge)
-        replies = await slot.send()
-        killed = _kill(await parse_state(replies[0]))
-        if replacing is not None:
-            again = replacing
-            # A release Redis missed needs no journal: the hold expires by itself.
+    async def reserve(self, charge: Charge, *, replacing: Charge | None = None) -> Refusal | None:
+        with _store_errors():
+            if not self.circuits.fleet_view:
+                state = await self.circuits.check(())
+                if replacing is not None:
+                    await self._settle_alone(replacing, None)
+                if state.kill_switch is not None:
+                    return Refusal.KILL_SWITCH
+                if not state.fleet_view:
+                    return self._admit_offline(charge)
+                return await self._reserve_alone(charge)
+            slot = self.pipes.open()
+            parse_state = self.circuits.check_on(slot.pipe, ())
+            release = self._queue_settle(slot.pipe, replacing, None) if replacing else None
+            at = slot.queued
+            parse_charge = self._queue_reserve(slot.pipe, charge)
+            replies = await slot.send()
+            killed = (await parse_state(replies[0])).kill_switch is not None
+        if replacing is not None and release is not None:
+            given_back = replacing
             await self._budget(
-                replies[1], release, lambda: self._settle(again, None), lost=lambda: None
+                replies[1],
+                release,
+                lambda pipe: self._queue_settle(pipe, given_back, None),
+                lost=lambda: self._journal(given_back, None),
             )
-        if killed is not None:
-            await self.conclude_charge(charge, None)
-            return killed
+        if killed:
+            await self._settle_alone(charge, None)
+            return Refusal.KILL_SWITCH
         return await self._budget(
             replies[at],
             parse_charge,
-            lambda: self._reserve(charge),
-            lost=lambda: self._offline(charge),
+            lambda pipe: self._queue_reserve(pipe, charge),
+            lost=lambda: self._reservation_missed(charge),
         )
 
     def output_tokens(self, model: str, max_tokens: int) -> int:
         return max_tokens if self.sizer is None else self.sizer.tokens(model, max_tokens)
 
-    @_fail_closed
     async def acquire_probe(self, target: Target, holder: str) -> bool:
         scopes = (model_scope(target), vendor_scope(target))
-        granted = [await self.circuits.acquire_probe(scope, holder) for scope in scopes]
-        if all(granted):
-            return True
-        # Give back a slot taken on one scope when the other refused.
-        taken = [breakers.Outcome(s, breakers.Verdict.NEUTRAL, holder) for s in scopes]
-        await self.circuits.record(taken)
+        with _store_errors():
+            granted = [await self.circuits.acquire_probe(scope, holder) for scope in scopes]
+            if all(granted):
+                return True
+            # Give back a slot taken on one scope when the other refused.
+            taken = [breakers.Outcome(s, breakers.Verdict.NEUTRAL, holder) for s in scopes]
+            await self.circuits.record(taken)
         return False
 
-    @_fail_closed
-    async def conclude(
-        self,
-        target: Target,
-        charge: Charge,
-        *,
-        signal: Signal | None,
-        cost_micros: int | None,
-        holder: str | None = None,
-        retry_after_s: float | None = None,
-        output_tokens: int | None = None,
-    ) -> None:
-        entries: list[breakers.Entry] = []
-        if signal is not None or holder is not None:
-            model, vendor = _BREAKER_VERDICT.get(signal, _NEUTRAL) if signal else _NEUTRAL
-            entries += [
-                breakers.Outcome(model_scope(target), model, holder),
-                breakers.Outcome(vendor_scope(target), vendor, holder),
-            ]
-        if signal is Signal.RATE_LIMITED:
-            entries.append(breakers.Cooldown(target.provider, target.provider_model, retry_after_s))
-        elif signal is Signal.MODEL_GONE:
-            entries.append(breakers.Gone(target.provider, target.provider_model))
-        elif signal is Signal.EXHAUSTED:
-            # Until the quota resets when the provider said when, else the configured TTL.
-            entries.append(breakers.Exhausted(target.provider, retry_after_s))
-        elif signal is Signal.MODEL_EXHAUSTED:
-            entries.append(
-                breakers.Exhausted(target.provider, retry_after_s, model=target.provider_model)
-            )
-        if not self.circuits.fleet_view:
-            if entries:
-                _log_transitions(await self.circuits.record(entries))
-            self._journal(charge, cost_micros)
-            return
-        slot = self.pipes.open()
-        pipe = slot.pipe
-        parse_record = self.circuits.record_on(pipe, entries) if entries else None
-        if output_tokens is not None and self.sizer is not None:
-            # Its replies sit between the record's and the settlement's: nobody reads them.
-            self.sizer.evidence.record_on(pipe, target.model, output_tokens)
-        at = slot.queued
-        settle = self._settle_on(pipe, charge, cost_micros)
-        replies = await slot.send()
-        if parse_record is not None:
-            _log_transitions(await parse_record(replies[0]))
+    async def conclude(self, end: Conclusion) -> None:
+        charge, cost = end.charge, end.cost_micros
+        self._ended_offline(charge)
+        entries = _entries(end)
+        with _store_errors():
+            if not self.circuits.fleet_view:
+                if entries:
+                    _log_transitions(await self.circuits.record(entries))
+                self._journal(charge, cost)
+                return
+            slot = self.pipes.open()
+            parse_record = self.circuits.record_on(slot.pipe, entries) if entries else None
+            if end.output_tokens is not None and self.sizer is not None:
+                # Its replies sit between the record's and the settlement's: nobody reads them.
+                self.sizer.evidence.record_on(slot.pipe, end.target.model, end.output_tokens)
+            at = slot.queued
+            settle = self._queue_settle(slot.pipe, charge, cost)
+            replies = await slot.send()
+            if parse_record is not None:
+                _log_transitions(await parse_record(replies[0]))
         await self._budget(
             replies[at],
             settle,
-            lambda: self._settle(charge, cost_micros),
-            lost=lambda: self._journal(charge, cost_micros),
+            lambda pipe: self._queue_settle(pipe, charge, cost),
+            lost=lambda: self._journal(charge, cost),
+        )
+
+    async def hold(self, turn_id: str, payload: str) -> None:
+        await self._write_or_keep(
+            f"hold:{turn_id}", "hold", lambda: self.held.hold(turn_id, payload), turn_id=turn_id
+        )
+
+    async def handoff(self, tenant: str, turn_id: str, reason: str, payload: str) -> None:
+        await self._write_or_keep(
+            f"handoff:{turn_id}",
+            "handoff",
+            lambda: self.handoffs.push(tenant, turn_id, reason, payload),
+            turn_id=turn_id,
         )
 
     async def aclose(self) -> None:
-        """Settle what the backlog holds if Redis answers, then close the guard's Redis
+        """Write what the backlog holds if Redis answers, then close the guard's Redis
         clients (both, when `open_guard` made them)."""
         self.circuits.close()
         if self.sizer is not None:
@@ -270,29 +275,38 @@ class RedisGuard:
             await self.pipes.redis.aclose()
         await self.redis.aclose()
 
-    async def conclude_charge(self, charge: Charge, cost_micros: int | None) -> None:
-        """Settle or release a charge alone (no breaker verdict)."""
-        try:
-            await self._settle(charge, cost_micros)
-        except STORE_DOWN as exc:
-            self._lose_budgets(exc)
-            self._journal(charge, cost_micros)
+    # -- writes the store may miss ------------------------------------------------------
 
-    async def hold(self, turn_id: str, payload: str) -> None:
-        try:
-            await self.held.hold(turn_id, payload)
-        except STORE_DOWN as exc:
-            log.error("guard.hold_failed", turn_id=turn_id, error=type(exc).__name__)
+    async def _write_or_keep(
+        self, key: str, kind: str, write: Callable[[], Any], *, turn_id: str
+    ) -> None:
+        """Write now, or (Redis away) keep the write in the backlog until it lands."""
+        if self.circuits.fleet_view:
+            try:
+                with _store_errors():
+                    await write()
+                return
+            except StoreUnreachable as exc:
+                log.warning(f"guard.{kind}_kept", turn_id=turn_id, error=str(exc))
+        self.backlog.add(key, kind, write)
 
-    async def handoff(self, tenant: str, turn_id: str, reason: str, payload: str) -> None:
-        try:
-            await self.handoffs.push(tenant, turn_id, reason, payload)
-        except STORE_DOWN as exc:
-            log.error("guard.handoff_failed", turn_id=turn_id, error=type(exc).__name__)
+    def _journal(self, charge: Charge, cost: int | None) -> None:
+        """Keep a settlement or a release Redis missed until it lands: money spent is
+        never forgotten, and a call no provider billed is never charged when its hold
+        expires. Both are idempotent per charge id: one that did land is harmless."""
+        key = f"spend:{charge.tenant}:{charge.charge_id}"
 
-    # -- budgets ---------------------------------------------------------------
+        async def write() -> object:
+            return await self._send(lambda pipe: self._queue_settle(pipe, charge, cost))
 
-    def _reserve_on(self, pipe: Any, charge: Charge) -> Callable[[Any], object]:
+        if cost is None:
+            self.backlog.add(key, "release", write)
+        else:
+            self.backlog.add(key, "spend", write, micros=cost, tenant=charge.tenant)
+
+    # -- budgets: every script on the pipelined path -------------------------------------
+
+    def _queue_reserve(self, pipe: Pipeline, charge: Charge) -> Parser:
         return self.ledger.reserve_on(
             pipe,
             charge.tenant,
@@ -304,27 +318,7 @@ class RedisGuard:
             worst_micros=charge.worst,
         )
 
-    async def _reserve(self, charge: Charge) -> object:
-        return await self.ledger.reserve(
-            charge.tenant,
-            charge.charge_id,
-            provider=charge.provider,
-            micros=charge.micros,
-            fallback=charge.fallback,
-            ttl_s=self.hold_ttl_s,
-            worst_micros=charge.worst,
-        )
-
-    async def _reserve_alone(self, charge: Charge | None) -> str | None:
-        if charge is None:
-            return None
-        try:
-            return _refusal(await self._reserve(charge))
-        except STORE_DOWN as exc:
-            self._lose_budgets(exc)
-            return self._offline(charge)
-
-    def _settle_on(self, pipe: Any, charge: Charge, cost: int | None) -> Callable[[Any], object]:
+    def _queue_settle(self, pipe: Pipeline, charge: Charge, cost: int | None) -> Parser:
         if cost is None:
             return self.ledger.release_on(pipe, charge.tenant, charge.charge_id)
         return self.ledger.settle_on(
@@ -336,74 +330,95 @@ class RedisGuard:
             fallback=charge.fallback,
         )
 
-    async def _settle(self, charge: Charge, cost: int | None) -> object:
-        if cost is None:
-            return await self.ledger.release(charge.tenant, charge.charge_id)
-        return await self.ledger.settle(
-            charge.tenant,
-            charge.charge_id,
-            cost,
-            provider=charge.provider,
-            fallback=charge.fallback,
-        )
+    async def _send(self, queue: Queue) -> object:
+        """One budget script in a round trip of its own (on the shared pipeline); sent
+        again once when Redis had forgotten the scripts."""
+        for _ in range(2):
+            slot = self.pipes.open()
+            parse = queue(slot.pipe)
+            (reply,) = await slot.send()
+            if not isinstance(reply, NoScriptError):
+                break
+            await self.ledger.load_scripts()
+        if isinstance(reply, BaseException):
+            raise reply
+        return parse(reply)
 
-    def _journal(self, charge: Charge, cost: int | None) -> None:
-        """Keep a settlement Redis missed until it lands: money spent is never forgotten.
+    async def _reserve_alone(self, charge: Charge) -> Refusal | None:
+        try:
+            with _store_errors():
+                outcome = await self._send(lambda pipe: self._queue_reserve(pipe, charge))
+        except StoreUnreachable as exc:
+            self._budgets_unreachable(exc)
+            return self._reservation_missed(charge)
+        return _refusal(outcome)
 
-        Settling is idempotent per charge id, so one that did land is not charged twice.
-        A release is not kept: the hold it would drop expires by itself (`hold_ttl_s`).
-        """
-        if cost is None:
-            return
-        self.backlog.add(
-            f"spend:{charge.tenant}:{charge.charge_id}",
-            "spend",
-            lambda: self._settle(charge, cost),
-            micros=cost,
-            tenant=charge.tenant,
-        )
-
-    def _offline(self, charge: Charge | None) -> str | None:
-        """While Redis is away: refuse a charge past the tenant's allowance in this process."""
-        if charge is None:
-            return None
-        spent = self.backlog.pending_micros(charge.tenant)
-        if spent + charge.micros > self.offline_allowance_micros:
-            return BUDGET_UNREACHABLE
-        return None
+    async def _settle_alone(self, charge: Charge, cost: int | None) -> None:
+        """Settle or release a charge alone (no breaker verdict); kept when Redis misses it."""
+        try:
+            with _store_errors():
+                await self._send(lambda pipe: self._queue_settle(pipe, charge, cost))
+        except StoreUnreachable as exc:
+            self._budgets_unreachable(exc)
+            self._journal(charge, cost)
 
     async def _budget(
-        self,
-        reply: object,
-        parse: Callable[[Any], object],
-        again: Callable[[], Awaitable[object]],
-        *,
-        lost: Callable[[], str | None],
-    ) -> str | None:
-        """A pipelined budget reply, retried alone once when Redis had forgotten the script;
-        `lost()` answers when Redis did not."""
+        self, reply: object, parse: Parser, queue: Queue, *, lost: Callable[[], Refusal | None]
+    ) -> Refusal | None:
+        """A budget script's pipelined reply; `lost()` answers when Redis missed it."""
         try:
-            if isinstance(reply, NoScriptError):
-                await self.ledger.load_scripts()
-                outcome = await again()
-            elif isinstance(reply, BaseException):
-                raise reply
-            else:
-                outcome = parse(reply)
-        except STORE_DOWN as exc:
-            self._lose_budgets(exc)
+            with _store_errors():
+                if isinstance(reply, NoScriptError):
+                    await self.ledger.load_scripts()
+                    outcome = await self._send(queue)
+                elif isinstance(reply, BaseException):
+                    raise reply
+                else:
+                    outcome = parse(reply)
+        except StoreUnreachable as exc:
+            self._budgets_unreachable(exc)
             return lost()
-        if self._budgets_lost:
-            self._budgets_lost = False
+        if not self.budgets_reachable:
+            self.budgets_reachable = True
             log.warning("guard.budgets_rejoined")
         return _refusal(outcome)
 
-    def _lose_budgets(self, exc: BaseException) -> None:
-        if isinstance(exc, STORE_REFUSED):
-            raise StoreForbidden(f"Redis refused this worker: {exc}") from exc
-        if not self._budgets_lost:
-            self._budgets_lost = True
-            log.warning("guard.budgets_unreachable", error=type(exc).__name__)
+    def _budgets_unreachable(self, exc: StoreUnreachable) -> None:
+        if self.budgets_reachable:
+            self.budgets_reachable = False
+            log.warning("guard.budgets_unreachable", error=str(exc))
+
+    # -- the offline allowance -----------------------------------------------------------
+
+    def _admit_offline(self, charge: Charge) -> Refusal | None:
+        """While the budgets cannot be reached: start the call only if its worst case fits
+        what the tenant has left of its allowance in this process, counting the calls
+        still running at their worst case and those ended at their cost."""
+        tenant = charge.tenant
+        spent = self.backlog.pending_micros(tenant) + self._offline_micros.get(tenant, 0)
+        if spent + charge.worst > self.offline_allowance_micros:
+            return Refusal.BUDGET_UNREACHABLE
+        self._offline[charge.charge_id] = charge
+        self._offline_micros[tenant] = self._offline_micros.get(tenant, 0) + charge.worst
+        return None
+
+    def _reservation_missed(self, charge: Charge) -> Refusal | None:
+        """A reservation sent that Redis did not answer: decided offline. Refused, its
+        release is kept, as the command may still run when Redis wakes (a hold nobody
+        would settle, to be reclaimed and charged); admitted, its end is sent anyway."""
+        refusal = self._admit_offline(charge)
+        if refusal is not None:
+            self._journal(charge, None)
+        return refusal
+
+    def _ended_offline(self, charge: Charge) -> None:
+        if self._offline.pop(charge.charge_id, None) is None:
+            return
+        left = self._offline_micros[charge.tenant] - charge.worst
+        if left:
+            self._offline_micros[charge.tenant] = left
+        else:
+            del self._offline_micros[charge.tenant]
 
 
 def open_guard(settings: Settings, redis: Redis | None = None) -> RedisGuard:
@@ -475,13 +490,33 @@ def _availability(state: breakers.FleetState, target: Target) -> Availability:
     return Availability.AVAILABLE
 
 
-def _kill(state: breakers.FleetState) -> str | None:
-    return "kill_switch" if state.kill_switch is not None else None
+def _entries(end: Conclusion) -> list[breakers.Entry]:
+    """What the breakers and the cooldowns are told of an attempt that ended."""
+    target, signal, holder = end.target, end.signal, end.holder
+    entries: list[breakers.Entry] = []
+    if signal is not None or holder is not None:
+        model, vendor = _BREAKER_VERDICT[signal] if signal else _NEUTRAL
+        entries += [
+            breakers.Outcome(model_scope(target), model, holder),
+            breakers.Outcome(vendor_scope(target), vendor, holder),
+        ]
+    if signal is Signal.RATE_LIMITED:
+        entries.append(breakers.Cooldown(target.provider, target.provider_model, end.retry_after_s))
+    elif signal is Signal.MODEL_GONE:
+        entries.append(breakers.Gone(target.provider, target.provider_model))
+    elif signal is Signal.EXHAUSTED:
+        # Until the quota resets when the provider said when, else the configured TTL.
+        entries.append(breakers.Exhausted(target.provider, end.retry_after_s))
+    elif signal is Signal.MODEL_EXHAUSTED:
+        entries.append(
+            breakers.Exhausted(target.provider, end.retry_after_s, model=target.provider_model)
+        )
+    return entries
 
 
-def _refusal(outcome: object) -> str | None:
+def _refusal(outcome: object) -> Refusal | None:
     if isinstance(outcome, budgets.Refusal):
-        return str(outcome.reason)
+        return Refusal(outcome.reason)
     return None
 
 

@@ -1,6 +1,6 @@
 """A guard for tests of code that runs turns: its fleet view is scripted, and it remembers.
 
-    guard = ScriptedGuard({"gpt-5": Availability.OPEN}, refuse={"anthropic": "over_budget"})
+    guard = ScriptedGuard({"gpt-5": Availability.OPEN}, refuse={"an": "unknown_tenant"})
     result = await Chain.from_settings(settings, client, guard=guard).run(request)
     assert [c.provider for c in guard.reserved] == [...]
 
@@ -12,7 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from worker.guard.protocol import Admission, Availability, Charge, FleetView, Signal, Target
+from worker.guard.protocol import (
+    Admission,
+    Availability,
+    Charge,
+    Conclusion,
+    FleetView,
+    Refusal,
+    Signal,
+    Target,
+)
 
 __all__ = ["ScriptedGuard"]
 
@@ -21,8 +30,8 @@ class ScriptedGuard:
     """A `Guard` whose answers are given and whose calls are recorded.
 
     `availability` is keyed by provider model id (a target absent from it is
-    available); `refuse` maps a provider name to the refusal reason every
-    reservation on it gets; `kill_switch` is the reason the switch is on, if it is;
+    available); `refuse` maps a provider name to the refusal every reservation on
+    it gets; `kill_switch` is the reason the switch is on, if it is;
     `output_tokens` is what a model's attempts reserve (default: their `max_tokens`).
     """
 
@@ -38,7 +47,7 @@ class ScriptedGuard:
         self.availability = dict(availability or {})
         self.kill_switch = kill_switch
         self.probe_granted = probe_granted
-        self.refuse = dict(refuse or {})
+        self.refuse = {provider: Refusal(why) for provider, why in (refuse or {}).items()}
         self.sizes = dict(output_tokens or {})
         self.reserved: list[Charge] = []
         """Every charge reserved, the first attempt's included, in order."""
@@ -67,7 +76,7 @@ class ScriptedGuard:
         self.reserved.append(first)
         return Admission(view, self.refuse.get(first.provider))
 
-    async def reserve(self, charge: Charge, *, replacing: Charge | None = None) -> str | None:
+    async def reserve(self, charge: Charge, *, replacing: Charge | None = None) -> Refusal | None:
         if replacing is not None and self._first_target is not None:
             # The first attempt's reservation, given back unused (its model was skipped).
             self.concluded.append((self._first_target, replacing, None, None))
@@ -81,18 +90,8 @@ class ScriptedGuard:
         self.probes.append(holder)
         return self.probe_granted
 
-    async def conclude(
-        self,
-        target: Target,
-        charge: Charge,
-        *,
-        signal: Signal | None,
-        cost_micros: int | None,
-        holder: str | None = None,
-        retry_after_s: float | None = None,
-        output_tokens: int | None = None,
-    ) -> None:
-        self.concluded.append((target, charge, signal, cost_micros))
+    async def conclude(self, end: Conclusion) -> None:
+        self.concluded.append((end.target, end.charge, end.signal, end.cost_micros))
 
     async def hold(self, turn_id: str, payload: str) -> None:
         self.held.append(payload)

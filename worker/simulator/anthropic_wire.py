@@ -12,6 +12,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from worker.simulator.faults import StreamPayload
 from worker.simulator.wire import (
     BadRequest,
     CannedReply,
@@ -161,9 +162,9 @@ class AnthropicDialect:
             _event("message_stop", {}),
         ]
 
-    def stream_error(self, payload: Mapping[str, Any] | None) -> bytes:
+    def stream_error(self, payload: StreamPayload | None) -> bytes:
         """`event: error` with an overloaded_error by default."""
-        return sse(dict(payload) if payload is not None else _STREAM_ERROR, event="error")
+        return sse(payload if payload is not None else _STREAM_ERROR, event="error")
 
     def error_body(self, status: int, message: str) -> dict[str, Any]:
         """`{"type": "error", "error": {"type", "message"}, "request_id"}`."""

@@ -19,6 +19,7 @@ import zlib
 from collections.abc import Mapping
 from typing import Any
 
+from worker.simulator.faults import StreamPayload
 from worker.simulator.wire import BadRequest, CannedReply, Inspection, estimate_tokens, fragments
 
 __all__ = [
@@ -79,8 +80,11 @@ def event(name: str, data: Mapping[str, Any]) -> bytes:
     return frame(headers, payload.encode())
 
 
-def exception_event(payload: Mapping[str, Any]) -> bytes:
-    """`{"throttlingException": {"message": ...}}` as the exception message it stands for."""
+def exception_event(payload: StreamPayload) -> bytes:
+    """`{"throttlingException": {"message": ...}}` as the exception message it stands for;
+    `ValueError` for anything else (an event stream has no lists)."""
+    if not isinstance(payload, dict) or len(payload) != 1:
+        raise ValueError("a Bedrock exception event is one object: {exceptionName: {...}}")
     ((name, body),) = payload.items()
     headers = {
         ":exception-type": name,
@@ -242,7 +246,7 @@ class BedrockDialect:
             event("metadata", {"usage": _usage(reply), "metrics": {"latencyMs": 1}}),
         ]
 
-    def stream_error(self, payload: Mapping[str, Any] | None) -> bytes:
+    def stream_error(self, payload: StreamPayload | None) -> bytes:
         """An exception message; serviceUnavailableException by default."""
         return exception_event(payload if payload is not None else _STREAM_ERROR)
 

@@ -14,13 +14,23 @@ from typing import Any
 
 from pydantic import ConfigDict, TypeAdapter, with_config
 
-__all__ = ["API_KEY_PLACEHOLDER", "DEFAULT_TOKENS", "Body", "CallOutcome", "Fault", "fault_adapter"]
+__all__ = [
+    "API_KEY_PLACEHOLDER",
+    "DEFAULT_TOKENS",
+    "Body",
+    "CallOutcome",
+    "Fault",
+    "StreamPayload",
+    "fault_adapter",
+]
 
 DEFAULT_TOKENS = 8
 API_KEY_PLACEHOLDER = "$API_KEY"
 
 # A JSON object or array is sent as JSON; text or bytes are sent as they are (HTML, "" for empty).
 Body = dict[str, Any] | list[Any] | str | bytes
+# A mid-stream error event's JSON: an object, or one in Google's one-element list.
+StreamPayload = dict[str, Any] | list[Any]
 
 
 class CallOutcome(StrEnum):
@@ -72,7 +82,7 @@ class Fault:
     """Send this many content pieces, then the API's mid-stream error event (or drop)."""
     drop: bool = False
     """With `error_after_tokens`: cut the connection instead of sending an error event."""
-    stream_error: dict[str, Any] | None = field(default=None, hash=False)
+    stream_error: StreamPayload | None = field(default=None, hash=False)
     """The mid-stream error payload; None gives the API's usual one (e.g. overloaded_error)."""
 
     tokens: int | None = None

@@ -13,6 +13,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from worker.simulator.faults import StreamPayload
 from worker.simulator.wire import (
     BadRequest,
     CannedReply,
@@ -124,9 +125,9 @@ class GeminiDialect:
             last["thoughtSignature"] = _text_signature(reply)
         return [self._chunk(self._response(reply, [] if reply.filtered else [last], finish=True))]
 
-    def stream_error(self, payload: Mapping[str, Any] | None) -> bytes:
+    def stream_error(self, payload: StreamPayload | None) -> bytes:
         """`data: {"error": {"code", "message", "status"}}`."""
-        return self._chunk(dict(payload) if payload is not None else _STREAM_ERROR)
+        return self._chunk(payload if payload is not None else _STREAM_ERROR)
 
     def error_body(self, status: int, message: str) -> dict[str, Any]:
         """`{"error": {"code", "message", "status"}}`."""
@@ -135,7 +136,7 @@ class GeminiDialect:
             "error": {"code": status, "message": message, "status": _ERRORS.get(status, default)}
         }
 
-    def _chunk(self, data: dict[str, Any]) -> bytes:
+    def _chunk(self, data: StreamPayload) -> bytes:
         return sse(data, separator=self.separator)
 
     def _blocked(self, reply: CannedReply) -> dict[str, Any]:

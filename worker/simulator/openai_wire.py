@@ -6,6 +6,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from worker.simulator.faults import StreamPayload
 from worker.simulator.wire import (
     BadRequest,
     CannedReply,
@@ -124,9 +125,9 @@ class OpenAIDialect:
         out.append(sse("[DONE]"))
         return out
 
-    def stream_error(self, payload: Mapping[str, Any] | None) -> bytes:
+    def stream_error(self, payload: StreamPayload | None) -> bytes:
         """`data: {"error": {...}}`."""
-        return sse(dict(payload) if payload is not None else _STREAM_ERROR)
+        return sse(payload if payload is not None else _STREAM_ERROR)
 
     def error_body(self, status: int, message: str) -> dict[str, Any]:
         """`{"error": {"message", "type", "param", "code"}}`."""

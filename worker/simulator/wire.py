@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from worker.simulator.faults import Fault
+from worker.simulator.faults import Fault, StreamPayload
 
 __all__ = [
     "BadRequest",
@@ -148,7 +148,7 @@ class Dialect(Protocol):
         """Stream events after the content: finish reason, usage, end marker."""
         ...
 
-    def stream_error(self, payload: Mapping[str, Any] | None) -> bytes:
+    def stream_error(self, payload: StreamPayload | None) -> bytes:
         """A mid-stream error event (`payload` replaces the usual data)."""
         ...
 

@@ -143,6 +143,7 @@ class TurnReport:
                 detail=error.message[:_DETAIL_CHARS],
                 latency_ms=round(latency_s * 1000),
                 retry_index=retry_index,
+                charged_micros=charged_micros,
             )
         )
 
@@ -158,6 +159,7 @@ class TurnReport:
                 error_class="interrupted",
                 latency_ms=round(latency_s * 1000),
                 retry_index=retry_index,
+                charged_micros=charged_micros,
             )
         )
 
@@ -206,6 +208,7 @@ class TurnReport:
                 http_status=200,
                 latency_ms=round(latency_s * 1000),
                 retry_index=retry_index,
+                charged_micros=cost_micros,
             ),
             completion.usage,
             completion.finish_reason,

@@ -1,0 +1,132 @@
+"""Every Guard method with its store away: answered locally, and what it missed lands later.
+
+A `RedisGuard` on a redis-server of the test's own, stopped (SIGSTOP: every command hangs
+until the store timeout) while each method is called, then resumed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+
+from tests.chainkit import KEY, settings
+from worker.guard import Availability, Charge, Conclusion, Refusal, Signal, Target
+from worker.guard.redis_guard import RedisGuard, open_guard
+from worker.simulator import Simulator
+
+pytestmark = pytest.mark.slow
+
+ALPHA = Target("openai/alpha", "openai", "oa", "alpha")
+
+
+@pytest.fixture(autouse=True)
+def _key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
+
+
+@pytest.fixture
+async def guard(
+    sim: Simulator, private_redis: tuple[str, subprocess.Popen[bytes]], namespace: str
+) -> AsyncIterator[RedisGuard]:
+    url, proc = private_redis
+    redis = {"url": url, "namespace": namespace, "timeout_s": 0.2, "rejoin_check_s": 0.2}
+    config = settings(sim.url, redis=redis, budgets={"offline_allowance_usd": "0"})
+    made = open_guard(config)
+    try:
+        yield made
+    finally:
+        proc.send_signal(signal.SIGCONT)
+        await made.aclose()
+
+
+def charge(n: int) -> Charge:
+    return Charge(f"turn-1:run:{n}", "acme", "oa", 1_000, False, 3_000)
+
+
+async def until(check: object, timeout_s: float) -> None:
+    began = time.monotonic()
+    while not check():  # type: ignore[operator]
+        assert time.monotonic() - began < timeout_s, "not within the time allowed"
+        await asyncio.sleep(0.02)
+
+
+async def test_each_method_answers_locally_and_its_writes_land_when_redis_answers(
+    guard: RedisGuard, private_redis: tuple[str, subprocess.Popen[bytes]]
+) -> None:
+    _, proc = private_redis
+    held_before = await guard.admit([ALPHA], charge(0))
+    assert held_before.refusal is None  # reserved in Redis: its release is due later
+    proc.send_signal(signal.SIGSTOP)
+
+    admission = await guard.admit([ALPHA], charge(1))
+    assert not guard.circuits.fleet_view
+    assert admission.view.of(ALPHA) is Availability.AVAILABLE
+    assert admission.refusal is Refusal.BUDGET_UNREACHABLE  # no offline allowance
+    assert await guard.reserve(charge(2)) is Refusal.BUDGET_UNREACHABLE
+    assert await guard.acquire_probe(ALPHA, "turn-1:0") in (True, False)
+    # A 529 for the call reserved while Redis answered: no provider billed it.
+    await guard.conclude(Conclusion(ALPHA, charge(0), Signal.MODEL_FAILURE))
+    await guard.hold("turn-held", '{"turn_id": "turn-held"}')
+    await guard.handoff("acme", "turn-handed", "tenant_budget_exhausted", "{}")
+    # The 529's release; the release of the reservation `admit` sent as Redis stopped,
+    # refused here and yet run by Redis when it wakes; the held turn; the hand-off.
+    assert len(guard.backlog) == 4
+
+    proc.send_signal(signal.SIGCONT)
+    await until(lambda: len(guard.backlog) == 0, 5.0)  # on the backlog's timer: no traffic
+    assert await guard.held.count() == 1
+    assert [h.turn_id for h in await guard.handoffs.list()] == ["turn-handed"]
+    report = await guard.ledger.report("acme")
+    assert report.reserved_micros == 0  # released, not left to be reclaimed and charged
+    assert report.day.spent_micros == 0
+
+
+async def test_calls_admitted_offline_count_at_their_worst_until_they_end(
+    guard: RedisGuard, private_redis: tuple[str, subprocess.Popen[bytes]]
+) -> None:
+    _, proc = private_redis
+    guard.offline_allowance_micros = 2 * 3_000 + 500  # two worst cases, and a little
+    await guard.admit([ALPHA], None)
+    proc.send_signal(signal.SIGSTOP)
+    # Three calls start before any ends: the third would pass the allowance at its worst.
+    refusals = [(await guard.admit([ALPHA], charge(n))).refusal for n in range(3)]
+    assert refusals == [None, None, Refusal.BUDGET_UNREACHABLE]
+    # One ends costing 500: its worst case gives way to its cost, and a call fits again.
+    await guard.conclude(Conclusion(ALPHA, charge(0), Signal.SUCCESS, 500))
+    assert await guard.reserve(charge(3)) is None
+    assert await guard.reserve(charge(4)) is Refusal.BUDGET_UNREACHABLE
+    proc.send_signal(signal.SIGCONT)
+    await until(lambda: len(guard.backlog) == 0, 5.0)
+    assert (await guard.ledger.report("acme")).day.spent_micros == 500
+
+
+@pytest.mark.parametrize(
+    "method", ["admit", "reserve", "acquire_probe", "conclude", "hold", "handoff"]
+)
+async def test_every_method_fails_closed_when_redis_refuses_the_worker(
+    sim: Simulator, namespace: str, acl_redis: int, method: str
+) -> None:
+    from worker.errors import StoreForbidden
+
+    url = f"redis://full:wrong@127.0.0.1:{acl_redis}/0"
+    guard = open_guard(settings(sim.url, redis={"url": url, "namespace": namespace}))
+    calls = {
+        "admit": lambda: guard.admit([ALPHA], charge(0)),
+        "reserve": lambda: guard.reserve(charge(0)),
+        "acquire_probe": lambda: guard.acquire_probe(ALPHA, "turn-1:0"),
+        "conclude": lambda: guard.conclude(Conclusion(ALPHA, charge(0), Signal.SUCCESS, 10)),
+        "hold": lambda: guard.hold("turn-1", "{}"),
+        "handoff": lambda: guard.handoff("acme", "turn-1", "tenant_budget_exhausted", "{}"),
+    }
+    try:
+        with pytest.raises(StoreForbidden) as raised:
+            await calls[method]()
+    finally:
+        await guard.aclose()
+    assert "wrong" not in str(raised.value)
+    assert len(guard.backlog) == 0  # refused, not kept: a person must fix the credentials

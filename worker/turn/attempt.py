@@ -1,0 +1,407 @@
+"""One attempt: one model on one provider, reserved, called, concluded and reported.
+
+    Attempts.run(plan)
+      prepare ── the fleet's probe slot (half-open breaker), then the tenant's budget
+      call ───── the adapter's events, under the first-byte and then the total timeout
+               ├─ conclude: the charge settled or released, the breaker told
+               └─ report: one row of the turn's report
+
+An attempt never ends the turn itself: its `Outcome` tells the walk (`worker.turn.chain`)
+what to do next. Hedging (`worker.turn.race.HedgedAttempts`) wraps `Attempts` with the
+same `run`, as an httpx transport wraps another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import secrets
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from worker.adapters import Adapter, ProviderCall
+from worker.adapters.base import Completion, TextDelta
+from worker.errors import FirstByteTimeout, MalformedResponse, ProviderError, ResponseTimeout
+from worker.guard.protocol import Availability, Charge, Conclusion, Guard, Refusal, Signal, Target
+from worker.observability import tracing
+from worker.settings import Settings
+from worker.turn.capability import Fit
+from worker.turn.policy import Decision, rule_for
+from worker.turn.pricing import cost_of, reservation_micros
+from worker.turn.report import TurnReport
+from worker.turn.retry import retry_delay_s
+from worker.types import TurnRequest
+
+__all__ = [
+    "Answered",
+    "Attempter",
+    "Attempts",
+    "Degrade",
+    "Failed",
+    "Flight",
+    "MoveOn",
+    "Outcome",
+    "Plan",
+    "Refused",
+    "Retry",
+]
+
+OnText = Callable[[str], None]
+_HELD_FIRST_WAIT_S = 0.05
+_HELD_MAX_WAIT_S = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What to attempt: a target, as which step of the chain, with the turn fitted to it."""
+
+    step: int
+    target: Target
+    fit: Fit
+    fallback: bool
+    retry_index: int = 0
+    probe: bool = False  # the breaker is half-open: call only holding the fleet's probe slot
+
+
+@dataclass(slots=True)
+class Flight:
+    """A planned attempt with its reservation: about to be called, or in the air."""
+
+    plan: Plan
+    charge: Charge
+    holder: str | None = None  # of the probe slot
+    on_content: Callable[[], None] | None = None  # at each event until the turn is locked
+    # Set by a hedged race when this call is cut because its twin answered: what it is
+    # charged instead of its reservation (the race reports it).
+    cut_micros: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """The model answered; the report holds its reply."""
+
+
+@dataclass(frozen=True, slots=True)
+class MoveOn:
+    """Leave this provider; `min_window` > 0 also leaves every model that small."""
+
+    min_window: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """Try the same target again after `delay_s`."""
+
+    delay_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """The turn fails: no other model would do better."""
+
+    reason: str
+    error: Exception
+
+
+@dataclass(frozen=True, slots=True)
+class Degrade:
+    """Money stopped the turn (a provider's quota): the product degrades, no fallback."""
+
+    reason: str
+    error: Exception | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """The fleet's shared state refused the attempt before any call."""
+
+    refusal: Refusal
+
+
+Outcome = Answered | MoveOn | Retry | Failed | Degrade | Refused
+
+
+class Attempter(Protocol):
+    """Runs the attempts of one turn (`Attempts`, or a wrapper of it)."""
+
+    async def run(self, plan: Plan) -> Outcome:
+        """Prepare and call `plan`."""
+        ...
+
+    async def aclose(self) -> None:
+        """The turn is ending: stop what is in flight, give back what is held unused."""
+        ...
+
+
+class Attempts:
+    """The attempts of one turn, each reserved, called, concluded and reported."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        adapters: Mapping[str, Adapter],
+        guard: Guard,
+        request: TurnRequest,
+        report: TurnReport,
+        *,
+        deadline: float,
+        rng: random.Random,
+        on_text: OnText | None = None,
+    ) -> None:
+        self.settings = settings
+        self.adapters = adapters
+        self.guard = guard
+        self.request = request
+        self.report = report
+        self.deadline = deadline
+        self.rng = rng
+        self.on_text = on_text
+        self.calls = 0
+        self._run_id = secrets.token_hex(4)
+        # The first attempt's reservation, made by `admit` before the fleet view was
+        # known (`first`); set aside once that attempt is skipped (`_unused`), and given
+        # back with the next reservation (one round trip) or when the turn ends.
+        self._first: tuple[Target, Charge] | None = None
+        self._pending: Charge | None = None
+        self._unused: Charge | None = None
+
+    # -- money --------------------------------------------------------------------------
+
+    def charge(self, target: Target, fit: Fit, fallback: bool) -> Charge:
+        """The reservation of an attempt: its expected cost by the fleet's evidence, and its
+        worst case (every `max_tokens`)."""
+        model = self.settings.models[target.model]
+        max_tokens = self.request.max_tokens
+        expected_tokens = self.guard.output_tokens(target.model, max_tokens)
+        margin = self.settings.budgets.input_margin_pct
+
+        def cost(output_tokens: int) -> int:
+            return reservation_micros(
+                fit.input_tokens, output_tokens, model, input_margin_pct=margin
+            )
+
+        # One id per provider call: a turn run again after its worker died makes new calls,
+        # which the provider bills again.
+        charge_id = f"{self.request.turn_id}:{self._run_id}:{self.calls}"
+        tenant = self.request.tenant_id
+        return Charge(
+            charge_id, tenant, target.provider, cost(expected_tokens), fallback, cost(max_tokens)
+        )
+
+    def first(self, target: Target, fit: Fit) -> Charge:
+        """The primary's reservation, for `Guard.admit` to make with its look at the fleet."""
+        charge = self.charge(target, fit, False)
+        self._first = (target, charge)
+        return charge
+
+    def first_reserved(self) -> None:
+        """The first reservation was granted: the first attempt made will use it."""
+        if self._first is not None:
+            self._pending = self._first[1]
+
+    def set_aside_first(self) -> None:
+        """The first planned attempt will not happen: its reservation is to be given back."""
+        if self._pending is not None:
+            self._unused, self._pending = self._pending, None
+
+    def skip(self, target: Target, reason: str, detail: str | None = None) -> None:
+        """Report a target skipped without a call (so the first planned attempt, if it
+        was still to come, will not happen)."""
+        self.set_aside_first()
+        self.report.skip(target, reason, detail)
+
+    async def wait_for_holds(self, charge: Charge, refusal: Refusal | None) -> Refusal | None:
+        """A budget that attempts in flight hold frees up as they settle, usually for
+        less than they held: ask again, for `held_wait_s` at most, and no later than
+        leaves the call its first-byte timeout before the deadline (a call granted later
+        could not answer, and would be charged all the same)."""
+        loop = asyncio.get_running_loop()
+        first_byte_s = self.settings.providers[charge.provider].first_byte_timeout_s
+        until = min(self.deadline - first_byte_s, loop.time() + self.settings.budgets.held_wait_s)
+        delay_s = _HELD_FIRST_WAIT_S
+        while refusal is not None and refusal.held:
+            pause = self.rng.uniform(delay_s / 2, delay_s)
+            if loop.time() + pause >= until:
+                break
+            await asyncio.sleep(pause)
+            delay_s = min(2 * delay_s, _HELD_MAX_WAIT_S)
+            refusal = await self.guard.reserve(charge)
+        return refusal
+
+    async def try_reserve(self, plan: Plan) -> Flight | None:
+        """Reserve `plan` once, not waiting on holds, a refusal not reported (a hedge)."""
+        charge = self.charge(plan.target, plan.fit, plan.fallback)
+        return Flight(plan, charge) if await self.guard.reserve(charge) is None else None
+
+    async def release(self, flight: Flight) -> None:
+        """Give back the reservation of a flight that was never called."""
+        await self.guard.conclude(Conclusion(flight.plan.target, flight.charge))
+
+    async def aclose(self) -> None:
+        self.set_aside_first()
+        if self._unused is not None and self._first is not None:
+            unused, self._unused = self._unused, None
+            await self.guard.conclude(Conclusion(self._first[0], unused))
+
+    # -- one attempt --------------------------------------------------------------------
+
+    async def run(self, plan: Plan) -> Outcome:
+        flight = await self.prepare(plan)
+        return flight if not isinstance(flight, Flight) else await self.call(flight)
+
+    async def prepare(self, plan: Plan) -> Flight | MoveOn | Refused:
+        """The probe slot when the breaker is half-open, then the reservation."""
+        target = plan.target
+        holder = f"{self.request.turn_id}:{self.calls}" if plan.probe else None
+        if holder is not None and not await self.guard.acquire_probe(target, holder):
+            self.skip(target, Refusal.BREAKER_HALF_OPEN, "another worker holds the probe")
+            return MoveOn()
+        if self._pending is not None:
+            # Reserved by `admit`: every skip before the first call set it aside, so it is
+            # this target's.
+            charge, self._pending = self._pending, None
+            return Flight(plan, charge, holder)
+        charge = self.charge(target, plan.fit, plan.fallback)
+        unused, self._unused = self._unused, None
+        refusal = await self.guard.reserve(charge, replacing=unused)
+        refusal = await self.wait_for_holds(charge, refusal)
+        if refusal is None:
+            return Flight(plan, charge, holder)
+        if holder is not None:
+            await self.guard.conclude(Conclusion(target, charge, holder=holder))
+        if refusal is not Refusal.KILL_SWITCH:
+            self.report.skip(target, refusal)
+        return Refused(refusal)
+
+    async def call(self, flight: Flight) -> Outcome:
+        """Call once: conclude, report, and say what the walk does next."""
+        plan, target, charge = flight.plan, flight.plan.target, flight.charge
+        model = self.settings.models[target.model]
+        self.calls += 1
+        started = time.monotonic()
+        try:
+            # The call's span (a no-op while tracing is off) records how it failed, if it did.
+            with tracing.attempt(target, self.request, plan.retry_index) as span:
+                completion = await self._send(flight)
+                span.answered(completion.usage, completion.finish_reason)
+        except ProviderError as error:
+            rule = rule_for(error)
+            # A call the provider may bill (it timed out, or streamed and broke) is charged
+            # at its reservation: what it really cost is not known.
+            billed = charge.micros if rule.billed or self.report.locked else None
+            await self.guard.conclude(
+                Conclusion(
+                    target,
+                    charge,
+                    signal=rule.signal,
+                    cost_micros=billed,
+                    holder=flight.holder,
+                    retry_after_s=error.retry_after_s,
+                )
+            )
+            latency_s = time.monotonic() - started
+            self.report.error(target, error, latency_s, plan.retry_index, billed)
+            return self._next(error, rule.decision, plan, probe=flight.holder is not None)
+        except asyncio.CancelledError:
+            await asyncio.shield(self._cut(flight, time.monotonic() - started))
+            raise
+        cost = cost_of(completion.usage, model)
+        await self.guard.conclude(
+            Conclusion(
+                target,
+                charge,
+                signal=Signal.SUCCESS,
+                cost_micros=cost,
+                holder=flight.holder,
+                output_tokens=completion.usage.output_tokens,
+            )
+        )
+        self.report.answered(
+            target,
+            completion,
+            step=plan.step,
+            fit=plan.fit,
+            cost_micros=cost,
+            latency_s=time.monotonic() - started,
+            retry_index=plan.retry_index,
+        )
+        return Answered()
+
+    async def _cut(self, flight: Flight, latency_s: float) -> None:
+        """Cut short in flight. Its hedged twin answered: no output was sent, its prompt is
+        charged. Otherwise (the deadline, a shutdown) the provider may bill it all the same,
+        and a probe that never answered in time is the breaker's failure: the break grows,
+        and the slot is free at once for the next probe."""
+        target, charge, holder = flight.plan.target, flight.charge, flight.holder
+        if flight.cut_micros is not None:
+            end = Conclusion(target, charge, cost_micros=flight.cut_micros, holder=holder)
+        else:
+            self.report.interrupted(target, latency_s, flight.plan.retry_index, charge.micros)
+            signal = Signal.FAILURE if holder is not None else None
+            end = Conclusion(target, charge, signal, charge.micros, holder)
+        await self.guard.conclude(end)
+
+    def _next(
+        self, error: ProviderError, decision: Decision, plan: Plan, *, probe: bool
+    ) -> Outcome:
+        """The policy table's decision for a failed attempt."""
+        if self.report.locked:
+            return Failed(error.code, error)
+        if decision is Decision.DEGRADE:
+            return Degrade(Availability.EXHAUSTED.value, error)
+        if decision in (Decision.FAIL, Decision.STOP):
+            return Failed(error.code, error)
+        if decision is Decision.LARGER_WINDOW:
+            return MoveOn(min_window=self.settings.models[plan.target.model].context_window + 1)
+        delay = retry_delay_s(
+            error,
+            decision,
+            retry_index=plan.retry_index,
+            settings=self.settings.retry,
+            remaining_s=self.deadline - asyncio.get_running_loop().time(),
+            rng=self.rng,
+        )
+        # A failed probe has just re-opened the breaker: leave that model alone.
+        return MoveOn() if delay is None or probe else Retry(delay)
+
+    async def _send(self, flight: Flight) -> Completion:
+        """One HTTP call, bounded by the first-byte timeout and then the total timeout."""
+        target, fit = flight.plan.target, flight.plan.fit
+        provider = self.settings.providers[target.provider]
+        call = ProviderCall(
+            model_id=target.provider_model,
+            messages=fit.messages,
+            tools=fit.tools,
+            max_tokens=self.request.max_tokens,
+            stream=self.request.stream,
+            thinking_budget_tokens=self.settings.models[target.model].thinking_budget_tokens,
+        )
+        loop = asyncio.get_running_loop()
+        total_at = loop.time() + provider.total_timeout_s
+        events = self.adapters[target.provider].send(call)
+        try:
+            async with asyncio.timeout(provider.first_byte_timeout_s) as limit:
+                async for event in events:
+                    if not self.report.locked:
+                        # First content: from now on only the total timeout applies.
+                        limit.reschedule(total_at)
+                        if flight.on_content is not None:
+                            flight.on_content()
+                    if isinstance(event, Completion):
+                        return event
+                    self.report.lock()
+                    if isinstance(event, TextDelta) and self.on_text is not None:
+                        self.on_text(event.text)
+        except TimeoutError:
+            if self.report.locked:
+                raise ResponseTimeout(
+                    f"no complete answer within {provider.total_timeout_s:g} s"
+                ) from None
+            raise FirstByteTimeout(
+                f"no content within {provider.first_byte_timeout_s:g} s"
+            ) from None
+        finally:
+            await events.aclose()
+        raise MalformedResponse("the response ended without a complete answer")
