@@ -17,6 +17,7 @@ passed in KEYS. Names follow `NAME_RULE`, the namespace `rediskit.NAMESPACE`. La
     {N}:idx:scopes            zset    scope -> last seen (ms)        operators' listing
     {N}:idx:cool              zset    "<account>|<model>" -> end (ms)
     {N}:idx:exh               zset    account (or "<account>|<model>") -> end (ms)
+    {N}:idx:gone              zset    "<account>|<model>" -> end (ms) of a gone mark
     {N}:fb:<account>|<model>:<slot>  hash  first-byte latency bucket -> count, one window
     {N}:hedge:budget          hash    milli: hedges the fleet may still start, in thousandths
 
@@ -98,6 +99,11 @@ class Keys:
     def exhausted_index(self) -> str:
         """Accounts marked exhausted, scored by end time."""
         return f"{self._prefix}:idx:exh"
+
+    @property
+    def gone_index(self) -> str:
+        """Pairs whose model the provider does not know (their cooldown is a gone mark)."""
+        return f"{self._prefix}:idx:gone"
 
     def breaker(self, scope: str) -> str:
         """The breaker's state hash."""

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 
 import structlog
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
+from breakers.errors import StoreUnavailableError
 from breakers.keys import Keys
 from breakers.rediskit import Parse, raise_if_error, text, unavailable_as_error
 from breakers.scripts import SCRIPTS
@@ -17,6 +20,10 @@ __all__ = ["KillSwitch"]
 
 log = structlog.get_logger("relevo.breakers")
 _MAX_TEXT = 1000
+# The end of the reason of a switch a worker turned back on.
+_RESTORED = " [restored: the store lost its data]"
+# How long `off` keeps trying to confirm an off through a Redis restart or failover.
+_CONFIRM_WITHIN_S = 30.0
 
 
 def _check_text(value: str, what: str) -> str:
@@ -25,8 +32,13 @@ def _check_text(value: str, what: str) -> str:
     return value
 
 
+def _state(row: list[Any]) -> KillSwitchState | None:
+    return KillSwitchState(text(row[0]), text(row[1]), int(row[2])) if row else None
+
+
 class KillSwitch:
-    """Only a person turns it on or off; nothing in the chain ever flips it.
+    """Only a person turns it on or off; nothing in the chain ever flips it. A worker
+    only restores it, as it last saw it, in a store that lost its data (`restore`).
 
     Its times are always the Redis server's: a person's action is never on a test clock.
     """
@@ -54,22 +66,51 @@ class KillSwitch:
         return KillSwitchState(who, reason, since_ms)
 
     async def off(self, who: str) -> KillSwitchState | None:
-        """Turn the kill switch off; return the state it had (None if it was already off)."""
-        _check_text(who, "who")
+        """Turn the kill switch off; return the state it had (None if it was already off).
 
+        Then `confirm_off`: a worker may restore the switch from a look older than the off.
+        """
+        _check_text(who, "who")
+        async with unavailable_as_error("kill switch off"):
+            before = await self._off(who, confirming=False)
+        log.warning("breakers.kill_switch_off", who=who, was_on=before is not None)
+        return before
+
+    async def confirm_off(self, who: str, *, after_s: float) -> KillSwitchState | None:
+        """Wait `after_s` (the workers' look period plus the store's timeout: every worker
+        has seen the switch off by then), then make sure the store still notes the off.
+
+        If it lost its data in between, a worker may have restored the switch from its
+        look before the off: that switch is turned off again and returned (None: nothing
+        to undo). Redis not answering for 30 s raises `StoreUnavailableError`.
+        """
+        _check_text(who, "who")
+        await asyncio.sleep(after_s)
+        deadline = time.monotonic() + _CONFIRM_WITHIN_S
+        while True:
+            try:
+                async with unavailable_as_error("kill switch off (confirming)"):
+                    undone = await self._off(who, confirming=True)
+                break
+            except StoreUnavailableError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(after_s)
+        if undone is not None:
+            log.warning("breakers.kill_switch_off_again", who=who, restored_by_a_worker=True)
+        return undone
+
+    async def _off(self, who: str, *, confirming: bool) -> KillSwitchState | None:
         def queue(pipe: Pipeline) -> Parse[KillSwitchState | None]:
-            SCRIPTS.queue(pipe, "kill_off", [self._keys.kill, self._keys.epoch], [who])
+            keys = [self._keys.kill, self._keys.epoch]
+            SCRIPTS.queue(pipe, "kill_off", keys, [who, "1" if confirming else ""])
 
             async def parse(reply: object) -> KillSwitchState | None:
-                row: list[Any] = raise_if_error(reply)
-                return KillSwitchState(text(row[0]), text(row[1]), int(row[2])) if row else None
+                return _state(raise_if_error(reply))
 
             return parse
 
-        async with unavailable_as_error("kill switch off"):
-            before = await SCRIPTS.run(self._redis, queue)
-        log.warning("breakers.kill_switch_off", who=who, was_on=before is not None)
-        return before
+        return await SCRIPTS.run(self._redis, queue)
 
     async def status(self) -> KillSwitchState | None:
         """The kill switch while on, else None."""
@@ -78,3 +119,31 @@ class KillSwitch:
         if who is None:
             return None
         return KillSwitchState(text(who), text(why or b""), int(since or 0))
+
+    async def restore(
+        self, seen: KillSwitchState, epoch: str, *, within_s: float
+    ) -> KillSwitchState | None:
+        """Turn the switch back on as `seen`, in a store found empty with epoch `epoch`:
+        the switch as it is now on, or None if it stays off (a person turned it off in
+        this epoch, the epoch is older than `within_s` or is another one). Logged."""
+        reason = seen.reason if seen.reason.endswith(_RESTORED) else seen.reason + _RESTORED
+        within_ms = max(1, round(within_s * 1000))
+
+        def queue(pipe: Pipeline) -> Parse[tuple[str, KillSwitchState | None]]:
+            keys = [self._keys.kill, self._keys.epoch]
+            SCRIPTS.queue(pipe, "kill_restore", keys, [epoch, seen.who, reason, within_ms])
+
+            async def parse(reply: object) -> tuple[str, KillSwitchState | None]:
+                row: list[Any] = raise_if_error(reply)
+                outcome = text(row[0])
+                return outcome, _state(row[1:]) if outcome in ("restored", "on") else None
+
+            return parse
+
+        async with unavailable_as_error("kill switch restore"):
+            outcome, state = await SCRIPTS.run(self._redis, queue)
+        if outcome == "restored":
+            log.warning("breakers.kill_switch_restored", who=seen.who, reason=reason)
+        elif state is None:
+            log.warning("breakers.kill_switch_not_restored", who=seen.who, why=outcome)
+        return state

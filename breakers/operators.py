@@ -1,20 +1,24 @@
-"""What an operator sees and does: the fleet's breakers, cooldowns and marks; open/close/reset."""
+"""What an operator sees and does: the fleet's breakers, cooldowns and marks; open/close/reset,
+and clearing a gone mark."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
+import structlog
 from redis.asyncio.client import Pipeline
 
 from breakers.errors import UnknownScopeError
-from breakers.keys import split_pair, validate_name
+from breakers.keys import pair_member, split_pair, validate_name
 from breakers.outcomes import Pair
 from breakers.rediskit import Parse, raise_if_error, text, unavailable_as_error
 from breakers.state import BreakerState
 from breakers.store import FleetBreakers
 
 __all__ = ["CooldownReport", "ExhaustedReport", "FleetReport", "Operators", "ScopeReport"]
+
+log = structlog.get_logger("relevo.breakers")
 
 
 @dataclass(frozen=True)
@@ -37,10 +41,12 @@ class ScopeReport:
 
 @dataclass(frozen=True)
 class CooldownReport:
-    """A rate-limited pair and how long it still cools down."""
+    """A skipped pair and how long it is still skipped: a rate limit's cooldown, or a gone
+    mark (`gone`: the provider did not know the model; an operator may clear it)."""
 
     pair: Pair
     remaining_s: float
+    gone: bool = False
 
 
 @dataclass(frozen=True)
@@ -80,6 +86,7 @@ class Operators:
         keys = [self._keys.cooldown_index, self._keys.exhausted_index]
         for s in names:
             keys += [self._keys.breaker(s), self._keys.window(s), self._keys.probe(s)]
+        keys.append(self._keys.gone_index)
         args: list[str | int] = [
             max(1, round(self._store.policy_for(s).window_s * 1000)) for s in names
         ]
@@ -93,8 +100,9 @@ class Operators:
 
     def _parse_report(self, names: list[str]) -> Parse[FleetReport]:
         async def parse(reply: object) -> FleetReport:
-            now, cools, marks, rows = raise_if_error(reply)
+            now, cools, marks, rows, gone = raise_if_error(reply)
             now = int(now)
+            gone_pairs = {text(m) for m, _ in _pairs(gone)}
             scopes = []
             for i, scope in enumerate(names):
                 state, left, opened, calls, fails, holders = rows[6 * i : 6 * i + 6]
@@ -113,7 +121,9 @@ class Operators:
                 now_ms=now,
                 scopes=scopes,
                 cooldowns=[
-                    CooldownReport(Pair(*split_pair(text(m))), (int(end) - now) / 1000)
+                    CooldownReport(
+                        Pair(*split_pair(text(m))), (int(end) - now) / 1000, text(m) in gone_pairs
+                    )
                     for m, end in _pairs(cools)
                 ],
                 exhausted=[
@@ -135,6 +145,44 @@ class Operators:
     async def reset(self, scope: str) -> BreakerState:
         """Forget everything about `scope`: state, window, streak, probe slots, break growth."""
         return await self._force(scope, "reset", 0)
+
+    async def clear_gone(self, account: str, model: str, *, who: str) -> CooldownReport | None:
+        """End the gone mark of (`account`, `model`) now: the fleet calls the model again.
+
+        Returns the mark found: cleared if `gone`, else a rate limit's cooldown, left in
+        place (it ends by itself); None when the pair is not skipped. Logged with `who`.
+        """
+        member = pair_member(account, model)
+        keys = [
+            self._keys.cooldown(account, model),
+            self._keys.cooldown_index,
+            self._keys.gone_index,
+        ]
+        cap_ms = round(self._store.cooldowns.max_cooldown_s * 1000)
+
+        def queue(pipe: Pipeline) -> Parse[tuple[str, int]]:
+            self._store.queue_script(pipe, "clear_gone", keys, [member, cap_ms])
+
+            async def parse(reply: object) -> tuple[str, int]:
+                kind, left_ms = raise_if_error(reply)
+                return text(kind), int(left_ms)
+
+            return parse
+
+        async with unavailable_as_error(f"breakers clear-gone {member}"):
+            kind, left_ms = await self._store.run_script(queue)
+        if not kind:
+            return None
+        found = CooldownReport(Pair(account, model), left_ms / 1000, gone=kind == "gone")
+        if found.gone:
+            log.warning(
+                "breakers.gone_cleared",
+                who=who,
+                account=account,
+                model=model,
+                left_s=found.remaining_s,
+            )
+        return found
 
     async def _force(self, scope: str, op: str, ms: int) -> BreakerState:
         validate_name(scope, "scope")

@@ -3,23 +3,20 @@
 `ResilientBreakers` wraps the fleet store. When Redis errors or takes longer than
 `timeout_s`, it answers from a local store running the same Lua scripts on a private
 in-process fakeredis (same semantics by construction) and logs once that the fleet view
-is lost. Turns then stay local, costing Redis nothing, while a timer asks Redis every
-`rejoin_check_s` whether it answers again: a worker rejoins on time, not on its next
-turn, and logs once when it does. While the fleet view is lost the kill switch reads
-as the fleet last showed it: a turn never fails because the breaker store is down, and
-a switch a person turned on stays on.
-
-A Redis that comes back empty (restarted without persistence, failed over to a replica
-that had not caught up) is noticed by its epoch, a random id the store keeps: when it
-is gone or new, this process logs `breakers.store_reset` as an error, and if it last saw
-the kill switch on and no person turned the switch off since, it turns it back on for
-the fleet.
+is lost. Turns then stay local, costing Redis nothing. A timer looks at the store every
+`rejoin_check_s`, busy or idle (a turn's check counts as a look): it rejoins the fleet on
+time, not on the next turn, logging once when it does, and keeps this process's memory of
+the kill switch current (`breakers.memory`). While the fleet view is lost the kill switch
+reads as it was at the last look: a turn never fails because the breaker store is down,
+and a switch a person turned on stays on. Local breakers start empty at each outage.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import math
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TypeVar
@@ -29,18 +26,18 @@ from redis.asyncio.client import Pipeline
 from redis.exceptions import NoScriptError
 
 from breakers.connection import DEFAULT_TIMEOUT_S, in_memory
-from breakers.errors import StoreUnavailableError
-from breakers.killswitch import KillSwitch
+from breakers.errors import StoreForbiddenError
+from breakers.memory import FleetMemory
 from breakers.outcomes import Entry, Pair
 from breakers.rediskit import FORBIDDEN_ERRORS, STORE_ERRORS, Parse, raise_if_forbidden
-from breakers.state import FleetState, KillSwitchState, Transition
+from breakers.state import FleetState, Transition
 from breakers.store import FleetBreakers
 
 __all__ = ["ResilientBreakers"]
 
 T = TypeVar("T")
-# What reading or making the epoch, or restoring the switch, may meet: Redis gone again.
-_EPOCH_UNREAD: tuple[type[BaseException], ...] = (*STORE_ERRORS, StoreUnavailableError)
+# A Redis that answers and refuses us is not down: the next turn's call fails closed.
+_REFUSED: tuple[type[BaseException], ...] = (*FORBIDDEN_ERRORS, StoreForbiddenError)
 log = structlog.get_logger("relevo.breakers")
 
 
@@ -50,28 +47,29 @@ class ResilientBreakers:
     Same operations as `FleetBreakers`. The ``*_on`` forms always queue their command
     (the caller's pipeline goes to Redis anyway); give their parser the reply, or the
     exception raised by ``pipe.execute`` if it failed, and it answers locally on error.
+    The timer starts with the first operation, or with `watch`; `close` stops it.
     """
 
     def __init__(
         self,
         fleet: FleetBreakers,
         *,
-        local: FleetBreakers | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         rejoin_check_s: float = 1.0,
         on_reset: Callable[[], None] | None = None,
     ) -> None:
         """`on_reset` is called each time the store is found to have lost its data."""
         self.fleet = fleet
-        self.local = local or fleet.with_redis(in_memory())
+        self.local = fleet.with_redis(in_memory())
         self.timeout_s = timeout_s
         self.rejoin_check_s = rejoin_check_s
+        self.memory = FleetMemory(
+            fleet, fresh_s=rejoin_check_s + timeout_s, on_reset=self._store_was_reset
+        )
         self._lost = False
         self._lost_at = 0.0
-        self._rejoining: asyncio.Task[None] | None = None
-        self._last_kill: KillSwitchState | None = None
-        self._epoch: str | None = None
-        self._restore: asyncio.Future[KillSwitchState | None] | None = None
+        self._looked_at = -math.inf
+        self._watching: asyncio.Task[None] | None = None
         self.resets = 0
         """How often this process found the store had lost its data."""
         self.on_reset = on_reset
@@ -80,6 +78,15 @@ class ResilientBreakers:
     def fleet_view(self) -> bool:
         """False while answering from local breakers."""
         return not self._lost
+
+    def watch(self) -> None:
+        """Look at the store every `rejoin_check_s` from now on (on the running loop)."""
+        if self._watching is None or self._watching.done():
+            self._watching = asyncio.get_running_loop().create_task(self._watch())
+
+    def _keep_watching(self) -> None:
+        with contextlib.suppress(RuntimeError):  # no loop runs: a parser queued ahead of one
+            self.watch()
 
     async def check(
         self,
@@ -127,78 +134,38 @@ class ResilientBreakers:
         self, op: Callable[[FleetBreakers], Awaitable[FleetState]]
     ) -> Callable[[FleetBreakers], Awaitable[FleetState]]:
         async def check(store: FleetBreakers) -> FleetState:
+            asked = time.monotonic()
             state = await op(store)
-            return await self._mind_epoch(state) if store is self.fleet else state
+            return await self.memory.mind(state, asked) if store is self.fleet else state
 
         return check
 
     def _remembered(self, parse: Parse[FleetState]) -> Parse[FleetState]:
+        asked = time.monotonic()
+
         async def remember(reply: object) -> FleetState:
-            return await self._mind_epoch(await parse(reply))
+            return await self.memory.mind(await parse(reply), asked)
 
         return remember
 
-    async def _mind_epoch(self, state: FleetState) -> FleetState:
-        """Remember what the fleet showed; notice a store that lost its data since.
-
-        A check read before the restore landed (the same batch as the one that noticed
-        the reset, or the round trip after) shows the new epoch, or none, with the switch
-        off and nobody having turned it off: it gets the restored switch, so no turn runs
-        in between. Once a person turns the switch off, the epoch says so.
-        """
-        epoch = state.epoch
-        try:
-            if not epoch:
-                epoch = await self.fleet.start_epoch()
-            if self._epoch is not None and epoch != self._epoch:
-                self._epoch = epoch  # before any await: one process notices a reset once
-                self._restore = asyncio.ensure_future(self._store_was_reset(state))
-            unrestored = state.kill_switch is None and not state.epoch_off_by
-            if self._restore is not None and unrestored and state.epoch in ("", self._epoch):
-                restored = await asyncio.shield(self._restore)
-                if restored is not None:
-                    state = dataclasses.replace(state, kill_switch=restored)
-        except _EPOCH_UNREAD as exc:
-            raise_if_forbidden(exc)
-            return state  # the next check tries again
-        self._epoch = epoch
-        self._last_kill = state.kill_switch
-        return state
-
-    async def _store_was_reset(self, state: FleetState) -> KillSwitchState | None:
-        """Count and log the reset; the kill switch turned back on, if it was."""
-        self.resets += 1
-        if self.on_reset is not None:
-            self.on_reset()
-        last = self._last_kill
-        restore = last is not None and state.kill_switch is None and not state.epoch_off_by
-        log.error(
-            "breakers.store_reset",
-            detail="the store lost its data (breakers, cooldowns, budgets, held turns)",
-            kill_switch_restored=restore,
-        )
-        if not restore or last is None:
-            return None
-        reason = f"{last.reason} [restored: the store lost its data]"
-        switch = KillSwitch(self.fleet.redis, namespace=self.fleet.keys.namespace)
-        return await switch.on(last.who, reason)
-
     def _local_view(self, state: FleetState) -> FleetState:
-        return dataclasses.replace(state, fleet_view=False, kill_switch=self._last_kill)
+        return dataclasses.replace(state, fleet_view=False, kill_switch=self.memory.kill)
 
     async def _run(
         self, op: Callable[[FleetBreakers], Awaitable[T]], as_local: Callable[[T], T]
     ) -> T:
-        if self._lost:
-            return as_local(await op(self.local))
-        try:
-            async with asyncio.timeout(self.timeout_s):
-                result = await op(self.fleet)
-        except STORE_ERRORS as exc:
-            self._lose(exc)
-            return as_local(await op(self.local))
-        self._rejoin()
-        return result
+        self._keep_watching()
+        if not self._lost:
+            asked = time.monotonic()
+            try:
+                async with asyncio.timeout(self.timeout_s):
+                    result = await op(self.fleet)
+            except STORE_ERRORS as exc:
+                self._lose(exc, asked)
+            else:
+                self._rejoin(asked)
+                return result
+        return as_local(await op(self.local))
 
     def _resolver(
         self,
@@ -206,6 +173,9 @@ class ResilientBreakers:
         op: Callable[[FleetBreakers], Awaitable[T]],
         as_local: Callable[[T], T],
     ) -> Parse[T]:
+        self._keep_watching()
+        asked = time.monotonic()
+
         async def resolve(reply: object) -> T:
             if isinstance(reply, NoScriptError):
                 # Redis answered but forgot the scripts (a restart, SCRIPT FLUSH):
@@ -215,10 +185,10 @@ class ResilientBreakers:
             if self._lost:  # lost since this reply's pipeline went out: stay consistent
                 return as_local(await op(self.local))
             if isinstance(reply, STORE_ERRORS):
-                self._lose(reply)
+                self._lose(reply, asked)
                 return as_local(await op(self.local))
             result = await parse(reply)
-            self._rejoin()
+            self._rejoin(asked)
             return result
 
         return resolve
@@ -228,10 +198,11 @@ class ResilientBreakers:
             async with asyncio.timeout(self.timeout_s):
                 await self.fleet.load_scripts()
         except STORE_ERRORS:
-            pass  # the call that follows fails, and the rejoin timer takes over
+            pass  # the call that follows fails, and the timer takes over
 
-    def _lose(self, exc: BaseException) -> None:
+    def _lose(self, exc: BaseException, asked: float) -> None:
         raise_if_forbidden(exc)
+        self.memory.lost(asked)
         if self._lost:
             return
         self._lost = True
@@ -239,31 +210,54 @@ class ResilientBreakers:
         log.warning(
             "breakers.fleet_view_lost", error=type(exc).__name__, rejoin_check_s=self.rejoin_check_s
         )
-        if self._rejoining is None or self._rejoining.done():
-            self._rejoining = asyncio.get_running_loop().create_task(self._rejoin_when_back())
 
-    async def _rejoin_when_back(self) -> None:
-        while self._lost:
-            await asyncio.sleep(self.rejoin_check_s)
-            try:
-                async with asyncio.timeout(self.timeout_s):
-                    await self.fleet.redis.ping()
-            except FORBIDDEN_ERRORS:
-                pass  # it answers, and refuses us: the next turn's call fails closed
-            except STORE_ERRORS:
+    async def _watch(self) -> None:
+        while True:
+            # One look per period since the last look or the last turn's check.
+            wait = max(self.memory.seen_at, self._looked_at) + self.rejoin_check_s
+            wait -= time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
                 continue
-            self._rejoin()
+            try:
+                await self._look()
+            except Exception:  # a timer that dies quietly would stop rejoining: say so, go on
+                log.exception("breakers.look_failed")
 
-    def _rejoin(self) -> None:
-        if self._lost:
+    async def _look(self) -> None:
+        """Read the switch and the epoch from the store; rejoin if it answers."""
+        self._looked_at = asked = time.monotonic()
+        op = self._checking(lambda store: store.check(()))
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                await op(self.fleet)
+        except _REFUSED:
+            pass  # it answers, and refuses us: the next turn's call fails closed
+        except STORE_ERRORS as exc:
+            self._lose(exc, asked)
+            return
+        self._rejoin(asked)
+
+    def _rejoin(self, asked: float) -> None:
+        # An answer to a question asked before the loss (in flight with the one that
+        # failed) does not rejoin: the next look decides.
+        if self._lost and asked > self._lost_at:
             self._lost = False
+            # What the local breakers learned in this outage is older than anything the
+            # fleet knows now: the next outage starts them empty.
+            self.local = self.fleet.with_redis(in_memory())
             lost_s = round(time.monotonic() - self._lost_at, 3)
             log.warning("breakers.fleet_view_rejoined", lost_s=lost_s)
 
+    def _store_was_reset(self) -> None:
+        self.resets += 1
+        if self.on_reset is not None:
+            self.on_reset()
+
     def close(self) -> None:
-        """Stop the rejoin timer, if one runs (before the fleet's client is closed)."""
-        if self._rejoining is not None:
-            self._rejoining.cancel()
+        """Stop the timer, if it runs (before the fleet's client is closed)."""
+        if self._watching is not None:
+            self._watching.cancel()
 
 
 def _same(value: T) -> T:

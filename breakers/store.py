@@ -174,11 +174,17 @@ class FleetBreakers:
     async def start_epoch(self) -> str:
         """The store's epoch id, made now if it has none (a new store, or one that lost
         its data). Concurrent callers all get the one id that won."""
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hsetnx(self.keys.epoch, "id", uuid.uuid4().hex)
-            pipe.hget(self.keys.epoch, "id")
-            _, epoch = await pipe.execute()
-        return text(epoch)
+
+        def queue(pipe: Pipeline) -> Parse[str]:
+            # On the server's clock, whatever this store's: restores compare with it.
+            SCRIPTS.queue(pipe, "epoch", [self.keys.epoch], [uuid.uuid4().hex])
+
+            async def parse(reply: object) -> str:
+                return text(raise_if_error(reply))
+
+            return parse
+
+        return await self.run_script(queue)
 
     async def check(
         self,
@@ -218,10 +224,12 @@ class FleetBreakers:
             for e in entries
             if isinstance(e, Cooldown)
         ]
-        # A gone pair is a cooldown past the cap: the same key, skipped the same way.
-        cools += [
+        # A gone pair is a cooldown past the cap: the same key, skipped the same way; the
+        # gone index tells operators which ones to clear when the model is back.
+        gone = [
             (e.account, e.model, self.cooldowns.gone_ms()) for e in entries if isinstance(e, Gone)
         ]
+        cools += gone
         marks = [e for e in entries if isinstance(e, Exhausted)]
         keys = [self.keys.scope_index, self.keys.cooldown_index, self.keys.exhausted_index]
         args: list[str | int] = [
@@ -246,6 +254,8 @@ class FleetBreakers:
         for m in marks:
             keys.append(self.keys.exhausted(m.account, m.model))
             args += [exhausted_member(m.account, m.model), self.cooldowns.exhausted_ms(m.seconds)]
+        keys.append(self.keys.gone_index)
+        args.append(len(gone))
         self.queue_script(pipe, "record", keys, args)
 
         async def parse(reply: object) -> list[Transition]:

@@ -8,12 +8,15 @@ from datetime import UTC, datetime
 
 import pytest
 from redis.asyncio import Redis
+from structlog.testing import capture_logs
 
 from breakers import (
     BreakerState,
     Cooldown,
+    CooldownReport,
     Exhausted,
     FleetBreakers,
+    Gone,
     HeldTurns,
     InvalidNameError,
     InvalidPolicyError,
@@ -123,7 +126,12 @@ async def test_every_key_a_worker_writes_has_a_ttl(
     clock.advance(POLICY.break_s)
     assert await store.acquire_probe(SCOPE, "w1")
     await store.record(
-        [Outcome("model:m", V.SUCCESS), Cooldown("acct", "m", seconds=5), Exhausted("acct")]
+        [
+            Outcome("model:m", V.SUCCESS),
+            Cooldown("acct", "m", seconds=5),
+            Exhausted("acct"),
+            Gone("acct", "retired"),
+        ]
     )
     await KillSwitch(redis, namespace=ns).on("alice", "test")
     await HeldTurns(redis, namespace=ns).hold("turn-1", "{}")
@@ -154,6 +162,45 @@ async def test_report_lists_state_rate_opened_at_probe_holder_and_marks(
     assert (report.now_ms, opened.opened_at_ms) == (clock(), clock() - 250)
     assert [(c.pair, c.remaining_s) for c in report.cooldowns] == [(Pair("acct", "m"), 4.75)]
     assert [(e.account, e.remaining_s) for e in report.exhausted] == [("acct", 59.75)]
+
+
+async def test_a_gone_mark_is_listed_as_gone_and_an_operator_clears_it(
+    store: FleetBreakers, redis: Redis, clock: ManualClock
+) -> None:
+    ops = Operators(store)
+    await store.record([Gone("acct", "retired"), Cooldown("acct", "busy", seconds=5)])
+    clock.advance(10)
+    listed = {c.pair.model: (c.gone, c.remaining_s) for c in (await ops.report()).cooldowns}
+    assert listed == {"retired": (True, 3590.0)}  # "busy" cooled down
+    await store.record([Cooldown("acct", "busy", seconds=5)])
+    with capture_logs() as logs:
+        cleared = await ops.clear_gone("acct", "retired", who="alice")
+        busy = await ops.clear_gone("acct", "busy", who="alice")
+        nothing = await ops.clear_gone("acct", "retired", who="alice")
+    assert cleared == CooldownReport(Pair("acct", "retired"), 3590.0, gone=True)
+    assert busy == CooldownReport(Pair("acct", "busy"), 5.0, gone=False)  # left in place
+    assert nothing is None
+    state = await store.check([], [("acct", "retired"), ("acct", "busy")])
+    assert state.cooldowns == {Pair("acct", "retired"): 0.0, Pair("acct", "busy"): 5.0}
+    assert [(c.pair.model, c.gone) for c in (await ops.report()).cooldowns] == [("busy", False)]
+    assert await redis.exists(store.keys.cooldown("acct", "retired")) == 0
+    assert [(e["event"], e["who"], e["model"]) for e in logs] == [
+        ("breakers.gone_cleared", "alice", "retired")
+    ]
+
+
+async def test_a_gone_mark_an_earlier_release_wrote_is_cleared_by_its_length(
+    store: FleetBreakers, redis: Redis
+) -> None:
+    """Written before the gone index existed: only a gone mark outlasts the cooldown cap."""
+    await store.record([Gone("acct", "retired")])
+    await redis.delete(store.keys.gone_index)
+    cleared = await Operators(store).clear_gone("acct", "retired", who="alice")
+    assert cleared is not None
+    assert cleared.gone
+    assert (await store.check([], [("acct", "retired")])).cooldowns == {
+        Pair("acct", "retired"): 0.0
+    }
 
 
 async def test_force_open_pins_until_closed_and_close_reopens_traffic(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from urllib.parse import urlparse
 
 import pytest
@@ -84,6 +84,14 @@ async def dead_redis() -> AsyncIterator[Redis]:
     await client.aclose()
 
 
+async def until(check: Callable[[], object], timeout_s: float = 5.0) -> None:
+    """Wait (on the loop, so timers run) until `check()` is true."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "not within the time allowed"
+        await asyncio.sleep(0.02)
+
+
 async def timed(coro_fn: object) -> float:
     start = time.perf_counter()
     await coro_fn  # type: ignore[misc]
@@ -92,7 +100,8 @@ async def timed(coro_fn: object) -> float:
 
 def test_creating_clients_and_stores_never_touches_redis() -> None:
     client = connect(f"redis://127.0.0.1:{free_port()}/0")
-    ResilientBreakers(FleetBreakers(client))
+    breakers = ResilientBreakers(FleetBreakers(client))
+    breakers.check_on(client.pipeline(transaction=False), [SCOPE])  # queued, no loop to look on
 
 
 async def test_redis_down_serves_local_breakers_within_the_timeout(dead_redis: Redis) -> None:
@@ -165,6 +174,34 @@ async def test_fleet_view_is_lost_then_rejoined_logging_once_each(
             "breakers.fleet_view_rejoined",
         ]
     finally:
+        await client.aclose()
+        await proxy.stop()
+
+
+async def test_local_breakers_start_empty_at_each_outage(redis_url: str, namespace: str) -> None:
+    """What they learned in the last outage is stale: the fleet has closed that breaker."""
+    proxy = Proxy(redis_url, free_port())
+    await proxy.start()
+    client = connect(f"redis://127.0.0.1:{proxy.port}/0", timeout_s=TIMEOUT_S)
+    policy = Policy(min_calls_in_window=3, break_s=60, max_break_s=60)
+    fleet = FleetBreakers(client, namespace=namespace, policy=policy)
+    breakers = ResilientBreakers(fleet, timeout_s=TIMEOUT_S, rejoin_check_s=0.2)
+    try:
+        assert (await breakers.check([SCOPE])).fleet_view
+        await proxy.stop()
+        await breakers.record([Outcome(SCOPE, V.FAILURE)] * 3)
+        first = await breakers.check([SCOPE])
+        assert not first.fleet_view
+        assert first.scopes[SCOPE].state is BreakerState.OPEN  # a local break of 60 s
+        await proxy.start()
+        await until(lambda: breakers.fleet_view)  # the timer rejoins
+        assert (await breakers.check([SCOPE])).scopes[SCOPE].state is BreakerState.CLOSED
+        await proxy.stop()
+        second = await breakers.check([SCOPE])
+        assert not second.fleet_view
+        assert second.scopes[SCOPE].state is BreakerState.CLOSED
+    finally:
+        breakers.close()
         await client.aclose()
         await proxy.stop()
 

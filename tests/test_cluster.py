@@ -8,14 +8,19 @@ tenant's); a slot a script's keys did not share would fail with CROSSSLOT here.
 from __future__ import annotations
 
 import asyncio
+import shutil
+from pathlib import Path
 
 import pytest
 from redis.asyncio.cluster import RedisCluster
 
+from breakers import FleetBreakers, KillSwitch, ResilientBreakers, connect
+from breakers.keys import Keys
 from budgets import Ledger
 from tests import clusterkit
 from tests import test_breakers_fleet as fleet
 from tests import test_budgets_redis as budget_fleet
+from tests.conftest import skip_unless_ci
 from worker.adapters import make_client
 from worker.demo.run import demo_settings
 from worker.guard.redis_guard import open_guard
@@ -25,6 +30,10 @@ from worker.turn.chain import Chain
 from worker.types import Message, TurnRequest
 
 pytestmark = pytest.mark.slow
+
+SCOPE = "vendor:openai"
+LOOK_S = 0.3
+TIMEOUT_S = 0.25
 
 
 def test_the_half_open_herd_sends_one_probe_on_a_cluster(
@@ -103,3 +112,37 @@ async def test_the_guard_spreads_tenants_over_the_nodes(
     finally:
         await budget_fleet.clean(client, namespace)
         await client.aclose()
+
+
+@pytest.mark.redis  # a cluster of its own: one of its primaries is killed
+async def test_a_stale_on_rejects_nothing_when_the_namespace_s_primary_dies(
+    tmp_path: Path, namespace: str
+) -> None:
+    """The switch was on at the worker's last turn and is off since: killing the primary
+    that holds the namespace's slot leaves the worker with the switch as last looked at."""
+    if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
+        skip_unless_ci("no redis-server and redis-cli to start a Redis Cluster")
+    cluster = clusterkit.Cluster(tmp_path)
+    cluster.start()
+    client = connect(cluster.url, timeout_s=TIMEOUT_S)
+    operator = clusterkit.client(cluster.url)
+    worker = ResilientBreakers(
+        FleetBreakers(client, namespace=namespace), timeout_s=TIMEOUT_S, rejoin_check_s=LOOK_S
+    )
+    switch = KillSwitch(operator, namespace=namespace)
+    try:
+        await switch.on("alice", "incident 6")
+        assert (await worker.check([SCOPE])).kill_switch is not None
+        await switch.off("alice")
+        await asyncio.sleep(3 * LOOK_S)  # no turn: the worker's timer looked
+        assert isinstance(operator, RedisCluster)
+        holder = operator.get_node_from_key(Keys(namespace).kill)
+        cluster.processes[cluster.ports.index(int(holder.port))].kill()
+        state = await worker.check([SCOPE])
+        assert not state.fleet_view
+        assert state.kill_switch is None
+    finally:
+        worker.close()
+        await client.aclose()
+        await operator.aclose()
+        cluster.stop()

@@ -18,11 +18,13 @@ import httpx
 import pytest
 import redis
 
+from breakers import FleetBreakers, Gone, Pair, connect
 from tests.chainkit import KEY, worker_config
 from tests.netkit import free_port
-from tests.test_security_names import TRICKY
+from tests.test_security_names import ALLOWED, TRICKY
 from worker.console import build_app
 from worker.console.app import Clients
+from worker.console.audit import AuditTrail
 from worker.console.auth import TOKENS_ENV, Principal, Role, Tokens, load_tokens
 from worker.console.server import console_settings, serve_console
 from worker.errors import ConfigError
@@ -217,6 +219,30 @@ async def test_an_action_is_confirmed_before_it_is_done(
     assert keys(redis_url, namespace) == set()
 
 
+async def test_an_operator_clears_a_gone_mark_and_the_audit_trail_says_so(
+    client: httpx.AsyncClient, redis_url: str, namespace: str
+) -> None:
+    store = FleetBreakers(connect(redis_url, timeout_s=2), namespace=namespace)
+    try:
+        await store.record([Gone("oa", "retired")])
+        csrf = await log_in(client, OPERATOR)
+        assert "retired (gone)" in (await client.get("/?fragment=1")).text
+        form = {"provider": "oa", "model": "retired", "reason": "deployment restored"}
+        page = await client.post("/act/gone", data={**form, "csrf": csrf})
+        assert "Clear the gone mark of oa|retired" in page.text
+        done = await client.post("/act/gone", data={**form, "csrf": csrf, "confirmed": "yes"})
+        assert done.status_code == 303
+        state = await store.check([], [("oa", "retired")])
+        assert state.cooldowns == {Pair("oa", "retired"): 0.0}
+        trail = await AuditTrail(store.redis, namespace=namespace).latest()
+        assert [(a.who, a.action, a.target, a.reason, a.outcome) for a in trail] == [
+            ("alice", "breakers.clear_gone", "oa|retired", "deployment restored", outcome)
+            for outcome in ("gone mark cleared", "requested")
+        ]
+    finally:
+        await store.redis.aclose()
+
+
 FORMS: dict[str, tuple[str, dict[str, str], str]] = {
     "scope": ("breaker", {"op": "close", "reason": "r"}, "scope"),
     "tenant": ("limits", {"daily": "1", "monthly": "2", "reason": "r"}, "tenant"),
@@ -232,6 +258,20 @@ async def test_every_tricky_name_is_refused_before_redis(
     for label, name in TRICKY.items():
         data = {**form, field: name, "csrf": csrf, "confirmed": "yes"}
         response = await client.post(f"/act/{kind}", data=data)
+        assert response.status_code == 400, f"{label}: {response.status_code}"
+    assert keys(redis_url, namespace) == set()
+
+
+@pytest.mark.parametrize("field", ["provider", "model"])
+async def test_every_tricky_provider_or_model_id_is_refused_before_redis(
+    client: httpx.AsyncClient, redis_url: str, namespace: str, field: str
+) -> None:
+    csrf = await log_in(client, OPERATOR)
+    for label, name in TRICKY.items():
+        if label in ALLOWED["model id"]:
+            continue  # "llama3:8b", "org/model": ids that may hold them
+        data = {"provider": "oa", "model": "m", "reason": "r", field: name}
+        response = await client.post("/act/gone", data={**data, "csrf": csrf, "confirmed": "yes"})
         assert response.status_code == 400, f"{label}: {response.status_code}"
     assert keys(redis_url, namespace) == set()
 

@@ -26,7 +26,17 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 import breakers
 import budgets
-from breakers import BreakerState, Cooldown, Exhausted, FleetBreakers, Outcome, Policy, Verdict
+from breakers import (
+    BreakerState,
+    Cooldown,
+    Exhausted,
+    FleetBreakers,
+    Gone,
+    Outcome,
+    Pair,
+    Policy,
+    Verdict,
+)
 from tests.chainkit import turn
 from tests.netkit import free_port
 from worker.adapters import make_client
@@ -252,6 +262,39 @@ def test_open_for_a_non_positive_duration_is_a_usage_error(ns: str) -> None:
     with pytest.raises(SystemExit) as exit_:
         relevo("breakers", "open", SCOPE, "--for", "-3")
     assert exit_.value.code == 2
+
+
+def test_clear_gone_ends_a_gone_mark_and_refuses_a_rate_limit_s_cooldown(
+    ns: str, redis_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pairs = [("oa", "retired"), ("oa", "alpha")]
+
+    async def seed(client: Redis) -> None:
+        await fleet(client, ns).record([Gone("oa", "retired"), Cooldown("oa", "alpha", 30)])
+
+    async def skips(client: Redis) -> dict[Pair, float]:
+        return dict((await fleet(client, ns).check([], pairs)).cooldowns)
+
+    on_redis(redis_url, seed)
+    assert relevo("breakers", "--json") == 0
+    assert {c["model"]: c["gone"] for c in out_json(capsys)["cooldowns"]} == {
+        "retired": True,
+        "alpha": False,
+    }
+    assert relevo("breakers", "clear-gone", "oa", "retired", "--who", "alice") == 0
+    done = capsys.readouterr()
+    assert done.out.startswith("oa|retired: gone mark cleared (")
+    assert "breakers.gone_cleared" in done.err
+    assert "alice" in done.err
+    assert relevo("breakers", "clear-gone", "oa", "alpha") == 2
+    assert "cooling down after a rate limit" in capsys.readouterr().err
+    assert relevo("breakers", "clear-gone", "oa", "retired", "--json") == 0
+    nothing = {"account": "oa", "model": "retired", "cleared": False, "left_s": None}
+    assert out_json(capsys) == nothing
+    assert relevo("breakers", "clear-gone", "oa", "not a model") == 2
+    left = on_redis(redis_url, skips)
+    assert left[Pair("oa", "retired")] == 0
+    assert left[Pair("oa", "alpha")] > 0
 
 
 # -- relevo kill-switch ----------------------------------------------------------------

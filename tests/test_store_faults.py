@@ -10,8 +10,9 @@ import asyncio
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from decimal import Decimal
 
 import pytest
@@ -22,6 +23,7 @@ import budgets
 from tests.chainkit import KEY, settings, turn
 from tests.conftest import _answers
 from tests.netkit import free_port
+from worker.cli.main import main
 from worker.fleet.replay import replay_fleet
 from worker.fleet.runner import TurnRunner
 from worker.fleet.startup import warn_if_not_persistent
@@ -231,6 +233,17 @@ def restart_empty(proc: subprocess.Popen[bytes], url: str) -> subprocess.Popen[b
     return new
 
 
+@contextmanager
+def emptied(proc: subprocess.Popen[bytes], url: str) -> Iterator[None]:
+    """The store restarted empty for the block (`restart_empty`); that server ends after it."""
+    restarted = restart_empty(proc, url)
+    try:
+        yield
+    finally:
+        restarted.kill()
+        restarted.wait(timeout=10)
+
+
 def kill_switch(url: str, namespace: str, action: str) -> breakers.KillSwitchState | None:
     async def act() -> breakers.KillSwitchState | None:
         client = breakers.connect(url, timeout_s=2.0)
@@ -255,8 +268,7 @@ def test_a_store_restarted_empty_does_not_lift_the_kill_switch(
     assert [r.status for r in run(runner, 1)] == [Status.OK]
     kill_switch(url, namespace, "on")
     assert [r.status for r in run(runner, 1)] == [Status.REJECTED]
-    restarted = restart_empty(redis_server, url)
-    try:
+    with emptied(redis_server, url):
         assert [r.status for r in run(runner, 1)] == [Status.REJECTED]
         restored = kill_switch(url, namespace, "status")
         assert restored is not None
@@ -267,9 +279,62 @@ def test_a_store_restarted_empty_does_not_lift_the_kill_switch(
         # A person's word ends it, and no worker turns it back on.
         kill_switch(url, namespace, "off")
         assert [r.status for r in run(runner, 2)] == [Status.OK, Status.OK]
-    finally:
-        restarted.kill()
-        restarted.wait(timeout=10)
+
+
+@pytest.fixture
+def operator(
+    runner_on: tuple[TurnRunner, subprocess.Popen[bytes]], monkeypatch: pytest.MonkeyPatch
+) -> Callable[..., int]:
+    """`relevo kill-switch ...` on the runner's store, as an operator runs it."""
+    config = runner_on[0].settings.redis
+    monkeypatch.setenv("RELEVO_REDIS__URL", config.url)
+    monkeypatch.setenv("RELEVO_REDIS__NAMESPACE", config.namespace)
+    monkeypatch.setenv("RELEVO_REDIS__REJOIN_CHECK_S", str(config.rejoin_check_s))
+    monkeypatch.setenv("RELEVO_REDIS__TIMEOUT_S", str(config.timeout_s))
+    return lambda *args: main(["--log-level", "warning", "kill-switch", *args])
+
+
+def test_a_switch_turned_off_stays_off_when_an_idle_fleet_s_store_restarts_empty(
+    runner_on: tuple[TurnRunner, subprocess.Popen[bytes]], operator: Callable[..., int]
+) -> None:
+    runner, redis_server = runner_on
+    assert [r.status for r in run(runner, 1)] == [Status.OK]
+    assert operator("on", "--reason", "incident 5") == 0
+    assert [r.status for r in run(runner, 1)] == [Status.REJECTED]  # held
+    assert operator("off") == 0
+    time.sleep(5 * REJOIN_CHECK_S)  # no turn: the worker only looks
+    with emptied(redis_server, runner.settings.redis.url):
+        assert [r.status for r in run(runner, 2)] == [Status.OK, Status.OK]
+        config = runner.settings.redis
+        assert kill_switch(config.url, config.namespace, "status") is None
+
+
+def test_an_idle_worker_restores_the_switch_after_an_empty_restart_without_a_turn(
+    runner_on: tuple[TurnRunner, subprocess.Popen[bytes]], operator: Callable[..., int]
+) -> None:
+    runner, redis_server = runner_on
+    url, namespace = runner.settings.redis.url, runner.settings.redis.namespace
+    assert operator("on", "--reason", "incident 7") == 0
+    time.sleep(5 * REJOIN_CHECK_S)  # the worker, which ran no turn, looked
+    with emptied(redis_server, url):
+        wait_for(lambda: kill_switch(url, namespace, "status") is not None, 3.0)
+        restored = kill_switch(url, namespace, "status")
+        assert restored is not None
+        assert restored.reason == "incident 7 [restored: the store lost its data]"
+        assert [r.status for r in run(runner, 1)] == [Status.REJECTED]
+
+
+def test_while_the_store_is_away_a_switch_turned_off_since_the_last_turn_rejects_nothing(
+    runner_on: tuple[TurnRunner, subprocess.Popen[bytes]], operator: Callable[..., int]
+) -> None:
+    runner, redis_server = runner_on
+    assert operator("on", "--reason", "incident 6") == 0
+    assert [r.status for r in run(runner, 1)] == [Status.REJECTED]
+    assert operator("off") == 0
+    time.sleep(5 * REJOIN_CHECK_S)
+    redis_server.send_signal(signal.SIGSTOP)
+    assert [r.status for r in run(runner, 2)] == [Status.OK, Status.OK]
+    assert not runner.guard.circuits.fleet_view
 
 
 def test_a_worker_warns_at_start_when_the_store_keeps_nothing_on_disk(

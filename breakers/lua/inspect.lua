@@ -2,11 +2,13 @@
 --
 -- KEYS[1] cooldown index   KEYS[2] exhausted index
 -- KEYS[3 ..]               per scope: breaker hash, window hash, probe zset
+-- KEYS[#KEYS]              gone index
 -- ARGV[1]                  clock (clock.lua)
 -- ARGV[1+i]                per scope: window ms
 --
 -- Returns { now_ms, {member, end_ms, ...} cooldowns, {account, end_ms, ...} exhausted,
---           {state, remaining_ms, opened_at_ms, calls, failures, "holder,holder", ...} }
+--           {state, remaining_ms, opened_at_ms, calls, failures, "holder,holder", ...},
+--           {member, end_ms, ...} gone marks (each also among the cooldowns) }
 -- remaining_ms is -1 while pinned open.
 
 local now = now_ms()
@@ -34,4 +36,4 @@ for i = 1, #ARGV - 1 do
     scopes[#scopes + 1] = v
   end
 end
-return {now, live(KEYS[1]), live(KEYS[2]), scopes}
+return {now, live(KEYS[1]), live(KEYS[2]), scopes, live(KEYS[#KEYS])}

@@ -2,7 +2,8 @@
 --
 -- KEYS[1], KEYS[2], KEYS[3]     scope index, cooldown index, exhausted index (zsets)
 -- KEYS[4 .. 3+3O]               per outcome: breaker hash, window hash, probe zset
--- then C cooldown strings, then E exhausted strings (each holds its end, ms)
+-- then C cooldown strings, then E exhausted strings (each holds its end, ms), then the
+-- gone index (zset)
 -- ARGV[1]                       clock (clock.lua)
 -- ARGV[2..6]                    O, C, E, jitter draw (0..1e6), index TTL (ms)
 -- then per outcome (11 each):   scope, verdict ("s"|"f"|"n"), holder ("" = none),
@@ -10,6 +11,8 @@
 --                               max_break_ms, jitter_ppm, state_ttl_ms
 -- then per cooldown (2 each):   "<account>|<model>", ms
 -- then per exhausted (2 each):  account, ms
+-- last:                         G: the last G cooldowns are gone marks (the provider does
+--                               not know the model), also kept in the gone index
 --
 -- Returns per outcome: transition ("" | "opened" | "reopened" | "closed"), new break ms.
 -- A transition happens inside this script, so exactly one caller in the fleet receives it.
@@ -103,23 +106,36 @@ if indexed then
   redis.call('PEXPIRE', KEYS[1], index_ttl)
 end
 
--- A mark only ever grows: a shorter cooldown never shortens the one in place.
-local function mark(key, index, member, ms)
-  if (tonumber(redis.call('GET', key)) or 0) < now + ms then
-    redis.call('SET', key, now + ms, 'PX', ms)
-    redis.call('ZADD', index, now + ms, member)
-  end
+-- Drop ended marks from an index, which outlives the longest one left (check.lua reads
+-- the marks from their index).
+local function trim(index)
   redis.call('ZREMRANGEBYSCORE', index, '-inf', now)
-  -- check.lua reads the marks from the index: it outlives the longest of them.
   local last = redis.call('ZRANGE', index, -1, -1, 'WITHSCORES')
   local ttl = index_ttl
   if #last == 2 then ttl = math.max(ttl, tonumber(last[2]) - now) end
   redis.call('PEXPIRE', index, ttl)
 end
 
+-- A mark only ever grows: a shorter cooldown never shortens the one in place.
+local function mark(key, index, member, ms)
+  if (tonumber(redis.call('GET', key)) or 0) < now + ms then
+    redis.call('SET', key, now + ms, 'PX', ms)
+    redis.call('ZADD', index, now + ms, member)
+  end
+  trim(index)
+end
+
+local gone_index, n_gone = KEYS[#KEYS], tonumber(ARGV[#ARGV])
 local key_at, arg_at = 3 * n_out + 4, 6 + n_out * 11
 for i = 0, n_cool - 1 do
-  mark(KEYS[key_at + i], KEYS[2], ARGV[arg_at + 2 * i + 1], tonumber(ARGV[arg_at + 2 * i + 2]))
+  local member, ms = ARGV[arg_at + 2 * i + 1], tonumber(ARGV[arg_at + 2 * i + 2])
+  mark(KEYS[key_at + i], KEYS[2], member, ms)
+  if i >= n_cool - n_gone then
+    if (tonumber(redis.call('ZSCORE', gone_index, member)) or 0) < now + ms then
+      redis.call('ZADD', gone_index, now + ms, member)
+    end
+    trim(gone_index)
+  end
 end
 key_at, arg_at = key_at + n_cool, arg_at + 2 * n_cool
 for i = 0, n_exh - 1 do

@@ -1,4 +1,5 @@
-"""`relevo breakers`: the fleet's breakers, cooldowns and exhausted marks; open/close/reset."""
+"""`relevo breakers`: the fleet's breakers, cooldowns and exhausted marks; open/close/reset,
+and clear-gone for a model the provider serves again."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from worker.cli.common import (
     iso,
     operator_command,
     operator_redis,
+    operator_who,
     utc,
     warn,
 )
@@ -54,7 +56,12 @@ def _report_json(report: breakers.FleetReport) -> dict[str, Any]:
         "now": iso(report.now_ms),
         "scopes": [_scope_json(s) for s in report.scopes],
         "cooldowns": [
-            {"account": c.pair.account, "model": c.pair.model, "remaining_s": c.remaining_s}
+            {
+                "account": c.pair.account,
+                "model": c.pair.model,
+                "remaining_s": c.remaining_s,
+                "gone": c.gone,
+            }
             for c in report.cooldowns
         ],
         "exhausted": [
@@ -87,8 +94,10 @@ def _print_report(report: breakers.FleetReport) -> None:
     cools = Table(title="Cooldowns", title_justify="left")
     cools.add_column("account|model", no_wrap=True)
     cools.add_column("seconds left")
+    cools.add_column("why")
     for c in report.cooldowns:
-        cools.add_row(f"{c.pair.account}|{c.pair.model}", f"{c.remaining_s:.1f}")
+        why = "gone (clear-gone)" if c.gone else "rate limit"
+        cools.add_row(f"{c.pair.account}|{c.pair.model}", f"{c.remaining_s:.1f}", why)
     out.print(cools if report.cooldowns else "No cooldowns.")
     marks = Table(title="Exhausted accounts", title_justify="left")
     marks.add_column("account", no_wrap=True)
@@ -128,6 +137,26 @@ async def _force(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _clear_gone(args: argparse.Namespace) -> int:
+    account: str = breakers.validate_name(args.provider, "provider")
+    model: str = breakers.validate_name(args.model, "model")
+    who = operator_who(args.who)
+    fleet = operator_fleet(args.config)
+    async with operator_redis(fleet.config.redis, shared=True) as client:
+        cleared = await fleet.clear_gone(client, account, model, who)
+    left_s = None if cleared is None else cleared.remaining_s
+    if args.json:
+        emit_json(
+            {"account": account, "model": model, "cleared": cleared is not None, "left_s": left_s}
+        )
+    elif left_s is None:
+        print(f"{account}|{model} was not marked gone: nothing to clear")
+    else:
+        left = duration(left_s)
+        print(f"{account}|{model}: gone mark cleared ({left} left); the fleet calls it again")
+    return 0
+
+
 def register(commands: Commands) -> None:
     """Add `breakers` (and its open/close/reset) to the `relevo` command."""
     show = add_command(
@@ -159,6 +188,22 @@ def register(commands: Commands) -> None:
             )
         add_redis_options(sub)
         sub.set_defaults(func=operator_command(_force))
+    gone = add_command(
+        actions,
+        "clear-gone",
+        "call a model again that the provider did not know (its gone mark ends now)",
+        exits=_EXITS,
+        details="A 404 for a model (retired, deployment deleted) marks the pair gone and "
+        "the fleet skips it for [breakers] model_gone_s. Once the model is back (or the "
+        "chain was fixed), this ends the mark at once. PROVIDER and MODEL are as `relevo "
+        "breakers` lists them (account|model). A rate limit's cooldown is refused (exit 2): "
+        "it ends by itself. Logged (breakers.gone_cleared) with --who.",
+    )
+    gone.add_argument("provider", metavar="PROVIDER", help="the provider account, e.g. openai")
+    gone.add_argument("model", metavar="MODEL", help="the provider's model id, e.g. gpt-5")
+    gone.add_argument("--who", help="defaults to $USER")
+    add_redis_options(gone)
+    gone.set_defaults(func=operator_command(_clear_gone))
 
 
 _SCOPES_HELP = (

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager
@@ -25,6 +26,7 @@ from rich.console import Console
 import breakers
 import budgets
 from worker.errors import STORE_DOWN, STORE_REFUSED, ConfigError, InputError
+from worker.fleet.operations import check_text
 from worker.observability.redact import redact_url
 from worker.settings import RedisSettings
 from worker.types import Status
@@ -54,6 +56,7 @@ __all__ = [
     "note",
     "operator_command",
     "operator_redis",
+    "operator_who",
     "read_input",
     "redis_trouble",
     "utc",
@@ -176,6 +179,11 @@ def operator_command(handler: Handler) -> Callable[[Any], int]:
         return asyncio.run(handler(args))
 
     return run
+
+
+def operator_who(given: str | None) -> str:
+    """Who acts, for the logs and the switch: `--who`, else $USER, else "operator"."""
+    return check_text(given or os.environ.get("USER") or "operator", "--who")
 
 
 def note(message: str) -> None:

@@ -7,7 +7,6 @@ While it is on no turn calls any provider; turns end `rejected` and are held for
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any
 
 import breakers
@@ -19,21 +18,18 @@ from worker.cli.common import (
     iso,
     operator_command,
     operator_redis,
+    operator_who,
     utc,
 )
 from worker.cli.parsing import Commands, add_command, add_redis_options
-from worker.fleet.operations import check_text
+from worker.fleet.operations import check_text, switch_settle_s
 from worker.fleet.operator_config import redis_settings
 
 __all__ = ["register"]
 
 
-def _who(args: argparse.Namespace) -> str:
-    return args.who or os.environ.get("USER") or "operator"
-
-
 async def _kill_on(args: argparse.Namespace) -> int:
-    who, reason = check_text(_who(args), "--who"), check_text(args.reason, "--reason")
+    who, reason = operator_who(args.who), check_text(args.reason, "--reason")
     where = redis_settings(args.config)
     async with operator_redis(where, shared=True) as client:
         state = await breakers.KillSwitch(client, namespace=where.namespace).on(who, reason)
@@ -43,15 +39,23 @@ async def _kill_on(args: argparse.Namespace) -> int:
 
 
 async def _kill_off(args: argparse.Namespace) -> int:
-    who = check_text(_who(args), "--who")
+    who = operator_who(args.who)
     where = redis_settings(args.config)
     async with operator_redis(where, shared=True) as client:
-        before = await breakers.KillSwitch(client, namespace=where.namespace).off(who)
+        switch = breakers.KillSwitch(client, namespace=where.namespace)
+        before = await switch.off(who)
+        if before is None:
+            print("kill switch was already off")
+        else:
+            shown = f"on since {utc(before.since_ms)} by {before.who}: {before.reason}"
+            print(f"kill switch OFF ({shown})", flush=True)
+        undone = await switch.confirm_off(who, after_s=switch_settle_s(where))
         held = await breakers.HeldTurns(client, namespace=where.namespace).count()
-    if before is None:
-        print("kill switch was already off")
-    else:
-        print(f"kill switch OFF (on since {utc(before.since_ms)} by {before.who}: {before.reason})")
+    if undone is not None:
+        print(
+            "The store lost its data meanwhile and a worker restored the switch from its "
+            "look before the off: turned off again."
+        )
     if held:
         print(f"{held} held turn(s): run `relevo replay-held --config FILE` to run them.")
     return 0
@@ -96,7 +100,15 @@ def register(commands: Commands) -> None:
     on.add_argument("--who", help="defaults to $USER")
     add_redis_options(on, json=False)
     on.set_defaults(func=operator_command(_kill_on))
-    off = add_command(modes, "off", "let turns run again", exits=exits)
+    off = add_command(
+        modes,
+        "off",
+        "let turns run again",
+        exits=exits,
+        details="Returns once every worker has seen the switch off ([redis] rejoin_check_s "
+        "plus timeout_s later): if the store lost its data in between, a worker may have "
+        "restored the switch from an older look, and it is turned off again.",
+    )
     off.add_argument("--who", help="defaults to $USER")
     add_redis_options(off, json=False)
     off.set_defaults(func=operator_command(_kill_off))

@@ -29,6 +29,7 @@ from worker.fleet.operations import (
     check_limits,
     check_scope,
     check_text,
+    switch_settle_s,
 )
 from worker.fleet.replay import ReplaySummary, replay_fleet
 
@@ -36,7 +37,7 @@ __all__ = ["KINDS", "Action", "Actions", "parse_action"]
 
 log = structlog.get_logger("relevo.console")
 
-KINDS = ("breaker", "kill_switch", "replay", "limits")
+KINDS = ("breaker", "gone", "kill_switch", "replay", "limits")
 _MAX_FIELD = 1000
 
 
@@ -104,6 +105,14 @@ def parse_action(kind: str, form: Mapping[str, Any]) -> tuple[Action, str | None
             {**fields, "reason": reason}, {"op": op, "seconds": seconds},
         )  # fmt: skip
         return action, None
+    if kind == "gone":
+        account = breakers.validate_name(_field(form, "provider"), "provider")
+        model = breakers.validate_name(_field(form, "model"), "model")
+        pair = f"{account}|{model}"
+        what = f"Clear the gone mark of {pair}: the fleet calls the model again"
+        fields = {"provider": account, "model": model, "reason": reason}
+        named = {"account": account, "model": model}
+        return Action(kind, "breakers.clear_gone", pair, reason, what, fields, named), None
     if kind == "kill_switch":
         mode = _field(form, "mode")
         if mode not in ("on", "off"):
@@ -177,12 +186,19 @@ class Actions:
             was, warning = await self.fleet.force(self.client, op, action.target, seconds)
             done = f"{action.target}: {was} -> {BREAKER_ACTIONS[op]}"
             return done if warning is None else f"{done} ({warning})"
+        if action.kind == "gone":
+            account, model = action.values["account"], action.values["model"]
+            found = await self.fleet.clear_gone(self.client, account, model, who.name)
+            return f"{action.target}: not marked gone" if found is None else "gone mark cleared"
         if action.name == "kill_switch.on":
             state = await switch.on(who.name, action.reason)
             return f"kill switch ON by {state.who}: {state.reason}"
         if action.name == "kill_switch.off":
             before = await switch.off(who.name)
-            return "kill switch was already off" if before is None else "kill switch OFF"
+            settle_s = switch_settle_s(self.fleet.config.redis)
+            again = await switch.confirm_off(who.name, after_s=settle_s)
+            done = "kill switch was already off" if before is None else "kill switch OFF"
+            return done if again is None else f"{done} (again: a worker had restored it)"
         if action.kind == "replay":
             return await self._start_replay(switch, who, action)
         limits = await self.fleet.ledger(self.client).set_limits(

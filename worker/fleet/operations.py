@@ -19,7 +19,7 @@ from budgets import format_micros as usd
 from worker.errors import InputError
 from worker.fleet.operator_config import OperatorConfig, operator_config
 from worker.guard.stores import breaker_store
-from worker.settings import BreakerSettings, BudgetSettings, Settings
+from worker.settings import BreakerSettings, BudgetSettings, RedisSettings, Settings
 
 __all__ = [
     "BREAKER_ACTIONS",
@@ -30,6 +30,7 @@ __all__ = [
     "check_text",
     "fleet_of",
     "operator_fleet",
+    "switch_settle_s",
 ]
 
 # The scopes the guard names (worker.guard.stores): a typo in any other shape is refused.
@@ -93,6 +94,20 @@ class OperatorFleet:
         if action == "close":
             return await ops.force_close(scope), warning
         return await ops.reset(scope), warning
+
+    async def clear_gone(
+        self, client: Redis, account: str, model: str, who: str
+    ) -> breakers.CooldownReport | None:
+        """End the gone mark of (`account`, `model`): the mark cleared, None if the pair had
+        none. A rate limit's cooldown is refused: the provider said when to come back."""
+        ops = breakers.Operators(self.store(client))
+        found = await ops.clear_gone(account, model, who=who)
+        if found is not None and not found.gone:
+            raise InputError(
+                f"{account}|{model} is cooling down after a rate limit "
+                f"({found.remaining_s:.0f} s left), not marked gone: a cooldown ends by itself"
+            )
+        return found
 
     def _accept_unknown(self, scope: str, known: list[str]) -> str:
         """Refuse a scope the configured chain does not have, or one of no scope's shape;
@@ -158,6 +173,12 @@ def check_text(value: str, what: str) -> str:
     if not value.strip() or len(value) > 1000:
         raise InputError(f"{what} must be 1-1000 characters, not blank")
     return value
+
+
+def switch_settle_s(redis: RedisSettings) -> float:
+    """How long after a person turns the kill switch off every worker has seen it: one
+    look period and the store's timeout (`breakers.KillSwitch.confirm_off`)."""
+    return redis.rejoin_check_s + redis.timeout_s
 
 
 def check_limits(daily: int, monthly: int, overdraft: int) -> str | None:

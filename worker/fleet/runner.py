@@ -99,6 +99,8 @@ class TurnRunner:
         self.holder = f"{socket.gethostname()}:{os.getpid()}"
         self.guard = open_guard(settings)
         self.guard.circuits.on_reset = self.metrics.store_reset
+        # From now on, turns or none: an idle worker rejoins and keeps its kill switch current.
+        self.loop.loop.call_soon_threadsafe(self.guard.circuits.watch)
         self.store = _turn_store(settings, self.guard)
         self._chain: Chain | None = None
         self._client: httpx.AsyncClient | None = None

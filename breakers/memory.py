@@ -1,0 +1,118 @@
+"""What this process last saw of the fleet store: the kill switch, when, and the store's epoch.
+
+`ResilientBreakers` looks at the store at least every `rejoin_check_s` (a timer, and every
+turn's check), so while the store answers this memory is never older than one look
+period plus the store's timeout (`fresh_s`). It serves twice:
+
+- While the store cannot be reached, turns see the kill switch as it was at the last look.
+- When the store comes back empty (its epoch, a random id it keeps, is gone or new), this
+  process logs `breakers.store_reset` as an error and, if its memory shows the switch on,
+  turns it back on for the fleet (`KillSwitch.restore`). Only a current memory is
+  restored: one confirmed within `fresh_s` of the store's last answer before it went
+  away or came back empty. The store refuses the restore once a person turned the switch
+  off in the new epoch, and past `2 * fresh_s` after the epoch's birth (by then every
+  process that was looking has had its turn; a later one was cut off and knows less).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import math
+from collections.abc import Callable
+
+import structlog
+
+from breakers.errors import StoreUnavailableError
+from breakers.killswitch import KillSwitch
+from breakers.rediskit import STORE_ERRORS, raise_if_forbidden
+from breakers.state import FleetState, KillSwitchState
+from breakers.store import FleetBreakers
+
+__all__ = ["FleetMemory"]
+
+# What reading or making the epoch, or restoring the switch, may meet: Redis gone again.
+_EPOCH_UNREAD: tuple[type[BaseException], ...] = (*STORE_ERRORS, StoreUnavailableError)
+log = structlog.get_logger("relevo.breakers")
+
+
+class FleetMemory:
+    """The switch as last seen (`kill`), when that look was asked (`seen_at`, monotonic),
+    and the store's epoch. `on_reset` is called each time the store lost its data."""
+
+    def __init__(
+        self, fleet: FleetBreakers, *, fresh_s: float, on_reset: Callable[[], None]
+    ) -> None:
+        self.fleet = fleet
+        self.fresh_s = fresh_s
+        self.kill: KillSwitchState | None = None
+        self.seen_at = -math.inf
+        self._on_reset = on_reset
+        # When the first question asked after the last look went unanswered, if one did.
+        self._unanswered: float | None = None
+        self._epoch: str | None = None
+        self._restore: asyncio.Future[KillSwitchState | None] | None = None
+
+    def lost(self, asked_at: float) -> None:
+        """A question asked at `asked_at` got no answer: the store was last seen before."""
+        if asked_at >= self.seen_at and (self._unanswered is None or asked_at < self._unanswered):
+            self._unanswered = asked_at
+
+    async def mind(self, state: FleetState, asked_at: float) -> FleetState:
+        """Remember what the fleet showed to a check asked at `asked_at`; notice a store
+        that lost its data since the last look.
+
+        A check read before the restore landed (the same batch as the one that noticed
+        the reset, or the round trip after) shows the new epoch, or none, with the switch
+        off and nobody having turned it off: it gets the restored switch, so no turn runs
+        in between. Once a person turns the switch off, the epoch says so.
+        """
+        epoch = state.epoch
+        try:
+            if not epoch:
+                epoch = await self.fleet.start_epoch()
+            if self._epoch is not None and epoch != self._epoch:
+                self._epoch = epoch  # before any await: one process notices a reset once
+                age_s = self._look_age_s(asked_at)
+                reset = self._store_was_reset(state, epoch, self.kill, age_s)
+                self._restore = asyncio.ensure_future(reset)
+            unrestored = state.kill_switch is None and not state.epoch_off_by
+            if self._restore is not None and unrestored and state.epoch in ("", self._epoch):
+                restored = await asyncio.shield(self._restore)
+                if restored is not None:
+                    state = dataclasses.replace(state, kill_switch=restored)
+        except _EPOCH_UNREAD as exc:
+            raise_if_forbidden(exc)
+            return state  # the next check tries again
+        self._epoch = epoch
+        if asked_at >= self.seen_at:  # an answer to an older question is no newer look
+            self.kill, self.seen_at = state.kill_switch, asked_at
+            if self._unanswered is not None and self._unanswered <= asked_at:
+                self._unanswered = None
+        return state
+
+    def _look_age_s(self, asked_at: float) -> float:
+        """How old the last look was when the store was last seen: when it first left a
+        question unanswered since, else now (`asked_at`, the question that found it empty)."""
+        until = asked_at if self._unanswered is None else self._unanswered
+        return max(0.0, until - self.seen_at)
+
+    async def _store_was_reset(
+        self, state: FleetState, epoch: str, last: KillSwitchState | None, age_s: float
+    ) -> KillSwitchState | None:
+        """Count and log the reset; the kill switch turned back on, if the last look
+        showed it on and was current."""
+        seen = last if age_s <= self.fresh_s else None
+        self._on_reset()
+        restore = seen is not None and state.kill_switch is None and not state.epoch_off_by
+        log.error(
+            "breakers.store_reset",
+            detail="the store lost its data (breakers, cooldowns, budgets, held turns)",
+            kill_switch_seen_on=last is not None,
+            look_age_s=round(age_s, 3) if math.isfinite(age_s) else None,
+            restoring=restore,
+        )
+        if not restore or seen is None:
+            return None
+        switch = KillSwitch(self.fleet.redis, namespace=self.fleet.keys.namespace)
+        return await switch.restore(seen, epoch, within_s=2 * self.fresh_s)
