@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from worker.simulator.faults import StreamPayload
+from worker.simulator.openai_request import check_request
 from worker.simulator.wire import (
     BadRequest,
     CannedReply,
@@ -46,7 +47,8 @@ class OpenAIDialect:
         self.api = "azure" if azure else "openai"
 
     def inspect(self, body: Mapping[str, Any]) -> Inspection:
-        """Read model, messages, tools, max tokens and stream options."""
+        """Read model, messages, tools, max tokens, stream options and the answer's schema;
+        refuse what OpenAI refuses (`worker.simulator.openai_request`)."""
         model = body.get("model") if self.api == "azure" else require(body, "model", str)
         messages = require(body, "messages", list)
         tools = body.get("tools") or []
@@ -54,22 +56,26 @@ class OpenAIDialect:
             raise BadRequest("tools: must be an array")
         limit = body.get("max_completion_tokens", body.get("max_tokens"))
         options = body.get("stream_options") or {}
+        names = tuple(_tool_name(t) for t in tools)
+        model = model if isinstance(model, str) else None
         return Inspection(
-            model=model if isinstance(model, str) else None,
+            model=model,
             stream=body.get("stream") is True,
             input_tokens=estimate_tokens(json.dumps(messages)),
             message_count=len(messages),
-            tools=tuple(_tool_name(t) for t in tools),
+            tools=names,
             max_tokens=limit if isinstance(limit, int) else None,
             include_usage=isinstance(options, dict) and options.get("include_usage") is True,
+            output_schema=check_request(body, model, names),
         )
 
     def reply_body(self, reply: CannedReply) -> dict[str, Any]:
         """A `chat.completion` object."""
+        answered = reply.refusal is None and (reply.tokens or reply.tool is None)
         message: dict[str, Any] = {
             "role": "assistant",
-            "content": reply.text if reply.tokens or reply.tool is None else None,
-            "refusal": None,
+            "content": reply.text if answered else None,
+            "refusal": reply.refusal,
         }
         if reply.tool is not None:
             message["tool_calls"] = [
@@ -98,12 +104,16 @@ class OpenAIDialect:
 
     def preamble(self, reply: CannedReply) -> list[bytes]:
         """The role chunk (its content is empty: not content yet)."""
-        content = "" if reply.tokens or reply.tool is None else None
+        answered = reply.refusal is None and (reply.tokens or reply.tool is None)
+        content = "" if answered else None
         return [self._chunk(reply, {"role": "assistant", "content": content, "refusal": None})]
 
     def pieces(self, reply: CannedReply) -> list[bytes]:
-        """`delta.content` per token, then `delta.tool_calls` name and argument fragments."""
+        """`delta.content` per token, then `delta.tool_calls` name and argument fragments;
+        a refusal's words as `delta.refusal` fragments."""
         out = [self._chunk(reply, {"content": token}) for token in reply.tokens]
+        if reply.refusal is not None:
+            out += [self._chunk(reply, {"refusal": part}) for part in fragments(reply.refusal)]
         if reply.tool is not None:
             start = {
                 "index": 0,

@@ -198,7 +198,8 @@ async def _serve_call(
         record = _record(request, api=api, model=label, stream=False, body=body, inspection=None)
         ticket = state.arrive(record)
         ticket.finish(CallOutcome.ERROR, 400)
-        return web.json_response(dialect.error_body(400, str(exc)), status=400)
+        given = exc.body if isinstance(exc, BadRequest) else None
+        return web.json_response(given or dialect.error_body(400, str(exc)), status=400)
     name = model or inspection.model or "unknown"
     streaming = inspection.stream if stream is None else stream
     record = _record(

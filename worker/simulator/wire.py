@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from worker.simulator.faults import Fault, StreamPayload
+from worker.simulator.schema_answer import json_answer
 
 __all__ = [
     "BadRequest",
@@ -35,7 +36,15 @@ _FRAGMENT_CHARS = 8
 
 
 class BadRequest(ValueError):
-    """The request body is not what the API accepts; answered with a 400."""
+    """The request body is not what the API accepts; answered with a 400.
+
+    `body` is the API's whole error body when the dialect wrote it (a real API's own
+    `param` and `code`); None gives the dialect's envelope around the message.
+    """
+
+    def __init__(self, message: str, *, body: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.body = body
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +60,9 @@ class Inspection:
     include_usage: bool = False
     thinking: bool = False
     """The request asks for extended thinking (Anthropic's `thinking`)."""
+    output_schema: Mapping[str, Any] | None = None
+    """The JSON Schema the answer must follow (`{"type": "object"}` for JSON mode); None
+    for free text."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +99,8 @@ class CannedReply:
     """The provider's content filter stopped the answer after `tokens`."""
     thinking: bool = False
     redacted_thinking: bool = False
+    refusal: str | None = None
+    """The model refuses, with these words (and no answer)."""
 
     @property
     def thought(self) -> str:
@@ -204,6 +218,11 @@ def build_reply(seq: int, model: str, fault: Fault, request: Inspection) -> Cann
     filtered = fault.content_filter_after_tokens is not None
     if fault.content_filter_after_tokens is not None:
         tokens, tool, truncated = tokens[: fault.content_filter_after_tokens], None, False
+    elif fault.refusal is not None:
+        tokens, tool, truncated = [], None, False
+    elif request.output_schema is not None and tool is None:
+        answer = json_answer(request.output_schema, valid=not fault.invalid_output)
+        tokens, truncated = fragments(answer), False
     return CannedReply(
         seq=seq,
         model=model,
@@ -219,6 +238,7 @@ def build_reply(seq: int, model: str, fault: Fault, request: Inspection) -> Cann
         filtered=filtered,
         thinking=request.thinking,
         redacted_thinking=request.thinking and fault.redacted_thinking,
+        refusal=fault.refusal,
     )
 
 
