@@ -1,15 +1,25 @@
-"""OpenAI Chat Completions, and what speaks it: Azure OpenAI, vLLM, Ollama."""
+"""OpenAI Chat Completions, and what speaks it: Azure OpenAI, vLLM, Ollama.
+
+Every field of the turn is sent as the API reference for `POST /chat/completions`
+names it (docs/providers.md has the table): images as `image_url` parts (inline data as
+a data URL), PDFs as `file` parts (data only: the API has no URL source for them), the
+named tool as `{"type": "function", ...}`, a schema as `response_format` `json_schema`.
+A reasoning model gets `reasoning_effort` and none of the fields OpenAI's reasoning
+models refuse (`temperature`, `top_p`, `stop`): its stop sequences are applied here
+(`worker.adapters.stop_cut`). A refusal (`message.refusal`) is `Completion.refusal`.
+"""
 
 from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import AsyncGenerator
 from typing import Any
 from urllib.parse import quote, urlsplit
 
 from worker.adapters.base import Completion, Event, ProviderCall, TextDelta, ToolCallDelta
 from worker.adapters.classify import classify_stream_error
-from worker.adapters.finish import normalize_finish
+from worker.adapters.finish import FinishReason, normalize_finish
 from worker.adapters.http import (
     HttpRequest,
     SseAdapter,
@@ -20,8 +30,22 @@ from worker.adapters.http import (
     parse_arguments,
 )
 from worker.adapters.sse import SseEvent
-from worker.errors import ConnectionFailed
-from worker.types import Message, Tool, ToolCall, Usage
+from worker.adapters.stop_cut import cut_at_stops
+from worker.errors import ConnectionFailed, InvalidRequest
+from worker.types import (
+    DocumentPart,
+    ImagePart,
+    JsonObjectFormat,
+    JsonSchemaFormat,
+    Message,
+    NamedTool,
+    Part,
+    TextPart,
+    Tool,
+    ToolCall,
+    ToolChoice,
+    Usage,
+)
 
 __all__ = ["OpenAIAdapter"]
 
@@ -60,10 +84,16 @@ class OpenAIAdapter(SseAdapter):
         }
         if call.tools:
             body["tools"] = [_tool(tool) for tool in call.tools]
+        body.update(_options(call))
         if call.stream:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
         return HttpRequest(url=url, headers=headers, body=body)
+
+    def send(self, call: ProviderCall) -> AsyncGenerator[Event, None]:
+        """As `HttpAdapter.send`; a reasoning model's answer cut at the turn's stop sequences."""
+        events = super().send(call)
+        return cut_at_stops(events, call.stop) if call.reasoning and call.stop else events
 
     def parse(self, body: Any) -> Completion:
         choice = as_object(as_object(body)["choices"][0])
@@ -76,19 +106,59 @@ class OpenAIAdapter(SseAdapter):
             )
             for item in message.get("tool_calls") or ()
         )
+        refusal = as_str(message.get("refusal")) or None
         return Completion(
             text=as_str(message.get("content")),
             tool_calls=calls,
             usage=_usage(body.get("usage")),
-            finish_reason=normalize_finish("openai", as_str(choice.get("finish_reason"))),
+            finish_reason=_finish(as_str(choice.get("finish_reason")), refusal),
+            refusal=refusal,
         )
 
     def decoder(self) -> StreamDecoder[SseEvent]:
         return _ChunkDecoder()
 
 
+def _options(call: ProviderCall) -> dict[str, Any]:
+    """The turn's optional fields that this call sends (none that the caller left unset)."""
+    out: dict[str, Any] = {}
+    if call.tools:
+        # The API refuses both without tools, and read-only degradation may have dropped
+        # them all: then no tool can be called, which is what "auto" and "none" leave.
+        if call.tool_choice is not None:
+            out["tool_choice"] = _tool_choice(call.tool_choice)
+        if call.parallel_tool_calls is not None:
+            out["parallel_tool_calls"] = call.parallel_tool_calls
+    if call.response_format is not None:
+        out["response_format"] = _response_format(call.response_format)
+    if call.reasoning:
+        # OpenAI's reasoning models refuse temperature, top_p and stop ("Unsupported
+        # parameter"); `send` applies the stop sequences to the answer instead.
+        if call.reasoning_effort is not None:
+            out["reasoning_effort"] = call.reasoning_effort
+    else:
+        sampling = {"temperature": call.temperature, "top_p": call.top_p, "stop": call.stop}
+        out.update((name, value) for name, value in sampling.items() if value is not None)
+    if call.seed is not None:
+        out["seed"] = call.seed
+    return out
+
+
+def _tool_choice(choice: ToolChoice) -> str | dict[str, Any]:
+    if isinstance(choice, NamedTool):
+        return {"type": "function", "function": {"name": choice.name}}
+    return choice
+
+
+def _response_format(wanted: JsonSchemaFormat | JsonObjectFormat) -> dict[str, Any]:
+    if isinstance(wanted, JsonObjectFormat):
+        return {"type": "json_object"}
+    schema = {"name": wanted.name, "schema": wanted.json_schema, "strict": wanted.strict}
+    return {"type": "json_schema", "json_schema": schema}
+
+
 def _message(message: Message) -> dict[str, Any]:
-    out: dict[str, Any] = {"role": message.role, "content": message.text}
+    out: dict[str, Any] = {"role": message.role, "content": _content(message)}
     if message.tool_calls:
         out["content"] = message.text or None
         out["tool_calls"] = [
@@ -102,6 +172,34 @@ def _message(message: Message) -> dict[str, Any]:
     if message.tool_call_id is not None:
         out["tool_call_id"] = message.tool_call_id
     return out
+
+
+def _content(message: Message) -> str | list[dict[str, Any]]:
+    """Text as a string, as it came; parts as the API's content parts, in their order."""
+    if isinstance(message.content, str) or not message.content:
+        return message.text
+    return [_part(part, message.role) for part in message.content]
+
+
+def _part(part: Part, role: str) -> dict[str, Any]:
+    if isinstance(part, TextPart):
+        return {"type": "text", "text": part.text}
+    if role != "user":
+        # A tool message carries text parts only; capability fit skips this API for such a
+        # turn (`wire_limits`), so this is a call that should not have been made.
+        raise InvalidRequest(f"Chat Completions takes no {part.type} in a {role} message")
+    if isinstance(part, ImagePart):
+        url = part.url if part.data is None else f"data:{part.media_type};base64,{part.data}"
+        return {"type": "image_url", "image_url": {"url": url}}
+    return _file(part)
+
+
+def _file(part: DocumentPart) -> dict[str, Any]:
+    if part.data is None:
+        raise InvalidRequest("Chat Completions takes a PDF as data only, not by URL")
+    # The API asks for a file name with inline data (a 400 without one).
+    data = f"data:{part.media_type};base64,{part.data}"
+    return {"type": "file", "file": {"filename": part.name or "document.pdf", "file_data": data}}
 
 
 def _tool(tool: Tool) -> dict[str, Any]:
@@ -134,6 +232,11 @@ def _usage(raw: Any) -> Usage:
     )
 
 
+def _finish(raw: str, refusal: str | None) -> FinishReason | None:
+    """A refusal comes with finish reason `stop`: the refusal is what it means."""
+    return FinishReason.REFUSAL if refusal is not None else normalize_finish("openai", raw)
+
+
 def _new_id() -> str:
     return f"call_{uuid.uuid4().hex[:24]}"
 
@@ -153,6 +256,7 @@ class _ChunkDecoder:
     def __init__(self) -> None:
         self.finished = False
         self._text: list[str] = []
+        self._refusal: list[str] = []
         self._calls: dict[int, _PendingCall] = {}
         self._usage = Usage()
         self._finish_reason: str | None = None
@@ -174,6 +278,8 @@ class _ChunkDecoder:
             if text:
                 self._text.append(text)
                 events.append(TextDelta(text))
+            # A refusal streams as `delta.refusal`: the model's words, but no answer.
+            self._refusal.append(as_str(delta.get("refusal")))
             events.extend(self._tool_delta(as_object(i)) for i in delta.get("tool_calls") or ())
             if choice.get("finish_reason") is not None:
                 self._finish_reason = as_str(choice["finish_reason"])
@@ -200,9 +306,11 @@ class _ChunkDecoder:
             )
             for _, pending in sorted(self._calls.items())
         )
+        refusal = "".join(self._refusal) or None
         return Completion(
             text="".join(self._text),
             tool_calls=calls,
             usage=self._usage,
-            finish_reason=normalize_finish("openai", self._finish_reason),
+            finish_reason=_finish(self._finish_reason or "", refusal),
+            refusal=refusal,
         )

@@ -33,8 +33,10 @@ class WireLimits:
 
 WIRE_LIMITS: Mapping[str, WireLimits] = MappingProxyType(
     {
-        # Chat Completions: images by URL or data URL; files (PDF) as base64 only; a tool
-        # message carries text.
+        # Chat Completions (OpenAI's API reference and its "Images and vision" and "File
+        # inputs" guides): images by URL or data URL, 20 MB an image, 500 a request;
+        # PDFs as base64 `file_data` only ("External file URL: not supported"), 32 MB of
+        # files a request; a tool message takes text parts only. Azure OpenAI the same.
         "openai": WireLimits(
             document_url=False,
             tool_result_attachments=False,
