@@ -77,9 +77,11 @@ def aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 @pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
+async def bedrock(sim: Simulator) -> AsyncIterator[BedrockAdapter]:
+    """The adapter for the simulator's region, on an HTTP client of its own."""
+    settings = ProviderSettings(kind="bedrock", region=REGION, base_url=base_url(sim))
     async with make_client(max_connections=20) as http:
-        yield http
+        yield BedrockAdapter(settings, http)
 
 
 @pytest.fixture
@@ -92,12 +94,6 @@ def base_url(sim: Simulator) -> str:
     return f"{sim.url}/bedrock-runtime/{REGION}"
 
 
-def adapter(sim: Simulator, client: httpx.AsyncClient) -> BedrockAdapter:
-    return BedrockAdapter(
-        ProviderSettings(kind="bedrock", region=REGION, base_url=base_url(sim)), client
-    )
-
-
 def ask(model: str, *messages: Message, **fields: Any) -> ProviderCall:
     chosen = messages or (Message(role="user", content="Hello?"),)
     fields.setdefault("max_tokens", 100)
@@ -106,8 +102,8 @@ def ask(model: str, *messages: Message, **fields: Any) -> ProviderCall:
     return ProviderCall(model, chosen, **fields)
 
 
-async def answer(bedrock: BedrockAdapter, call: ProviderCall) -> tuple[list[Event], Completion]:
-    events = [e async for e in bedrock.send(call)]
+async def answer(adapter: BedrockAdapter, call: ProviderCall) -> tuple[list[Event], Completion]:
+    events = [e async for e in adapter.send(call)]
     done = events.pop()
     assert isinstance(done, Completion)
     return events, done
@@ -138,12 +134,12 @@ def pdf(name: str | None = None) -> DocumentPart:
 @pytest.mark.parametrize("stream", [False, True], ids=["converse", "converse-stream"])
 @pytest.mark.parametrize("media_type", ["image/png", "image/jpeg", "image/gif", "image/webp"])
 async def test_an_image_goes_as_base64_bytes_with_its_format(
-    sim: Simulator, client: httpx.AsyncClient, model: str, media_type: str, stream: bool
+    sim: Simulator, bedrock: BedrockAdapter, model: str, media_type: str, stream: bool
 ) -> None:
     """ImageBlock: `format` png | jpeg | gif | webp, `source.bytes` (base64 in JSON)."""
     # https://docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_ImageBlock.html
     call = ask(model, user(TextPart(text="What is this?"), image(media_type)), stream=stream)
-    deltas, done = await answer(adapter(sim, client), call)
+    deltas, done = await answer(bedrock, call)
     assert done.text.startswith(f"Answer from {model}.")
     assert "".join(d.text for d in deltas if isinstance(d, TextDelta)) == (
         done.text if stream else ""
@@ -157,20 +153,20 @@ async def test_an_image_goes_as_base64_bytes_with_its_format(
 
 @pytest.mark.parametrize("stream", [False, True], ids=["converse", "converse-stream"])
 async def test_a_pdf_goes_as_a_document_whose_name_converse_accepts(
-    sim: Simulator, client: httpx.AsyncClient, model: str, stream: bool
+    sim: Simulator, bedrock: BedrockAdapter, model: str, stream: bool
 ) -> None:
     """DocumentBlock: `format` pdf, `name` (alphanumerics, single spaces, hyphens,
     parentheses, square brackets; its extension and other characters become spaces)."""
     # https://docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_DocumentBlock.html
     call = ask(model, user(TextPart(text="Total?"), pdf("Q3_report.v2.pdf")), stream=stream)
-    _, done = await answer(adapter(sim, client), call)
+    _, done = await answer(bedrock, call)
     assert done.text.startswith("Answer from")
     document = sent(sim, model)["messages"][0]["content"][1]["document"]
     assert document == {"format": "pdf", "name": "Q3 report v2", "source": {"bytes": PDF}}
 
 
 async def test_document_names_are_made_valid_and_unique_in_the_request(
-    sim: Simulator, client: httpx.AsyncClient, model: str
+    sim: Simulator, bedrock: BedrockAdapter, model: str
 ) -> None:
     """DocumentBlock.name, and Converse's "Messages can't contain duplicate document names"
     (across the whole conversation, which is resent each turn)."""
@@ -178,7 +174,7 @@ async def test_document_names_are_made_valid_and_unique_in_the_request(
     first = user(TextPart(text="Read these."), pdf("invoice.pdf"), pdf("invoice.pdf"), pdf())
     reply = Message(role="assistant", content="Done.")
     second = user(TextPart(text="And these?"), pdf("日本語.pdf"), pdf("a  b__c [1].pdf"))
-    await answer(adapter(sim, client), ask(model, first, reply, second))
+    await answer(bedrock, ask(model, first, reply, second))
     messages = sent(sim, model)["messages"]
     names = [
         block["document"]["name"]
@@ -191,7 +187,7 @@ async def test_document_names_are_made_valid_and_unique_in_the_request(
 
 @pytest.mark.parametrize("stream", [False, True], ids=["converse", "converse-stream"])
 async def test_attachments_go_inside_a_tool_result_and_the_next_user_text_joins_it(
-    sim: Simulator, client: httpx.AsyncClient, model: str, stream: bool
+    sim: Simulator, bedrock: BedrockAdapter, model: str, stream: bool
 ) -> None:
     """ToolResultContentBlock takes text, image and document blocks; Message: the roles
     alternate, so tool results and the user text after them are one user message."""
@@ -208,9 +204,7 @@ async def test_attachments_go_inside_a_tool_result_and_the_next_user_text_joins_
         ),
         Message(role="user", content="Summarize it."),
     )
-    _, done = await answer(
-        adapter(sim, client), ask(model, *history, tools=(WEATHER,), stream=stream)
-    )
+    _, done = await answer(bedrock, ask(model, *history, tools=(WEATHER,), stream=stream))
     assert done.text.startswith("Answer from")
     messages = sent(sim, model)["messages"]
     assert [m["role"] for m in messages] == ["user", "assistant", "user"]
@@ -239,7 +233,7 @@ async def test_attachments_go_inside_a_tool_result_and_the_next_user_text_joins_
     ids=["document-alone", "image-url", "document-url"],
 )
 async def test_what_converse_cannot_carry_is_refused_before_any_call(
-    sim: Simulator, client: httpx.AsyncClient, model: str, message: Message, why: str
+    sim: Simulator, bedrock: BedrockAdapter, model: str, message: Message, why: str
 ) -> None:
     """Message.content: "If you include a ContentBlock with a document field in the array,
     you must also include a ContentBlock with a text field"; ImageSource and
@@ -247,7 +241,7 @@ async def test_what_converse_cannot_carry_is_refused_before_any_call(
     # https://docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_Message.html
     # https://docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_ImageSource.html
     with pytest.raises(InvalidRequest, match=why):
-        await answer(adapter(sim, client), ask(model, message))
+        await answer(bedrock, ask(model, message))
     assert sim.calls(model) == 0
 
 
@@ -290,7 +284,7 @@ def test_the_wire_limits_row_skips_what_converse_cannot_carry() -> None:
 @pytest.mark.parametrize("stream", [False, True], ids=["converse", "converse-stream"])
 async def test_tool_choice_in_converse_shape(
     sim: Simulator,
-    client: httpx.AsyncClient,
+    bedrock: BedrockAdapter,
     model: str,
     *,
     choice: Any,
@@ -303,22 +297,22 @@ async def test_tool_choice_in_converse_shape(
     # https://docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_ToolChoice.html
     clock = Tool(name="get_time", description="The time", parameters={"type": "object"})
     call = ask(model, tools=(WEATHER, clock), tool_choice=choice, stream=stream)
-    _, done = await answer(adapter(sim, client), call)
+    _, done = await answer(bedrock, call)
     config = sent(sim, model)["toolConfig"]
     assert config.get("toolChoice") == wire
     assert [c.name for c in done.tool_calls] == ([called] if called else [])
 
 
 async def test_tool_choice_none_is_refused_not_dropped(
-    sim: Simulator, client: httpx.AsyncClient, model: str
+    sim: Simulator, bedrock: BedrockAdapter, model: str
 ) -> None:
     """ToolChoice has no "none"; sending the turn without its tools would change it."""
     # https://docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_ToolChoice.html
     with pytest.raises(InvalidRequest, match="no tool_choice 'none'"):
-        await answer(adapter(sim, client), ask(model, tools=(WEATHER,), tool_choice="none"))
+        await answer(bedrock, ask(model, tools=(WEATHER,), tool_choice="none"))
     assert sim.calls(model) == 0
     # Without tools there is nothing to call: the request goes, with no toolConfig.
-    await answer(adapter(sim, client), ask(model, tool_choice="none"))
+    await answer(bedrock, ask(model, tool_choice="none"))
     assert "toolConfig" not in sent(sim, model)
 
 
@@ -326,7 +320,7 @@ async def test_tool_choice_none_is_refused_not_dropped(
 
 
 async def test_sampling_goes_in_inference_config_and_seed_nowhere(
-    sim: Simulator, client: httpx.AsyncClient, model: str
+    sim: Simulator, bedrock: BedrockAdapter, model: str
 ) -> None:
     """InferenceConfiguration: maxTokens, temperature, topP, stopSequences. Converse has
     no seed and no parallel tool calls switch: neither is sent (the simulator refuses
@@ -341,7 +335,7 @@ async def test_sampling_goes_in_inference_config_and_seed_nowhere(
         seed=7,
         parallel_tool_calls=False,
     )
-    await answer(adapter(sim, client), call)
+    await answer(bedrock, call)
     body = sent(sim, model)
     assert body["inferenceConfig"] == {
         "maxTokens": 100,
@@ -352,18 +346,18 @@ async def test_sampling_goes_in_inference_config_and_seed_nowhere(
     assert "seed" not in json.dumps(body)
     assert "parallel" not in json.dumps(body)
     # Unset, none of them is sent: the model's defaults stay.
-    await answer(adapter(sim, client), ask(model))
+    await answer(bedrock, ask(model))
     assert sent(sim, model)["inferenceConfig"] == {"maxTokens": 100}
 
 
 async def test_a_temperature_above_one_is_refused_before_any_call(
-    sim: Simulator, client: httpx.AsyncClient, model: str
+    sim: Simulator, bedrock: BedrockAdapter, model: str
 ) -> None:
     """InferenceConfiguration.temperature: "Valid Range: Minimum value of 0. Maximum value
     of 1." (a turn may ask for up to 2)."""
     # https://docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_InferenceConfiguration.html
     with pytest.raises(InvalidRequest, match="temperature from 0 to 1"):
-        await answer(adapter(sim, client), ask(model, temperature=1.5))
+        await answer(bedrock, ask(model, temperature=1.5))
     assert sim.calls(model) == 0
 
 
@@ -373,7 +367,7 @@ async def test_a_temperature_above_one_is_refused_before_any_call(
 )
 async def test_reasoning_effort_is_claudes_thinking_budget_and_sampling_stays_out(
     sim: Simulator,
-    client: httpx.AsyncClient,
+    bedrock: BedrockAdapter,
     model: str,
     *,
     effort: str,
@@ -393,7 +387,7 @@ async def test_reasoning_effort_is_claudes_thinking_budget_and_sampling_stays_ou
         top_p=0.5,
         stop=("END",),
     )
-    await answer(adapter(sim, client), call)
+    await answer(bedrock, call)
     body = sent(sim, model)
     assert body["additionalModelRequestFields"] == {
         "thinking": {"type": "enabled", "budget_tokens": budget}
@@ -403,13 +397,12 @@ async def test_reasoning_effort_is_claudes_thinking_budget_and_sampling_stays_ou
 
 
 async def test_an_effort_goes_only_to_a_reasoning_claude_with_room_to_think(
-    client: httpx.AsyncClient,
+    bedrock: BedrockAdapter,
 ) -> None:
     """The contract: `reasoning_effort` only to a model whose `reasoning` is set; Claude's
     budget is at least 1024 and below maxTokens; another family's thinking field is its own
     (Converse has no common one), so nothing is sent to it."""
     # https://docs.claude.com/en/docs/build-with-claude/extended-thinking
-    bedrock = BedrockAdapter(ProviderSettings(kind="bedrock", region=REGION), client)
     call = ask(
         "us.anthropic.claude-x-v1:0", reasoning=True, reasoning_effort="low", max_tokens=8000
     )
@@ -436,7 +429,7 @@ async def test_an_effort_goes_only_to_a_reasoning_claude_with_room_to_think(
     ids=["required", "named", "json-object"],
 )
 async def test_a_forced_tool_goes_without_thinking_which_claude_refuses_with_it(
-    sim: Simulator, client: httpx.AsyncClient, model: str, fields: dict[str, Any]
+    sim: Simulator, bedrock: BedrockAdapter, model: str, fields: dict[str, Any]
 ) -> None:
     """Anthropic: thinking is not compatible with forced tool use (tool_choice any or tool);
     the forced tool is the turn's instruction, so the call goes without thinking, and
@@ -450,7 +443,7 @@ async def test_a_forced_tool_goes_without_thinking_which_claude_refuses_with_it(
         temperature=0.2,
         **fields,
     )
-    await answer(adapter(sim, client), call)
+    await answer(bedrock, call)
     body = sent(sim, model)
     assert "additionalModelRequestFields" not in body
     assert body["inferenceConfig"]["temperature"] == 0.2
@@ -462,16 +455,14 @@ async def test_a_forced_tool_goes_without_thinking_which_claude_refuses_with_it(
 @pytest.mark.parametrize("strict", [True, False])
 @pytest.mark.parametrize("stream", [False, True], ids=["converse", "converse-stream"])
 async def test_a_json_schema_goes_as_output_config_and_the_answer_is_its_json(
-    sim: Simulator, client: httpx.AsyncClient, model: str, *, strict: bool, stream: bool
+    sim: Simulator, bedrock: BedrockAdapter, model: str, *, strict: bool, stream: bool
 ) -> None:
     """OutputConfig.textFormat: {type: json_schema, structure: {jsonSchema: {schema (a JSON
     string), name}}}; Bedrock always enforces it, so `strict` has no field of its own."""
     # https://docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_OutputConfig.html
     # https://docs.aws.amazon.com/bedrock/latest/userguide/structured-output.html
     wanted = INVOICE.model_copy(update={"strict": strict})
-    deltas, done = await answer(
-        adapter(sim, client), ask(model, response_format=wanted, stream=stream)
-    )
+    deltas, done = await answer(bedrock, ask(model, response_format=wanted, stream=stream))
     text_format = sent(sim, model)["outputConfig"]["textFormat"]
     assert text_format["type"] == "json_schema"
     definition = text_format["structure"]["jsonSchema"]
@@ -487,7 +478,7 @@ async def test_a_json_schema_goes_as_output_config_and_the_answer_is_its_json(
 
 @pytest.mark.parametrize("stream", [False, True], ids=["converse", "converse-stream"])
 async def test_a_json_object_is_a_forced_answer_tool_whose_input_is_the_text(
-    sim: Simulator, client: httpx.AsyncClient, model: str, stream: bool
+    sim: Simulator, bedrock: BedrockAdapter, model: str, stream: bool
 ) -> None:
     """Converse's textFormat wants a schema (every object closed), so a bare JSON object is
     asked for as the documented alternative, a forced tool (ToolChoice `any`): its input
@@ -495,7 +486,7 @@ async def test_a_json_object_is_a_forced_answer_tool_whose_input_is_the_text(
     # https://docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_ToolChoice.html
     # https://docs.aws.amazon.com/bedrock/latest/userguide/structured-output.html
     call = ask(model, response_format=JsonObjectFormat(), stream=stream)
-    deltas, done = await answer(adapter(sim, client), call)
+    deltas, done = await answer(bedrock, call)
     config = sent(sim, model)["toolConfig"]
     assert config["toolChoice"] == {"any": {}}
     assert config["tools"][-1]["toolSpec"]["name"] == "json_answer"
@@ -505,12 +496,12 @@ async def test_a_json_object_is_a_forced_answer_tool_whose_input_is_the_text(
 
 
 async def test_the_answer_tool_never_takes_a_turn_tools_name(
-    sim: Simulator, client: httpx.AsyncClient, model: str
+    sim: Simulator, bedrock: BedrockAdapter, model: str
 ) -> None:
     """ToolSpecification names are the caller's; the answer tool takes a free one."""
     taken = Tool(name="json_answer", description="The caller's own", parameters={"type": "object"})
     call = ask(model, tools=(taken,), response_format=JsonObjectFormat(), tool_choice="auto")
-    await answer(adapter(sim, client), call)
+    await answer(bedrock, call)
     names = [t["toolSpec"]["name"] for t in sent(sim, model)["toolConfig"]["tools"]]
     assert names == ["json_answer", "json_answer_2"]
 
@@ -585,13 +576,13 @@ async def test_a_streamed_answer_off_its_schema_fails_locked_to_its_model(
 
 @pytest.mark.parametrize("stream", [False, True], ids=["converse", "converse-stream"])
 async def test_a_filtered_answer_is_content_filter_and_converse_has_no_refusal(
-    sim: Simulator, client: httpx.AsyncClient, model: str, stream: bool
+    sim: Simulator, bedrock: BedrockAdapter, model: str, stream: bool
 ) -> None:
     """StopReason: content_filtered and guardrail_intervened are the provider's filter;
     Converse has no stop reason of its own for a model's refusal."""
     # https://docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_Converse.html#API_runtime_Converse_ResponseSyntax
     sim.set_faults(model, Fault(content_filter_after_tokens=2))
-    _, done = await answer(adapter(sim, client), ask(model, stream=stream))
+    _, done = await answer(bedrock, ask(model, stream=stream))
     assert (done.finish_reason, done.refusal) == ("content_filter", None)
     assert done.text == "Answer from"
     assert normalize_finish("bedrock", "guardrail_intervened") == "content_filter"
@@ -669,6 +660,8 @@ REFUSED: dict[str, tuple[dict[str, Any], str]] = {
         _body(inferenceConfig={"temperature": 1.5}),
         "at 'inferenceConfig.temperature' failed to satisfy constraint",
     ),
+    # ContentBlock.text: never blank.
+    "blank-text": (_user({"text": " "}), "messages.0.content.0 is blank"),
     # Message: alternating roles, starting with the user.
     "two-user-messages": (
         {"messages": [{"role": "user", "content": [{"text": "a"}]}] * 2},

@@ -52,6 +52,10 @@ _DOCUMENT_NAME = (
     "than one consecutive whitespace character. Check that the file name conforms to these "
     "restrictions and retry your request."
 )
+_BLANK = (
+    "The text field in the ContentBlock object at messages.{i}.content.{j} is blank. Add "
+    "text to the text field, and try again."
+)
 _NAME = re.compile(r"[A-Za-z0-9()\[\] -]+")
 # Message.content: 20 images of 3.75 MB at most, 5 documents of 4.5 MB.
 _LIMITS = {"image": (20, 3_750_000), "document": (5, 4_500_000)}
@@ -66,6 +70,7 @@ def check_request(body: Mapping[str, Any]) -> None:
     if not messages:
         raise BadRequest(_START)
     _check_roles(messages)
+    _check_text(messages)
     _check_attachments(messages)
     config = body.get("toolConfig")
     if config is None and any(
@@ -176,6 +181,13 @@ def _check_roles(messages: list[dict[str, Any]]) -> None:
     for before, after in itertools.pairwise(messages):
         if before["role"] == after["role"]:
             raise BadRequest(_ALTERNATE)
+
+
+def _check_text(messages: list[dict[str, Any]]) -> None:
+    for i, message in enumerate(messages):
+        for j, block in enumerate(message["content"]):
+            if "text" in block and not block["text"].strip():
+                raise BadRequest(_BLANK.format(i=i, j=j))
 
 
 def _check_attachments(messages: list[dict[str, Any]]) -> None:
