@@ -32,8 +32,8 @@ from worker.types import (
 __all__ = ["ANSWER_TOOL", "EFFORT_BUDGET_TOKENS", "answer_tool", "converse_body"]
 
 # A `json_object` answer, where Converse has no JSON mode (its `outputConfig.textFormat`
-# takes a schema, whose every object must close its properties): a tool whose input is
-# the answer, forced. Its input comes back as the completion's text.
+# takes a JSON schema, not "any object"): a tool whose input is the answer, forced. Its
+# input comes back as the completion's text.
 ANSWER_TOOL = "json_answer"
 _ANSWER_SPEC = {
     "description": "Give your answer with this tool: its input is the whole answer.",
@@ -90,9 +90,9 @@ def converse_body(call: ProviderCall, origin: str) -> dict[str, Any]:
     if isinstance(call.response_format, JsonSchemaFormat):
         # OutputConfig.textFormat: the schema travels as a JSON string; Bedrock always
         # enforces it (constrained decoding), so `strict` has no field of its own.
-        schema = {"schema": json.dumps(call.response_format.json_schema)}
-        schema["name"] = call.response_format.name
-        structure = {"jsonSchema": schema}
+        wanted = call.response_format
+        definition = {"schema": json.dumps(wanted.json_schema), "name": wanted.name}
+        structure = {"jsonSchema": definition}
         body["outputConfig"] = {"textFormat": {"type": "json_schema", "structure": structure}}
     return body
 
