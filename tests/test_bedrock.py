@@ -281,7 +281,7 @@ async def test_reasoning_comes_back_signed_and_is_returned_only_to_its_family(
     forged = thought.model_copy(update={"text": "something else"})
     assistant = assistant.model_copy(update={"reasoning": (forged,)})
     with pytest.raises(InvalidRequest, match="signature"):
-        await answer(bedrock, ask(model, user, assistant, result, stream=stream))
+        await answer(bedrock, ask(model, user, assistant, result, stream=stream, tools=(WEATHER,)))
 
 
 def test_reasoning_of_another_family_is_dropped_and_redacted_thinking_kept(

@@ -50,7 +50,9 @@ WIRE_LIMITS: Mapping[str, WireLimits] = MappingProxyType(
         # generateContent: inline data up to 20 MB a request.
         "gemini": WireLimits(max_image_bytes=20 * _MB, max_document_bytes=20 * _MB),
         "vertex": WireLimits(max_image_bytes=5 * _MB, max_document_bytes=20 * _MB),
-        # Converse: bytes (or S3) only; 3.75 MB an image, 20 images; 4.5 MB a document, 5.
+        # Converse (Bedrock Runtime API reference: Message.content, ImageSource,
+        # DocumentSource, ToolResultContentBlock): bytes (or S3) only, no URL; 3.75 MB and
+        # 8000 x 8000 px an image, 20 images; 4.5 MB a document, 5; both in tool results.
         "bedrock": WireLimits(
             image_url=False,
             document_url=False,
