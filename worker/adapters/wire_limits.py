@@ -1,10 +1,11 @@
-"""What each provider API can carry of a turn's images and documents: a table.
+"""What each provider API can carry of a turn: a table.
 
 A model may take images and PDFs (`[models] inputs`) and still be served by an API that
 cannot carry a given one: no URL source, no attachment inside a tool result, a size or
-count cap of its own. Capability fit reads this table before any call and skips such a
-provider (`incapable`, naming what it cannot carry), so no part is dropped to make a
-call fit, and a request the API would refuse (413, 400) is never sent.
+count cap of its own; or a field value the API has no room for (a `tool_choice` of
+"none", a temperature over its range). Capability fit reads this table before any call
+and skips such a provider (`incapable`, naming what it cannot carry), so nothing is
+dropped to make a call fit, and a request the API would refuse (413, 400) is never sent.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ _MB = 1024 * 1024
 
 @dataclass(frozen=True, slots=True)
 class WireLimits:
-    """One API's limits on attachments; None: no limit of its own."""
+    """One API's limits on what a turn carries; None: no limit of its own."""
 
     image_url: bool = True  # an image given by URL (the provider fetches it)
     document_url: bool = True  # a document given by URL
@@ -29,6 +30,9 @@ class WireLimits:
     max_images: int | None = None  # in one request
     max_document_bytes: int | None = None  # one document, decoded
     max_documents: int | None = None  # in one request
+    document_needs_text: bool = False  # a message with a document must have text too
+    tool_choice_none: bool = True  # tools may be offered with tool_choice "none"
+    max_temperature: float | None = None  # the top of its temperature range
 
 
 WIRE_LIMITS: Mapping[str, WireLimits] = MappingProxyType(
