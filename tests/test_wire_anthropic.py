@@ -516,28 +516,27 @@ async def test_refusal_stays_a_content_filter(sim: Simulator, client: httpx.Asyn
 BASE: dict[str, Any] = {"max_tokens": 2048, "messages": [{"role": "user", "content": "Hi"}]}
 TOOLS = [{"name": "get_weather", "input_schema": {"type": "object"}}]
 THINKING = {"thinking": {"type": "enabled", "budget_tokens": 1024}}
+
+
+def said(*blocks: dict[str, Any]) -> dict[str, Any]:
+    """A body's `messages`: one user message of `blocks`."""
+    return {"messages": [{"role": "user", "content": list(blocks)}]}
+
+
+def image(media_type: str = "image/png", data: str = PNG) -> dict[str, Any]:
+    return {"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}}
+
+
+def answer_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"output_config": {"format": {"type": "json_schema", "schema": schema}}}
+
+
 REFUSED = [
     ({"seed": 7}, "seed: Extra inputs are not permitted"),
-    (
-        {
-            "messages": [
-                {
-                    "role": "user",
-                    "content": [
-                        {
-                            "type": "image",
-                            "source": {"type": "base64", "media_type": "image/bmp", "data": PNG},
-                        }
-                    ],
-                }
-            ]
-        },
-        "media_type: Input should be",
-    ),
-    (
-        {"messages": [{"role": "user", "content": [{"type": "text", "text": ""}]}]},
-        "must be non-empty",
-    ),
+    (said(image("image/bmp")), "media_type: Input should be"),
+    (said(image(data="A" * (5 * 2**20 + 4))), "image exceeds 5 MB maximum"),
+    (said({"type": "text", "text": ""}), "must be non-empty"),
+    (said({"type": "video", "source": {}}), "Input tag 'video'"),
     ({"temperature": 0.5, "top_p": 0.9}, "cannot both be specified"),
     ({"temperature": 1.5}, "less than or equal to 1"),
     ({**THINKING, "temperature": 0.5}, "may only be set to 1 when thinking is enabled"),
@@ -550,18 +549,8 @@ REFUSED = [
         {"tools": TOOLS, "tool_choice": {"type": "none", "disable_parallel_tool_use": True}},
         "Extra inputs",
     ),
-    (
-        {"output_config": {"format": {"type": "json_schema", "schema": {"type": "object"}}}},
-        "'additionalProperties' must be explicitly set to false",
-    ),
-    (
-        {
-            "output_config": {
-                "format": {"type": "json_schema", "schema": {"type": "integer", "minimum": 1}}
-            }
-        },
-        "property 'minimum' is not supported",
-    ),
+    (answer_schema({"type": "object"}), "'additionalProperties' must be explicitly set to false"),
+    (answer_schema({"type": "integer", "minimum": 1}), "property 'minimum' is not supported"),
 ]
 
 
@@ -569,6 +558,10 @@ REFUSED = [
 def test_the_simulator_refuses_what_the_messages_api_refuses(
     sim: Simulator, extra: dict[str, Any], message: str
 ) -> None:
+    """Messages API errors (`invalid_request_error`, 400), in the API's words where public
+    reports quote them: the extended-thinking constraints, the migration guide's "passing
+    both will error", Structured outputs' "If you use an unsupported feature, you'll
+    receive a 400 error"."""
     with httpx.Client(base_url=sim.url, timeout=5) as http:
         reply = http.post("/v1/messages", json={**BASE, "model": model_id(), **extra})
     assert reply.status_code == 400
@@ -600,30 +593,11 @@ def test_adaptive_only_models_refuse_budgets_and_sampling(
     ("extra", "message"),
     [
         (
-            {
-                "messages": [
-                    {
-                        "role": "user",
-                        "content": [
-                            {
-                                "type": "image",
-                                "source": {"type": "url", "url": "https://example.com/a.png"},
-                            }
-                        ],
-                    }
-                ]
-            },
+            said({"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}),
             "URL sources are not supported",
         ),
         (
-            {
-                "output_config": {
-                    "format": {
-                        "type": "json_schema",
-                        "schema": {"type": "object", "additionalProperties": False},
-                    }
-                }
-            },
+            answer_schema({"type": "object", "additionalProperties": False}),
             "allowedPartnerModelFeatures",
         ),
         ({"model": "claude-x"}, "model: Extra inputs"),
@@ -658,3 +632,22 @@ def test_a_structured_answer_is_an_instance_of_the_schema_or_on_command_not(sim:
     validator = Draft202012Validator(INVOICE.json_schema)
     assert validator.is_valid(json.loads(good["content"][0]["text"]))
     assert not validator.is_valid(json.loads(bad["content"][0]["text"]))
+
+
+# --- what the wire can carry --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("decoded_bytes", "fits"), [(3_932_160, True), (3_932_163, False)], ids=["3.75MB", "over"]
+)
+def test_an_image_whose_base64_passes_5_mb_is_more_than_the_api_carries(
+    decoded_bytes: int, fits: bool
+) -> None:
+    """Vision: 5 MB an image, counted on its base64 (Claude Code's `apiLimits.ts`: "the API
+    rejects images where the base64 string length exceeds this value"): 3.75 MB decoded."""
+    from worker.turn.capability import wire_unfit
+    from worker.types import TurnRequest
+
+    image = ImagePart(media_type="image/png", data="A" * (decoded_bytes * 4 // 3))
+    request = TurnRequest(tenant_id="acme", messages=(Message(role="user", content=(image,)),))
+    assert (wire_unfit(request, "anthropic") is None) is fits

@@ -36,6 +36,7 @@ _ADAPTIVE_ONLY = (
     "claude-haiku-5", "claude-fable-5", "claude-mythos",
 )  # fmt: skip
 _IMAGE_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
+_MAX_IMAGE_BASE64 = 5 * 1024 * 1024  # an image's base64, as the API counts it
 _RESULT_BLOCKS = frozenset({"text", "image", "document", "search_result"})
 _USER_BLOCKS = frozenset({"text", "image", "document", "tool_result", "search_result"})
 _ASSISTANT_BLOCKS = frozenset({"text", "tool_use", "thinking", "redacted_thinking"})
@@ -137,6 +138,12 @@ def _check_source(where: str, kind: str, source: Any, *, urls: bool) -> None:
         if kind == "image" and media not in _IMAGE_TYPES:
             listed = ", ".join(f"'{t}'" for t in _IMAGE_TYPES[:-1])
             raise BadRequest(f"{where}.base64.media_type: Input should be {listed} or 'image/webp'")
+        size = len(source["data"])
+        if kind == "image" and size > _MAX_IMAGE_BASE64:
+            raise BadRequest(
+                f"{where}.base64: image exceeds 5 MB maximum: {size} bytes > "
+                f"{_MAX_IMAGE_BASE64} bytes"
+            )
         if kind == "document" and media != "application/pdf":
             raise BadRequest(f"{where}.base64.media_type: Input should be 'application/pdf'")
         return
