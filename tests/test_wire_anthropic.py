@@ -426,13 +426,16 @@ def test_the_schema_sent_is_the_callers_made_to_fit_as_the_sdk_does() -> None:
     }
 
 
+@pytest.mark.parametrize("strict", [True, False], ids=["strict", "lax"])
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
 async def test_a_schema_goes_natively_on_the_claude_api(
-    sim: Simulator, client: httpx.AsyncClient, stream: bool
+    sim: Simulator, client: httpx.AsyncClient, stream: bool, strict: bool
 ) -> None:
-    """Structured outputs: `output_config: {"format": {"type": "json_schema", "schema"}}`;
-    the answer is the text, JSON valid against the schema."""
-    call = ask(model_id(), response_format=INVOICE, stream=stream)
+    """Structured outputs: `output_config: {"format": {"type": "json_schema", "schema"}}`
+    (always constrained: `strict` has no field of its own); the answer is the text,
+    JSON valid against the schema."""
+    wanted = INVOICE.model_copy(update={"strict": strict})
+    call = ask(model_id(), response_format=wanted, stream=stream)
     body, done = await sent(sim, claude("anthropic", sim.url, client), call)
     assert body["output_config"] == {
         "format": {"type": "json_schema", "schema": claude_schema(INVOICE.json_schema)}
