@@ -46,10 +46,12 @@ WIRE_LIMITS: Mapping[str, WireLimits] = MappingProxyType(
             max_images=500,
             max_document_bytes=32 * _MB,
         ),
-        # Messages: base64 and URL sources for both; 5 MB an image, 100 images, 32 MB a
-        # request (so a PDF), 100 PDF pages.
+        # Messages (platform.claude.com/docs/en/build-with-claude/vision, .../pdf-support):
+        # base64 and URL sources for both, in tool results too; an image's base64 at most
+        # 5 MB (3.75 MB decoded), 100 images a request (600 past a 200k window), 32 MB a
+        # request, so a PDF's base64 too (24 MB decoded); 100 PDF pages (not counted here).
         "anthropic": WireLimits(
-            max_image_bytes=5 * _MB, max_images=100, max_document_bytes=32 * _MB
+            max_image_bytes=5 * _MB * 3 // 4, max_images=100, max_document_bytes=32 * _MB * 3 // 4
         ),
         # generateContent: inline data up to 20 MB a request.
         "gemini": WireLimits(max_image_bytes=20 * _MB, max_document_bytes=20 * _MB),

@@ -186,7 +186,7 @@ class BedrockDialect:
             message_count=len(messages),
             tools=names,
             max_tokens=limit,
-            output_schema=output_schema(body),
+            answer_schema=output_schema(body),
             forced_tool=forced_tool(body),
         )
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from worker.simulator.faults import Fault, StreamPayload
-from worker.simulator.json_answer import answer_text, instance
+from worker.simulator.json_answer import instance, mismatch
 
 __all__ = [
     "BadRequest",
@@ -52,10 +52,10 @@ class Inspection:
     include_usage: bool = False
     thinking: bool = False
     """The request asks for extended thinking (Anthropic's `thinking`)."""
-    output_schema: Mapping[str, Any] | None = None
-    """The JSON Schema the answer's text must match, when the request asks for one."""
+    answer_schema: Mapping[str, Any] | None = None
+    """The request asks for a JSON answer valid against this schema (structured output)."""
     forced_tool: tuple[str, Mapping[str, Any]] | None = None
-    """The tool the request forces the model to call (its name and input schema)."""
+    """The request forces a call to this tool (its name and input schema)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,12 +206,14 @@ def build_reply(seq: int, model: str, fault: Fault, request: Inspection) -> Cann
         tool = ToolReply(f"{seq:08d}", fault.reply_tool, dict(fault.tool_args))
         if not fault.tool_with_text:
             tokens = []
-    elif request.forced_tool is not None:  # the model calls it, its input valid
+    if request.forced_tool is not None and fault.reply_tool is None:
         name, schema = request.forced_tool
-        tool, tokens, truncated = ToolReply(f"{seq:08d}", name, instance(schema)), [], False
-    elif request.output_schema is not None:  # the answer is JSON, cut in pieces
-        answer = answer_text(request.output_schema, valid=not fault.invalid_output)
-        tokens, truncated = fragments(answer), False
+        arguments = mismatch(schema) if fault.invalid_output else instance(schema)
+        tool, tokens, truncated = ToolReply(f"{seq:08d}", name, arguments), [], False
+    elif request.answer_schema is not None and tool is None:
+        schema = request.answer_schema
+        answer = mismatch(schema) if fault.invalid_output else instance(schema)
+        tokens, truncated = fragments(json.dumps(answer)), False
     filtered = fault.content_filter_after_tokens is not None
     if fault.content_filter_after_tokens is not None:
         tokens, tool, truncated = tokens[: fault.content_filter_after_tokens], None, False
