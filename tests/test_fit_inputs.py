@@ -165,10 +165,10 @@ def test_a_provider_whose_api_cannot_carry_an_attachment_is_unfit(
         request = TurnRequest(tenant_id="acme", messages=messages, tools=(LOOKUP,))
     else:
         request = turn(part)
-    unfit = wire_unfit(request, kind)
+    unfit = wire_unfit(request, kind, "m")
     assert unfit is not None
     assert cannot in unfit.detail
-    assert wire_unfit(turn(), kind) is None  # text alone: every API carries it
+    assert wire_unfit(turn(), kind, "m") is None  # text alone: every API carries it
 
 
 async def test_a_provider_that_cannot_carry_the_turn_is_skipped_for_the_next(
@@ -249,3 +249,30 @@ def test_bad_parts_are_input_errors_naming_the_field() -> None:
     }
     with pytest.raises(InputError, match="response_format"):
         parse_turn_request(not_a_schema)
+
+
+@pytest.mark.parametrize(
+    ("kind", "model_id", "fields", "cannot"),
+    [
+        ("anthropic", "claude-x", {"temperature": 1.5}, "a temperature over 1"),
+        ("anthropic", "claude-x", {"temperature": 0.5, "top_p": 0.9}, "both temperature and top_p"),
+        ("vertex", "claude-x@1", {"temperature": 1.5}, "a temperature over 1"),
+        ("bedrock", "m", {"temperature": 1.5}, "a temperature over 1"),
+        ("bedrock", "m", {"tools": (LOOKUP,), "tool_choice": "none"}, 'tool_choice "none"'),
+    ],
+)
+def test_a_field_value_an_api_has_no_room_for_makes_it_unfit(
+    kind: str, model_id: str, fields: dict[str, Any], cannot: str
+) -> None:
+    unfit = wire_unfit(turn(**fields), kind, model_id)
+    assert unfit is not None
+    assert cannot in unfit.detail
+    # Gemini on Vertex has the whole range, and both fields.
+    assert wire_unfit(turn(**fields), "vertex", "gemini-x") is None or kind == "bedrock"
+
+
+def test_claude_on_vertex_takes_no_url_source_where_gemini_on_vertex_may() -> None:
+    by_url = turn(ImagePart(url="https://example.com/a.png"))
+    unfit = wire_unfit(by_url, "vertex", "claude-sonnet-4-5@20250929")
+    assert unfit is not None
+    assert "an image by URL" in unfit.detail

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from tests.chainkit import KEY, model, run, settings, turn
 from worker.errors import OutputInvalid
+from worker.simulator import Fault, Simulator
 from worker.turn.output import read_output
 from worker.turn.policy import Decision, rule_for
-from worker.types import JsonObjectFormat, JsonSchemaFormat
+from worker.types import JsonObjectFormat, JsonSchemaFormat, Status
 
 ORDER = JsonSchemaFormat(
     name="order",
@@ -56,3 +58,24 @@ def test_an_invalid_answer_moves_on_neutrally_and_is_billed() -> None:
     assert rule.decision is Decision.NEXT
     assert rule.signal.value == "neutral"
     assert rule.billed
+
+
+async def test_a_filtered_answer_to_a_schema_turn_is_withheld_not_invalid(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The provider's filter stopped the answer before any content: nothing to validate,
+    and no fallback (the backup would be sent the same prompt)."""
+    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
+    sim.reset()
+    config = settings(
+        sim.url,
+        ("anthropic/beta", "openai/alpha"),
+        models={
+            "anthropic/beta": model("anthropic", ("an", "claude-beta-4-5"), structured_output=True),
+            "openai/alpha": model("openai", ("oa", "alpha"), structured_output=True),
+        },
+    )
+    sim.set_faults("claude-beta-4-5", Fault(content_filter_after_tokens=0))
+    result = await run(config, turn().model_copy(update={"response_format": ORDER}))
+    assert (result.status, result.reason) == (Status.FAILED, "content_filter")
+    assert sim.calls("alpha") == 0

@@ -259,13 +259,13 @@ def test_the_wire_limits_row_skips_what_converse_cannot_carry() -> None:
     }
     for problem, parts in cases.items():
         request = TurnRequest(tenant_id="acme", messages=(user(TextPart(text="?"), *parts),))
-        unfit = wire_unfit(request, "bedrock")
+        unfit = wire_unfit(request, "bedrock", "m")
         assert unfit is not None
         assert problem in unfit.detail
     fits = TurnRequest(
         tenant_id="acme", messages=(user(TextPart(text="?"), *[image()] * 20, *[pdf()] * 5),)
     )
-    assert wire_unfit(fits, "bedrock") is None
+    assert wire_unfit(fits, "bedrock", "m") is None
 
 
 # --- tools --------------------------------------------------------------------------------
@@ -470,7 +470,7 @@ async def test_a_json_schema_goes_as_output_config_and_the_answer_is_its_json(
         "invoice",
         INVOICE.json_schema,
     )
-    assert json.loads(done.text) == {"number": "sim", "total": 1, "lines": ["sim"]}
+    assert json.loads(done.text) == {"number": "x", "total": 1, "lines": ["x"]}
     if stream:
         assert "".join(d.text for d in deltas if isinstance(d, TextDelta)) == done.text
         assert len(deltas) > 1
@@ -543,7 +543,7 @@ async def test_a_structured_turn_is_parsed_and_an_answer_off_its_schema_moves_on
     assert (result.status, result.step) == (Status.OK, 1)
     assert [a.error_class for a in result.attempts] == ["output_invalid", None]
     assert result.reply is not None
-    assert result.reply.parsed == {"number": "sim", "total": 1, "lines": ["sim"]}
+    assert result.reply.parsed == {"number": "x", "total": 1, "lines": ["x"]}
     assert sim.calls(model, "ok") == sim.calls(backup, "ok") == 1
 
 
@@ -566,7 +566,7 @@ async def test_a_streamed_answer_off_its_schema_fails_locked_to_its_model(
         sim.set_faults(model, Fault(invalid_output=True))
         invalid = await Chain.from_settings(config, http).run(request)
     assert valid.reply is not None
-    assert valid.reply.parsed == {"number": "sim", "total": 1, "lines": ["sim"]}
+    assert valid.reply.parsed == {"number": "x", "total": 1, "lines": ["x"]}
     assert (invalid.status, invalid.reason) == (Status.FAILED, "output_invalid")
     assert sim.calls(backup) == 0
 

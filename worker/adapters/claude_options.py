@@ -147,9 +147,13 @@ def options(call: ProviderCall, *, native: bool, may_think: bool) -> dict[str, A
         body["stop_sequences"] = list(call.stop)
     # Claude refuses sampling while thinking, and newer models always (adaptive-only).
     if thinking is None and not model.adaptive_only:
+        # Capability fit skips a Claude wire for a temperature over 1, or with both set
+        # (`worker.adapters.wire_limits`): nothing is clamped or dropped here.
+        if call.temperature is not None and call.top_p is not None:
+            raise InvalidRequest("Claude takes temperature or top_p, not both")
         if call.temperature is not None:
-            body["temperature"] = min(call.temperature, 1.0)  # Anthropic's range is 0 to 1
-        elif call.top_p is not None:  # Claude 4 and later refuse both: temperature wins
+            body["temperature"] = call.temperature
+        elif call.top_p is not None:
             body["top_p"] = call.top_p
     output: dict[str, Any] = {}
     if model.adaptive_only and call.reasoning and call.reasoning_effort is not None:

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-__all__ = ["WIRE_LIMITS", "WireLimits"]
+__all__ = ["WIRE_LIMITS", "WireLimits", "limits_for"]
 
 _MB = 1024 * 1024
 
@@ -33,6 +33,7 @@ class WireLimits:
     document_needs_text: bool = False  # a message with a document must have text too
     tool_choice_none: bool = True  # tools may be offered with tool_choice "none"
     max_temperature: float | None = None  # the top of its temperature range
+    temperature_with_top_p: bool = True  # both sampling fields in one request
 
 
 WIRE_LIMITS: Mapping[str, WireLimits] = MappingProxyType(
@@ -51,11 +52,26 @@ WIRE_LIMITS: Mapping[str, WireLimits] = MappingProxyType(
         # 5 MB (3.75 MB decoded), 100 images a request (600 past a 200k window), 32 MB a
         # request, so a PDF's base64 too (24 MB decoded); 100 PDF pages (not counted here).
         "anthropic": WireLimits(
-            max_image_bytes=5 * _MB * 3 // 4, max_images=100, max_document_bytes=32 * _MB * 3 // 4
+            max_image_bytes=5 * _MB * 3 // 4,
+            max_images=100,
+            max_document_bytes=32 * _MB * 3 // 4,
+            max_temperature=1.0,
+            temperature_with_top_p=False,  # Claude 4 and later refuse both
         ),
         # generateContent: inline data up to 20 MB a request.
         "gemini": WireLimits(max_image_bytes=20 * _MB, max_document_bytes=20 * _MB),
-        "vertex": WireLimits(max_image_bytes=5 * _MB, max_document_bytes=20 * _MB),
+        # Vertex AI: Google's publisher as the Gemini API; Anthropic's (rawPredict) takes
+        # base64 sources only, and Claude's own limits.
+        "vertex:google": WireLimits(max_image_bytes=5 * _MB, max_document_bytes=20 * _MB),
+        "vertex:anthropic": WireLimits(
+            image_url=False,
+            document_url=False,
+            max_image_bytes=5 * _MB * 3 // 4,
+            max_images=100,
+            max_document_bytes=32 * _MB * 3 // 4,
+            max_temperature=1.0,
+            temperature_with_top_p=False,
+        ),
         # Converse (Bedrock Runtime API reference: Message.content, ImageSource,
         # DocumentSource, ToolResultContentBlock): bytes (or S3) only, no URL; 3.75 MB and
         # 8000 x 8000 px an image, 20 images; 4.5 MB a document, 5; both in tool results.
@@ -66,7 +82,20 @@ WIRE_LIMITS: Mapping[str, WireLimits] = MappingProxyType(
             max_images=20,
             max_document_bytes=4_500_000,
             max_documents=5,
+            document_needs_text=True,  # a document block needs a text block beside it
+            tool_choice_none=False,  # ToolChoice is auto, any or tool
+            max_temperature=1.0,  # InferenceConfiguration.temperature: 0 to 1
+            temperature_with_top_p=False,  # Claude 4 and later refuse both
         ),
     }
 )
-"""Per adapter kind (`ProviderSettings.kind`); a kind not listed has no limits of its own."""
+"""Per adapter kind (`ProviderSettings.kind`), Vertex AI per publisher (`limits_for`); a
+kind not listed has no limits of its own."""
+
+
+def limits_for(kind: str, model_id: str) -> WireLimits | None:
+    """The limits of the API a `kind` provider speaks for `model_id`."""
+    if kind == "vertex":
+        # As the Vertex adapter chooses its publisher: Claude ids are Anthropic's.
+        kind = "vertex:anthropic" if model_id.startswith("claude-") else "vertex:google"
+    return WIRE_LIMITS.get(kind)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from worker.adapters.wire_limits import WIRE_LIMITS
+from worker.adapters.wire_limits import WireLimits, limits_for
 from worker.settings import ModelSettings
 from worker.turn.tokens import TOKENS_PER_REQUEST, message_tokens, tools_tokens
 from worker.types import ImagePart, Message, NamedTool, Tool, TurnRequest
@@ -80,15 +80,41 @@ def fit_turn(request: TurnRequest, model: ModelSettings, *, min_window: int = 0)
     )
 
 
-def wire_unfit(request: TurnRequest, kind: str) -> Unfit | None:
-    """Why a provider API of `kind` cannot carry the turn's attachments, if it cannot
+def wire_unfit(request: TurnRequest, kind: str, model_id: str) -> Unfit | None:
+    """Why a provider API of `kind` cannot carry the turn to `model_id`, if it cannot
     (`worker.adapters.wire_limits`); checked per provider, after the model's fit."""
-    limits = WIRE_LIMITS.get(kind)
-    if limits is None or not request.attachment_kinds:
+    limits = limits_for(kind, model_id)
+    if limits is None:
         return None
+    problems = _field_problems(request, limits)
+    if request.attachment_kinds:
+        problems += _attachment_problems(request, limits)
+    if not problems:
+        return None
+    unique = ", ".join(dict.fromkeys(problems))
+    return Unfit(INCAPABLE, f"its {kind} API cannot carry {unique}")
+
+
+def _field_problems(request: TurnRequest, limits: WireLimits) -> list[str]:
+    problems: list[str] = []
+    temperature = request.temperature
+    if temperature is not None and limits.max_temperature is not None:
+        if temperature > limits.max_temperature:
+            problems.append(f"a temperature over {limits.max_temperature:g}")
+        if request.top_p is not None and not limits.temperature_with_top_p:
+            problems.append("both temperature and top_p")
+    if request.tool_choice == "none" and request.tools and not limits.tool_choice_none:
+        problems.append('tool_choice "none" with tools')
+    return problems
+
+
+def _attachment_problems(request: TurnRequest, limits: WireLimits) -> list[str]:
     problems: list[str] = []
     images = documents = 0
     for message in request.messages:
+        needs_text = limits.document_needs_text and not message.text
+        if needs_text and any(not isinstance(p, ImagePart) for p in message.attachments):
+            problems.append("a document without text beside it")
         for part in message.attachments:
             image = isinstance(part, ImagePart)
             images += image
@@ -106,10 +132,7 @@ def wire_unfit(request: TurnRequest, kind: str) -> Unfit | None:
         problems.append(f"{images} images (at most {limits.max_images})")
     if limits.max_documents is not None and documents > limits.max_documents:
         problems.append(f"{documents} documents (at most {limits.max_documents})")
-    if not problems:
-        return None
-    unique = ", ".join(dict.fromkeys(problems))
-    return Unfit(INCAPABLE, f"its {kind} API cannot carry {unique}")
+    return problems
 
 
 def _lacking(request: TurnRequest, model: ModelSettings) -> Unfit | None:
