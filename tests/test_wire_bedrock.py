@@ -23,7 +23,7 @@ from tests.cloudkit import use_simulated_aws
 from worker.adapters import BedrockAdapter, Completion, ProviderCall, TextDelta, make_client
 from worker.adapters.base import Event
 from worker.adapters.classify import classify_response
-from worker.adapters.converse_body import EFFORT_BUDGET_TOKENS
+from worker.adapters.claude_options import EFFORT_BUDGET_TOKENS
 from worker.adapters.finish import normalize_finish
 from worker.adapters.sigv4 import SigV4
 from worker.errors import InvalidRequest
@@ -363,7 +363,7 @@ async def test_a_temperature_above_one_is_refused_before_any_call(
 
 @pytest.mark.parametrize(
     ("effort", "max_tokens", "budget"),
-    [("low", 8000, 1024), ("medium", 8000, 2048), ("high", 8000, 4096), ("high", 3000, 2999)],
+    [("low", 8000, 1024), ("medium", 10000, 4096), ("high", 40000, 16384), ("high", 3000, 1500)],
 )
 async def test_reasoning_effort_is_claudes_thinking_budget_and_sampling_stays_out(
     sim: Simulator,
@@ -393,7 +393,7 @@ async def test_reasoning_effort_is_claudes_thinking_budget_and_sampling_stays_ou
         "thinking": {"type": "enabled", "budget_tokens": budget}
     }
     assert body["inferenceConfig"] == {"maxTokens": max_tokens, "stopSequences": ["END"]}
-    assert budget == min(EFFORT_BUDGET_TOKENS[effort], max_tokens - 1)
+    assert budget == min(EFFORT_BUDGET_TOKENS[effort], max_tokens // 2)
 
 
 async def test_an_effort_goes_only_to_a_reasoning_claude_with_room_to_think(

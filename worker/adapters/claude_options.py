@@ -31,6 +31,7 @@ __all__ = [
     "answer_tool",
     "generation",
     "options",
+    "thinking_budget",
 ]
 
 EFFORT_BUDGET_TOKENS: Mapping[str, int] = MappingProxyType(
@@ -209,8 +210,20 @@ def _thinking(call: ProviderCall, model: Generation) -> dict[str, Any] | None:
         return None
     if model.adaptive_only:
         return {"type": "adaptive"}
+    budget = thinking_budget(call)
+    return None if budget is None else {"type": "enabled", "budget_tokens": budget}
+
+
+def thinking_budget(call: ProviderCall) -> int | None:
+    """The thinking budget of a Claude call on any wire: the model's configured budget
+    (sent when below `max_tokens`), else the turn's effort (`EFFORT_BUDGET_TOKENS`, at
+    most half of `max_tokens`); None when under the API's minimum, or neither is set."""
+    configured = call.thinking_budget_tokens
+    effort = call.reasoning_effort if call.reasoning else None
     if configured is not None:
         budget = configured if configured < call.max_tokens else 0
+    elif effort is not None:
+        budget = min(EFFORT_BUDGET_TOKENS[effort], call.max_tokens // 2)
     else:
-        budget = min(EFFORT_BUDGET_TOKENS[effort or "low"], call.max_tokens // 2)
-    return {"type": "enabled", "budget_tokens": budget} if budget >= _MIN_BUDGET_TOKENS else None
+        return None
+    return budget if budget >= _MIN_BUDGET_TOKENS else None

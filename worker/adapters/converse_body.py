@@ -16,6 +16,7 @@ from typing import Any
 
 from worker.adapters.anthropic import may_think
 from worker.adapters.base import ProviderCall
+from worker.adapters.claude_options import thinking_budget
 from worker.errors import InvalidRequest
 from worker.types import (
     DocumentPart,
@@ -29,7 +30,7 @@ from worker.types import (
     Tool,
 )
 
-__all__ = ["ANSWER_TOOL", "EFFORT_BUDGET_TOKENS", "answer_tool", "converse_body"]
+__all__ = ["ANSWER_TOOL", "answer_tool", "converse_body"]
 
 # A `json_object` answer, where Converse has no JSON mode (its `outputConfig.textFormat`
 # takes a JSON schema, not "any object"): a tool whose input is the answer, forced. Its
@@ -39,11 +40,6 @@ _ANSWER_SPEC = {
     "description": "Give your answer with this tool: its input is the whole answer.",
     "inputSchema": {"json": {"type": "object"}},
 }
-# Claude's thinking budget for a turn's `reasoning_effort` (LiteLLM's defaults, so callers
-# coming from it get what they had). The API's minimum is 1024; the budget must stay
-# below maxTokens, and is capped to leave room for the answer.
-EFFORT_BUDGET_TOKENS = {"low": 1024, "medium": 2048, "high": 4096}
-_MIN_BUDGET_TOKENS = 1024
 _MAX_TEMPERATURE = 1.0  # InferenceConfiguration.temperature: 0 to 1
 # DocumentBlock.name: alphanumerics, single whitespace, hyphens, parentheses, square
 # brackets; 1 to 200 characters; unique in a request.
@@ -145,19 +141,12 @@ def _tool_spec(tool: Tool) -> dict[str, Any]:
 def _thinking_budget(call: ProviderCall, origin: str, *, forced: bool) -> int | None:
     """Claude's thinking budget for this call, or None when it does not think.
 
-    A reasoning model's `reasoning_effort` sets it (`EFFORT_BUDGET_TOKENS`), else the
-    model's configured budget. Never while a tool is forced (Claude refuses thinking with
-    `any` or `tool`), nor on a tool loop another vendor wrote (`may_think`)."""
+    As on Anthropic's own API (`claude_options.thinking_budget`). Never while a tool is
+    forced (Claude refuses thinking with `any` or `tool`), nor on a tool loop another
+    vendor wrote (`may_think`)."""
     if origin != "anthropic" or forced or not may_think(call.messages):
         return None
-    budget = call.thinking_budget_tokens
-    if call.reasoning and call.reasoning_effort is not None:
-        budget = min(EFFORT_BUDGET_TOKENS[call.reasoning_effort], call.max_tokens - 1)
-        if budget < _MIN_BUDGET_TOKENS:
-            return None
-    if budget is None or budget >= call.max_tokens:
-        return None
-    return budget
+    return thinking_budget(call)
 
 
 def _messages(messages: tuple[Message, ...], origin: str) -> list[dict[str, Any]]:
