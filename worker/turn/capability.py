@@ -18,7 +18,14 @@ from dataclasses import dataclass
 
 from worker.adapters.wire_limits import WireLimits, limits_for
 from worker.settings import ModelSettings
-from worker.turn.tokens import TOKENS_PER_REQUEST, message_tokens, tools_tokens
+from worker.turn.media import MediaRule, media_rule
+from worker.turn.tokens import (
+    TOKENS_PER_REQUEST,
+    message_tokens,
+    options_tokens,
+    tools_tokens,
+    unsized_tokens,
+)
 from worker.types import ImagePart, Message, NamedTool, Tool, TurnRequest
 
 __all__ = ["INCAPABLE", "Fit", "Unfit", "fit_turn", "trim_history", "wire_unfit"]
@@ -60,9 +67,10 @@ def fit_turn(request: TurnRequest, model: ModelSettings, *, min_window: int = 0)
     tools = _tools_for(request, model)
     if isinstance(tools, Unfit):
         return tools
-    tool_tokens = tools_tokens(tools)
+    tool_tokens = tools_tokens(tools) + options_tokens(request, tools)
     room = model.context_window - request.max_tokens - tool_tokens
-    kept = _trim(request.messages, room)
+    media = _media(model) if request.attachment_kinds else _TEXT_ONLY
+    kept = _trim(request.messages, room, media)
     if kept is None:
         return Unfit(
             "context_too_small",
@@ -70,10 +78,17 @@ def fit_turn(request: TurnRequest, model: ModelSettings, *, min_window: int = 0)
         )
     dropped = tuple(t.name for t in request.tools if t not in tools)
     trimmed, message_tokens = kept
+    input_tokens = message_tokens + tool_tokens
+    if request.attachment_kinds:
+        # Trimming fits what can be measured; an attachment of unknown size is the
+        # provider's to measure (a prompt over the window is refused, unbilled), so it
+        # holds at most what the window leaves.
+        unsized = unsized_tokens(trimmed, media)
+        input_tokens += min(unsized, max(0, model.context_window - input_tokens))
     return Fit(
         messages=trimmed,
         tools=tools,
-        input_tokens=message_tokens + tool_tokens,
+        input_tokens=input_tokens,
         trimmed_messages=len(request.messages) - len(trimmed),
         read_only=bool(dropped),
         dropped_tools=dropped,
@@ -168,18 +183,31 @@ def _tools_for(request: TurnRequest, model: ModelSettings) -> tuple[Tool, ...] |
     return Unfit(INCAPABLE, f"cannot call the turn's tools ({needed})")
 
 
-def trim_history(messages: tuple[Message, ...], room_tokens: int) -> tuple[Message, ...] | None:
-    """Drop whole exchanges, oldest first, until the messages fit `room_tokens`.
+def trim_history(
+    messages: tuple[Message, ...], room_tokens: int, media: MediaRule | None = None
+) -> tuple[Message, ...] | None:
+    """Drop whole exchanges, oldest first, until the messages fit `room_tokens`, images
+    and PDFs counted by `media` (unset: as the vendor that bills the most).
 
     Returns None when even the system prompt and the current exchange do not fit.
     """
-    kept = _trim(messages, room_tokens)
+    kept = _trim(messages, room_tokens, media or media_rule(""))
     return None if kept is None else kept[0]
 
 
-def _trim(messages: tuple[Message, ...], room: int) -> tuple[tuple[Message, ...], int] | None:
+def _media(model: ModelSettings) -> MediaRule:
+    return media_rule(model.vendor, model.image_token_multiplier)
+
+
+# Any rule does for a turn without attachments: they are never read.
+_TEXT_ONLY = media_rule("")
+
+
+def _trim(
+    messages: tuple[Message, ...], room: int, media: MediaRule
+) -> tuple[tuple[Message, ...], int] | None:
     """`trim_history`, with the estimate of what it kept; each message estimated once."""
-    sized = [(m, message_tokens(m)) for m in messages]
+    sized = [(m, message_tokens(m, media)) for m in messages]
     total = TOKENS_PER_REQUEST + sum(size for _, size in sized)
     if total <= room:
         return messages, total
