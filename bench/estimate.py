@@ -194,7 +194,8 @@ def media_cpu(calls: int, repeats: int) -> None:
         request = TurnRequest(tenant_id="t", messages=(message,))
 
         def first(r: TurnRequest = request) -> None:
-            media._MEASURED.clear()
+            media._SIZES.clear()
+            media._PAGES.clear()
             fit_turn(r, model)
 
         took = best_us(first, max(1, calls // 25), repeats)

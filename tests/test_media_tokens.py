@@ -254,6 +254,15 @@ def test_a_pdf_longer_than_a_vendor_takes_counts_its_most_pages() -> None:
     assert media_rule("google").document_tokens(part) == 150 * 560
 
 
+def test_a_pdf_longer_than_any_vendor_takes_is_not_walked_to_its_end() -> None:
+    # 1,300 pages: more than any vendor takes (Gemini's 1,000) and than the walk's limit,
+    # so its count stays unknown, and it counts at each vendor's most pages.
+    part = DocumentPart(data=pdf(1300))
+    assert pdf_pages(part) is None
+    assert media_rule("google").document_tokens(part) is None
+    assert media_rule("google").largest_document == 1000 * 560
+
+
 def test_an_encrypted_pdf_anyone_can_open_is_counted() -> None:
     part = DocumentPart(data=pdf(3, user_password="", owner_password="owner"))
     assert pdf_pages(part) == 3

@@ -166,6 +166,9 @@ VENDORS: Mapping[str, VendorMedia] = MappingProxyType(
 """Per vendor (`ModelSettings.vendor`); any other vendor counts as the largest of them."""
 
 
+_MOST_PAGES = max(vendor.max_pages for vendor in VENDORS.values())
+
+
 def _most(width: int, height: int) -> int:
     return max(vendor.image(width, height) for vendor in VENDORS.values())
 
@@ -175,7 +178,7 @@ _ANY_VENDOR = VendorMedia(
     largest_image=max(v.largest_image for v in VENDORS.values()),
     page_text=max(v.page_text for v in VENDORS.values()),
     page_image=max(v.page_image for v in VENDORS.values()),
-    max_pages=max(v.max_pages for v in VENDORS.values()),
+    max_pages=_MOST_PAGES,
     multiplier=max(v.multiplier for v in VENDORS.values()),
 )
 
@@ -222,31 +225,24 @@ def media_rule(vendor: str, multiplier: Decimal | None = None) -> MediaRule:
 
 # What each part measured to, kept as long as the part: measured once per turn however
 # many models the turn is fitted to. Parts are frozen, so their measure cannot change.
-_MEASURED: weakref.WeakKeyDictionary[ImagePart | DocumentPart, object] = weakref.WeakKeyDictionary()
+_SIZES: weakref.WeakKeyDictionary[ImagePart, tuple[int, int] | None] = weakref.WeakKeyDictionary()
+_PAGES: weakref.WeakKeyDictionary[DocumentPart, int | None] = weakref.WeakKeyDictionary()
 # Enough base64 for any header: a JPEG's frame header comes after its EXIF (64 KiB).
 _HEADER_CHARS = 96 * 1024
 
 
 def image_size(part: ImagePart) -> tuple[int, int] | None:
     """The image's width and height from its header; None for a URL or unreadable data."""
-    try:
-        return _MEASURED[part]  # type: ignore[return-value]
-    except KeyError:
-        pass
-    size = None if part.data is None else _read_size(part.data, part.media_type)
-    _MEASURED[part] = size
-    return size
+    if part not in _SIZES:
+        _SIZES[part] = None if part.data is None else _read_size(part.data, part.media_type)
+    return _SIZES[part]
 
 
 def pdf_pages(part: DocumentPart) -> int | None:
     """The PDF's page count; None for a URL or a PDF that does not parse."""
-    try:
-        return _MEASURED[part]  # type: ignore[return-value]
-    except KeyError:
-        pass
-    pages = None if part.data is None else _count_pages(part.data)
-    _MEASURED[part] = pages
-    return pages
+    if part not in _PAGES:
+        _PAGES[part] = None if part.data is None else _count_pages(part.data)
+    return _PAGES[part]
 
 
 def _read_size(data: str, media_type: str | None) -> tuple[int, int] | None:
@@ -281,14 +277,20 @@ def _openers() -> dict[str, Callable[[io.BytesIO], ImageFile]]:
 
 
 def _count_pages(data: str) -> int | None:
-    from pypdf import PdfReader
+    from pypdf import PdfReader, apply_configuration
 
+    # No vendor takes more than _MOST_PAGES pages, so a page tree larger than that (and
+    # its inner nodes) is not walked to its end: its count is unknown, and counts as the
+    # most. The walk parses each page's object: about 45 us a page.
     try:
-        reader = PdfReader(io.BytesIO(binascii.a2b_base64(data)), strict=False)
-        # Encrypted with an empty password (permissions only), or no provider reads it.
-        if reader.is_encrypted and not reader.decrypt(""):
-            return None
-        pages = len(reader.pages)
+        with apply_configuration(
+            page_tree_maximum_entries=_MOST_PAGES * 5 // 4, page_tree_maximum_depth=32
+        ):
+            reader = PdfReader(io.BytesIO(binascii.a2b_base64(data)), strict=False)
+            # Encrypted with an empty password (permissions only), or no provider reads it.
+            if reader.is_encrypted and not reader.decrypt(""):
+                return None
+            pages = len(reader.pages)
     except Exception:
         return None
     return pages if pages > 0 else None
