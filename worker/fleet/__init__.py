@@ -2,12 +2,16 @@
 
 from worker.fleet.app import make_app
 from worker.fleet.enqueue import Producer, enqueue_turn
-from worker.fleet.handles import AsyncTurnHandle, TurnHandle, TurnTimeout
+from worker.fleet.errors import StreamRestarted, TurnTimeout
+from worker.fleet.handles import AsyncTurnHandle, TurnHandle
+from worker.fleet.streams import StreamEvent
 from worker.fleet.turnstore import TurnStore
 
 __all__ = [
     "AsyncTurnHandle",
     "Producer",
+    "StreamEvent",
+    "StreamRestarted",
     "TurnHandle",
     "TurnStore",
     "TurnTimeout",

@@ -11,18 +11,20 @@ Redis commands used: GET on turn results and claims, XREAD on turn streams.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import cast
 
 from celery.result import AsyncResult
 from redis.asyncio import Redis
 
-from worker.errors import RelevoError
+from worker.fleet.errors import StreamRestarted, TurnTimeout
+from worker.fleet.streams import StreamEvent, StreamReader
 from worker.fleet.turnstore import TurnStore
 from worker.types import TurnResult
 
-__all__ = ["DEFAULT_WAIT_S", "AsyncTurnHandle", "TurnHandle", "TurnTimeout"]
+__all__ = ["DEFAULT_WAIT_S", "AsyncTurnHandle", "TurnHandle"]
 
 DEFAULT_WAIT_S = 300.0
 # How often a waiter asks for the result. Many waiters cost one round trip per poll.
@@ -45,18 +47,6 @@ class TurnHandle:
         # here is on purpose, not a task waiting on a subtask.
         raw = self.result.get(timeout=timeout_s, disable_sync_subtasks=False)
         return TurnResult.model_validate(raw)
-
-
-class TurnTimeout(RelevoError, TimeoutError):
-    """No result for the turn in time: still queued or running, lost, or never sent."""
-
-    def __init__(self, turn_id: str, waited_s: float) -> None:
-        super().__init__(
-            f"turn {turn_id!r}: no result after {waited_s:g} s "
-            "(still queued or running, or unknown)"
-        )
-        self.turn_id = turn_id
-        self.waited_s = waited_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,37 +93,49 @@ class AsyncTurnHandle:
     async def stream(self, *, timeout_s: float = DEFAULT_WAIT_S) -> AsyncIterator[str]:
         """The turn's streamed text, in order, from the start, until the turn ends.
 
+        It ends as `events` does. `StreamRestarted` if the turn runs again (its worker
+        died) after some text came: drop that text and read the stream again, which gives
+        the new run's text from its start (`events` carries restarts instead).
+        """
+        async with aclosing(self.events(timeout_s=timeout_s)) as events:
+            async for event in events:
+                if event.restart:
+                    raise StreamRestarted(self.turn_id)
+                yield event.text
+
+    async def events(
+        self, *, after: str | None = None, timeout_s: float = DEFAULT_WAIT_S
+    ) -> AsyncGenerator[StreamEvent]:
+        """The turn's stream as events: its text, and a restart each time a new run of the
+        turn begins after text was handed out (drop the text shown so far). `after`
+        resumes after that event's `id` (a reconnecting client's Last-Event-ID).
+
         It ends at the stream's end marker, or once the turn's result is stored (a turn
         that did not stream, or whose stream was cut short), after what the stream holds
-        by then: the worker ends a stream before it stores the result. `TurnTimeout` if
-        neither happened in `timeout_s`.
+        by then: the worker ends a stream no later than it stores the result.
+        `TurnTimeout` if neither happened in `timeout_s`.
         """
         if self.streaming is False:
             await self.result(timeout_s)
             return
-        # Read with our own cursor rather than `TurnStore.tail`, which waits for the end
-        # marker alone: a turn that never streamed would keep it waiting for ever.
-        redis, key, last = self.store.redis, self.store.keys.chunks(self.turn_id), "0-0"
+        # Not `TurnStore.tail`, which waits for the end marker alone: a turn that never
+        # streamed would keep it waiting for ever.
+        redis = self.store.redis
+        reader = StreamReader(redis, self.store.keys.chunks(self.turn_id), after=after)
         wait_s = _block_s(redis)
         loop = asyncio.get_running_loop()
         until = loop.time() + timeout_s
-        finished = False
-        while True:
-            # Once finished, only what is there already: block=None reads without waiting.
-            block = None if finished else max(1, int(min(wait_s, until - loop.time()) * 1000))
-            batches: Any = await redis.xread({key: last}, block=block, count=100)
-            for _, entries in batches or ():
-                for entry_id, fields in entries:
-                    last = entry_id
-                    if b"end" in fields:
-                        return
-                    yield bytes(fields[b"text"]).decode()
-            if batches:
+        while not reader.ended:
+            before = reader.last
+            for event in await reader.read(max(1, int(min(wait_s, until - loop.time()) * 1000))):
+                yield event
+            if reader.last != before:
                 continue
-            if finished:
+            if await self.peek() is not None:
+                for event in await reader.drain():
+                    yield event
                 return
-            finished = await self.peek() is not None
-            if not finished and loop.time() >= until:
+            if loop.time() >= until:
                 raise TurnTimeout(self.turn_id, timeout_s)
 
 
