@@ -2,13 +2,14 @@
 
 from worker.fleet.app import make_app
 from worker.fleet.enqueue import Producer, enqueue_turn
-from worker.fleet.errors import StreamRestarted, TurnTimeout
+from worker.fleet.errors import FleetUnavailable, StreamRestarted, TurnTimeout
 from worker.fleet.handles import AsyncTurnHandle, TurnHandle
 from worker.fleet.streams import StreamEvent
 from worker.fleet.turnstore import TurnStore
 
 __all__ = [
     "AsyncTurnHandle",
+    "FleetUnavailable",
     "Producer",
     "StreamEvent",
     "StreamRestarted",

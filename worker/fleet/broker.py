@@ -19,10 +19,16 @@ from worker.fleet.results import result_backend
 from worker.observability import tracing
 from worker.settings import RedisSettings, Settings
 
-__all__ = ["TASK_NAME", "celery_app"]
+__all__ = ["SEND_TIMEOUT_S", "TASK_NAME", "celery_app"]
 
 # The one task every turn is published to (`worker.fleet.app.RunTurn`).
 TASK_NAME = "relevo.run_turn"
+# A producer gives up on a broker that does not answer within this, or the store's own
+# timeout if longer (kombu's default: 6 s of retries, then the caller's traceback).
+SEND_TIMEOUT_S = 2.0
+# After a failed publish or result read: two quick tries more, not Celery's defaults
+# (the result store's retries alone last about 20 s).
+_QUICK_RETRY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
 
 
 def celery_app(settings: Settings | None = None) -> Celery:
@@ -37,7 +43,11 @@ def celery_app(settings: Settings | None = None) -> Celery:
         "unacked_restore_interval": restore_s,
         "unacked_restore_throttle": 1,
     }
-    results: dict[str, Any] = {}
+    send_timeout_s = max(redis.timeout_s, SEND_TIMEOUT_S)
+    # Without a read timeout, a publish to a broker that hangs (or vanished without closing
+    # the connection) waits for ever.
+    transport["socket_connect_timeout"] = transport["socket_timeout"] = send_timeout_s
+    results: dict[str, Any] = {"retry_policy": _QUICK_RETRY}
     if redis.sentinel_master is not None:
         # Celery reads the same sentinel:// URL; the primary's name comes apart.
         transport["master_name"] = results["master_name"] = redis.sentinel_master
@@ -52,6 +62,10 @@ def celery_app(settings: Settings | None = None) -> Celery:
         worker_prefetch_multiplier=1,
         broker_transport_options=transport,
         result_backend_transport_options=results,
+        task_publish_retry_policy=_QUICK_RETRY,
+        # The result store's client too (Celery's default read timeout: 120 s).
+        redis_socket_connect_timeout=send_timeout_s,
+        redis_socket_timeout=send_timeout_s,
         broker_connection_retry_on_startup=True,
         broker_transport=_broker_transport(redis.url),
         result_expires=settings.worker.result_ttl_s if settings else 86_400,
@@ -60,6 +74,8 @@ def celery_app(settings: Settings | None = None) -> Celery:
         worker_send_task_events=False,
         # Where `send_turn` records the turns it sends (`TurnKeys.sent`), and how long.
         relevo_namespace=redis.namespace,
+        # How long `send_turn` tries to reach the broker.
+        relevo_send_timeout_s=send_timeout_s,
     )
     # Both sides make the app: a producer's sends and a worker's turns join one trace.
     if settings is not None and tracing.configure_tracing(settings.observability):

@@ -37,6 +37,7 @@ from redis.asyncio import Redis
 
 from worker.errors import InputError
 from worker.fleet.broker import TASK_NAME, celery_app
+from worker.fleet.errors import fleet_errors
 from worker.fleet.handles import AsyncTurnHandle, TurnHandle
 from worker.fleet.turnstore import TurnKeys, TurnStore
 from worker.settings import LimitsSettings, Settings
@@ -60,9 +61,15 @@ def send_turn(app: Celery, turn: TurnRequest, *, ignore_result: bool = False) ->
     the workers' sweeper (`worker.fleet.sweeper`) instead of vanishing.
     `ignore_result`: Celery neither stores the task's return value nor subscribes this
     process to it; the turn store still holds the result (what `Producer` reads).
+    `FleetUnavailable` if the broker does not answer within `broker.SEND_TIMEOUT_S` (or the
+    store's timeout, if longer) or refuses this client.
     """
     payload = turn.model_dump(mode="json")
-    with app.producer_or_acquire() as producer:
+    with fleet_errors(app.conf.broker_url), app.producer_or_acquire() as producer:
+        # Within the app's bound: kombu's own default keeps retrying a dead broker for 6 s.
+        producer.connection.ensure_connection(
+            max_retries=1, interval_start=0, timeout=app.conf.relevo_send_timeout_s
+        )
         channel = producer.channel
         if isinstance(channel, kombu_redis.Channel):
             with channel.conn_or_acquire() as client:
@@ -98,7 +105,9 @@ def enqueue_turn(
 ) -> TurnHandle:
     """Validate the turn and its size here (a bad one never reaches a worker) and enqueue it.
 
-    `limits` should be the workers' (`settings.limits`); the defaults otherwise.
+    `limits` should be the workers' (`settings.limits`); the defaults otherwise. Raises
+    `InputError` (naming the field) for a turn that is not valid, nothing sent, and
+    `FleetUnavailable` when the broker does not answer or refuses this client.
     """
     turn = checked_turn(request, limits or LimitsSettings())
     return TurnHandle(turn.turn_id, send_turn(app, turn))
@@ -108,7 +117,17 @@ class Producer:
     """Sends turns to the fleet and hands back `AsyncTurnHandle`s; use with `async with`.
 
     `redis` is where the workers keep results (bytes replies, as `RedisSettings.connect`
-    makes them); `limits` should be the workers'.
+    makes them); `limits` should be the workers'. What each call raises:
+
+        enqueue     InputError (not a valid turn: nothing sent); FleetUnavailable
+        turn        InputError (not a turn id)
+        handle.peek, .running                FleetUnavailable
+        handle.result                        TurnTimeout, FleetUnavailable, ValueError
+        handle.events                        the same
+        handle.stream                        the same, and StreamRestarted
+
+    `FleetUnavailable` comes within seconds (`broker.SEND_TIMEOUT_S` to send, one read to read)
+    and names the Redis; `ValueError` is a negative `timeout_s`.
     """
 
     def __init__(
@@ -140,7 +159,8 @@ class Producer:
         return producer
 
     async def enqueue(self, request: TurnRequest | dict[str, Any] | str | bytes) -> AsyncTurnHandle:
-        """Check the turn (`InputError` before anything is sent) and send it.
+        """Check the turn (`InputError` before anything is sent) and send it;
+        `FleetUnavailable` if the broker does not answer or refuses this client.
 
         A caller cancelled while the turn is being published does not stop the publish.
         """

@@ -19,7 +19,7 @@ from typing import cast
 from celery.result import AsyncResult
 from redis.asyncio import Redis
 
-from worker.fleet.errors import StreamRestarted, TurnTimeout
+from worker.fleet.errors import StreamRestarted, TurnTimeout, check_timeout, fleet_errors, where
 from worker.fleet.streams import StreamEvent, StreamReader
 from worker.fleet.turnstore import TurnStore
 from worker.types import TurnResult
@@ -42,10 +42,17 @@ class TurnHandle:
     result: AsyncResult
 
     def get(self, timeout_s: float | None = None) -> TurnResult:
-        """Wait for the turn's result."""
+        """Wait for the turn's result, up to `timeout_s` (None: as long as it takes).
+
+        Raises `celery.exceptions.TimeoutError` if none came in time (the turn may still
+        finish), `FleetUnavailable` if the fleet's Redis does not answer or refuses this
+        client, and `ValueError` for a negative `timeout_s`.
+        """
+        check_timeout(timeout_s)
         # The caller may itself run inside a worker (the embedded demo): waiting
         # here is on purpose, not a task waiting on a subtask.
-        raw = self.result.get(timeout=timeout_s, disable_sync_subtasks=False)
+        with fleet_errors(self.result.backend.url):
+            raw = self.result.get(timeout=timeout_s, disable_sync_subtasks=False)
         return TurnResult.model_validate(raw)
 
 
@@ -54,7 +61,9 @@ class AsyncTurnHandle:
     """A turn on its way through the fleet, read from the turn store.
 
     `streaming` is whether the turn asked to stream: known for a turn this process
-    sent, None for a handle made from a turn id (`Producer.turn`).
+    sent, None for a handle made from a turn id (`Producer.turn`). Every method raises
+    `FleetUnavailable` when the turn store does not answer or refuses this client (at
+    once: a failed read is not retried) and `ValueError` for a negative `timeout_s`.
     """
 
     turn_id: str
@@ -72,15 +81,17 @@ class AsyncTurnHandle:
 
     async def _get(self, key: str) -> object:
         # On the store's AutoPipeline: the GETs of all waiters polling now, one round trip.
-        slot = self.store.pipes.open()
-        slot.pipe.get(key)
-        (raw,) = await slot.send()
-        if isinstance(raw, BaseException):
-            raise raw
+        with fleet_errors(where(self.store.redis)):
+            slot = self.store.pipes.open()
+            slot.pipe.get(key)
+            (raw,) = await slot.send()
+            if isinstance(raw, BaseException):
+                raise raw
         return raw
 
     async def result(self, timeout_s: float = DEFAULT_WAIT_S) -> TurnResult:
         """Wait for the turn's result; `TurnTimeout` (naming the turn) if none in time."""
+        check_timeout(timeout_s)
         loop = asyncio.get_running_loop()
         until = loop.time() + timeout_s
         while (found := await self.peek()) is None:
@@ -93,9 +104,10 @@ class AsyncTurnHandle:
     async def stream(self, *, timeout_s: float = DEFAULT_WAIT_S) -> AsyncIterator[str]:
         """The turn's streamed text, in order, from the start, until the turn ends.
 
-        It ends as `events` does. `StreamRestarted` if the turn runs again (its worker
-        died) after some text came: drop that text and read the stream again, which gives
-        the new run's text from its start (`events` carries restarts instead).
+        It ends as `events` does, and raises what it raises. `StreamRestarted` if the
+        turn runs again (its worker died) after some text came: drop that text and read
+        the stream again, which gives the new run's text from its start (`events`
+        carries restarts instead).
         """
         async with aclosing(self.events(timeout_s=timeout_s)) as events:
             async for event in events:
@@ -115,6 +127,7 @@ class AsyncTurnHandle:
         by then: the worker ends a stream no later than it stores the result.
         `TurnTimeout` if neither happened in `timeout_s`.
         """
+        check_timeout(timeout_s)
         if self.streaming is False:
             await self.result(timeout_s)
             return
@@ -122,17 +135,21 @@ class AsyncTurnHandle:
         # streamed would keep it waiting for ever.
         redis = self.store.redis
         reader = StreamReader(redis, self.store.keys.chunks(self.turn_id), after=after)
-        wait_s = _block_s(redis)
+        wait_s, url = _block_s(redis), where(redis)
         loop = asyncio.get_running_loop()
         until = loop.time() + timeout_s
         while not reader.ended:
             before = reader.last
-            for event in await reader.read(max(1, int(min(wait_s, until - loop.time()) * 1000))):
+            with fleet_errors(url):
+                events = await reader.read(max(1, int(min(wait_s, until - loop.time()) * 1000)))
+            for event in events:
                 yield event
             if reader.last != before:
                 continue
             if await self.peek() is not None:
-                for event in await reader.drain():
+                with fleet_errors(url):
+                    events = await reader.drain()
+                for event in events:
                     yield event
                 return
             if loop.time() >= until:
