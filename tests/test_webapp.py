@@ -192,7 +192,8 @@ def test_the_tenant_is_the_servers_to_set(web: str) -> None:
         assert chosen.json()["error"].startswith("turn_id: ")
 
 
-def test_bad_input_is_refused_naming_the_field(web: str) -> None:
+def test_bad_input_is_refused_naming_the_field(web: str, config: Path) -> None:
+    limit = load_settings(config, require_secrets=False).limits.max_request_bytes
     with httpx.Client(base_url=web, timeout=10, headers=ACME) as client:
         empty = client.post("/turns", json=turn(messages=[]))
         assert empty.status_code == 422
@@ -200,7 +201,7 @@ def test_bad_input_is_refused_naming_the_field(web: str) -> None:
         garbled = client.post("/turns", content=b"{not json")
         assert garbled.status_code == 422
         assert garbled.json()["error"].startswith("(root): ")
-        huge = client.post("/turns", content=b"x" * (2 * 1024 * 1024))
+        huge = client.post("/turns", content=b"x" * (limit + 1))
         assert huge.status_code == 413
         assert "max_request_bytes" in huge.json()["error"]
 
