@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from worker.simulator.faults import Fault, StreamPayload
+from worker.simulator.json_answer import mismatch, sample
 
 __all__ = [
     "BadRequest",
@@ -51,6 +52,8 @@ class Inspection:
     include_usage: bool = False
     thinking: bool = False
     """The request asks for extended thinking (Anthropic's `thinking`)."""
+    answer_schema: Mapping[str, Any] | None = None
+    """The request asks for a JSON answer valid against this schema ({}: any JSON object)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +204,8 @@ def build_reply(seq: int, model: str, fault: Fault, request: Inspection) -> Cann
         tool = ToolReply(f"{seq:08d}", fault.reply_tool, dict(fault.tool_args))
         if not fault.tool_with_text:
             tokens = []
+    if request.answer_schema is not None and tool is None:
+        tokens, truncated = _json_answer(request.answer_schema, fault), False
     filtered = fault.content_filter_after_tokens is not None
     if fault.content_filter_after_tokens is not None:
         tokens, tool, truncated = tokens[: fault.content_filter_after_tokens], None, False
@@ -220,6 +225,12 @@ def build_reply(seq: int, model: str, fault: Fault, request: Inspection) -> Cann
         thinking=request.thinking,
         redacted_thinking=request.thinking and fault.redacted_thinking,
     )
+
+
+def _json_answer(schema: Mapping[str, Any], fault: Fault) -> list[str]:
+    """The answer to a request for JSON, in pieces; off the schema when the fault says so."""
+    value = mismatch(schema) if fault.output_mismatch else sample(schema)
+    return fragments(json.dumps(value, separators=(",", ":")))
 
 
 def require(body: Mapping[str, Any], key: str, kind: type) -> Any:
