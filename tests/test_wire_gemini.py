@@ -25,6 +25,7 @@ from worker.adapters import Completion, ProviderCall, TextDelta, build_adapter, 
 from worker.errors import InvalidRequest
 from worker.settings import ProviderSettings
 from worker.simulator import Fault, Simulator
+from worker.turn.capability import wire_unfit
 from worker.types import (
     DocumentPart,
     ImagePart,
@@ -484,3 +485,27 @@ async def test_vertex_refuses_an_image_url_of_no_known_type_before_any_call(
     with pytest.raises(InvalidRequest, match="media_type"):
         await collect(build_adapter(vertex(sim.url), client).send(call(model, message)))
     assert sim.calls(model) == 0
+
+
+# --- what each API carries ------------------------------------------------------------------
+
+
+def test_each_api_carries_what_its_documents_allow() -> None:
+    """The rows of worker/adapters/wire_limits.py: URLs and tool-result media on both; a
+    21 MB PDF and 101 images on the Gemini API (50 MB, 3,600), not on Vertex, whose row
+    is also Claude's (32 MB, 100 images)."""
+    pdf = DocumentPart(data="A" * (21 * 1024 * 1024 * 4 // 3))
+    images = [ImagePart(media_type="image/png", data=PNG) for _ in range(101)]
+    carried = (
+        Message(role="user", content=(TextPart(text="Compare."), ImagePart(url=PHOTO))),
+        Message(role="assistant", tool_calls=(ToolCall(id="c1", name="get_weather"),)),
+        Message(role="tool", tool_call_id="c1", content=(DocumentPart(url=INVOICE),)),
+    )
+    heavy = (user(TextPart(text="What?"), pdf, *images),)
+    for messages, on_vertex in ((carried, None), (heavy, "101 images (at most 100)")):
+        turn = TurnRequest(tenant_id="acme", messages=messages, tools=(WEATHER,))
+        assert wire_unfit(turn, "gemini") is None
+        unfit = wire_unfit(turn, "vertex")
+        assert (unfit and unfit.detail) == (
+            on_vertex and f"its vertex API cannot carry {on_vertex}"
+        )

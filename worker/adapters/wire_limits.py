@@ -47,9 +47,24 @@ WIRE_LIMITS: Mapping[str, WireLimits] = MappingProxyType(
         "anthropic": WireLimits(
             max_image_bytes=5 * _MB, max_images=100, max_document_bytes=32 * _MB
         ),
-        # generateContent: inline data up to 20 MB a request.
-        "gemini": WireLimits(max_image_bytes=20 * _MB, max_document_bytes=20 * _MB),
-        "vertex": WireLimits(max_image_bytes=5 * _MB, max_document_bytes=20 * _MB),
+        # generateContent ("File input methods", "Image understanding"): inline data up to
+        # 100 MB of base64 a request (75 MB decoded), 50 MB a PDF; public https URLs the
+        # API fetches; 3,600 images a request. Tool-result media go inside the
+        # functionResponse (Gemini 3) or after it.
+        "gemini": WireLimits(
+            max_image_bytes=75 * _MB, max_images=3600, max_document_bytes=50 * _MB
+        ),
+        # One row for both publishers, the tighter of each. Gemini on Vertex (inference
+        # reference, "Image understanding", "Document understanding"): 7 MB an inline
+        # image, 50 MB a PDF, 900 files a prompt on Gemini 3 Pro; public https URLs too
+        # (at most 10 images by URL, 15 MB a document by URL: not checkable here, relevo
+        # never fetches). Claude on Vertex: Anthropic's 5 MB an image, 100 images, 32 MB.
+        "vertex": WireLimits(
+            max_image_bytes=5 * _MB,
+            max_images=100,
+            max_document_bytes=32 * _MB,
+            max_documents=900,
+        ),
         # Converse: bytes (or S3) only; 3.75 MB an image, 20 images; 4.5 MB a document, 5.
         "bedrock": WireLimits(
             image_url=False,
