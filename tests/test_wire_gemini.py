@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+from jsonschema import Draft202012Validator
 
 from tests.chainkit import model as model_settings
 from tests.chainkit import run, settings
@@ -63,6 +64,11 @@ def api_key(monkeypatch: pytest.MonkeyPatch) -> None:
 async def client() -> AsyncIterator[httpx.AsyncClient]:
     async with make_client(max_connections=20) as http:
         yield http
+
+
+def fits(value: Any) -> bool:
+    """`value` validates against the ORDER schema."""
+    return bool(Draft202012Validator(ORDER.json_schema).is_valid(value))
 
 
 def named(family: str) -> str:
@@ -287,7 +293,7 @@ async def test_a_json_schema_is_the_response_json_schema(
         "responseMimeType": "application/json",
         "responseJsonSchema": ORDER.json_schema,
     }
-    assert json.loads(answer.text) == {"id": 0, "status": "open"}
+    assert fits(json.loads(answer.text))
 
 
 async def test_a_json_object_is_the_json_mime_type_alone(
@@ -298,7 +304,7 @@ async def test_a_json_object_is_the_json_mime_type_alone(
     body, answer = await sent(sim, client, asked)
     assert body["generationConfig"]["responseMimeType"] == "application/json"
     assert "responseJsonSchema" not in body["generationConfig"]
-    assert json.loads(answer.text) == {}
+    assert isinstance(json.loads(answer.text), dict)
 
 
 @pytest.mark.parametrize("family", ["gemini-2.5-flash", "gemini-3-flash"])
@@ -390,7 +396,7 @@ async def test_a_stream_with_parts_streams_the_json_answer(
     assert isinstance(answer, Completion)
     assert len(deltas) > 1
     assert "".join(deltas) == answer.text
-    assert json.loads(answer.text) == {"id": 0, "status": "open"}
+    assert fits(json.loads(answer.text))
     record = sim.requests(model)[-1]
     assert record.path.endswith(":streamGenerateContent")
     assert record.body["contents"][0]["parts"][1]["inlineData"]["mimeType"] == "image/png"
@@ -426,7 +432,7 @@ async def test_a_structured_answer_is_parsed_in_the_reply(stream: bool, sim: Sim
     first, second = named("gemini-3-flash"), named("gemini-2.5-flash")
     result = await run(gemini_chain(sim.url, first, second), json_turn(stream=stream))
     assert result.reply is not None
-    assert result.reply.parsed == {"id": 0, "status": "open"}
+    assert fits(result.reply.parsed)
     assert sim.calls(second) == 0
 
 
@@ -434,11 +440,11 @@ async def test_an_answer_off_the_schema_moves_the_turn_to_the_next_model(sim: Si
     """OutputInvalid (the JSON does not match the schema) falls back; the backup's valid
     answer is the reply."""
     first, second = named("gemini-3-flash"), named("gemini-2.5-flash")
-    sim.set_faults(first, Fault(output_mismatch=True))
+    sim.set_faults(first, Fault(invalid_output=True))
     result = await run(gemini_chain(sim.url, first, second), json_turn())
     assert [a.error_class for a in result.attempts] == ["output_invalid", None]
     assert result.reply is not None
-    assert result.reply.parsed == {"id": 0, "status": "open"}
+    assert fits(result.reply.parsed)
 
 
 # --- Gemini on Vertex AI ----------------------------------------------------------------------

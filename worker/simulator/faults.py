@@ -109,8 +109,9 @@ class Fault:
     redacted_thinking: bool = False
     """When the request asks for extended thinking (Anthropic), add a redacted_thinking
     block after the thinking block."""
-    output_mismatch: bool = False
-    """Answer a request for JSON (a response schema) with JSON the schema refuses."""
+    invalid_output: bool = False
+    """When the request asks for JSON (a schema, or JSON mode), answer JSON that does
+    not match what it asks for."""
 
     def __post_init__(self) -> None:
         if self.status is not None and not 400 <= self.status <= 599:

@@ -100,7 +100,7 @@ class GeminiDialect:
         prompt = json.dumps([body.get("systemInstruction"), contents])
         answer = None
         if isinstance(config, dict) and config.get("responseMimeType") == "application/json":
-            answer = config.get("responseJsonSchema") or {}
+            answer = config.get("responseJsonSchema") or {"type": "object"}
         return Inspection(
             model=None,
             stream=False,
@@ -108,7 +108,7 @@ class GeminiDialect:
             message_count=len(contents),
             tools=tuple(names),
             max_tokens=limit if isinstance(limit, int) else None,
-            answer_schema=answer,
+            output_schema=answer,
         )
 
     def reply_body(self, reply: CannedReply) -> dict[str, Any]:

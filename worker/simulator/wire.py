@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from worker.simulator.faults import Fault, StreamPayload
-from worker.simulator.json_answer import mismatch, sample
+from worker.simulator.schema_answer import json_answer
 
 __all__ = [
     "BadRequest",
@@ -52,8 +52,9 @@ class Inspection:
     include_usage: bool = False
     thinking: bool = False
     """The request asks for extended thinking (Anthropic's `thinking`)."""
-    answer_schema: Mapping[str, Any] | None = None
-    """The request asks for a JSON answer valid against this schema ({}: any JSON object)."""
+    output_schema: Mapping[str, Any] | None = None
+    """The JSON Schema the answer must follow (`{"type": "object"}` for JSON mode); None
+    for free text."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,11 +205,12 @@ def build_reply(seq: int, model: str, fault: Fault, request: Inspection) -> Cann
         tool = ToolReply(f"{seq:08d}", fault.reply_tool, dict(fault.tool_args))
         if not fault.tool_with_text:
             tokens = []
-    if request.answer_schema is not None and tool is None:
-        tokens, truncated = _json_answer(request.answer_schema, fault), False
     filtered = fault.content_filter_after_tokens is not None
     if fault.content_filter_after_tokens is not None:
         tokens, tool, truncated = tokens[: fault.content_filter_after_tokens], None, False
+    elif request.output_schema is not None and tool is None:
+        answer = json_answer(request.output_schema, valid=not fault.invalid_output)
+        tokens, truncated = fragments(answer), False
     return CannedReply(
         seq=seq,
         model=model,
@@ -225,12 +227,6 @@ def build_reply(seq: int, model: str, fault: Fault, request: Inspection) -> Cann
         thinking=request.thinking,
         redacted_thinking=request.thinking and fault.redacted_thinking,
     )
-
-
-def _json_answer(schema: Mapping[str, Any], fault: Fault) -> list[str]:
-    """The answer to a request for JSON, in pieces; off the schema when the fault says so."""
-    value = mismatch(schema) if fault.output_mismatch else sample(schema)
-    return fragments(json.dumps(value, separators=(",", ":")))
 
 
 def require(body: Mapping[str, Any], key: str, kind: type) -> Any:

@@ -1,29 +1,36 @@
 """The simulated model's answer to a request for JSON: a small instance of the schema.
 
-`sample` builds the smallest value the schema's `type`, `required`, `enum`, `const`,
-`minItems`, `minimum` and first `anyOf`/`oneOf` branch allow (enough for the schemas
-agents send); `mismatch` a JSON value of another type, which no typed schema accepts.
+`schema_instance` builds the smallest value the schema's `type`, `required`, `enum`,
+`const`, `minItems`, `minimum` and first `anyOf`/`oneOf` branch allow (enough for the
+schemas agents send); an invalid answer (`Fault.invalid_output`) is a JSON value of
+another type, which no typed schema accepts.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["mismatch", "sample"]
+__all__ = ["json_answer", "schema_instance"]
 
 _MAX_DEPTH = 16
 
 
-def sample(schema: Mapping[str, Any]) -> Any:
-    """A small value valid against `schema` ({} for "any JSON object")."""
+def json_answer(schema: Mapping[str, Any], *, valid: bool = True) -> str:
+    """The answer's JSON text: an instance of `schema`, or (not `valid`) JSON it refuses."""
+    value = schema_instance(schema) if valid else _mismatch(schema)
+    return json.dumps(value, separators=(",", ":"))
+
+
+def schema_instance(schema: Mapping[str, Any]) -> Any:
+    """A small value valid against `schema` (local `$ref`s followed)."""
     return _sample(schema, schema, 0)
 
 
-def mismatch(schema: Mapping[str, Any]) -> Any:
-    """A JSON value `schema` refuses: an object where it wants an array, else an array."""
-    wanted = schema.get("type")
-    return {"unexpected": True} if wanted == "array" else ["unexpected"]
+def _mismatch(schema: Mapping[str, Any]) -> Any:
+    """An object where the schema wants an array, else an array."""
+    return {"unexpected": True} if schema.get("type") == "array" else ["unexpected"]
 
 
 def _sample(schema: Mapping[str, Any], root: Mapping[str, Any], depth: int) -> Any:
