@@ -405,11 +405,13 @@ async def test_a_stream_with_parts_streams_the_json_answer(
 # --- the chain ------------------------------------------------------------------------------
 
 
-def json_turn(*, stream: bool = False) -> TurnRequest:
+def json_turn(
+    *, stream: bool = False, wanted: JsonSchemaFormat | JsonObjectFormat = ORDER
+) -> TurnRequest:
     return TurnRequest(
         tenant_id="acme",
         messages=(Message(role="user", content="Where is order 7?"),),
-        response_format=ORDER,
+        response_format=wanted,
         stream=stream,
     )
 
@@ -436,15 +438,19 @@ async def test_a_structured_answer_is_parsed_in_the_reply(stream: bool, sim: Sim
     assert sim.calls(second) == 0
 
 
-async def test_an_answer_off_the_schema_moves_the_turn_to_the_next_model(sim: Simulator) -> None:
-    """OutputInvalid (the JSON does not match the schema) falls back; the backup's valid
-    answer is the reply."""
+@pytest.mark.parametrize("wanted", [ORDER], ids=["schema"])
+async def test_an_answer_off_the_schema_moves_the_turn_to_the_next_model(
+    wanted: JsonSchemaFormat | JsonObjectFormat, sim: Simulator
+) -> None:
+    """OutputInvalid (the JSON does not match the schema, or is no object in JSON mode)
+    falls back; the backup's valid answer is the reply."""
     first, second = named("gemini-3-flash"), named("gemini-2.5-flash")
     sim.set_faults(first, Fault(invalid_output=True))
-    result = await run(gemini_chain(sim.url, first, second), json_turn())
+    result = await run(gemini_chain(sim.url, first, second), json_turn(wanted=wanted))
     assert [a.error_class for a in result.attempts] == ["output_invalid", None]
     assert result.reply is not None
-    assert fits(result.reply.parsed)
+    assert isinstance(result.reply.parsed, dict)
+    assert wanted is not ORDER or fits(result.reply.parsed)
 
 
 # --- Gemini on Vertex AI ----------------------------------------------------------------------
@@ -498,20 +504,22 @@ async def test_vertex_refuses_an_image_url_of_no_known_type_before_any_call(
 
 def test_each_api_carries_what_its_documents_allow() -> None:
     """The rows of worker/adapters/wire_limits.py: URLs and tool-result media on both; a
-    21 MB PDF and 101 images on the Gemini API (50 MB, 3,600), not on Vertex, whose row
-    is also Claude's (32 MB, 100 images)."""
-    pdf = DocumentPart(data="A" * (21 * 1024 * 1024 * 4 // 3))
-    images = [ImagePart(media_type="image/png", data=PNG) for _ in range(101)]
+    30 MB PDF on both, a 6 MB image and 901 images on the Gemini API (75 MB, 3,600), not
+    on Vertex (7 MB of base64, 900)."""
+    pdf = DocumentPart(data="A" * (30 * 1024 * 1024 * 4 // 3))
+    image = ImagePart(media_type="image/png", data="A" * (6 * 1024 * 1024 * 4 // 3))
+    images = [ImagePart(media_type="image/png", data=PNG) for _ in range(900)]
     carried = (
-        Message(role="user", content=(TextPart(text="Compare."), ImagePart(url=PHOTO))),
+        Message(role="user", content=(TextPart(text="Compare."), ImagePart(url=PHOTO), pdf)),
         Message(role="assistant", tool_calls=(ToolCall(id="c1", name="get_weather"),)),
         Message(role="tool", tool_call_id="c1", content=(DocumentPart(url=INVOICE),)),
     )
-    heavy = (user(TextPart(text="What?"), pdf, *images),)
-    for messages, on_vertex in ((carried, None), (heavy, "101 images (at most 100)")):
+    heavy = (user(TextPart(text="What?"), image, *images),)
+    too_much = "an image over 5505024 bytes, 901 images (at most 900)"
+    for messages, on_vertex in ((carried, None), (heavy, too_much)):
         turn = TurnRequest(tenant_id="acme", messages=messages, tools=(WEATHER,))
-        assert wire_unfit(turn, "gemini") is None
-        unfit = wire_unfit(turn, "vertex")
+        assert wire_unfit(turn, "gemini", "gemini-2.5-pro") is None
+        unfit = wire_unfit(turn, "vertex", "gemini-2.5-pro")
         assert (unfit and unfit.detail) == (
             on_vertex and f"its vertex API cannot carry {on_vertex}"
         )

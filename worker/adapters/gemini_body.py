@@ -28,7 +28,7 @@ from worker.types import (
     ToolCall,
 )
 
-__all__ = ["ORIGIN", "SKIP_SIGNATURE", "gemini3", "request_body"]
+__all__ = ["ORIGIN", "SKIP_SIGNATURE", "request_body"]
 
 ORIGIN = "google"  # the `Reasoning.origin` of Gemini's signatures, wherever served
 # Google's documented stand-in for a function call Gemini did not write (a turn that
@@ -44,7 +44,7 @@ _GENERATION = re.compile(r"^gemini-(\d+)")
 _INT32 = 2**32
 
 
-def gemini3(model_id: str) -> bool:
+def _gemini3(model_id: str) -> bool:
     """The id names Gemini 3 or later (`gemini-3-pro-preview`, `gemini-3.1-flash`)."""
     match = _GENERATION.match(model_id)
     return match is not None and int(match.group(1)) >= 3
@@ -52,7 +52,7 @@ def gemini3(model_id: str) -> bool:
 
 def request_body(call: ProviderCall, *, vertex: bool) -> dict[str, Any]:
     """The JSON body for `call`; `vertex`: Vertex AI, whose `fileData` needs a `mimeType`."""
-    newer = gemini3(call.model_id)
+    newer = _gemini3(call.model_id)
     body: dict[str, Any] = {
         "contents": _contents(call.messages, newer=newer, vertex=vertex),
         "generationConfig": _generation(call, native_schema=newer or not call.tools),
@@ -99,7 +99,7 @@ def _thinking(call: ProviderCall) -> dict[str, Any] | None:
     effort = call.reasoning_effort
     if not call.reasoning or effort is None:
         return None
-    if not gemini3(call.model_id):
+    if not _gemini3(call.model_id):
         return {"thinkingBudget": _BUDGETS[effort]}
     # Gemini 3 Pro takes LOW and HIGH only ("Gemini thinking"): medium is its default, HIGH.
     if effort == "medium" and call.model_id.startswith("gemini-3-pro"):

@@ -108,7 +108,7 @@ class GeminiDialect:
             message_count=len(contents),
             tools=tuple(names),
             max_tokens=limit if isinstance(limit, int) else None,
-            output_schema=answer,
+            answer_schema=answer,
         )
 
     def reply_body(self, reply: CannedReply) -> dict[str, Any]:
