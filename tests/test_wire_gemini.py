@@ -438,7 +438,7 @@ async def test_a_structured_answer_is_parsed_in_the_reply(stream: bool, sim: Sim
     assert sim.calls(second) == 0
 
 
-@pytest.mark.parametrize("wanted", [ORDER], ids=["schema"])
+@pytest.mark.parametrize("wanted", [ORDER, JsonObjectFormat()], ids=["schema", "object"])
 async def test_an_answer_off_the_schema_moves_the_turn_to_the_next_model(
     wanted: JsonSchemaFormat | JsonObjectFormat, sim: Simulator
 ) -> None:

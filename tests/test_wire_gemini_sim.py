@@ -264,6 +264,7 @@ def test_vertex_wants_a_mime_type_on_file_data_and_takes_gs_uris(sim: Simulator)
 
 
 SCHEMAS: list[dict[str, Any]] = [
+    {"type": "object"},
     {"type": "object", "properties": {"a": {"type": "string"}}, "additionalProperties": False},
     {
         "type": "object",
