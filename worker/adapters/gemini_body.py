@@ -74,16 +74,16 @@ def request_body(call: ProviderCall, *, vertex: bool) -> dict[str, Any]:
 
 
 def _generation(call: ProviderCall, *, native_schema: bool) -> dict[str, Any]:
+    # An int32 on both APIs: a wider seed is folded into that range, still one seed.
+    seed = None if call.seed is None else (call.seed + _INT32 // 2) % _INT32 - _INT32 // 2
+    sampling = {
+        "temperature": call.temperature,
+        "topP": call.top_p,
+        "stopSequences": None if call.stop is None else list(call.stop),
+        "seed": seed,
+    }
     config: dict[str, Any] = {"maxOutputTokens": call.max_tokens}
-    if call.temperature is not None:
-        config["temperature"] = call.temperature
-    if call.top_p is not None:
-        config["topP"] = call.top_p
-    if call.stop is not None:
-        config["stopSequences"] = list(call.stop)
-    if call.seed is not None:
-        # An int32 on both APIs: a wider seed is folded into that range, still one seed.
-        config["seed"] = (call.seed + _INT32 // 2) % _INT32 - _INT32 // 2
+    config.update((name, value) for name, value in sampling.items() if value is not None)
     wanted = call.response_format
     if wanted is not None and native_schema:
         config["responseMimeType"] = "application/json"
