@@ -78,6 +78,7 @@ class _VertexGemini(GeminiAdapter):
     """The Gemini adapter's bodies and replies, on Vertex's URL with a Bearer token."""
 
     kind = "vertex"
+    _vertex = True
 
     def __init__(
         self, provider: ProviderSettings, client: httpx.AsyncClient, token: AccessToken

@@ -58,11 +58,27 @@ WIRE_LIMITS: Mapping[str, WireLimits] = MappingProxyType(
             max_temperature=1.0,
             temperature_with_top_p=False,  # Claude 4 and later refuse both
         ),
-        # generateContent: inline data up to 20 MB a request.
-        "gemini": WireLimits(max_image_bytes=20 * _MB, max_document_bytes=20 * _MB),
-        # Vertex AI: Google's publisher as the Gemini API; Anthropic's (rawPredict) takes
-        # base64 sources only, and Claude's own limits.
-        "vertex:google": WireLimits(max_image_bytes=5 * _MB, max_document_bytes=20 * _MB),
+        # generateContent ("File input methods", "Image understanding"): inline data up to
+        # 100 MB of base64 a request (75 MB decoded), 50 MB a PDF (read as base64 too, to
+        # be safe); public https URLs the API fetches; 3,600 images a request; media in
+        # tool results (inside the functionResponse on Gemini 3, after it before).
+        "gemini": WireLimits(
+            max_image_bytes=100 * _MB * 3 // 4,
+            max_images=3600,
+            max_document_bytes=50 * _MB * 3 // 4,
+        ),
+        # Vertex AI: Google's publisher (inference reference, "Image understanding",
+        # "Document understanding"): 7 MB an inline image and 50 MB a PDF (read as base64,
+        # to be safe), 900 images and 900 files a prompt (Gemini 3 Pro; 3,000 before);
+        # public https URLs too, at most 10 images by URL and 15 MB a document by URL (not
+        # checkable here: relevo never fetches). Anthropic's (rawPredict) takes base64
+        # sources only, and Claude's own limits.
+        "vertex:google": WireLimits(
+            max_image_bytes=7 * _MB * 3 // 4,
+            max_images=900,
+            max_document_bytes=50 * _MB * 3 // 4,
+            max_documents=900,
+        ),
         "vertex:anthropic": WireLimits(
             image_url=False,
             document_url=False,

@@ -42,14 +42,16 @@ def instance(schema: Mapping[str, Any], root: Mapping[str, Any] | None = None) -
 
 def mismatch(schema: Mapping[str, Any]) -> Any:
     """JSON of the schema's kind that fails it: an object's required properties of the
-    wrong type (an object with a stray property when none is required), anything else
-    of the wrong type."""
+    wrong type (an object with a stray property when none is required and the object is
+    closed; an open one, JSON mode's, takes any object: a list then), anything else of
+    the wrong type."""
     if _type(schema) != "object":
         return _wrong(schema)
     properties = schema.get("properties") or {}
     required = schema.get("required") or ()
     if not required:
-        return {"unexpected": True}
+        closed = schema.get("additionalProperties") is False
+        return {"unexpected": True} if closed else ["unexpected"]
     return {k: _wrong(properties.get(k, {})) for k in required}
 
 

@@ -30,6 +30,7 @@ class VertexGeminiDialect(GeminiDialect):
     """`…/publishers/google/models/{model}:generateContent` (`:streamGenerateContent`)."""
 
     api = "vertex"
+    vertex = True
 
 
 class VertexClaudeDialect(AnthropicDialect):
