@@ -281,7 +281,7 @@ async def test_reasoning_comes_back_signed_and_is_returned_only_to_its_family(
     forged = thought.model_copy(update={"text": "something else"})
     assistant = assistant.model_copy(update={"reasoning": (forged,)})
     with pytest.raises(InvalidRequest, match="signature"):
-        await answer(bedrock, ask(model, user, assistant, result, stream=stream))
+        await answer(bedrock, ask(model, user, assistant, result, stream=stream, tools=(WEATHER,)))
 
 
 def test_reasoning_of_another_family_is_dropped_and_redacted_thinking_kept(
@@ -302,9 +302,11 @@ def test_reasoning_of_another_family_is_dropped_and_redacted_thinking_kept(
 
 def test_claude_on_bedrock_thinks_when_its_model_has_a_budget(client: httpx.AsyncClient) -> None:
     bedrock = BedrockAdapter(ProviderSettings(kind="bedrock", region="us-east-1"), client)
-    call = dataclasses.replace(ask("us.anthropic.claude-x-v1:0"), thinking_budget_tokens=64)
+    call = dataclasses.replace(
+        ask("us.anthropic.claude-x-v1:0"), thinking_budget_tokens=2048, max_tokens=4096
+    )
     fields = bedrock.request(call).body["additionalModelRequestFields"]
-    assert fields == {"thinking": {"type": "enabled", "budget_tokens": 64}}
+    assert fields == {"thinking": {"type": "enabled", "budget_tokens": 2048}}
     # Not for another vendor's model, nor a budget that leaves no room for the answer.
     nova = dataclasses.replace(call, model_id="amazon.nova-pro-v1:0")
     assert "additionalModelRequestFields" not in bedrock.request(nova).body

@@ -16,11 +16,15 @@ import redis
 
 import budgets
 from tests.chainkit import KEY, worker_config
+from worker.cli.main import main
+from worker.fleet import Producer, StreamRestarted
 from worker.fleet.app import TASK_NAME, make_app
 from worker.fleet.enqueue import enqueue_turn
 from worker.settings import load_settings
 from worker.simulator import Fault, Simulator
 from worker.types import Message, Status, TurnRequest
+
+RELEVO = [sys.executable, "-m", "worker.cli"]
 
 pytestmark = pytest.mark.slow
 
@@ -199,3 +203,76 @@ def test_the_same_turn_delivered_twice_is_run_and_reported_once(
     one, two = first.get(timeout_s=60), second.get(timeout_s=60)
     assert one == two
     assert sim.calls("alpha") == 1
+
+
+def test_a_stream_run_again_after_its_worker_died_reads_as_the_rerun_alone(
+    config: Path,
+    sim: Simulator,
+    start_worker: Callable[[str], subprocess.Popen[bytes]],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A worker killed mid-stream: its turn is redelivered and run again. Every reader's
+    text is the stored result's: a live `handle.stream()` is told to start over, and a
+    reader that connects after the rerun began (`stream()`, `relevo tail`) sees the rerun
+    alone. Without a fresh stream per run, they got the first run's text, then the rerun's."""
+    doomed = start_worker("doomed")
+    settings = load_settings(config, require_secrets=False)
+    # The first call drips its 40 pieces over 4 s; the rerun's call streams at once.
+    sim.set_faults("alpha", Fault(tokens=40, token_interval_s=0.1, times=1), Fault(tokens=40))
+    turn = request(tenant_id="rerun", stream=True)
+    # `relevo tail` from before the turn is sent until its end.
+    live = subprocess.Popen(
+        [*RELEVO, "tail", turn.turn_id, "--config", str(config)],
+        env={**os.environ, "RELEVO_TEST_KEY": KEY},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+    async def scenario() -> tuple[str, list[str], int]:
+        async with Producer.from_settings(settings) as producer:
+            handle = await producer.enqueue(turn)
+            pieces: list[str] = []
+            restarts = 0
+
+            async def read_live() -> None:
+                nonlocal restarts
+                while True:
+                    try:
+                        async for text in handle.stream(timeout_s=90):
+                            pieces.append(text)  # noqa: PERF401 - the kill waits for them
+                        return
+                    except StreamRestarted:
+                        restarts += 1
+                        pieces.clear()  # what the caller showed is void
+
+            reader = asyncio.create_task(read_live())
+            deadline = time.monotonic() + 20
+            while len(pieces) < 8:
+                assert time.monotonic() < deadline, "the first run never streamed"
+                await asyncio.sleep(0.02)
+            doomed.send_signal(signal.SIGKILL)
+            await asyncio.to_thread(doomed.wait)
+            shown_before = "".join(pieces)
+            start_worker("rescuer")
+            result = await handle.result(timeout_s=90)
+            await asyncio.wait_for(reader, 30)
+            assert result.status is Status.OK
+            assert result.reply is not None
+            assert shown_before
+            assert result.reply.text.startswith(shown_before)
+            # Connected after the rerun: the rerun's text alone, and no restart.
+            again = [text async for text in producer.turn(handle.turn_id).stream(timeout_s=10)]
+            return result.reply.text, ["".join(pieces), "".join(again)], restarts
+
+    text, read, restarts = asyncio.run(scenario())
+    assert read == [text, text]
+    assert restarts == 1
+    assert sim.calls("alpha") == 2  # the killed run's call, and the rerun's
+    live_tail, err = live.communicate(timeout=30)
+    assert live.returncode == 0, err
+    assert "runs again" in err
+    # `relevo tail` cannot take printed text back: the rerun's starts on a line of its own.
+    assert live_tail.endswith("\n" + text + "\n")
+    assert main(["tail", turn.turn_id, "--config", str(config)]) == 0
+    assert capsys.readouterr().out == text + "\n"

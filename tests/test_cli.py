@@ -141,3 +141,27 @@ def test_turn_over_the_configured_limits_is_refused(
     assert done.returncode == 2
     assert "limits.max_messages" in done.stderr
     assert simulator.calls() == 0
+
+
+def test_the_invoice_example_is_answered_in_its_schema(simulator: SimulatorClient) -> None:
+    """examples/turn_invoice.json: an image, a PDF and a JSON schema reach the primary."""
+    invoice = ROOT / "examples" / "turn_invoice.json"
+    done = relevo(simulator, "turn", "--config", str(CONFIG), "--input", str(invoice))
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["effective_model"] == "anthropic/claude-sim"
+    assert set(result["reply"]["parsed"]) == {"order", "total"}
+    sent = simulator.requests("claude-sim")[0].body["messages"][-1]["content"]
+    assert [block["type"] for block in sent] == ["text", "image", "document"]
+
+
+def test_the_forced_tool_example_calls_its_tool(simulator: SimulatorClient) -> None:
+    forced = ROOT / "examples" / "turn_forced_tool.json"
+    done = relevo(simulator, "turn", "--config", str(CONFIG), "--input", str(forced))
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert [call["name"] for call in result["reply"]["tool_calls"]] == ["lookup_order"]
+    assert simulator.requests("claude-sim")[0].body["tool_choice"] == {
+        "type": "tool",
+        "name": "lookup_order",
+    }

@@ -1,15 +1,22 @@
-"""Can the backup do the turn: tool capability and context trimming."""
+"""Can the backup do the turn: tool capability, context trimming, what its prompt counts."""
 
 from __future__ import annotations
 
+import base64
+import io
+import math
+from decimal import Decimal
 from typing import Any
 
 import pytest
+from PIL import Image
+from pypdf import PdfWriter
 
 from worker.settings import ModelSettings, Serving
 from worker.turn.capability import Fit, Unfit, fit_turn, trim_history
-from worker.turn.tokens import estimate_tokens
-from worker.types import Message, Tool, ToolCall, TurnRequest
+from worker.turn.media import TOKENS_PER_ATTACHMENT, media_rule
+from worker.turn.tokens import estimate_tokens, text_tokens
+from worker.types import DocumentPart, ImagePart, Message, TextPart, Tool, ToolCall, TurnRequest
 
 SEND = Tool(name="send_invoice", side_effects=True)
 LOOKUP = Tool(name="lookup_order")
@@ -164,3 +171,86 @@ def test_the_tool_results_of_the_current_exchange_are_kept() -> None:
 @pytest.mark.parametrize("room", [10, 100, 1000])
 def test_estimate_grows_with_content(room: int) -> None:
     assert estimate_tokens([user("a" * room)]) > estimate_tokens([user("a")])
+
+
+# --- Images and PDFs: counted as the model's vendor bills them --------------------------
+
+
+def png(width: int, height: int) -> ImagePart:
+    buffer = io.BytesIO()
+    Image.new("RGB", (width, height)).save(buffer, "PNG")
+    return ImagePart(media_type="image/png", data=base64.b64encode(buffer.getvalue()).decode())
+
+
+def input_tokens(turn: TurnRequest, settings: ModelSettings) -> int:
+    fit = fit_turn(turn, settings)
+    assert isinstance(fit, Fit)
+    return fit.input_tokens
+
+
+@pytest.mark.parametrize(
+    ("vendor", "multiplier", "image"),
+    [
+        # OpenAI's patches (1024 > 765 in tiles); Anthropic's w x h / 750; Gemini 3's 1,120.
+        ("openai", Decimal(1), 1024),
+        ("openai", None, math.ceil(1024 * Decimal("33.34"))),  # as gpt-4o-mini bills
+        ("anthropic", None, math.ceil(1024 * 1024 / 750)),
+        ("google", None, 1120),
+    ],
+)
+def test_an_image_counts_as_the_models_vendor_bills_it(
+    vendor: str, multiplier: Decimal | None, image: int
+) -> None:
+    settings = model(vendor=vendor, image_token_multiplier=multiplier, inputs=("text", "image"))
+    parts = Message(role="user", content=(TextPart(text="What is this?"), png(1024, 1024)))
+    text = Message(role="user", content="What is this?")
+    added = input_tokens(request(SYSTEM, parts), settings) - input_tokens(
+        request(SYSTEM, text), settings
+    )
+    assert added == image + TOKENS_PER_ATTACHMENT
+
+
+def test_the_vendor_reaches_trimming() -> None:
+    # A 4000 x 3000 photo: 24 Gemini tiles (6,192 tokens), 2,500 on OpenAI's patches.
+    photo = Message(role="user", content=(TextPart(text="and this?"), png(4000, 3000)))
+    history = (photo, assistant("A bridge."), user("Where is it?"))
+    for vendor, trimmed in (("google", 2), ("openai", 0)):
+        settings = model(
+            vendor=vendor,
+            image_token_multiplier=Decimal(1),
+            inputs=("text", "image"),
+            context_window=4000,
+        )
+        fit = fit_turn(request(*history, max_tokens=100), settings)
+        assert isinstance(fit, Fit)
+        assert fit.trimmed_messages == trimmed
+
+
+def test_an_attachment_of_unknown_size_never_makes_a_turn_unfit() -> None:
+    # A PDF by URL: up to 600 pages on Anthropic. Trimming cannot measure it, so it keeps
+    # what fits; the reservation holds what the window leaves (a longer prompt is
+    # refused, unbilled).
+    report = DocumentPart(url="https://example.com/report.pdf", name="report.pdf")
+    turn = request(SYSTEM, Message(role="user", content=(TextPart(text="Sum it up"), report)))
+    settings = model(vendor="anthropic", inputs=("text", "pdf"), context_window=200_000)
+    assert input_tokens(turn, settings) == 200_000
+    roomy = model(vendor="anthropic", inputs=("text", "pdf"), context_window=10**8)
+    text = input_tokens(request(SYSTEM, user("Sum it up")), roomy)
+    largest = media_rule("anthropic").largest_document
+    framing = TOKENS_PER_ATTACHMENT + text_tokens("report.pdf")
+    assert input_tokens(turn, roomy) == text + largest + framing
+
+
+def test_a_pdfs_pages_count_per_vendor() -> None:
+    writer = PdfWriter()
+    for _ in range(4):
+        writer.add_blank_page(612, 792)
+    buffer = io.BytesIO()
+    writer.write(buffer)
+    invoice = DocumentPart(data=base64.b64encode(buffer.getvalue()).decode())
+    turn = request(Message(role="user", content=(invoice,)))
+    empty = request(Message(role="user", content=""))
+    for vendor, page in (("google", 560), ("anthropic", 3000 + 5007)):
+        settings = model(vendor=vendor, inputs=("text", "pdf"))
+        added = input_tokens(turn, settings) - input_tokens(empty, settings)
+        assert added == 4 * page + TOKENS_PER_ATTACHMENT

@@ -21,7 +21,7 @@ from kombu import Producer, Queue
 from redis import asyncio as aioredis
 
 from tests.chainkit import worker_config
-from worker.fleet.app import make_app
+from worker.fleet.app import TASK_NAME, RunTurn, make_app
 from worker.fleet.turnstore import TurnStore
 from worker.settings import RedisSettings, Settings
 from worker.types import Status, TurnResult
@@ -42,6 +42,29 @@ def test_redis_urls_get_the_reusing_transport(url: str, ours: bool) -> None:
     app = make_app(Settings.model_construct(redis=redis_settings))
     assert (app.conf.broker_transport is not None) is ours
     assert (app.backend_cls is not None) is ours
+
+
+def test_each_app_runs_the_importable_task_on_its_own_runner_and_backend(
+    redis_url: str,
+) -> None:
+    """Two apps in one process (the embedded demo, tests): each app's `relevo.run_turn` is
+    a `RunTurn` bound to that app, with that app's runner. Celery keeps a task's app on
+    its class: one class for both would hand the first app's turns to the second's."""
+    runners = [object(), object()]
+    apps = [
+        make_app(
+            Settings.model_construct(redis=RedisSettings(url=redis_url, namespace=f"app-{i}")),
+            runner=lambda made=made: made,
+        )
+        for i, made in enumerate(runners)
+    ]
+    tasks = [app.tasks[TASK_NAME] for app in apps]
+    assert all(isinstance(task, RunTurn) for task in tasks)
+    assert [task.app for task in tasks] == apps
+    assert [task.runner() for task in tasks] == runners
+    assert [task.backend._turn_keys.namespace for task in tasks] == ["app-0", "app-1"]
+    for app in apps:
+        app.close()
 
 
 def _answered(turn_id: str) -> TurnResult:

@@ -2,7 +2,9 @@
 
 Checked against OpenAI's o200k and cl100k and Mistral's Tekken and SentencePiece
 tokenizers (tests/tokenkit.py, all loaded offline), on prose, code, JSON, CJK, other
-scripts and emoji, and on whole conversations with tools, calls and reasoning.
+scripts and emoji, and on whole conversations with tools, calls, reasoning, text parts,
+a response schema, stop sequences and a forced tool. Images and PDFs are checked against
+each vendor's documented formula (tests/test_media_tokens.py).
 """
 
 from __future__ import annotations
@@ -19,15 +21,27 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests import tokenkit
+from worker.settings import ModelSettings, Serving
+from worker.turn.capability import Fit, fit_turn
 from worker.turn.tokens import (
     TOKENS_PER_MESSAGE,
     TOKENS_PER_REQUEST,
     estimate_tokens,
     message_tokens,
+    options_tokens,
     text_tokens,
     tools_tokens,
 )
-from worker.types import Message, Reasoning, Tool, ToolCall
+from worker.types import (
+    JsonSchemaFormat,
+    Message,
+    NamedTool,
+    Reasoning,
+    TextPart,
+    Tool,
+    ToolCall,
+    TurnRequest,
+)
 
 COUNTERS = tokenkit.counters()
 
@@ -117,7 +131,7 @@ def render(messages: list[Message], tools: list[Tool]) -> str:
     """Everything of a request a model reads, as one text (a chat template's view)."""
     lines = [f"{t.name}\n{t.description}\n{json.dumps(t.parameters)}" for t in tools]
     for message in messages:
-        lines.append(f"<|{message.role}|>{message.tool_call_id or ''}\n{message.content}")
+        lines.append(f"<|{message.role}|>{message.tool_call_id or ''}\n{message.text}")
         lines += [f"{c.id} {c.name} {json.dumps(c.arguments)}" for c in message.tool_calls]
         lines += [thought.text for thought in message.reasoning]
     return "\n".join(lines)
@@ -137,8 +151,9 @@ CALLS = st.builds(
     name=st.from_regex(r"[a-z][a-z_]{2,30}", fullmatch=True),
     arguments=st.dictionaries(st.from_regex(r"[a-z_]{1,12}", fullmatch=True), JSON_VALUES),
 )
+PARTS = st.lists(TEXTS.map(lambda text: TextPart(text=text)), min_size=1, max_size=4).map(tuple)
 MESSAGES = st.one_of(
-    st.builds(Message, role=st.sampled_from(("system", "user")), content=TEXTS),
+    st.builds(Message, role=st.sampled_from(("system", "user")), content=TEXTS | PARTS),
     st.builds(
         Message,
         role=st.just("assistant"),
@@ -158,6 +173,90 @@ def test_a_whole_request_is_bounded_with_its_framing(
     messages: list[Message], tools: list[Tool]
 ) -> None:
     assert most_tokens(render(messages, tools)) <= estimate_tokens(messages, tools)
+
+
+LAST = st.builds(Message, role=st.just("user"), content=PARTS | TEXTS) | st.builds(
+    Message, role=st.just("tool"), tool_call_id=IDS, content=PARTS | TEXTS
+)
+SCHEMAS = st.builds(
+    JsonSchemaFormat,
+    name=st.from_regex(r"[a-z][a-z_]{2,30}", fullmatch=True),
+    schema=st.dictionaries(
+        st.from_regex(r"[a-z_]{1,12}", fullmatch=True),
+        _slice("scripts").map(lambda text: {"type": "string", "description": text[:200]}),
+        max_size=4,
+    ).map(lambda props: {"type": "object", "properties": props}),
+)
+STOPS = st.lists(_slice("scripts").map(lambda s: s[:40] or "END"), min_size=1, max_size=4)
+WIDE = ModelSettings(
+    vendor="v",
+    serve=(Serving(provider="p", model_id="m"),),
+    context_window=10**9,
+    structured_output=True,
+)
+
+
+@st.composite
+def turns(draw: st.DrawFn) -> TurnRequest:
+    tools = draw(st.lists(TOOLS, max_size=3, unique_by=lambda t: t.name))
+    names = [t.name for t in tools]
+    choices = st.sampled_from(["auto", "none"]) | st.none()
+    if tools:
+        choices |= st.just("required") | st.sampled_from(names).map(lambda n: NamedTool(name=n))
+    return TurnRequest(
+        tenant_id="t",
+        messages=(*draw(st.lists(MESSAGES, max_size=5)), draw(LAST)),
+        tools=tuple(tools),
+        tool_choice=draw(choices),
+        response_format=draw(st.none() | SCHEMAS),
+        stop=draw(st.none() | STOPS.map(tuple)),
+    )
+
+
+def render_turn(request: TurnRequest) -> str:
+    """A whole turn as a model reads it: the options too, each where a template puts it."""
+    lines = [render(list(request.messages), list(request.tools))]
+    answer = request.response_format
+    if isinstance(answer, JsonSchemaFormat):
+        lines.append(f"{answer.name}\n{json.dumps(answer.json_schema, ensure_ascii=False)}")
+    lines += request.stop or ()
+    if isinstance(request.tool_choice, NamedTool):
+        lines.append(f"call {request.tool_choice.name}")
+    elif request.tool_choice is not None:
+        lines.append(request.tool_choice)
+    return "\n".join(lines)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(turns())
+def test_a_whole_turn_with_parts_and_options_is_bounded(request: TurnRequest) -> None:
+    fit = fit_turn(request, WIDE)
+    assert isinstance(fit, Fit)
+    assert most_tokens(render_turn(request)) <= fit.input_tokens
+
+
+def test_the_options_count_the_text_they_add() -> None:
+    schema = {"type": "object", "properties": {"total": {"type": "number"}}}
+    lookup = Tool(name="lookup")
+    bare = TurnRequest(tenant_id="t", messages=(Message(role="user", content="hi"),))
+    assert options_tokens(bare, ()) == 0
+    shaped = bare.model_copy(
+        update={"response_format": JsonSchemaFormat(name="invoice", schema=schema)}
+    )
+    # Without tools, the forced-tool translation brings the tool-use prompt along.
+    assert options_tokens(shaped, ()) > 600 + text_tokens(json.dumps(schema))
+    assert options_tokens(shaped, (lookup,)) < options_tokens(shaped, ())
+    stopped = bare.model_copy(update={"stop": ("END", "終わり")})
+    assert options_tokens(stopped, ()) >= text_tokens("END\n終わり")
+    forced = TurnRequest(
+        tenant_id="t", messages=bare.messages, tools=(lookup,), tool_choice=NamedTool(name="lookup")
+    )
+    assert options_tokens(forced, forced.tools) > text_tokens("lookup")
+    fit = fit_turn(forced, WIDE)
+    assert isinstance(fit, Fit)
+    assert fit.input_tokens == estimate_tokens(forced.messages, forced.tools) + options_tokens(
+        forced, forced.tools
+    )
 
 
 def test_opaque_signatures_count_what_they_decode_to() -> None:

@@ -13,6 +13,8 @@ from redis.exceptions import RedisError
 import breakers
 from tests.netkit import free_port
 from worker.fleet import turnstore
+from worker.fleet.errors import StreamRestarted
+from worker.fleet.streams import StreamReader
 from worker.fleet.turnstore import TurnStore
 from worker.guard.autopipeline import AutoPipeline
 from worker.types import Status, TurnResult
@@ -109,6 +111,41 @@ async def test_stream_chunks_arrive_in_order_until_the_end(redis: Redis, namespa
     await asyncio.gather(*(store.publish("t7", f"{i} ") for i in range(3)))
     await store.end_stream("t7")
     assert [text async for text in store.tail("t7", block_ms=100)] == ["0 ", "1 ", "2 "]
+
+
+async def test_a_run_starts_the_stream_over_for_every_reader(redis: Redis, namespace: str) -> None:
+    """A second run of a turn (its first worker died) drops the first run's text. A reader
+    that had passed text on gets a restart; one that starts now, the second run alone; one
+    resuming after an id of the first run, a restart first. Its end goes with the result."""
+    store = TurnStore(redis, namespace=namespace, ttl_s=60)
+    key = store.keys.chunks("t9")
+    await store.start_stream("t9", "w1")
+    for piece in ("Hel", "lo"):
+        await store.publish("t9", piece)
+    live = StreamReader(redis, key)
+    first = await live.read()
+    assert [e.text for e in first] == ["Hel", "lo"]
+    untouched = StreamReader(redis, key)  # has passed nothing on yet
+    await store.start_stream("t9", "w2")
+    await store.publish("t9", "Hi")
+    second = await live.read()
+    assert [(e.text, e.restart) for e in second] == [("", True), ("Hi", False)]
+    assert [e.text for e in await untouched.read()] == ["Hi"]
+    assert [e.text for e in await StreamReader(redis, key).read()] == ["Hi"]
+    resumed = StreamReader(redis, key, after=first[0].id)
+    assert [(e.text, e.restart) for e in await resumed.read()] == [("", True), ("Hi", False)]
+    assert await StreamReader(redis, key, after=second[-1].id).read() == []
+    tail = store.tail("t9", block_ms=100)
+    assert await anext(tail) == "Hi"
+    await store.start_stream("t9", "w3")
+    with pytest.raises(StreamRestarted, match="'t9'"):
+        await anext(tail)
+    await store.publish("t9", "Hey")
+    await store.save(result("t9"), end_stream=True)
+    assert [(e.text, e.restart) for e in await live.drain()] == [("", True), ("Hey", False)]
+    assert live.ended
+    assert [text async for text in store.tail("t9", block_ms=100)] == ["Hey"]
+    assert await store.result("t9") is not None
 
 
 async def test_an_unreachable_store_raises_a_redis_error(namespace: str) -> None:

@@ -31,7 +31,7 @@ from worker.adapters.stop_cut import cut_at_stops
 from worker.errors import InvalidRequest
 from worker.settings import ProviderSettings
 from worker.simulator import Fault, Simulator
-from worker.simulator.schema_answer import schema_instance
+from worker.simulator.json_answer import instance
 from worker.turn.capability import wire_unfit
 from worker.types import (
     DocumentPart,
@@ -420,7 +420,7 @@ async def test_a_json_schema_goes_as_response_format_and_the_answer_follows_it(
     assert isinstance(done, Completion)
     answer = json.loads(done.text)
     assert Draft202012Validator(ORDER_SCHEMA).is_valid(answer)
-    assert answer == schema_instance(ORDER_SCHEMA)
+    assert answer == instance(ORDER_SCHEMA)
 
 
 async def test_json_mode_is_json_object(sim: Simulator, client: httpx.AsyncClient) -> None:
@@ -652,7 +652,7 @@ async def test_a_schema_turn_is_answered_parsed(sim: Simulator, stream: bool) ->
     result = await run(structured(sim), schema_turn(stream=stream))
     assert result.status is Status.OK
     assert result.reply is not None
-    assert result.reply.parsed == schema_instance(ORDER_SCHEMA)
+    assert result.reply.parsed == instance(ORDER_SCHEMA)
     assert json.loads(result.reply.text) == result.reply.parsed
 
 
@@ -667,7 +667,7 @@ async def test_an_answer_off_the_schema_moves_the_turn_to_the_next_model(sim: Si
     first = result.attempts[0]
     assert (first.model, first.error_class) == ("openai/alpha", "output_invalid")
     assert result.reply is not None
-    assert result.reply.parsed == schema_instance(ORDER_SCHEMA)
+    assert result.reply.parsed == instance(ORDER_SCHEMA)
 
 
 async def test_a_strict_schema_outside_openais_subset_fails_as_openai_refuses_it(
@@ -685,7 +685,7 @@ async def test_a_strict_schema_outside_openais_subset_fails_as_openai_refuses_it
     answered = await run(structured(sim), schema_turn(response_format=relaxed))
     assert answered.status is Status.OK
     assert answered.reply is not None
-    assert answered.reply.parsed == {"a": "Answer"}
+    assert answered.reply.parsed == instance(NOT_STRICT)
 
 
 async def test_json_mode_needs_the_word_json_in_the_messages(sim: Simulator) -> None:

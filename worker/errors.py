@@ -25,7 +25,9 @@ chain does next (see `worker.turn.policy.RULES`).
     │   ├── InvalidRequest         400 / 413 / 422: the request itself is bad
     │   ├── ModelNotFound          404: the model or deployment does not exist (any more)
     │   └── ContextTooLong         the prompt exceeds the model's window
-    └── TurnFailed             every attempt's error, as an ExceptionGroup
+    ├── TurnFailed             every attempt's error, as an ExceptionGroup
+    └── (worker.fleet.errors)  sending a turn and reading it: FleetUnavailable,
+                               TurnTimeout, StreamRestarted
 """
 
 from __future__ import annotations

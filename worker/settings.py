@@ -183,6 +183,10 @@ class ModelSettings(_Section):
     # What the model takes as input beside text: a turn with an image or a PDF skips a
     # model that does not list it (text only unless configured: never dropped silently).
     inputs: tuple[Literal["text", "image", "pdf"], ...] = ("text",)
+    # How many times its vendor's image formula the model bills an image (OpenAI's mini
+    # and nano models bill images at a multiple; docs/budgets.md lists them). Unset, the
+    # largest multiple its vendor documents, so the input estimate stays an upper bound.
+    image_token_multiplier: Decimal | None = Field(default=None, gt=0, le=100)
     # Whether it answers in a given JSON schema (`response_format`); unset, such turns
     # skip it.
     structured_output: bool = False

@@ -1,13 +1,24 @@
-"""Anthropic Messages."""
+"""Anthropic Messages.
+
+Text, images and PDFs go as content blocks (a message of text alone as a string), in
+user messages and inside tool results; the turn's options (tool_choice, sampling,
+thinking, the answer's format) as `worker.adapters.claude_options` decides for the model.
+An answer carried by a forced tool (`AnswerTool`) comes back as text: its input's JSON,
+streamed as text deltas, and no tool call.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
-from typing import Any
+from collections.abc import AsyncGenerator
+from dataclasses import replace
+from typing import Any, ClassVar
 
 from worker.adapters.base import Completion, Event, ProviderCall, TextDelta, ToolCallDelta
 from worker.adapters.classify import classify_stream_error
-from worker.adapters.finish import normalize_finish
+from worker.adapters.claude_options import AnswerTool, answer_tool, options
+from worker.adapters.finish import FinishReason, normalize_finish
 from worker.adapters.http import (
     HttpRequest,
     SseAdapter,
@@ -18,8 +29,8 @@ from worker.adapters.http import (
     parse_arguments,
 )
 from worker.adapters.sse import SseEvent
-from worker.errors import ConnectionFailed
-from worker.types import Message, Reasoning, ToolCall, Usage
+from worker.errors import ConnectionFailed, InvalidRequest
+from worker.types import DocumentPart, ImagePart, Message, Reasoning, ToolCall, Usage
 
 __all__ = ["ANTHROPIC_VERSION", "ORIGIN", "AnthropicAdapter"]
 
@@ -31,6 +42,22 @@ class AnthropicAdapter(SseAdapter):
     """POST /v1/messages with `x-api-key` and `anthropic-version`."""
 
     kind = "anthropic"
+    # Structured outputs (`output_config.format`) and URL sources: what the wire takes.
+    native_output: ClassVar[bool] = True
+    url_sources: ClassVar[bool] = True
+
+    async def send(self, call: ProviderCall) -> AsyncGenerator[Event, None]:
+        """Yield content deltas (when streaming), then one `Completion`."""
+        answer = answer_tool(call, native=self.native_output)
+        async with contextlib.aclosing(super().send(call)) as events:
+            if answer is None:
+                async for event in events:
+                    yield event
+                return
+            reading = _AnswerReader(answer)
+            async for event in events:
+                for out in reading.feed(event):
+                    yield out
 
     def request(self, call: ProviderCall) -> HttpRequest:
         headers = {
@@ -42,19 +69,12 @@ class AnthropicAdapter(SseAdapter):
         body: dict[str, Any] = {
             "model": call.model_id,
             "max_tokens": call.max_tokens,
-            "messages": _messages(call.messages),
+            "messages": _messages(call.messages, urls=self.url_sources),
         }
         system = "\n\n".join(m.text for m in call.messages if m.role == "system")
         if system:
             body["system"] = system
-        if call.tools:
-            body["tools"] = [
-                {"name": t.name, "description": t.description, "input_schema": t.parameters}
-                for t in call.tools
-            ]
-        budget = call.thinking_budget_tokens
-        if budget is not None and budget < call.max_tokens and may_think(call.messages):
-            body["thinking"] = {"type": "enabled", "budget_tokens": budget}
+        body.update(options(call, native=self.native_output, may_think=may_think(call.messages)))
         if call.stream:
             body["stream"] = True
         url = f"{self._provider.base_url.rstrip('/')}/v1/messages"
@@ -91,7 +111,7 @@ class AnthropicAdapter(SseAdapter):
         return _EventDecoder()
 
 
-def _messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
+def _messages(messages: tuple[Message, ...], *, urls: bool) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     results: list[dict[str, Any]] | None = None  # the open user message of tool results
     for message in messages:
@@ -105,7 +125,7 @@ def _messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
                 {
                     "type": "tool_result",
                     "tool_use_id": message.tool_call_id,
-                    "content": message.text,
+                    "content": _content(message, urls=urls),
                 }
             )
             continue
@@ -123,8 +143,36 @@ def _messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
             )
             out.append({"role": "assistant", "content": blocks})
         else:
-            out.append({"role": message.role, "content": message.text})
+            out.append({"role": message.role, "content": _content(message, urls=urls)})
     return out
+
+
+def _content(message: Message, *, urls: bool) -> str | list[dict[str, Any]]:
+    """Text alone as a string; with images or documents, a block per part, in order
+    (an empty text block is refused, so none is sent)."""
+    if not message.attachments:
+        return message.text
+    blocks: list[dict[str, Any]] = []
+    for part in message.parts:
+        if isinstance(part, ImagePart | DocumentPart):
+            blocks.append(_attachment(part, urls=urls))
+        elif part.text:
+            blocks.append({"type": "text", "text": part.text})
+    return blocks
+
+
+def _attachment(part: ImagePart | DocumentPart, *, urls: bool) -> dict[str, Any]:
+    """An `image` or `document` block: base64 data, or a URL Anthropic fetches."""
+    if part.url is not None:
+        if not urls:
+            raise InvalidRequest(f"this API takes no {part.type} by URL, only as data")
+        source: dict[str, Any] = {"type": "url", "url": part.url}
+    else:
+        source = {"type": "base64", "media_type": part.media_type, "data": part.data}
+    block: dict[str, Any] = {"type": part.type, "source": source}
+    if isinstance(part, DocumentPart) and part.name is not None:
+        block["title"] = part.name
+    return block
 
 
 def may_think(messages: tuple[Message, ...]) -> bool:
@@ -171,6 +219,44 @@ def _usage(raw: dict[str, Any], before: Usage) -> Usage:
         output_tokens=as_int(raw.get("output_tokens")) or before.output_tokens,
         reasoning_tokens=as_int(details.get("thinking_tokens")) or before.reasoning_tokens,
     )
+
+
+class _AnswerReader:
+    """The answer tool's call turned into the answer's text: its input's JSON pieces as
+    text deltas (a wrapped answer, unwrapped, as one delta at the end), and a
+    `Completion` whose text is that JSON, without the call."""
+
+    def __init__(self, answer: AnswerTool) -> None:
+        self._answer = answer
+        self._index: int | None = None  # the answer's tool-call index in the stream
+        self._pieces: list[str] = []
+
+    def feed(self, event: Event) -> list[Event]:
+        if isinstance(event, ToolCallDelta):
+            if event.name == self._answer.name:
+                self._index = event.index
+            if event.index != self._index:
+                return [event]
+            self._pieces.append(event.arguments)
+            if self._answer.wrapped or not event.arguments:
+                return [event] if self._answer.wrapped else []
+            return [TextDelta(event.arguments)]
+        if not isinstance(event, Completion):
+            return [event]
+        call = next((c for c in event.tool_calls if c.name == self._answer.name), None)
+        if call is None:
+            return [event]
+        others = tuple(c for c in event.tool_calls if c is not call)
+        if self._answer.wrapped:
+            text = json.dumps(call.arguments.get("answer", call.arguments), ensure_ascii=False)
+        else:
+            text = "".join(self._pieces) or json.dumps(call.arguments, ensure_ascii=False)
+        finish = event.finish_reason
+        if not others and finish == FinishReason.TOOL_CALLS:
+            finish = FinishReason.STOP
+        done = replace(event, text=text, tool_calls=others, finish_reason=finish)
+        streamed = self._index is not None
+        return [TextDelta(text), done] if streamed and self._answer.wrapped else [done]
 
 
 class _EventDecoder:

@@ -9,11 +9,15 @@ an HTTP status with `x-amzn-ErrorType`; one inside it is a message whose `:messa
 is `exception`. Both are classified in `worker.adapters.classify`.
 
 Which family wrote a reasoning block decides where it may go back (`reasoning_origin`),
-so a provider holds one Converse adapter per family, chosen by the model id.
+so a provider holds one Converse adapter per family, chosen by the model id. The request
+body is `worker.adapters.converse_body`'s; a `json_object` answer, which it asks for as
+a forced tool, comes back here as the completion's text.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 from collections.abc import AsyncGenerator, Mapping
 from typing import Any, ClassVar, NamedTuple
@@ -21,9 +25,9 @@ from urllib.parse import quote
 
 import httpx
 
-from worker.adapters.anthropic import may_think
 from worker.adapters.base import Completion, Event, ProviderCall, TextDelta, ToolCallDelta
 from worker.adapters.classify import classify_stream_error
+from worker.adapters.converse_body import answer_tool, converse_body
 from worker.adapters.finish import normalize_finish
 from worker.adapters.http import (
     HttpAdapter,
@@ -36,7 +40,7 @@ from worker.adapters.http import (
 from worker.adapters.sigv4 import SigV4
 from worker.errors import ConnectionFailed, MalformedResponse
 from worker.settings import ProviderSettings
-from worker.types import Message, Reasoning, Tool, ToolCall, Usage
+from worker.types import Reasoning, ToolCall, Usage
 
 __all__ = ["EVENT_STREAM", "BedrockAdapter", "reasoning_origin"]
 
@@ -67,7 +71,42 @@ class BedrockAdapter:
 
     def send(self, call: ProviderCall) -> AsyncGenerator[Event, None]:
         """Yield content deltas (when streaming), then one `Completion`."""
-        return self._converse[reasoning_origin(call.model_id)].send(call)
+        events = self._converse[reasoning_origin(call.model_id)].send(call)
+        answer = answer_tool(call)
+        return events if answer is None else _answered(events, answer)
+
+
+async def _answered(events: AsyncGenerator[Event, None], tool: str) -> AsyncGenerator[Event, None]:
+    """The events of a call whose answer is `tool`'s input: that input is text (streamed as
+    it comes), the other tool calls stay tool calls."""
+    answers: set[int] = set()  # the tool-call indexes of `tool`
+    streamed: list[str] = []
+    async with contextlib.aclosing(events):
+        async for event in events:
+            if isinstance(event, ToolCallDelta) and (event.name == tool or event.index in answers):
+                answers.add(event.index)
+                if event.arguments:
+                    streamed.append(event.arguments)
+                    yield TextDelta(event.arguments)
+            elif isinstance(event, Completion):
+                yield _answer_as_text(event, tool, "".join(streamed) if answers else None)
+            else:
+                yield event
+
+
+def _answer_as_text(completion: Completion, tool: str, streamed: str | None) -> Completion:
+    """`completion` with `tool`'s input as text: what streamed of it, or its JSON."""
+    calls = tuple(c for c in completion.tool_calls if c.name != tool)
+    answers = [c for c in completion.tool_calls if c.name == tool]
+    if not answers:
+        return completion
+    text = streamed if streamed is not None else json.dumps(answers[0].arguments)
+    finish = completion.finish_reason
+    if not calls and finish == "tool_calls":
+        finish = "stop"
+    return dataclasses.replace(
+        completion, text=completion.text + text, tool_calls=calls, finish_reason=finish
+    )
 
 
 class EventMessage(NamedTuple):
@@ -99,28 +138,13 @@ class _Converse(HttpAdapter[EventMessage]):
         # that is signed must be the path that is sent. `/` (in ARNs) is escaped.
         model = quote(call.model_id, safe=":@")
         operation = "converse-stream" if call.stream else "converse"
-        body: dict[str, Any] = {
-            "messages": _messages(call.messages, self._origin),
-            "inferenceConfig": {"maxTokens": call.max_tokens},
-        }
-        system = "\n\n".join(m.text for m in call.messages if m.role == "system" and m.text)
-        if system:
-            body["system"] = [{"text": system}]
-        if call.tools:
-            body["toolConfig"] = {"tools": [_tool(tool) for tool in call.tools]}
-        budget = call.thinking_budget_tokens
-        thinks = self._origin == "anthropic" and may_think(call.messages)
-        if budget is not None and budget < call.max_tokens and thinks:
-            # Claude's own request field, passed through Converse as the model's.
-            thinking = {"type": "enabled", "budget_tokens": budget}
-            body["additionalModelRequestFields"] = {"thinking": thinking}
         return HttpRequest(
             url=f"{self._endpoint}/model/{model}/{operation}",
             headers={
                 "content-type": "application/json",
                 "accept": EVENT_STREAM if call.stream else "application/json",
             },
-            body=body,
+            body=converse_body(call, self._origin),
         )
 
     def parse(self, body: Any) -> Completion:
@@ -154,48 +178,6 @@ class _EventStream:
             raise MalformedResponse(
                 f"unexpected bedrock event stream: {type(exc).__name__}"
             ) from None
-
-
-def _messages(messages: tuple[Message, ...], origin: str) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    results: list[dict[str, Any]] | None = None  # the open user message of tool results
-    for message in messages:
-        if message.role == "system":
-            continue
-        if message.role == "tool":
-            if results is None:
-                results = []
-                out.append({"role": "user", "content": results})
-            result = {"toolUseId": message.tool_call_id, "content": [{"text": message.text}]}
-            results.append({"toolResult": result})
-            continue
-        results = None
-        # Reasoning goes back first, and only what this model's family wrote.
-        blocks = [_reasoning_block(r) for r in message.reasoning if r.origin == origin]
-        if message.text or not message.tool_calls:
-            blocks.append({"text": message.text})
-        blocks.extend(
-            {"toolUse": {"toolUseId": c.id, "name": c.name, "input": c.arguments}}
-            for c in message.tool_calls
-        )
-        out.append({"role": message.role, "content": blocks})
-    return out
-
-
-def _reasoning_block(reasoning: Reasoning) -> dict[str, Any]:
-    if reasoning.redacted is not None:
-        return {"reasoningContent": {"redactedContent": reasoning.redacted}}
-    text: dict[str, str] = {"text": reasoning.text}
-    if reasoning.signature is not None:
-        text["signature"] = reasoning.signature
-    return {"reasoningContent": {"reasoningText": text}}
-
-
-def _tool(tool: Tool) -> dict[str, Any]:
-    spec: dict[str, Any] = {"name": tool.name, "inputSchema": {"json": tool.parameters}}
-    if tool.description:
-        spec["description"] = tool.description  # Bedrock refuses an empty one
-    return {"toolSpec": spec}
 
 
 def _usage(raw: Any) -> Usage:

@@ -3,6 +3,9 @@
 Gemini 3 signs its function calls (`thoughtSignature`) and refuses the next request of
 a tool loop without them: a call's signature rides on `ToolCall.signature`, a text
 part's on `Completion.reasoning`, and both go back on the model's turn as received.
+The request body is `worker.adapters.gemini_body`'s. Gemini has no refusal of its own:
+a blocked prompt (`promptFeedback.blockReason`) and a stop for safety are its filters
+(`content_filter`).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from urllib.parse import quote
 from worker.adapters.base import Completion, Event, ProviderCall, TextDelta, ToolCallDelta
 from worker.adapters.classify import classify_stream_error
 from worker.adapters.finish import FinishReason, normalize_finish
+from worker.adapters.gemini_body import ORIGIN, SKIP_SIGNATURE, request_body
 from worker.adapters.http import (
     HttpRequest,
     SseAdapter,
@@ -25,20 +29,17 @@ from worker.adapters.http import (
 )
 from worker.adapters.sse import SseEvent
 from worker.errors import ConnectionFailed
-from worker.types import Message, Reasoning, ToolCall, Usage
+from worker.types import Reasoning, ToolCall, Usage
 
 __all__ = ["ORIGIN", "SKIP_SIGNATURE", "GeminiAdapter"]
-
-ORIGIN = "google"  # the `Reasoning.origin` of Gemini's signatures, wherever served
-# Google's documented stand-in for a function call Gemini did not write (a turn that
-# fell back from another vendor): "Thought signatures", Gemini API docs.
-SKIP_SIGNATURE = "skip_thought_signature_validator"
 
 
 class GeminiAdapter(SseAdapter):
     """POST /v1beta/models/{model}:generateContent (or :streamGenerateContent?alt=sse)."""
 
     kind = "gemini"
+    # Vertex AI's fileData needs a mimeType; the Gemini API's does not.
+    _vertex = False
 
     def request(self, call: ProviderCall) -> HttpRequest:
         base = self._provider.base_url.rstrip("/")
@@ -47,23 +48,7 @@ class GeminiAdapter(SseAdapter):
         headers = {"accept": "text/event-stream" if call.stream else "application/json"}
         if self._secret:
             headers["x-goog-api-key"] = self._secret
-        body: dict[str, Any] = {
-            "contents": _contents(call.messages),
-            "generationConfig": {"maxOutputTokens": call.max_tokens},
-        }
-        system = "\n\n".join(m.text for m in call.messages if m.role == "system")
-        if system:
-            body["systemInstruction"] = {"parts": [{"text": system}]}
-        if call.tools:
-            body["tools"] = [
-                {
-                    "functionDeclarations": [
-                        {"name": t.name, "description": t.description, "parameters": t.parameters}
-                        for t in call.tools
-                    ]
-                }
-            ]
-        return HttpRequest(url=url, headers=headers, body=body)
+        return HttpRequest(url=url, headers=headers, body=request_body(call, vertex=self._vertex))
 
     def parse(self, body: Any) -> Completion:
         response = as_object(body)
@@ -76,52 +61,6 @@ class GeminiAdapter(SseAdapter):
 
     def decoder(self) -> StreamDecoder[SseEvent]:
         return _ChunkDecoder()
-
-
-def _contents(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
-    names = {call.id: call.name for m in messages for call in m.tool_calls}
-    out: list[dict[str, Any]] = []
-    for message in messages:
-        if message.role == "system":
-            continue
-        parts: list[dict[str, Any]] = []
-        if message.role == "tool":
-            # Gemini matches a response to its call by name (and order), not by id.
-            name = names.get(message.tool_call_id or "", message.tool_call_id or "")
-            response = {"name": name, "response": {"content": message.text}}
-            parts.append({"functionResponse": response})
-        elif message.text or not message.tool_calls:
-            parts.append(_signed({"text": message.text}, _text_signature(message)))
-        parts.extend(_function_calls(message.tool_calls))
-        role = "model" if message.role == "assistant" else "user"
-        # One turn per role change: parallel function responses must share one turn.
-        if out and out[-1]["role"] == role:
-            out[-1]["parts"].extend(parts)
-        else:
-            out.append({"role": role, "parts": parts})
-    return out
-
-
-def _function_calls(calls: tuple[ToolCall, ...]) -> list[dict[str, Any]]:
-    """Parallel calls: Gemini signs only the first; calls it never signed get the stand-in."""
-    signed = any(call.signature for call in calls)
-    return [
-        _signed(
-            {"functionCall": {"name": c.name, "args": c.arguments}},
-            c.signature or (None if signed or i else SKIP_SIGNATURE),
-        )
-        for i, c in enumerate(calls)
-    ]
-
-
-def _text_signature(message: Message) -> str | None:
-    return next((r.signature for r in message.reasoning if r.origin == ORIGIN), None)
-
-
-def _signed(part: dict[str, Any], signature: str | None) -> dict[str, Any]:
-    if signature:
-        part["thoughtSignature"] = signature
-    return part
 
 
 def _usage(meta: dict[str, Any]) -> Usage:

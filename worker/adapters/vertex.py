@@ -78,6 +78,7 @@ class _VertexGemini(GeminiAdapter):
     """The Gemini adapter's bodies and replies, on Vertex's URL with a Bearer token."""
 
     kind = "vertex"
+    _vertex = True
 
     def __init__(
         self, provider: ProviderSettings, client: httpx.AsyncClient, token: AccessToken
@@ -93,9 +94,17 @@ class _VertexGemini(GeminiAdapter):
 
 class _VertexClaude(AnthropicAdapter):
     """The Anthropic adapter's Messages, on rawPredict: `model` in the URL, the version
-    in the body."""
+    in the body.
+
+    Images and documents go as base64 data only (Vertex has no URL source). An answer's
+    schema goes as a forced tool: Vertex leaves Claude's structured outputs off until an
+    organization policy turns them on (`constraints/vertexai.allowedPartnerModelFeatures`)
+    and for some models only; every Claude on Vertex takes a forced tool.
+    """
 
     kind = "vertex"
+    native_output = False
+    url_sources = False
 
     def __init__(
         self, provider: ProviderSettings, client: httpx.AsyncClient, token: AccessToken

@@ -1,10 +1,11 @@
-"""What each provider API can carry of a turn's images and documents: a table.
+"""What each provider API can carry of a turn: a table.
 
 A model may take images and PDFs (`[models] inputs`) and still be served by an API that
 cannot carry a given one: no URL source, no attachment inside a tool result, a size or
-count cap of its own. Capability fit reads this table before any call and skips such a
-provider (`incapable`, naming what it cannot carry), so no part is dropped to make a
-call fit, and a request the API would refuse (413, 400) is never sent.
+count cap of its own; or a field value the API has no room for (a `tool_choice` of
+"none", a temperature over its range). Capability fit reads this table before any call
+and skips such a provider (`incapable`, naming what it cannot carry), so nothing is
+dropped to make a call fit, and a request the API would refuse (413, 400) is never sent.
 """
 
 from __future__ import annotations
@@ -13,14 +14,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-__all__ = ["WIRE_LIMITS", "WireLimits"]
+__all__ = ["WIRE_LIMITS", "WireLimits", "limits_for"]
 
 _MB = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
 class WireLimits:
-    """One API's limits on attachments; None: no limit of its own."""
+    """One API's limits on what a turn carries; None: no limit of its own."""
 
     image_url: bool = True  # an image given by URL (the provider fetches it)
     document_url: bool = True  # a document given by URL
@@ -29,6 +30,10 @@ class WireLimits:
     max_images: int | None = None  # in one request
     max_document_bytes: int | None = None  # one document, decoded
     max_documents: int | None = None  # in one request
+    document_needs_text: bool = False  # a message with a document must have text too
+    tool_choice_none: bool = True  # tools may be offered with tool_choice "none"
+    max_temperature: float | None = None  # the top of its temperature range
+    temperature_with_top_p: bool = True  # both sampling fields in one request
 
 
 WIRE_LIMITS: Mapping[str, WireLimits] = MappingProxyType(
@@ -44,15 +49,50 @@ WIRE_LIMITS: Mapping[str, WireLimits] = MappingProxyType(
             max_images=500,
             max_document_bytes=32 * _MB,
         ),
-        # Messages: base64 and URL sources for both; 5 MB an image, 100 images, 32 MB a
-        # request (so a PDF), 100 PDF pages.
+        # Messages (platform.claude.com/docs/en/build-with-claude/vision, .../pdf-support):
+        # base64 and URL sources for both, in tool results too; an image's base64 at most
+        # 5 MB (3.75 MB decoded), 100 images a request (600 past a 200k window), 32 MB a
+        # request, so a PDF's base64 too (24 MB decoded); 100 PDF pages (not counted here).
         "anthropic": WireLimits(
-            max_image_bytes=5 * _MB, max_images=100, max_document_bytes=32 * _MB
+            max_image_bytes=5 * _MB * 3 // 4,
+            max_images=100,
+            max_document_bytes=32 * _MB * 3 // 4,
+            max_temperature=1.0,
+            temperature_with_top_p=False,  # Claude 4 and later refuse both
         ),
-        # generateContent: inline data up to 20 MB a request.
-        "gemini": WireLimits(max_image_bytes=20 * _MB, max_document_bytes=20 * _MB),
-        "vertex": WireLimits(max_image_bytes=5 * _MB, max_document_bytes=20 * _MB),
-        # Converse: bytes (or S3) only; 3.75 MB an image, 20 images; 4.5 MB a document, 5.
+        # generateContent ("File input methods", "Image understanding"): inline data up to
+        # 100 MB of base64 a request (75 MB decoded), 50 MB a PDF (read as base64 too, to
+        # be safe); public https URLs the API fetches; 3,600 images a request; media in
+        # tool results (inside the functionResponse on Gemini 3, after it before).
+        "gemini": WireLimits(
+            max_image_bytes=100 * _MB * 3 // 4,
+            max_images=3600,
+            max_document_bytes=50 * _MB * 3 // 4,
+        ),
+        # Vertex AI: Google's publisher (inference reference, "Image understanding",
+        # "Document understanding"): 7 MB an inline image and 50 MB a PDF (read as base64,
+        # to be safe), 900 images and 900 files a prompt (Gemini 3 Pro; 3,000 before);
+        # public https URLs too, at most 10 images by URL and 15 MB a document by URL (not
+        # checkable here: relevo never fetches). Anthropic's (rawPredict) takes base64
+        # sources only, and Claude's own limits.
+        "vertex:google": WireLimits(
+            max_image_bytes=7 * _MB * 3 // 4,
+            max_images=900,
+            max_document_bytes=50 * _MB * 3 // 4,
+            max_documents=900,
+        ),
+        "vertex:anthropic": WireLimits(
+            image_url=False,
+            document_url=False,
+            max_image_bytes=5 * _MB * 3 // 4,
+            max_images=100,
+            max_document_bytes=32 * _MB * 3 // 4,
+            max_temperature=1.0,
+            temperature_with_top_p=False,
+        ),
+        # Converse (Bedrock Runtime API reference: Message.content, ImageSource,
+        # DocumentSource, ToolResultContentBlock): bytes (or S3) only, no URL; 3.75 MB and
+        # 8000 x 8000 px an image, 20 images; 4.5 MB a document, 5; both in tool results.
         "bedrock": WireLimits(
             image_url=False,
             document_url=False,
@@ -60,7 +100,20 @@ WIRE_LIMITS: Mapping[str, WireLimits] = MappingProxyType(
             max_images=20,
             max_document_bytes=4_500_000,
             max_documents=5,
+            document_needs_text=True,  # a document block needs a text block beside it
+            tool_choice_none=False,  # ToolChoice is auto, any or tool
+            max_temperature=1.0,  # InferenceConfiguration.temperature: 0 to 1
+            temperature_with_top_p=False,  # Claude 4 and later refuse both
         ),
     }
 )
-"""Per adapter kind (`ProviderSettings.kind`); a kind not listed has no limits of its own."""
+"""Per adapter kind (`ProviderSettings.kind`), Vertex AI per publisher (`limits_for`); a
+kind not listed has no limits of its own."""
+
+
+def limits_for(kind: str, model_id: str) -> WireLimits | None:
+    """The limits of the API a `kind` provider speaks for `model_id`."""
+    if kind == "vertex":
+        # As the Vertex adapter chooses its publisher: Claude ids are Anthropic's.
+        kind = "vertex:anthropic" if model_id.startswith("claude-") else "vertex:google"
+    return WIRE_LIMITS.get(kind)

@@ -15,6 +15,7 @@ import os
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from pathlib import Path
 from types import MappingProxyType
@@ -26,6 +27,7 @@ from rich.console import Console
 import breakers
 import budgets
 from worker.errors import STORE_DOWN, STORE_REFUSED, ConfigError, InputError
+from worker.fleet.errors import FleetUnavailable
 from worker.fleet.operations import check_text
 from worker.observability.redact import redact_url
 from worker.settings import RedisSettings
@@ -135,21 +137,51 @@ def read_input(source: str) -> bytes:
         raise InputError(f"cannot read input {source}: {exc.strerror}") from None
 
 
-def redis_trouble(where: RedisSettings, exc: BaseException, hint: str = "") -> OperatorError:
-    """What went wrong with Redis, in one line without its password: exit 6."""
-    url = redact_url(where.url)
-    if isinstance(exc, STORE_REFUSED):
+def redis_trouble(
+    where: RedisSettings, exc: BaseException, hint: str = "", *, shared: bool = False
+) -> OperatorError:
+    """What went wrong with Redis, in one line without its password: exit 6.
+
+    `shared`: the failure was the shared state's store's (`RedisSettings.shared_url`,
+    when set), not the fleet's Redis (`url`): the message names the one that failed.
+    """
+    url, setting = _store(where, shared=shared)
+    url = redact_url(url)
+    if _refused(exc):
         return OperatorError(
-            f"Redis at {url} refused this client ({type(exc).__name__}); "
+            f"Redis at {url} refused this client ({type(_cause(exc)).__name__}); "
             f"check the user and password in the URL and its ACL permissions{hint}",
             EXIT_UNAVAILABLE,
         )
-    cause = exc.__cause__ if isinstance(exc, breakers.StoreUnavailableError) else exc
     return OperatorError(
-        f"Redis at {url} did not answer ({type(cause or exc).__name__}); "
-        f"check --config or RELEVO_REDIS__URL{hint}",
+        f"Redis at {url} did not answer ({type(_cause(exc)).__name__}); "
+        f"check --config or {setting}{hint}",
         EXIT_UNAVAILABLE,
     )
+
+
+def _store(where: RedisSettings, *, shared: bool) -> tuple[str, str]:
+    """The URL of the Redis named, and the environment variable that sets it."""
+    if shared and where.shared_url is not None:
+        return where.shared_url, "RELEVO_REDIS__SHARED_URL"
+    return where.url, "RELEVO_REDIS__URL"
+
+
+def _cause(exc: BaseException) -> BaseException:
+    """The Redis or socket error itself, under what breakers, kombu or the fleet made of it."""
+    wrapped = isinstance(exc, FleetUnavailable | breakers.StoreUnavailableError)
+    if (wrapped or type(exc).__module__.startswith("kombu")) and exc.__cause__ is not None:
+        return _cause(exc.__cause__)
+    return exc
+
+
+def _refused(exc: BaseException) -> bool:
+    return isinstance(exc, STORE_REFUSED) or (isinstance(exc, FleetUnavailable) and exc.refused)
+
+
+# The operator clients open in this task, innermost last: a failure is named after the
+# one that fails a PING, whichever context manager the exception passes first.
+_OPEN: ContextVar[tuple[tuple[Redis, bool], ...]] = ContextVar("relevo_operator", default=())
 
 
 @asynccontextmanager
@@ -157,16 +189,30 @@ async def operator_redis(where: RedisSettings, *, shared: bool = False) -> Async
     """A client with the operator timeout; Redis failures become `OperatorError`, exit 6.
 
     `shared`: on the shared state's store (breakers, budgets, kill switch), which may be
-    a Redis Cluster of its own (`RedisSettings.shared_url`)."""
+    a Redis Cluster of its own (`RedisSettings.shared_url`). The error names the store
+    that failed, whichever of a command's clients its exception comes through."""
     timeout_s = max(where.timeout_s, OPERATOR_TIMEOUT_S)
     connect = where.connect_shared if shared else where.connect
     client = connect(timeout_s=timeout_s)
+    opened = _OPEN.set((*_OPEN.get(), (client, shared)))
     try:
         yield client
     except (*STORE_REFUSED, *STORE_DOWN) as exc:
-        raise redis_trouble(where, exc) from None
+        raise redis_trouble(where, exc, shared=await _failing(shared)) from None
     finally:
+        _OPEN.reset(opened)
         await client.aclose()
+
+
+async def _failing(default: bool) -> bool:
+    """Whether the store that failed is the shared state's: the first open client that
+    does not answer now, innermost first; `default` if every one answers."""
+    for client, shared in reversed(_OPEN.get()):
+        try:
+            await client.ping()
+        except (*STORE_REFUSED, *STORE_DOWN):
+            return shared
+    return default
 
 
 Handler = Callable[[Any], Coroutine[Any, Any, int]]

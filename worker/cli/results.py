@@ -3,9 +3,12 @@
 relevo result TURN_ID [--config FILE]
 relevo tail TURN_ID [--config FILE] [--idle-timeout S]
 
-`tail` reads the turn's content stream (`worker.fleet.turnstore`) from the start and ends
+`tail` reads the turn's content stream (`worker.fleet.streams`) from the start and ends
 when the stream does, when the turn's result is stored without one (a turn that did not
-stream, or whose stream was cut), or after `--idle-timeout` seconds with nothing new.
+stream, or whose stream was cut), or after `--idle-timeout` seconds with nothing new. A
+tail started after a turn began running again (its worker died) prints the new run's
+text alone; one that had printed the earlier run's says so on stderr and prints the new
+run's text from a new line.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from worker.cli.common import (
 )
 from worker.cli.parsing import Commands, add_command, add_redis_options, positive_seconds
 from worker.fleet.operator_config import redis_settings
+from worker.fleet.streams import StreamEvent, StreamReader
 from worker.fleet.turnstore import TurnKeys, TurnStore
 from worker.types import TurnResult
 
@@ -68,7 +72,8 @@ def register(commands: Commands) -> None:
         exits=(EXIT_OK, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_TIMEOUT),
         details="Ends when the turn's stream ends, or when its result is stored without one "
         "(it did not stream: `relevo result` prints it). Gives up after --idle-timeout "
-        "seconds with no new content.",
+        "seconds with no new content. A turn that runs again (its worker died) starts its "
+        "text over on a new line, with a note on stderr.",
         notes={
             EXIT_OK: "the turn ended (its status: relevo result TURN_ID)",
             EXIT_USAGE: "bad usage, or nothing is known of that turn id (mistyped, or "
@@ -115,30 +120,41 @@ class _Follow:
     redis: Redis
     keys: TurnKeys
     turn_id: str
-    last: str = "0-0"
     printed: bool = False
+    restarts: int = 0
+
+    def __post_init__(self) -> None:
+        self.reader = StreamReader(self.redis, self.keys.chunks(self.turn_id))
+
+    @property
+    def last(self) -> str:
+        return self.reader.last
 
     async def read(self, block_ms: int | None) -> bool:
-        """Print what arrived after `last` (waiting up to `block_ms`); True at the end marker."""
-        key = self.keys.chunks(self.turn_id)
-        batches: Any = await self.redis.xread({key: self.last}, block=block_ms, count=100)
-        for _, entries in batches:
-            for entry_id, fields in entries:
-                self.last = entry_id
-                if b"end" in fields:
-                    return True
-                write_out(bytes(fields[b"text"]).decode())
-                self.printed = True
-        return False
+        """Print what arrived after the last entry read (waiting up to `block_ms`); True at
+        the end marker."""
+        self._print(await self.reader.read(block_ms))
+        return self.reader.ended
 
     async def drain(self) -> bool:
         """Print everything written so far; True if it ends with the end marker."""
-        while True:
-            before = self.last
-            if await self.read(None):
-                return True
-            if self.last == before:
-                return False
+        self._print(await self.reader.drain())
+        return self.reader.ended
+
+    def _print(self, events: list[StreamEvent]) -> None:
+        for event in events:
+            if event.restart:
+                # Printed text cannot be taken back: the new run's starts on a line of its own.
+                self.restarts += 1
+                write_out("\n")
+                note(
+                    f"turn {self.turn_id!r} runs again (its worker was lost): its text "
+                    "starts over on the next line"
+                )
+                self.printed = False
+                continue
+            write_out(event.text)
+            self.printed = True
 
     async def known(self) -> tuple[bool, bool]:
         """(whether a result is stored, whether anything at all is under the turn id)."""

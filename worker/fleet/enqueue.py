@@ -1,37 +1,100 @@
-"""Sending turns to the fleet, and reading what became of them."""
+"""Sending turns to the fleet: every turn is published by `send_turn`.
+
+    handle = enqueue_turn(request, app=app, limits=settings.limits)   # sync code
+    result = handle.get(timeout_s=60)
+
+    async with Producer.from_settings(settings) as producer:          # async code
+        handle = await producer.enqueue(request)   # checked here, then sent
+        async for text in handle.stream():         # the streamed text, as it arrives
+            ...
+        result = await handle.result(timeout_s=60)  # TurnResult, or TurnTimeout
+
+`enqueue_turn` and `Producer.enqueue` check the turn here (a bad one never reaches a
+worker), then call `send_turn`; so does the workers' sweeper when it re-sends a turn the
+broker lost (`worker.fleet.sweeper`). What became of a turn is read through its handle
+(`worker.fleet.handles`). `send_turn` publishes through Celery's `send_task`, so its
+signals fire (`before_task_publish`); `Producer` runs it on a few threads of its own: a
+slow broker holds up the caller that enqueues, never the event loop.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+import contextvars
+import functools
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from types import TracebackType
 from typing import Any
 
 from celery import Celery
 from celery.result import AsyncResult
+from kombu.transport import redis as kombu_redis
+from pydantic import TypeAdapter, ValidationError
+from redis.asyncio import Redis
 
-from worker.adapters import make_client
-from worker.fleet.sending import send_turn
+from worker.errors import InputError
+from worker.fleet.broker import TASK_NAME, celery_app
+from worker.fleet.errors import fleet_errors
+from worker.fleet.handles import AsyncTurnHandle, TurnHandle
+from worker.fleet.turnstore import TurnKeys, TurnStore
 from worker.settings import LimitsSettings, Settings
-from worker.turn.chain import Chain
 from worker.turn.intake import checked_turn
-from worker.types import TurnRequest, TurnResult
+from worker.types import TurnId, TurnRequest
 
-__all__ = ["TurnHandle", "enqueue_turn", "run_turn", "send_turn"]
+__all__ = ["TASK_NAME", "Producer", "enqueue_turn", "send_turn"]
+
+_READ_TIMEOUT_S = 2.0
+# send_task takes well under a millisecond when the broker answers: a few threads suffice.
+_PUBLISH_THREADS = 4
+_TURN_ID: TypeAdapter[str] = TypeAdapter(TurnId)
 
 
-@dataclass(frozen=True)
-class TurnHandle:
-    """A turn on its way through the fleet; `result` is Celery's AsyncResult."""
+def send_turn(app: Celery, turn: TurnRequest, *, ignore_result: bool = False) -> AsyncResult:
+    """Record the turn as sent, then publish it through Celery's `send_task` (its publish
+    signals fire).
 
-    turn_id: str
-    result: AsyncResult
+    The record (`TurnKeys.sent`, `TurnKeys.payloads`) is written first, on the broker
+    connection the publish then uses: a turn the broker loses afterwards is re-sent by
+    the workers' sweeper (`worker.fleet.sweeper`) instead of vanishing.
+    `ignore_result`: Celery neither stores the task's return value nor subscribes this
+    process to it; the turn store still holds the result (what `Producer` reads).
+    `FleetUnavailable` if the broker does not answer within `broker.SEND_TIMEOUT_S` (or the
+    store's timeout, if longer) or refuses this client.
+    """
+    payload = turn.model_dump(mode="json")
+    with fleet_errors(app.conf.broker_url), app.producer_or_acquire() as producer:
+        # Within the app's bound: kombu's own default keeps retrying a dead broker for 6 s.
+        producer.connection.ensure_connection(
+            max_retries=1, interval_start=0, timeout=app.conf.relevo_send_timeout_s
+        )
+        channel = producer.channel
+        if isinstance(channel, kombu_redis.Channel):
+            with channel.conn_or_acquire() as client:
+                _record_sent(client, app, turn.turn_id, json.dumps(payload))
+        return app.send_task(
+            TASK_NAME,
+            args=[payload],
+            task_id=turn.turn_id,
+            # None, not False: the task's own setting decides, and the message is as before.
+            ignore_result=True if ignore_result else None,
+            producer=producer,
+        )
 
-    def get(self, timeout_s: float | None = None) -> TurnResult:
-        """Wait for the turn's result."""
-        # The caller may itself run inside a worker (the embedded demo): waiting
-        # here is on purpose, not a task waiting on a subtask.
-        raw = self.result.get(timeout=timeout_s, disable_sync_subtasks=False)
-        return TurnResult.model_validate(raw)
+
+def _record_sent(client: Any, app: Celery, turn_id: str, payload: str) -> None:
+    """One round trip: the turn's send time and payload, and the keys' expiry refreshed."""
+    keys = TurnKeys(app.conf.get("relevo_namespace") or "relevo")
+    expires = app.conf.result_expires or 86_400
+    ttl_s = int(expires.total_seconds() if isinstance(expires, timedelta) else expires)
+    pipe = client.pipeline(transaction=False)
+    pipe.zadd(keys.sent, {turn_id: int(time.time() * 1000)})
+    pipe.hset(keys.payloads, turn_id, payload)
+    pipe.expire(keys.sent, ttl_s)
+    pipe.expire(keys.payloads, ttl_s)
+    pipe.execute()
 
 
 def enqueue_turn(
@@ -42,17 +105,107 @@ def enqueue_turn(
 ) -> TurnHandle:
     """Validate the turn and its size here (a bad one never reaches a worker) and enqueue it.
 
-    `limits` should be the workers' (`settings.limits`); the defaults otherwise.
+    `limits` should be the workers' (`settings.limits`); the defaults otherwise. Raises
+    `InputError` (naming the field) for a turn that is not valid, nothing sent, and
+    `FleetUnavailable` when the broker does not answer or refuses this client.
     """
     turn = checked_turn(request, limits or LimitsSettings())
     return TurnHandle(turn.turn_id, send_turn(app, turn))
 
 
-def run_turn(request: TurnRequest, settings: Settings) -> TurnResult:
-    """Run one turn in this process, without the fleet (no shared breakers or budgets)."""
+class Producer:
+    """Sends turns to the fleet and hands back `AsyncTurnHandle`s; use with `async with`.
 
-    async def go() -> TurnResult:
-        async with make_client() as client:
-            return await Chain.from_settings(settings, client).run(request)
+    `redis` is where the workers keep results (bytes replies, as `RedisSettings.connect`
+    makes them); `limits` should be the workers'. What each call raises:
 
-    return asyncio.run(go())
+        enqueue     InputError (not a valid turn: nothing sent); FleetUnavailable
+        turn        InputError (not a turn id)
+        handle.peek, .running                FleetUnavailable
+        handle.result                        TurnTimeout, FleetUnavailable, ValueError
+        handle.events                        the same
+        handle.stream                        the same, and StreamRestarted
+
+    `FleetUnavailable` comes within seconds (`broker.SEND_TIMEOUT_S` to send, one read to read)
+    and names the Redis; `ValueError` is a negative `timeout_s`.
+    """
+
+    def __init__(
+        self,
+        app: Celery,
+        redis: Redis,
+        *,
+        namespace: str = "relevo",
+        limits: LimitsSettings | None = None,
+    ) -> None:
+        self.app = app
+        self.redis = redis
+        self.limits = limits or LimitsSettings()
+        self.store = TurnStore(redis, namespace=namespace)
+        self._publisher: ThreadPoolExecutor | None = None
+        self._owned = False
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Producer:
+        """A producer on the fleet `settings` describe; it owns its Celery app and client."""
+        timeout_s = max(settings.redis.timeout_s, _READ_TIMEOUT_S)
+        producer = cls(
+            celery_app(settings),
+            settings.redis.connect(timeout_s=timeout_s),
+            namespace=settings.redis.namespace,
+            limits=settings.limits,
+        )
+        producer._owned = True
+        return producer
+
+    async def enqueue(self, request: TurnRequest | dict[str, Any] | str | bytes) -> AsyncTurnHandle:
+        """Check the turn (`InputError` before anything is sent) and send it;
+        `FleetUnavailable` if the broker does not answer or refuses this client.
+
+        A caller cancelled while the turn is being published does not stop the publish.
+        """
+        turn = checked_turn(request, self.limits)
+        if self._publisher is None:
+            self._publisher = ThreadPoolExecutor(_PUBLISH_THREADS, "relevo-publish")
+        # ignore_result: otherwise Celery subscribes this long-lived process to each turn's
+        # result channel and nothing here ever reads it (results come from the turn store).
+        send = functools.partial(send_turn, self.app, turn, ignore_result=True)
+        # The caller's context goes along (run_in_executor alone drops it): a
+        # before_task_publish handler reads the caller's trace context there.
+        context = contextvars.copy_context()
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._publisher, context.run, send)
+        return AsyncTurnHandle(turn.turn_id, self.store, streaming=turn.stream)
+
+    def turn(self, turn_id: str) -> AsyncTurnHandle:
+        """A handle on a turn sent earlier (by any process); `InputError` if no turn has
+        such an id."""
+        try:
+            _TURN_ID.validate_python(turn_id)
+        except ValidationError:
+            # As parse_turn_request: name the field, never echo the value.
+            raise InputError(
+                "turn_id: not a turn id (1 to 128 letters, digits, '_', '.' or '-', "
+                "the first a letter, digit or '_')"
+            ) from None
+        return AsyncTurnHandle(turn_id, self.store)
+
+    async def aclose(self) -> None:
+        """Finish the publishes under way; close what `from_settings` opened."""
+        publisher, self._publisher = self._publisher, None
+        if publisher is not None:
+            await asyncio.to_thread(publisher.shutdown)
+        if self._owned:
+            await asyncio.to_thread(self.app.close)
+            await self.redis.aclose()
+
+    async def __aenter__(self) -> Producer:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()

@@ -178,16 +178,19 @@ class TurnRunner:
                     return stored
         except STORE_DOWN as exc:
             log.warning("turn.store_unreachable", turn_id=turn_id, error=type(exc).__name__)
-        return await self._save(await self._run(request))
+        return await self._save(await self._run(request), end_stream=request.stream)
 
-    async def _save(self, result: TurnResult) -> TurnResult:
-        """Save the result; one Redis missed is kept and saved when Redis answers again."""
+    async def _save(self, result: TurnResult, *, end_stream: bool) -> TurnResult:
+        """Save the result (and end its stream); one Redis missed is kept and saved when
+        Redis answers again."""
         try:
-            return await self.store.save(result)
+            return await self.store.save(result, end_stream=end_stream)
         except STORE_DOWN as exc:
             log.warning("turn.result_saved_later", turn_id=result.turn_id, error=type(exc).__name__)
         store = self.store
-        self.guard.backlog.add(f"result:{result.turn_id}", "result", lambda: store.save(result))
+        self.guard.backlog.add(
+            f"result:{result.turn_id}", "result", lambda: store.save(result, end_stream=end_stream)
+        )
         return result
 
     async def _run(self, request: TurnRequest) -> TurnResult:
@@ -210,10 +213,12 @@ class TurnRunner:
             await publisher
 
     async def _publish(self, turn_id: str, chunks: asyncio.Queue[str | None]) -> None:
+        # This run's text starts the stream over: a run before it (its worker died) left
+        # text that is not the result's. The end marker goes with the result (`_save`).
         try:
+            await self.store.start_stream(turn_id, self.holder)
             while (text := await chunks.get()) is not None:
                 await self.store.publish(turn_id, text)
-            await self.store.end_stream(turn_id)
         except STORE_DOWN as exc:
             log.warning("turn.chunks_not_published", turn_id=turn_id, error=type(exc).__name__)
 

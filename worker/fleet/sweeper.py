@@ -25,6 +25,7 @@ from pydantic import ValidationError
 
 from breakers.rediskit import text
 from worker.errors import STORE_DOWN
+from worker.fleet.errors import FleetUnavailable
 from worker.fleet.turnstore import TurnStore
 from worker.types import TurnRequest
 
@@ -32,6 +33,8 @@ __all__ = ["Sweeper"]
 
 log = structlog.get_logger("relevo.sweeper")
 _BATCH = 500
+# Redis gone: the store's reads, or the re-send's publish.
+_UNREACHABLE: tuple[type[BaseException], ...] = (*STORE_DOWN, FleetUnavailable)
 
 
 class Sweeper:
@@ -59,7 +62,7 @@ class Sweeper:
             await asyncio.sleep(self.interval_s * random.uniform(0.8, 1.2))
             try:
                 await self.sweep_once()
-            except STORE_DOWN as exc:
+            except _UNREACHABLE as exc:
                 log.warning("sweep.store_unreachable", error=type(exc).__name__)
             except Exception:  # the sweeper must outlive any one bad round
                 log.exception("sweep.failed")

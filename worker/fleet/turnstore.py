@@ -9,11 +9,12 @@ turn the kill switch refused: `relevo replay-held` runs it later and replaces it
 "rejected" result (one Lua script, which replaces nothing else). A claim (SET NX PX)
 keeps two deliveries of one turn from running it at the same time; it expires
 with the turn's deadline, so a dead worker's claim frees itself. Content of a
-streaming turn goes to a Redis stream per turn, ended by an empty `end` entry.
+streaming turn goes to a Redis stream per turn: each run starts it over, and its end
+marker goes with the result (`worker.fleet.streams`).
 
     {N}:turn:<id>:result   string  the TurnResult JSON    (TTL: result_ttl_s)
     {N}:turn:<id>:claim    string  the claiming worker    (TTL: deadline + margin)
-    {N}:turn:<id>:chunks   stream  text / end entries     (TTL: result_ttl_s)
+    {N}:turn:<id>:chunks   stream  run / text / end       (TTL: result_ttl_s)
     {N}:turns:sent         zset    turn id -> ms sent     (TTL: result_ttl_s, refreshed)
     {N}:turns:payloads     hash    turn id -> payload     (TTL: result_ttl_s, refreshed)
     {N}:turns:sweep        string  the sweeping worker    (TTL: one sweep interval)
@@ -36,6 +37,8 @@ from typing import Any, cast
 from redis.asyncio import Redis
 
 from breakers.rediskit import text
+from worker.fleet.errors import StreamRestarted
+from worker.fleet.streams import START, StreamReader
 from worker.guard.autopipeline import AutoPipeline
 from worker.types import TurnResult
 
@@ -112,6 +115,7 @@ class TurnStore:
         self.ttl_s = ttl_s
         self.pipes = pipes or AutoPipeline(redis)
         self._replace = redis.register_script(_REPLACE)
+        self._start = redis.register_script(START)
         self._saves = 0
 
     async def result(self, turn_id: str) -> TurnResult | None:
@@ -134,9 +138,15 @@ class TurnStore:
             await self.redis.delete(claim)
         return _parsed(raw)
 
-    async def save(self, result: TurnResult) -> TurnResult:
-        """Save the result unless one was saved first; return the one that stands."""
+    async def save(self, result: TurnResult, *, end_stream: bool = False) -> TurnResult:
+        """Save the result unless one was saved first; return the one that stands.
+
+        `end_stream`: end the turn's stream in the same round trip, before the result,
+        so that no reader sees a run's text end without its result following.
+        """
         slot = self.pipes.open()
+        # The SET's reply is the first but for the end marker's.
+        at = self._append_on(slot.pipe, result.turn_id, {"end": "1"}) if end_stream else 0
         # NX GET: the reply is the result saved first (it stands), or nil (ours does).
         key, saved = self.keys.result(result.turn_id), result.model_dump_json()
         slot.pipe.execute_command("SET", key, saved, "NX", "GET", "EX", self.ttl_s, get=True)
@@ -155,7 +165,7 @@ class TurnStore:
         if self._saves % _TRIM_EVERY == 1:  # the first save too: the key gets its TTL
             slot.pipe.execute_command("ZREMRANGEBYRANK", recent, 0, -RECENT_TURNS - 1)
             slot.pipe.execute_command("EXPIRE", recent, self.ttl_s)
-        standing, *_ = _raised(await slot.send())
+        standing = _raised(await slot.send())[at]
         return result if standing is None else _parsed(standing)
 
     async def recent(self, since_ms: int, count: int = RECENT_TURNS) -> list[TurnResult]:
@@ -206,30 +216,36 @@ class TurnStore:
             await asyncio.sleep(0.1)
         return None
 
+    async def start_stream(self, turn_id: str, holder: str) -> None:
+        """Begin a run's text: what an earlier run of the turn streamed is dropped."""
+        await self._start(keys=[self.keys.chunks(turn_id)], args=[holder, self.ttl_s])
+
     async def publish(self, turn_id: str, text: str) -> None:
-        await self._append(turn_id, {"text": text})
-
-    async def end_stream(self, turn_id: str) -> None:
-        await self._append(turn_id, {"end": "1"})
-
-    async def _append(self, turn_id: str, entry: dict[Any, Any]) -> None:
-        key = self.keys.chunks(turn_id)
         slot = self.pipes.open()
-        slot.pipe.xadd(key, entry, maxlen=_CHUNK_MAXLEN, approximate=True)
-        slot.pipe.expire(key, self.ttl_s)
+        self._append_on(slot.pipe, turn_id, {"text": text})
         _raised(await slot.send())
 
+    async def end_stream(self, turn_id: str) -> None:
+        slot = self.pipes.open()
+        self._append_on(slot.pipe, turn_id, {"end": "1"})
+        _raised(await slot.send())
+
+    def _append_on(self, pipe: Any, turn_id: str, entry: dict[Any, Any]) -> int:
+        """Queue the entry on `pipe`; how many commands that took."""
+        key = self.keys.chunks(turn_id)
+        pipe.xadd(key, entry, maxlen=_CHUNK_MAXLEN, approximate=True)
+        pipe.expire(key, self.ttl_s)
+        return 2
+
     async def tail(self, turn_id: str, *, block_ms: int = 1000) -> AsyncIterator[str]:
-        """The turn's content as it arrives, from the start, until its end marker."""
-        key, last = self.keys.chunks(turn_id), "0-0"
-        while True:
-            batches: Any = await self.redis.xread({key: last}, block=block_ms, count=100)
-            for _, entries in batches:
-                for entry_id, fields in entries:
-                    last = entry_id
-                    if b"end" in fields:
-                        return
-                    yield bytes(fields[b"text"]).decode()
+        """The turn's content as it arrives, from the start, until its end marker;
+        `StreamRestarted` if the turn runs again after some of it was read."""
+        reader = StreamReader(self.redis, self.keys.chunks(turn_id))
+        while not reader.ended:
+            for event in await reader.read(block_ms):
+                if event.restart:
+                    raise StreamRestarted(turn_id)
+                yield event.text
 
 
 def _raised(replies: list[object]) -> list[object]:

@@ -12,6 +12,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from worker.simulator.anthropic_request import check_messages_body
 from worker.simulator.faults import StreamPayload
 from worker.simulator.wire import (
     BadRequest,
@@ -58,8 +59,13 @@ class AnthropicDialect:
     separator = b"\n\n"
 
     def inspect(self, body: Mapping[str, Any]) -> Inspection:
-        """Read model, system, messages, tools and max_tokens (which the API requires)."""
-        model = require(body, "model", str)
+        """Read model, system, messages, tools and max_tokens (which the API requires),
+        refusing what the API refuses (`anthropic_request`)."""
+        return self._inspect(body, require(body, "model", str))
+
+    def _inspect(self, body: Mapping[str, Any], model: str, **endpoint: Any) -> Inspection:
+        """`inspect` for `model`, on an endpoint that takes what `endpoint` says
+        (`check_messages_body`'s keywords)."""
         messages = require(body, "messages", list)
         limit = require(body, "max_tokens", int)
         tools = body.get("tools") or []
@@ -67,8 +73,8 @@ class AnthropicDialect:
             isinstance(t, dict) and isinstance(t.get("name"), str) for t in tools
         ):
             raise BadRequest("tools.name: field required")
-        thinking = body.get("thinking")
-        thinks = isinstance(thinking, dict) and thinking.get("type") == "enabled"
+        asked = check_messages_body(body, model, **endpoint)
+        thinks = asked.thinking
         if thinks:
             _check_thinking(messages, model)
         prompt = json.dumps([body.get("system"), messages])
@@ -80,6 +86,8 @@ class AnthropicDialect:
             tools=tuple(t["name"] for t in tools),
             max_tokens=limit,
             thinking=thinks,
+            answer_schema=asked.answer_schema,
+            forced_tool=asked.forced_tool,
         )
 
     def reply_body(self, reply: CannedReply) -> dict[str, Any]:

@@ -4,8 +4,14 @@ The simulator serves the regional endpoint under `/bedrock-runtime/{region}`: a 
 whose `base_url` is `http://SIM/bedrock-runtime/us-east-1` talks to "us-east-1". Every
 request must be SigV4-signed for service `bedrock` and that region, with the simulator's
 test credentials (`TEST_ACCESS_KEY_ID`, `TEST_SECRET_ACCESS_KEY`, any session token); the
-signature itself is checked with botocore, as AWS would check it. Streams are AWS
+signature itself is checked with botocore, as AWS would check it. The body is checked
+as Converse checks it (`worker.simulator.bedrock_request`). Streams are AWS
 event-stream messages, framed here (prelude, headers, payload, CRC32s) with zlib.
+
+A request with `outputConfig.textFormat` is answered with JSON its schema accepts (one
+it refuses with the fault's `invalid_output`); a forced toolChoice (`tool`, or `any`:
+the first tool) is answered with a call to that tool. Converse has no refusal: a
+filtered answer stops with `content_filtered`.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import zlib
 from collections.abc import Mapping
 from typing import Any
 
+from worker.simulator.bedrock_request import check_request, forced_tool, output_schema
 from worker.simulator.faults import StreamPayload
 from worker.simulator.wire import BadRequest, CannedReply, Inspection, estimate_tokens, fragments
 
@@ -161,32 +168,26 @@ class BedrockDialect:
     stream_content_type = EVENT_STREAM
 
     def inspect(self, body: Mapping[str, Any]) -> Inspection:
-        """Read messages, system, toolConfig and inferenceConfig.maxTokens; a reasoning block
-        sent back altered is refused, as Bedrock refuses a bad thinking signature."""
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise BadRequest("A conversation must start with a user message.")
+        """Read messages, system, toolConfig, inferenceConfig.maxTokens and outputConfig;
+        refuse what Converse refuses (`bedrock_request`), and a reasoning block sent back
+        altered, as Bedrock refuses a bad thinking signature."""
+        check_request(body)
+        messages = body["messages"]
         for message in messages:
-            if not isinstance(message, dict) or not isinstance(message.get("content"), list):
-                raise BadRequest("messages[].content: field required")
             for block in message["content"]:
                 _check_reasoning(block)
-        names: list[str] = []
         config = body.get("toolConfig") or {}
-        for tool in config.get("tools", []) if isinstance(config, dict) else [None]:
-            spec = tool.get("toolSpec") if isinstance(tool, dict) else None
-            if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
-                raise BadRequest("toolConfig.tools[].toolSpec.name: field required")
-            names.append(spec["name"])
-        inference = body.get("inferenceConfig") or {}
-        limit = inference.get("maxTokens") if isinstance(inference, dict) else None
+        names = tuple(t["toolSpec"]["name"] for t in config.get("tools", []) if "toolSpec" in t)
+        limit = (body.get("inferenceConfig") or {}).get("maxTokens")
         return Inspection(
             model=None,
             stream=False,
             input_tokens=estimate_tokens(json.dumps([body.get("system"), messages])),
             message_count=len(messages),
-            tools=tuple(names),
-            max_tokens=limit if isinstance(limit, int) else None,
+            tools=names,
+            max_tokens=limit,
+            answer_schema=output_schema(body),
+            forced_tool=forced_tool(body),
         )
 
     def reply_body(self, reply: CannedReply) -> dict[str, Any]:
@@ -278,6 +279,8 @@ def _tool_id(reply: CannedReply) -> str:
 
 
 def _stop_reason(reply: CannedReply) -> str:
+    if reply.filtered:
+        return "content_filtered"
     if reply.tool is not None:
         return "tool_use"
     return "max_tokens" if reply.truncated else "end_turn"

@@ -109,11 +109,11 @@ class Fault:
     redacted_thinking: bool = False
     """When the request asks for extended thinking (Anthropic), add a redacted_thinking
     block after the thinking block."""
+    invalid_output: bool = False
+    """Answer a structured-output request (a response schema, a forced tool) with JSON
+    that does not validate against its schema."""
     refusal: str | None = None
     """Refuse with these words instead of answering (OpenAI's `message.refusal`)."""
-    invalid_output: bool = False
-    """When the request asks for JSON (a schema, or JSON mode), answer JSON that does
-    not match what it asks for."""
 
     def __post_init__(self) -> None:
         if self.status is not None and not 400 <= self.status <= 599:

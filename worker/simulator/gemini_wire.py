@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from worker.simulator.faults import StreamPayload
+from worker.simulator.gemini_request import check_body
 from worker.simulator.wire import (
     BadRequest,
     CannedReply,
@@ -59,15 +60,29 @@ _STREAM_ERROR = {
 
 
 class GeminiDialect:
-    """`POST /v1beta/models/{model}:generateContent` and `:streamGenerateContent?alt=sse`."""
+    """`POST /v1beta/models/{model}:generateContent` and `:streamGenerateContent?alt=sse`.
+
+    The model is in the URL: `for_model` is the dialect one request speaks, refusing
+    what that model refuses (`worker.simulator.gemini_request`).
+    """
 
     api = "gemini"
     # Google's SSE frames end with CRLF pairs; clients must not assume bare LF.
     separator = b"\r\n\r\n"
+    vertex = False
+
+    def __init__(self, model: str = "") -> None:
+        self.model = model
+
+    def for_model(self, model: str) -> GeminiDialect:
+        """This dialect for a request to `model`."""
+        return type(self)(model)
 
     def inspect(self, body: Mapping[str, Any]) -> Inspection:
-        """Read contents, systemInstruction, functionDeclarations and maxOutputTokens."""
+        """Read contents, systemInstruction, functionDeclarations, maxOutputTokens and the
+        response schema; refuse what the API refuses."""
         contents = require(body, "contents", list)
+        check_body(body, model=self.model, vertex=self.vertex)
         names: list[str] = []
         for tool in body.get("tools") or []:
             declarations = tool.get("functionDeclarations", []) if isinstance(tool, dict) else None
@@ -83,6 +98,9 @@ class GeminiDialect:
         config = body.get("generationConfig") or {}
         limit = config.get("maxOutputTokens") if isinstance(config, dict) else None
         prompt = json.dumps([body.get("systemInstruction"), contents])
+        answer = None
+        if isinstance(config, dict) and config.get("responseMimeType") == "application/json":
+            answer = config.get("responseJsonSchema") or {"type": "object"}
         return Inspection(
             model=None,
             stream=False,
@@ -90,6 +108,7 @@ class GeminiDialect:
             message_count=len(contents),
             tools=tuple(names),
             max_tokens=limit if isinstance(limit, int) else None,
+            answer_schema=answer,
         )
 
     def reply_body(self, reply: CannedReply) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from typing import Any
 
 from worker.simulator.wire import BadRequest
 
-__all__ = ["check_request"]
+__all__ = ["check_request", "forced_tool"]
 
 # Every request field of the API reference (and Azure's `data_sources`).
 _FIELDS = frozenset(
@@ -61,6 +61,21 @@ def check_request(
             "stream_options",
         )
     return _output_schema(body.get("response_format"), messages)
+
+
+def forced_tool(body: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]] | None:
+    """The tool a checked request's `tool_choice` forces (`required`: the first), with its
+    parameters' schema."""
+    choice, tools = body.get("tool_choice"), body.get("tools") or []
+    functions = [t["function"] for t in tools]
+    if choice == "required" and functions:
+        chosen = functions[0]
+    elif isinstance(choice, dict):
+        name = choice["function"]["name"]
+        chosen = next(f for f in functions if f["name"] == name)
+    else:
+        return None
+    return chosen["name"], chosen.get("parameters") or {"type": "object", "properties": {}}
 
 
 def _refused(message: str, param: str | None = None, code: str | None = None) -> BadRequest:

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from worker.simulator.faults import StreamPayload
-from worker.simulator.openai_request import check_request
+from worker.simulator.openai_request import check_request, forced_tool
 from worker.simulator.wire import (
     BadRequest,
     CannedReply,
@@ -66,7 +66,8 @@ class OpenAIDialect:
             tools=names,
             max_tokens=limit if isinstance(limit, int) else None,
             include_usage=isinstance(options, dict) and options.get("include_usage") is True,
-            output_schema=check_request(body, model, names),
+            answer_schema=check_request(body, model, names),
+            forced_tool=forced_tool(body),
         )
 
     def reply_body(self, reply: CannedReply) -> dict[str, Any]:

@@ -119,7 +119,8 @@ async def _gemini(request: web.Request) -> web.StreamResponse:
     model, _, method = request.match_info["spec"].rpartition(":")
     if not model or method not in _GEMINI_METHODS:
         raise web.HTTPNotFound()
-    return await _serve_call(request, _GEMINI, model=model, stream=_GEMINI_METHODS[method])
+    dialect = _GEMINI.for_model(model)
+    return await _serve_call(request, dialect, model=model, stream=_GEMINI_METHODS[method])
 
 
 async def _vertex(request: web.Request) -> web.StreamResponse:
@@ -130,6 +131,8 @@ async def _vertex(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
     refused = state.tokens.check(request.headers.get("authorization"))
     if refused is None:
+        if isinstance(dialect, GeminiDialect):
+            dialect = dialect.for_model(model)
         return await _serve_call(request, dialect, model=model, stream=methods[method])
     record = _record(request, api=dialect.api, model=model, stream=False, body={}, inspection=None)
     state.arrive(record).finish(CallOutcome.ERROR, 401)

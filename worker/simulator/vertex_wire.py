@@ -12,6 +12,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from worker.simulator.anthropic_request import MESSAGES_FIELDS
 from worker.simulator.anthropic_wire import AnthropicDialect
 from worker.simulator.gemini_wire import GeminiDialect
 from worker.simulator.wire import BadRequest, CannedReply, Inspection
@@ -22,12 +23,14 @@ VERTEX_ANTHROPIC_VERSION = "vertex-2023-10-16"
 # The statuses Vertex answers itself, before the request reaches Claude.
 _VERTEX_STATUSES = frozenset({401, 403, 404, 429})
 _GOOGLE = GeminiDialect()
+_RAW_PREDICT_FIELDS = (MESSAGES_FIELDS - {"model", "inference_geo"}) | {"anthropic_version"}
 
 
 class VertexGeminiDialect(GeminiDialect):
     """`…/publishers/google/models/{model}:generateContent` (`:streamGenerateContent`)."""
 
     api = "vertex"
+    vertex = True
 
 
 class VertexClaudeDialect(AnthropicDialect):
@@ -36,12 +39,18 @@ class VertexClaudeDialect(AnthropicDialect):
     api = "vertex"
 
     def inspect(self, body: Mapping[str, Any]) -> Inspection:
-        """The Messages fields, without `model` and with the Vertex `anthropic_version`."""
-        if "model" in body:
-            raise BadRequest("model: Extra inputs are not permitted")
+        """The Messages fields, without `model` and with the Vertex `anthropic_version`;
+        images and documents as data only, and no `output_config.format` (Vertex's
+        default organization policy leaves Claude's structured outputs off)."""
         if body.get("anthropic_version") != VERTEX_ANTHROPIC_VERSION:
             raise BadRequest(f"anthropic_version: must be {VERTEX_ANTHROPIC_VERSION!r}")
-        inspection = super().inspect({**body, "model": ""})
+        inspection = self._inspect(
+            body,
+            "",
+            fields=_RAW_PREDICT_FIELDS,
+            url_sources=False,
+            structured_outputs=False,
+        )
         return dataclasses.replace(inspection, model=None)
 
     def error_body(self, status: int, message: str) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from worker.simulator.faults import Fault, StreamPayload
-from worker.simulator.schema_answer import json_answer
+from worker.simulator.json_answer import instance, mismatch
 
 __all__ = [
     "BadRequest",
@@ -60,9 +60,10 @@ class Inspection:
     include_usage: bool = False
     thinking: bool = False
     """The request asks for extended thinking (Anthropic's `thinking`)."""
-    output_schema: Mapping[str, Any] | None = None
-    """The JSON Schema the answer must follow (`{"type": "object"}` for JSON mode); None
-    for free text."""
+    answer_schema: Mapping[str, Any] | None = None
+    """The request asks for a JSON answer valid against this schema (structured output)."""
+    forced_tool: tuple[str, Mapping[str, Any]] | None = None
+    """The request forces a call to this tool (its name and input schema)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,14 +216,19 @@ def build_reply(seq: int, model: str, fault: Fault, request: Inspection) -> Cann
         tool = ToolReply(f"{seq:08d}", fault.reply_tool, dict(fault.tool_args))
         if not fault.tool_with_text:
             tokens = []
+    if request.forced_tool is not None and fault.reply_tool is None:
+        name, schema = request.forced_tool
+        arguments = mismatch(schema) if fault.invalid_output else instance(schema)
+        tool, tokens, truncated = ToolReply(f"{seq:08d}", name, arguments), [], False
+    elif request.answer_schema is not None and tool is None:
+        schema = request.answer_schema
+        answer = mismatch(schema) if fault.invalid_output else instance(schema)
+        tokens, truncated = fragments(json.dumps(answer)), False
     filtered = fault.content_filter_after_tokens is not None
     if fault.content_filter_after_tokens is not None:
         tokens, tool, truncated = tokens[: fault.content_filter_after_tokens], None, False
     elif fault.refusal is not None:
         tokens, tool, truncated = [], None, False
-    elif request.output_schema is not None and tool is None:
-        answer = json_answer(request.output_schema, valid=not fault.invalid_output)
-        tokens, truncated = fragments(answer), False
     return CannedReply(
         seq=seq,
         model=model,

@@ -31,7 +31,7 @@ from worker.turn.capability import Fit
 from worker.turn.output import read_output
 from worker.turn.policy import Decision, rule_for
 from worker.turn.pricing import cost_of, reservation_micros
-from worker.turn.report import TurnReport
+from worker.turn.report import WITHHELD, TurnReport
 from worker.turn.retry import retry_delay_s
 from worker.types import TurnRequest
 
@@ -337,8 +337,9 @@ class Attempts:
         return Answered()
 
     def _read(self, completion: Completion) -> Any:
-        """The answer as the JSON the turn asked for (nothing to read in a refusal)."""
-        if completion.refusal is not None or completion.tool_calls:
+        """The answer as the JSON the turn asked for: nothing to read in a tool call, a
+        refusal, or an answer the provider's filter withheld (not a fallback case)."""
+        if completion.tool_calls or completion.finish_reason in WITHHELD:
             return None
         return read_output(completion.text, self.request.response_format)
 

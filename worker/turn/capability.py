@@ -16,9 +16,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from worker.adapters.wire_limits import WIRE_LIMITS
+from worker.adapters.wire_limits import WireLimits, limits_for
 from worker.settings import ModelSettings
-from worker.turn.tokens import TOKENS_PER_REQUEST, message_tokens, tools_tokens
+from worker.turn.media import MediaRule, media_rule
+from worker.turn.tokens import (
+    TOKENS_PER_REQUEST,
+    message_tokens,
+    options_tokens,
+    tools_tokens,
+    unsized_tokens,
+)
 from worker.types import ImagePart, Message, NamedTool, Tool, TurnRequest
 
 __all__ = ["INCAPABLE", "Fit", "Unfit", "fit_turn", "trim_history", "wire_unfit"]
@@ -60,9 +67,10 @@ def fit_turn(request: TurnRequest, model: ModelSettings, *, min_window: int = 0)
     tools = _tools_for(request, model)
     if isinstance(tools, Unfit):
         return tools
-    tool_tokens = tools_tokens(tools)
+    tool_tokens = tools_tokens(tools) + options_tokens(request, tools)
     room = model.context_window - request.max_tokens - tool_tokens
-    kept = _trim(request.messages, room)
+    media = _media(model) if request.attachment_kinds else _TEXT_ONLY
+    kept = _trim(request.messages, room, media)
     if kept is None:
         return Unfit(
             "context_too_small",
@@ -70,25 +78,58 @@ def fit_turn(request: TurnRequest, model: ModelSettings, *, min_window: int = 0)
         )
     dropped = tuple(t.name for t in request.tools if t not in tools)
     trimmed, message_tokens = kept
+    input_tokens = message_tokens + tool_tokens
+    if request.attachment_kinds:
+        # Trimming fits what can be measured; an attachment of unknown size is the
+        # provider's to measure (a prompt over the window is refused, unbilled), so it
+        # holds at most what the window leaves.
+        unsized = unsized_tokens(trimmed, media)
+        input_tokens += min(unsized, max(0, model.context_window - input_tokens))
     return Fit(
         messages=trimmed,
         tools=tools,
-        input_tokens=message_tokens + tool_tokens,
+        input_tokens=input_tokens,
         trimmed_messages=len(request.messages) - len(trimmed),
         read_only=bool(dropped),
         dropped_tools=dropped,
     )
 
 
-def wire_unfit(request: TurnRequest, kind: str) -> Unfit | None:
-    """Why a provider API of `kind` cannot carry the turn's attachments, if it cannot
+def wire_unfit(request: TurnRequest, kind: str, model_id: str) -> Unfit | None:
+    """Why a provider API of `kind` cannot carry the turn to `model_id`, if it cannot
     (`worker.adapters.wire_limits`); checked per provider, after the model's fit."""
-    limits = WIRE_LIMITS.get(kind)
-    if limits is None or not request.attachment_kinds:
+    limits = limits_for(kind, model_id)
+    if limits is None:
         return None
+    problems = _field_problems(request, limits)
+    if request.attachment_kinds:
+        problems += _attachment_problems(request, limits)
+    if not problems:
+        return None
+    unique = ", ".join(dict.fromkeys(problems))
+    return Unfit(INCAPABLE, f"its {kind} API cannot carry {unique}")
+
+
+def _field_problems(request: TurnRequest, limits: WireLimits) -> list[str]:
+    problems: list[str] = []
+    temperature = request.temperature
+    if temperature is not None and limits.max_temperature is not None:
+        if temperature > limits.max_temperature:
+            problems.append(f"a temperature over {limits.max_temperature:g}")
+        if request.top_p is not None and not limits.temperature_with_top_p:
+            problems.append("both temperature and top_p")
+    if request.tool_choice == "none" and request.tools and not limits.tool_choice_none:
+        problems.append('tool_choice "none" with tools')
+    return problems
+
+
+def _attachment_problems(request: TurnRequest, limits: WireLimits) -> list[str]:
     problems: list[str] = []
     images = documents = 0
     for message in request.messages:
+        needs_text = limits.document_needs_text and not message.text
+        if needs_text and any(not isinstance(p, ImagePart) for p in message.attachments):
+            problems.append("a document without text beside it")
         for part in message.attachments:
             image = isinstance(part, ImagePart)
             images += image
@@ -106,10 +147,7 @@ def wire_unfit(request: TurnRequest, kind: str) -> Unfit | None:
         problems.append(f"{images} images (at most {limits.max_images})")
     if limits.max_documents is not None and documents > limits.max_documents:
         problems.append(f"{documents} documents (at most {limits.max_documents})")
-    if not problems:
-        return None
-    unique = ", ".join(dict.fromkeys(problems))
-    return Unfit(INCAPABLE, f"its {kind} API cannot carry {unique}")
+    return problems
 
 
 def _lacking(request: TurnRequest, model: ModelSettings) -> Unfit | None:
@@ -145,18 +183,31 @@ def _tools_for(request: TurnRequest, model: ModelSettings) -> tuple[Tool, ...] |
     return Unfit(INCAPABLE, f"cannot call the turn's tools ({needed})")
 
 
-def trim_history(messages: tuple[Message, ...], room_tokens: int) -> tuple[Message, ...] | None:
-    """Drop whole exchanges, oldest first, until the messages fit `room_tokens`.
+def trim_history(
+    messages: tuple[Message, ...], room_tokens: int, media: MediaRule | None = None
+) -> tuple[Message, ...] | None:
+    """Drop whole exchanges, oldest first, until the messages fit `room_tokens`, images
+    and PDFs counted by `media` (unset: as the vendor that bills the most).
 
     Returns None when even the system prompt and the current exchange do not fit.
     """
-    kept = _trim(messages, room_tokens)
+    kept = _trim(messages, room_tokens, media or media_rule(""))
     return None if kept is None else kept[0]
 
 
-def _trim(messages: tuple[Message, ...], room: int) -> tuple[tuple[Message, ...], int] | None:
+def _media(model: ModelSettings) -> MediaRule:
+    return media_rule(model.vendor, model.image_token_multiplier)
+
+
+# Any rule does for a turn without attachments: they are never read.
+_TEXT_ONLY = media_rule("")
+
+
+def _trim(
+    messages: tuple[Message, ...], room: int, media: MediaRule
+) -> tuple[tuple[Message, ...], int] | None:
     """`trim_history`, with the estimate of what it kept; each message estimated once."""
-    sized = [(m, message_tokens(m)) for m in messages]
+    sized = [(m, message_tokens(m, media)) for m in messages]
     total = TOKENS_PER_REQUEST + sum(size for _, size in sized)
     if total <= room:
         return messages, total

@@ -173,7 +173,7 @@ class _Walk:
                 continue
             for index, target in enumerate(targets):
                 kind = self.settings.providers[target.provider].kind
-                unfit = wire_unfit(self.request, kind)
+                unfit = wire_unfit(self.request, kind, target.provider_model)
                 if unfit is not None:
                     self.attempts.skip(target, unfit.reason, unfit.detail)
                     continue

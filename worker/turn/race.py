@@ -204,7 +204,8 @@ class HedgedAttempts:
                     continue
                 if self.availability(target) is not Availability.AVAILABLE:
                     continue
-                if wire_unfit(request, settings.providers[target.provider].kind) is not None:
+                kind = settings.providers[target.provider].kind
+                if wire_unfit(request, kind, target.provider_model) is not None:
                     continue
                 if fit is None:
                     found = fit_turn(request, settings.models[slug])

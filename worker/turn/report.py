@@ -33,13 +33,13 @@ from worker.types import (
     Usage,
 )
 
-__all__ = ["TurnReport", "jumps"]
+__all__ = ["WITHHELD", "TurnReport", "jumps"]
 
 log = structlog.get_logger("relevo.turn")
 
 _DETAIL_CHARS = 300
 # Finish reasons that withhold the answer: the provider's filter, or the model declining.
-_WITHHELD = frozenset({FinishReason.CONTENT_FILTER, FinishReason.REFUSAL})
+WITHHELD = frozenset({FinishReason.CONTENT_FILTER, FinishReason.REFUSAL})
 # OpenTelemetry GenAI semantic conventions (gen-ai registry): the names GenAI tooling reads.
 GEN_AI_OPERATION = "gen_ai.operation.name"
 GEN_AI_PROVIDER = "gen_ai.provider.name"
@@ -232,7 +232,7 @@ class TurnReport:
     def ok(self) -> TurnResult:
         """The turn was answered; read-only answers are a degradation the caller must see,
         and so is a filtered one (`content_filter`) or a refusal."""
-        if self.finish_reason in _WITHHELD:
+        if self.finish_reason in WITHHELD:
             # Not a fallback case: another model would be sent the same prompt. Withheld
             # before any content, nothing was answered (a refusal's words are in
             # `reply.refusal`); after some, the partial answer is the model's, locked to

@@ -6,17 +6,36 @@ works on UTF-8 bytes (byte-level BPE) or falls back to them (SentencePiece), so 
 text takes more tokens than it has bytes. Only runs of ASCII letters are counted for
 less, at rates that hold for natural text in any language, code and JSON
 (`tests/test_tokens.py` checks them against real tokenizers). Cheap by design: a few
-passes of C code over the text's bytes, no tokenizer.
+passes of C code over the text's bytes, no tokenizer. Images and PDFs count as their
+model's vendor bills them (`worker.turn.media`); the turn's options (a response schema,
+stop sequences, a forced tool) as the text they add.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from itertools import repeat
 
-from worker.types import Message, Tool
+from worker.turn.media import TOKENS_PER_ATTACHMENT, MediaRule, media_rule
+from worker.types import (
+    DocumentPart,
+    ImagePart,
+    JsonSchemaFormat,
+    Message,
+    NamedTool,
+    Tool,
+    TurnRequest,
+)
 
-__all__ = ["estimate_tokens", "message_tokens", "text_tokens", "tools_tokens"]
+__all__ = [
+    "estimate_tokens",
+    "message_tokens",
+    "options_tokens",
+    "text_tokens",
+    "tools_tokens",
+    "unsized_tokens",
+]
 
 # Framing around the text, above what providers document or show: chat templates
 # spend 3 to 6 tokens a message and a few to prime the reply; a tool call about 25
@@ -27,6 +46,10 @@ TOKENS_PER_MESSAGE = 8
 TOKENS_PER_TOOL_CALL = 32
 TOKENS_PER_TOOL = 16
 TOKENS_WITH_TOOLS = 600
+# A tool_choice is a line or two of the template (Anthropic's "any" or "tool").
+TOKENS_FOR_TOOL_CHOICE = 16
+# Any vendor's rule: what an attachment counts when the model is not known.
+_ANY = media_rule("")
 
 
 def _byte_classes() -> bytes:
@@ -46,21 +69,27 @@ _CLASSES = _byte_classes()
 _LETTERS = bytes.maketrans(b"aA x.", b"LL...")
 
 
-def estimate_tokens(messages: Sequence[Message], tools: Sequence[Tool] = ()) -> int:
-    """At least the tokens a provider bills for `messages` and `tools` as input.
+def estimate_tokens(
+    messages: Sequence[Message], tools: Sequence[Tool] = (), media: MediaRule = _ANY
+) -> int:
+    """At least the tokens a provider bills for `messages` and `tools` as input, the
+    images and PDFs counted as `media` says (unset: as the vendor that bills the most).
 
     It adds up: `estimate_tokens(m, t) == estimate_tokens(m) + tools_tokens(t)`.
     """
     if not messages:
         return tools_tokens(tools)
-    return TOKENS_PER_REQUEST + sum(map(message_tokens, messages)) + tools_tokens(tools)
+    tokens = TOKENS_PER_REQUEST + sum(map(message_tokens, messages, repeat(media)))
+    return tokens + unsized_tokens(messages, media) + tools_tokens(tools)
 
 
-def message_tokens(message: Message) -> int:
-    """One message's share of `estimate_tokens`: its text, calls, reasoning and framing."""
+def message_tokens(message: Message, media: MediaRule = _ANY) -> int:
+    """One message's share of `estimate_tokens`: its text, attachments, calls, reasoning
+    and framing; an attachment whose size is unknown is left to `unsized_tokens`."""
     # Its texts are counted as one, a newline between each (a token more, and no run
     # of letters across two texts): one count instead of a few small ones.
-    texts = [message.text]
+    content = message.content
+    texts = [content if content.__class__ is str else message.text]
     blobs = 0
     if message.tool_call_id is not None:
         texts.append(message.tool_call_id)
@@ -72,7 +101,60 @@ def message_tokens(message: Message) -> int:
         texts.append(thought.text)
         blobs += _blob_tokens(thought.signature) + _blob_tokens(thought.redacted)
     tokens = TOKENS_PER_MESSAGE + TOKENS_PER_TOOL_CALL * len(message.tool_calls) + blobs
+    if content.__class__ is not str:
+        tokens += _attachments(message, media, sized=True)
     return tokens + text_tokens(texts[0] if len(texts) == 1 else "\n".join(texts))
+
+
+def unsized_tokens(messages: Sequence[Message], media: MediaRule = _ANY) -> int:
+    """What the attachments of unknown size (by URL, or data that does not parse) add
+    to `estimate_tokens`: each counts as the largest its vendor takes."""
+    with_parts = [m for m in messages if m.content.__class__ is not str]
+    return sum(_attachments(m, media, sized=False) for m in with_parts) if with_parts else 0
+
+
+def _attachments(message: Message, media: MediaRule, *, sized: bool) -> int:
+    tokens = 0
+    for part in message.attachments:
+        if isinstance(part, ImagePart):
+            count = media.image_tokens(part)
+            largest = media.largest_image
+        else:
+            count = media.document_tokens(part)
+            largest = media.largest_document
+        if count is None:
+            tokens += 0 if sized else largest + _framing(part)
+        elif sized:
+            tokens += count + _framing(part)
+    return tokens
+
+
+def _framing(part: ImagePart | DocumentPart) -> int:
+    name = part.name if isinstance(part, DocumentPart) else None
+    return TOKENS_PER_ATTACHMENT + (0 if name is None else text_tokens(name))
+
+
+def options_tokens(request: TurnRequest, tools: Sequence[Tool]) -> int:
+    """What the turn's options add to its prompt beside `tools`: the answer's schema,
+    stop sequences and a forced tool; 0 when none is set."""
+    tokens = 0
+    answer = request.response_format
+    if answer is not None:
+        # Providers put the schema in the prompt, and an API without structured output
+        # takes it as a forced tool: a tool definition, and the tool-use prompt.
+        if isinstance(answer, JsonSchemaFormat):
+            schema = f"{answer.name}\n{json.dumps(answer.json_schema)}"
+        else:
+            schema = 'json\n{"type": "object"}'
+        tokens += TOKENS_PER_TOOL + (0 if tools else TOKENS_WITH_TOOLS) + text_tokens(schema)
+    if request.stop:
+        tokens += TOKENS_PER_MESSAGE + text_tokens("\n".join(request.stop))
+    choice = request.tool_choice
+    if choice is not None:
+        tokens += TOKENS_FOR_TOOL_CHOICE
+        if isinstance(choice, NamedTool):
+            tokens += text_tokens(choice.name)
+    return tokens
 
 
 def tools_tokens(tools: Sequence[Tool]) -> int:

@@ -1,0 +1,160 @@
+"""The fleet's Redis down or hung: every producer call raises `FleetUnavailable` within
+seconds, naming that Redis; operator commands name the store that failed."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+import tomllib
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from celery.result import AsyncResult
+
+from tests.chainkit import worker_config
+from tests.netkit import free_port
+from worker.cli.common import OperatorError, operator_redis
+from worker.errors import RelevoError
+from worker.fleet import FleetUnavailable, Producer, TurnHandle, enqueue_turn, make_app
+from worker.fleet.broker import SEND_TIMEOUT_S
+from worker.settings import RedisSettings, Settings, load_settings
+
+TURN = {"tenant_id": "acme", "messages": [{"role": "user", "content": "hi"}]}
+# A send gives up after SEND_TIMEOUT_S (kombu's default: 6 s of retries, or never with
+# Redis hung); so does a read of the turn store. Celery's result store tries four times.
+# A loaded machine gets room.
+SEND_S = SEND_TIMEOUT_S + 2.5
+WAIT_S = 4 * SEND_TIMEOUT_S + 3.0
+
+
+def settings_on(url: str) -> Settings:
+    text = worker_config(sim="http://127.0.0.1:9", redis_url=url, namespace="down")
+    return load_settings(data=tomllib.loads(text), require_secrets=False)
+
+
+@pytest.fixture(
+    params=[
+        "nothing listening",
+        pytest.param("hung", marks=pytest.mark.redis),  # a redis-server stopped (SIGSTOP)
+    ]
+)
+def down(request: pytest.FixtureRequest) -> tuple[str, str]:
+    """(a Redis URL with a password that does not answer, its host:port)."""
+    if request.param == "nothing listening":
+        address = f"127.0.0.1:{free_port()}"
+    else:
+        url, proc = request.getfixturevalue("private_redis")
+        address = url.removeprefix("redis://").removesuffix("/0")
+        proc.send_signal(signal.SIGSTOP)
+    return f"redis://:hunter2@{address}/0", address
+
+
+def named(exc: FleetUnavailable, address: str) -> None:
+    assert isinstance(exc, RelevoError)
+    assert f"the fleet's Redis at redis://:***@{address}/0 did not answer" in str(exc)
+    assert "hunter2" not in str(exc)
+
+
+async def test_every_producer_call_raises_fleet_unavailable_promptly(
+    down: tuple[str, str],
+) -> None:
+    """Without the translation: kombu's OperationalError after 6 s of retries (or never,
+    with Redis hung), and redis-py's ConnectionError from the handle."""
+    url, address = down
+    async with Producer.from_settings(settings_on(url)) as producer:
+        started = time.monotonic()
+        with pytest.raises(FleetUnavailable) as sent:
+            await producer.enqueue(TURN)
+        assert time.monotonic() - started < SEND_S
+        named(sent.value, address)
+        handle = producer.turn("some-turn")
+        reads: dict[str, Callable[[], Awaitable[Any]]] = {
+            "peek": handle.peek,
+            "running": handle.running,
+            "result": lambda: handle.result(timeout_s=60),
+            "stream": lambda: anext(handle.stream(timeout_s=60)),
+            "events": lambda: anext(handle.events(timeout_s=60)),
+        }
+        for what, read in reads.items():
+            started = time.monotonic()
+            with pytest.raises(FleetUnavailable) as failed:
+                await read()
+            assert time.monotonic() - started < SEND_S, what
+            # The turn store's client names no password.
+            assert f"the fleet's Redis at redis://{address}/0 did not answer" in str(failed.value)
+
+
+def test_enqueue_turn_and_get_raise_fleet_unavailable_promptly(down: tuple[str, str]) -> None:
+    """Without the translation: kombu's OperationalError after 6 s, and Celery's result
+    store a RuntimeError after about 20 s of reconnects."""
+    url, address = down
+    app = make_app(settings_on(url))
+    try:
+        started = time.monotonic()
+        with pytest.raises(FleetUnavailable) as sent:
+            enqueue_turn(TURN, app=app)
+        assert time.monotonic() - started < SEND_S
+        named(sent.value, address)
+        started = time.monotonic()
+        with pytest.raises(FleetUnavailable) as waited:
+            TurnHandle("some-turn", AsyncResult("some-turn", app=app)).get(timeout_s=60)
+        assert time.monotonic() - started < WAIT_S
+        named(waited.value, address)
+    finally:
+        app.close()
+
+
+async def test_a_negative_timeout_is_refused_naming_it(redis_url: str) -> None:
+    settings = settings_on(redis_url)
+    async with Producer.from_settings(settings) as producer:
+        handle = producer.turn("some-turn")
+        with pytest.raises(ValueError, match=r"^timeout_s: "):
+            await handle.result(timeout_s=-1)
+        with pytest.raises(ValueError, match=r"^timeout_s: "):
+            await anext(handle.stream(timeout_s=-0.5))
+        with pytest.raises(ValueError, match=r"^timeout_s: "):
+            await anext(handle.events(timeout_s=float("nan")))
+    app = make_app(settings)
+    with pytest.raises(ValueError, match=r"^timeout_s: "):
+        TurnHandle("some-turn", AsyncResult("some-turn", app=app)).get(timeout_s=-1)
+    app.close()
+
+
+@pytest.mark.parametrize("failing", ["shared", "fleet"])
+def test_an_operator_error_names_the_redis_that_failed(redis_url: str, failing: str) -> None:
+    """With the shared state on a store of its own, the message names that store when it
+    fails (and the fleet's when that one does), whichever client the error comes through.
+    Without it, every failure named the fleet's Redis (`url`)."""
+    dead = f"redis://127.0.0.1:{free_port()}/0"
+    where = RedisSettings(
+        url=dead if failing == "fleet" else redis_url,
+        shared_url=dead if failing == "shared" else redis_url,
+    )
+
+    async def run() -> None:
+        # As `relevo replay-held` opens them: the shared state's client, then the fleet's.
+        async with operator_redis(where, shared=True) as shared, operator_redis(where) as fleet:
+            await (shared if failing == "shared" else fleet).ping()
+
+    with pytest.raises(OperatorError) as raised:
+        asyncio.run(run())
+    message = str(raised.value)
+    assert message.startswith(f"Redis at {dead} did not answer")
+    setting = "RELEVO_REDIS__SHARED_URL" if failing == "shared" else "RELEVO_REDIS__URL"
+    assert message.endswith(f"check --config or {setting}")
+
+
+def test_relevo_kill_switch_names_the_shared_store_that_failed(
+    redis_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from worker.cli.main import main
+
+    dead = f"redis://127.0.0.1:{free_port()}/0"
+    monkeypatch.setenv("RELEVO_REDIS__URL", redis_url)
+    monkeypatch.setenv("RELEVO_REDIS__SHARED_URL", dead)
+    assert main(["kill-switch", "status"]) == 6
+    err = capsys.readouterr().err
+    assert err.startswith(f"relevo: Redis at {dead} did not answer")
+    assert "RELEVO_REDIS__SHARED_URL" in err

@@ -1,0 +1,251 @@
+"""The body of one Converse request: content blocks, tools and tool choice, inference
+configuration, Claude's thinking and structured output, as the Bedrock Runtime API
+reference (ConverseRequest and the shapes it names) documents them.
+
+What Converse has no field for is either not sent (`seed`, `parallel_tool_calls`: the
+API has none) or refused here as `InvalidRequest` naming it (`tool_choice: "none"`, a
+temperature above 1, a document with no text beside it): nothing is dropped to make
+a request fit. `docs/providers.md` has the whole table.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from worker.adapters.anthropic import may_think
+from worker.adapters.base import ProviderCall
+from worker.adapters.claude_options import thinking_budget
+from worker.errors import InvalidRequest
+from worker.types import (
+    DocumentPart,
+    ImagePart,
+    JsonObjectFormat,
+    JsonSchemaFormat,
+    Message,
+    NamedTool,
+    Reasoning,
+    TextPart,
+    Tool,
+)
+
+__all__ = ["ANSWER_TOOL", "answer_tool", "converse_body"]
+
+# A `json_object` answer, where Converse has no JSON mode (its `outputConfig.textFormat`
+# takes a JSON schema, not "any object"): a tool whose input is the answer, forced. Its
+# input comes back as the completion's text.
+ANSWER_TOOL = "json_answer"
+_ANSWER_SPEC = {
+    "description": "Give your answer with this tool: its input is the whole answer.",
+    "inputSchema": {"json": {"type": "object"}},
+}
+_MAX_TEMPERATURE = 1.0  # InferenceConfiguration.temperature: 0 to 1
+# DocumentBlock.name: alphanumerics, single whitespace, hyphens, parentheses, square
+# brackets; 1 to 200 characters; unique in a request.
+_NOT_IN_NAME = re.compile(r"[^A-Za-z0-9()\[\]-]+")
+_EXTENSION = re.compile(r"\.[A-Za-z0-9]{1,8}$")
+_MAX_NAME_CHARS = 200
+
+
+def answer_tool(call: ProviderCall) -> str | None:
+    """The name of the tool that carries a `json_object` answer in `call`, if it has one:
+    `ANSWER_TOOL`, suffixed when one of the turn's tools already has that name."""
+    if not isinstance(call.response_format, JsonObjectFormat):
+        return None
+    if call.tool_choice == "required" or isinstance(call.tool_choice, NamedTool):
+        return None  # the turn forces its own tool: no text answer will come
+    taken = {tool.name for tool in call.tools}
+    name, n = ANSWER_TOOL, 1
+    while name in taken:
+        n += 1
+        name = f"{ANSWER_TOOL}_{n}"
+    return name
+
+
+def converse_body(call: ProviderCall, origin: str) -> dict[str, Any]:
+    """The JSON body of a Converse (or ConverseStream) request for `call`, for a model of
+    `origin`'s family (`anthropic` for Claude: its thinking, its reasoning blocks)."""
+    answer = answer_tool(call)
+    tool_config = _tool_config(call, answer)
+    forced = tool_config.get("toolChoice", {}).keys() & {"any", "tool"}
+    budget = _thinking_budget(call, origin, forced=bool(forced))
+    body: dict[str, Any] = {
+        "messages": _messages(call.messages, origin),
+        "inferenceConfig": _inference(call, thinking=budget is not None),
+    }
+    system = "\n\n".join(m.text for m in call.messages if m.role == "system" and m.text)
+    if system:
+        body["system"] = [{"text": system}]
+    if tool_config:
+        body["toolConfig"] = tool_config
+    if budget is not None:
+        # Claude's own request field, passed through Converse as the model's.
+        thinking = {"type": "enabled", "budget_tokens": budget}
+        body["additionalModelRequestFields"] = {"thinking": thinking}
+    if isinstance(call.response_format, JsonSchemaFormat):
+        # OutputConfig.textFormat: the schema travels as a JSON string; Bedrock always
+        # enforces it (constrained decoding), so `strict` has no field of its own.
+        wanted = call.response_format
+        definition = {"schema": json.dumps(wanted.json_schema), "name": wanted.name}
+        structure = {"jsonSchema": definition}
+        body["outputConfig"] = {"textFormat": {"type": "json_schema", "structure": structure}}
+    return body
+
+
+def _inference(call: ProviderCall, *, thinking: bool) -> dict[str, Any]:
+    """InferenceConfiguration; Claude refuses temperature and topP while it thinks."""
+    config: dict[str, Any] = {"maxTokens": call.max_tokens}
+    if call.temperature is not None and call.temperature > _MAX_TEMPERATURE:
+        raise InvalidRequest(f"Converse takes a temperature from 0 to 1, not {call.temperature}")
+    if not thinking:
+        if call.temperature is not None:
+            config["temperature"] = call.temperature
+        if call.top_p is not None:
+            config["topP"] = call.top_p
+    if call.stop is not None:
+        config["stopSequences"] = list(call.stop)
+    return config
+
+
+def _tool_config(call: ProviderCall, answer: str | None) -> dict[str, Any]:
+    """ToolConfiguration: the tools, and the ToolChoice union (`auto`, `any`, `tool`)."""
+    choice = call.tool_choice
+    if choice == "none" and call.tools:
+        # ToolChoice has no "none", and leaving the tools out would change the turn.
+        raise InvalidRequest(
+            "Converse has no tool_choice 'none' (its toolChoice is auto, any or tool)"
+        )
+    tools = [_tool_spec(tool) for tool in call.tools]
+    if answer is not None:
+        tools.append({"toolSpec": {"name": answer, **_ANSWER_SPEC}})
+    if not tools:
+        return {}
+    config: dict[str, Any] = {"tools": tools}
+    if isinstance(choice, NamedTool):
+        config["toolChoice"] = {"tool": {"name": choice.name}}
+    elif choice == "required" or answer is not None:
+        config["toolChoice"] = {"any": {}}  # a turn tool, or the answer tool
+    elif choice == "auto":
+        config["toolChoice"] = {"auto": {}}
+    return config
+
+
+def _tool_spec(tool: Tool) -> dict[str, Any]:
+    spec: dict[str, Any] = {"name": tool.name, "inputSchema": {"json": tool.parameters}}
+    if tool.description:
+        spec["description"] = tool.description  # Bedrock refuses an empty one
+    return {"toolSpec": spec}
+
+
+def _thinking_budget(call: ProviderCall, origin: str, *, forced: bool) -> int | None:
+    """Claude's thinking budget for this call, or None when it does not think.
+
+    As on Anthropic's own API (`claude_options.thinking_budget`). Never while a tool is
+    forced (Claude refuses thinking with `any` or `tool`), nor on a tool loop another
+    vendor wrote (`may_think`)."""
+    if origin != "anthropic" or forced or not may_think(call.messages):
+        return None
+    return thinking_budget(call)
+
+
+def _messages(messages: tuple[Message, ...], origin: str) -> list[dict[str, Any]]:
+    """Converse's alternating user and assistant messages. Tool results, and a user message
+    that follows them, share one user message (Converse refuses two in a row)."""
+    names = _DocumentNames()
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        if message.role == "system":
+            continue
+        if message.role == "assistant":
+            out.append({"role": "assistant", "content": _assistant_blocks(message, origin)})
+            continue
+        if message.role == "tool":
+            blocks = [{"toolResult": _tool_result(message, names)}]
+        else:
+            blocks = _part_blocks(message, names) or [{"text": message.text}]
+        if out and out[-1]["role"] == "user":
+            out[-1]["content"].extend(blocks)
+        else:
+            out.append({"role": "user", "content": blocks})
+    for converse in out:
+        content = converse["content"]
+        if any("document" in b for b in content) and not any("text" in b for b in content):
+            # Message.content: a document block needs a text block beside it.
+            raise InvalidRequest("Converse needs text beside a document in the same user message")
+    return out
+
+
+def _assistant_blocks(message: Message, origin: str) -> list[dict[str, Any]]:
+    # Reasoning goes back first, and only what this model's family wrote.
+    blocks = [_reasoning_block(r) for r in message.reasoning if r.origin == origin]
+    if message.text or not message.tool_calls:
+        blocks.append({"text": message.text})
+    blocks.extend(
+        {"toolUse": {"toolUseId": c.id, "name": c.name, "input": c.arguments}}
+        for c in message.tool_calls
+    )
+    return blocks
+
+
+def _tool_result(message: Message, names: _DocumentNames) -> dict[str, Any]:
+    """ToolResultBlock: its content takes text, image and document blocks alike."""
+    content = _part_blocks(message, names) or [{"text": message.text}]
+    return {"toolUseId": message.tool_call_id, "content": content}
+
+
+def _part_blocks(message: Message, names: _DocumentNames) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = []
+    for part in message.parts:
+        if isinstance(part, TextPart):
+            if part.text:  # Converse refuses a blank text block
+                blocks.append({"text": part.text})
+        elif isinstance(part, ImagePart):
+            blocks.append({"image": _image(part)})
+        else:
+            blocks.append({"document": _document(part, names)})
+    return blocks
+
+
+def _image(part: ImagePart) -> dict[str, Any]:
+    """ImageBlock: a format and the bytes (base64 in the JSON body); no URL source."""
+    if part.data is None or part.media_type is None:
+        raise InvalidRequest("Converse takes images as bytes, not by URL")
+    # ImageFormat is png | jpeg | gif | webp: the media types' own subtypes.
+    return {"format": part.media_type.removeprefix("image/"), "source": {"bytes": part.data}}
+
+
+def _document(part: DocumentPart, names: _DocumentNames) -> dict[str, Any]:
+    """DocumentBlock: format, a name Converse accepts, and the bytes; no URL source."""
+    if part.data is None:
+        raise InvalidRequest("Converse takes documents as bytes, not by URL")
+    return {"format": "pdf", "name": names.take(part.name), "source": {"bytes": part.data}}
+
+
+class _DocumentNames:
+    """Names for a request's documents: each part's own file name, its extension dropped
+    and every character Converse refuses turned into a space ("Q3_report.v2.pdf" is
+    "Q3 report v2"); "document" when nothing is left; " (2)", " (3)"... on a repeat."""
+
+    def __init__(self) -> None:
+        self._taken: set[str] = set()
+
+    def take(self, name: str | None) -> str:
+        base = _NOT_IN_NAME.sub(" ", _EXTENSION.sub("", name or ""))
+        base = " ".join(base.split())[:_MAX_NAME_CHARS].strip() or "document"
+        chosen, n = base, 1
+        while chosen.lower() in self._taken:
+            n += 1
+            suffix = f" ({n})"
+            chosen = base[: _MAX_NAME_CHARS - len(suffix)].rstrip() + suffix
+        self._taken.add(chosen.lower())
+        return chosen
+
+
+def _reasoning_block(reasoning: Reasoning) -> dict[str, Any]:
+    if reasoning.redacted is not None:
+        return {"reasoningContent": {"redactedContent": reasoning.redacted}}
+    text: dict[str, str] = {"text": reasoning.text}
+    if reasoning.signature is not None:
+        text["signature"] = reasoning.signature
+    return {"reasoningContent": {"reasoningText": text}}

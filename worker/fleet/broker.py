@@ -1,0 +1,147 @@
+"""The fleet's Celery app as Redis sees it: broker transport, result backend, settings.
+
+`celery_app(settings)` is an app with no task of its own: enough to publish a turn by
+its task's name (`worker.fleet.enqueue`). `worker.fleet.app.make_app` adds the task and
+what a worker does as it starts. Producers and workers configure the app here, once.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+from urllib.parse import urlsplit
+
+import redis
+from celery import Celery
+from kombu.transport import redis as kombu_redis
+
+from worker.fleet.results import result_backend
+from worker.observability import tracing
+from worker.settings import RedisSettings, Settings
+
+__all__ = ["SEND_TIMEOUT_S", "TASK_NAME", "celery_app"]
+
+# The one task every turn is published to (`worker.fleet.app.RunTurn`).
+TASK_NAME = "relevo.run_turn"
+# A producer gives up on a broker that does not answer within this, or the store's own
+# timeout if longer (kombu's default: 6 s of retries, then the caller's traceback).
+SEND_TIMEOUT_S = 2.0
+# After a failed publish or result read: two quick tries more, not Celery's defaults
+# (the result store's retries alone last about 20 s).
+_QUICK_RETRY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
+
+
+def celery_app(settings: Settings | None = None) -> Celery:
+    """A Celery app on the fleet `settings` describe (or the environment), with no task."""
+    redis = settings.redis if settings else _redis_from_env()
+    app = Celery("relevo", broker=redis.url, backend=redis.url, set_as_current=False)
+    app.backend_cls = result_backend(redis.url)
+    visibility_s = settings.visibility_timeout_s if settings else 2 * 3600 + 60
+    restore_s = settings.worker.restore_interval_s if settings else 10.0
+    transport: dict[str, Any] = {
+        "visibility_timeout": visibility_s,
+        "unacked_restore_interval": restore_s,
+        "unacked_restore_throttle": 1,
+    }
+    send_timeout_s = max(redis.timeout_s, SEND_TIMEOUT_S)
+    # Without a read timeout, a publish to a broker that hangs (or vanished without closing
+    # the connection) waits for ever.
+    transport["socket_connect_timeout"] = transport["socket_timeout"] = send_timeout_s
+    results: dict[str, Any] = {"retry_policy": _QUICK_RETRY}
+    if redis.sentinel_master is not None:
+        # Celery reads the same sentinel:// URL; the primary's name comes apart.
+        transport["master_name"] = results["master_name"] = redis.sentinel_master
+    app.conf.update(
+        # JSON only: with pickle, anyone who can write to the broker runs code on workers.
+        task_serializer="json",
+        result_serializer="json",
+        accept_content=["json"],
+        result_accept_content=["json"],
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        broker_transport_options=transport,
+        result_backend_transport_options=results,
+        task_publish_retry_policy=_QUICK_RETRY,
+        # The result store's client too (Celery's default read timeout: 120 s).
+        redis_socket_connect_timeout=send_timeout_s,
+        redis_socket_timeout=send_timeout_s,
+        broker_connection_retry_on_startup=True,
+        broker_transport=_broker_transport(redis.url),
+        result_expires=settings.worker.result_ttl_s if settings else 86_400,
+        task_default_queue=settings.worker.queue if settings else "relevo",
+        worker_hijack_root_logger=False,
+        worker_send_task_events=False,
+        # Where `send_turn` records the turns it sends (`TurnKeys.sent`), and how long.
+        relevo_namespace=redis.namespace,
+        # How long `send_turn` tries to reach the broker.
+        relevo_send_timeout_s=send_timeout_s,
+    )
+    # Both sides make the app: a producer's sends and a worker's turns join one trace.
+    if settings is not None and tracing.configure_tracing(settings.observability):
+        tracing.trace_celery(TASK_NAME)
+    return app
+
+
+class _Channel(kombu_redis.Channel):
+    """kombu's Redis channel, with one client per pool and a teardown that survives.
+
+    kombu makes a new `redis.Redis` for each delivery's unacked record and each
+    ack, and redis-py 8 takes about 60 us to build one: two per turn, in the
+    consumer thread every turn passes through. A client holds no connection of
+    its own (each command takes one from the pool), so threads may share it.
+    """
+
+    _shared: Any = None
+
+    def _create_client(self, asynchronous: bool = False) -> Any:
+        if asynchronous:
+            return super()._create_client(asynchronous=True)  # type: ignore[no-untyped-call]
+        shared = self._shared
+        # A reconnect replaces the pool: the client must follow it.
+        if shared is None or shared.connection_pool is not self.pool:
+            shared = self._shared = super()._create_client()  # type: ignore[no-untyped-call]
+        return shared
+
+    def _connparams(self, asynchronous: bool = False) -> Any:
+        # After a lost connection Celery closes the kombu connection twice: the first close
+        # detaches the transport, the second closes the channel again and tries to put back
+        # its deliveries, which needs a client. kombu then fails with an AttributeError that
+        # nothing catches, and the whole worker process dies with the turns it was running.
+        # A connection error is what kombu's teardown expects and ignores; the deliveries stay
+        # in the unacked set and come back after the visibility timeout.
+        if self.connection.client is None:
+            raise redis.ConnectionError("the broker connection is closed")
+        return super()._connparams(asynchronous=asynchronous)  # type: ignore[no-untyped-call]
+
+
+class _SentinelChannel(_Channel, kombu_redis.SentinelChannel):
+    """The same channel, through Redis Sentinel."""
+
+
+class _Transport(kombu_redis.Transport):
+    Channel = _Channel
+
+
+class _SentinelTransport(kombu_redis.SentinelTransport):
+    Channel = _SentinelChannel
+
+
+_TRANSPORTS: dict[str, type[kombu_redis.Transport]] = {
+    "redis": _Transport,
+    "rediss": _Transport,
+    "sentinel": _SentinelTransport,
+}
+
+
+def _broker_transport(url: str) -> type[kombu_redis.Transport] | None:
+    """kombu's Redis transport with our channel, for the URLs that transport serves."""
+    return _TRANSPORTS.get(urlsplit(url).scheme)
+
+
+def _redis_from_env() -> RedisSettings:
+    return RedisSettings(
+        url=os.environ.get("RELEVO_REDIS__URL", RedisSettings().url),
+        namespace=os.environ.get("RELEVO_REDIS__NAMESPACE", RedisSettings().namespace),
+        sentinel_master=os.environ.get("RELEVO_REDIS__SENTINEL_MASTER") or None,
+    )

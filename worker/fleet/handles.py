@@ -1,0 +1,161 @@
+"""What became of a sent turn: its result and its streamed text.
+
+`TurnHandle` (from `enqueue_turn`) waits through Celery's result backend, blocking;
+`AsyncTurnHandle` (from `Producer`) reads the turn store without holding a thread: a
+waiter polls the turn's stored result on the producer's one redis.asyncio client, and
+the polls of all waiters in one loop iteration share one round trip (`AutoPipeline`).
+
+Redis commands used: GET on turn results and claims, XREAD on turn streams.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import cast
+
+from celery.result import AsyncResult
+from redis.asyncio import Redis
+
+from worker.fleet.errors import StreamRestarted, TurnTimeout, check_timeout, fleet_errors, where
+from worker.fleet.streams import StreamEvent, StreamReader
+from worker.fleet.turnstore import TurnStore
+from worker.types import TurnResult
+
+__all__ = ["DEFAULT_WAIT_S", "AsyncTurnHandle", "TurnHandle"]
+
+DEFAULT_WAIT_S = 300.0
+# How often a waiter asks for the result. Many waiters cost one round trip per poll.
+_POLL_S = 0.1
+# One XREAD waits this long for text before the stream's reader asks for the result
+# (less on a client whose read timeout is shorter: Redis holds the reply that long).
+_BLOCK_S = 0.5
+
+
+@dataclass(frozen=True)
+class TurnHandle:
+    """A turn on its way through the fleet; `result` is Celery's AsyncResult."""
+
+    turn_id: str
+    result: AsyncResult
+
+    def get(self, timeout_s: float | None = None) -> TurnResult:
+        """Wait for the turn's result, up to `timeout_s` (None: as long as it takes).
+
+        Raises `celery.exceptions.TimeoutError` if none came in time (the turn may still
+        finish), `FleetUnavailable` if the fleet's Redis does not answer or refuses this
+        client, and `ValueError` for a negative `timeout_s`.
+        """
+        check_timeout(timeout_s)
+        # The caller may itself run inside a worker (the embedded demo): waiting
+        # here is on purpose, not a task waiting on a subtask.
+        with fleet_errors(self.result.backend.url):
+            raw = self.result.get(timeout=timeout_s, disable_sync_subtasks=False)
+        return TurnResult.model_validate(raw)
+
+
+@dataclass(frozen=True, slots=True)
+class AsyncTurnHandle:
+    """A turn on its way through the fleet, read from the turn store.
+
+    `streaming` is whether the turn asked to stream: known for a turn this process
+    sent, None for a handle made from a turn id (`Producer.turn`). Every method raises
+    `FleetUnavailable` when the turn store does not answer or refuses this client (at
+    once: a failed read is not retried) and `ValueError` for a negative `timeout_s`.
+    """
+
+    turn_id: str
+    store: TurnStore
+    streaming: bool | None = None
+
+    async def peek(self) -> TurnResult | None:
+        """The turn's result if it has finished, now."""
+        raw = await self._get(self.store.keys.result(self.turn_id))
+        return None if raw is None else TurnResult.model_validate_json(cast(bytes, raw))
+
+    async def running(self) -> bool:
+        """Whether a worker holds the turn now (taken off the queue, no result yet)."""
+        return await self._get(self.store.keys.claim(self.turn_id)) is not None
+
+    async def _get(self, key: str) -> object:
+        # On the store's AutoPipeline: the GETs of all waiters polling now, one round trip.
+        with fleet_errors(where(self.store.redis)):
+            slot = self.store.pipes.open()
+            slot.pipe.get(key)
+            (raw,) = await slot.send()
+            if isinstance(raw, BaseException):
+                raise raw
+        return raw
+
+    async def result(self, timeout_s: float = DEFAULT_WAIT_S) -> TurnResult:
+        """Wait for the turn's result; `TurnTimeout` (naming the turn) if none in time."""
+        check_timeout(timeout_s)
+        loop = asyncio.get_running_loop()
+        until = loop.time() + timeout_s
+        while (found := await self.peek()) is None:
+            left = until - loop.time()
+            if left <= 0:
+                raise TurnTimeout(self.turn_id, timeout_s)
+            await asyncio.sleep(min(_POLL_S, left))
+        return found
+
+    async def stream(self, *, timeout_s: float = DEFAULT_WAIT_S) -> AsyncIterator[str]:
+        """The turn's streamed text, in order, from the start, until the turn ends.
+
+        It ends as `events` does, and raises what it raises. `StreamRestarted` if the
+        turn runs again (its worker died) after some text came: drop that text and read
+        the stream again, which gives the new run's text from its start (`events`
+        carries restarts instead).
+        """
+        async with aclosing(self.events(timeout_s=timeout_s)) as events:
+            async for event in events:
+                if event.restart:
+                    raise StreamRestarted(self.turn_id)
+                yield event.text
+
+    async def events(
+        self, *, after: str | None = None, timeout_s: float = DEFAULT_WAIT_S
+    ) -> AsyncGenerator[StreamEvent]:
+        """The turn's stream as events: its text, and a restart each time a new run of the
+        turn begins after text was handed out (drop the text shown so far). `after`
+        resumes after that event's `id` (a reconnecting client's Last-Event-ID).
+
+        It ends at the stream's end marker, or once the turn's result is stored (a turn
+        that did not stream, or whose stream was cut short), after what the stream holds
+        by then: the worker ends a stream no later than it stores the result.
+        `TurnTimeout` if neither happened in `timeout_s`.
+        """
+        check_timeout(timeout_s)
+        if self.streaming is False:
+            await self.result(timeout_s)
+            return
+        # Not `TurnStore.tail`, which waits for the end marker alone: a turn that never
+        # streamed would keep it waiting for ever.
+        redis = self.store.redis
+        reader = StreamReader(redis, self.store.keys.chunks(self.turn_id), after=after)
+        wait_s, url = _block_s(redis), where(redis)
+        loop = asyncio.get_running_loop()
+        until = loop.time() + timeout_s
+        while not reader.ended:
+            before = reader.last
+            with fleet_errors(url):
+                events = await reader.read(max(1, int(min(wait_s, until - loop.time()) * 1000)))
+            for event in events:
+                yield event
+            if reader.last != before:
+                continue
+            if await self.peek() is not None:
+                with fleet_errors(url):
+                    events = await reader.drain()
+                for event in events:
+                    yield event
+                return
+            if loop.time() >= until:
+                raise TurnTimeout(self.turn_id, timeout_s)
+
+
+def _block_s(redis: Redis) -> float:
+    timeout_s = redis.connection_pool.connection_kwargs.get("socket_timeout")
+    return _BLOCK_S if timeout_s is None else min(_BLOCK_S, timeout_s / 2)

@@ -1,0 +1,95 @@
+"""A streaming turn's text in Redis, and the one way it is read.
+
+Each run of a streaming turn writes to the turn's stream (`TurnKeys.chunks`):
+
+    run   <holder>  text ""   a run begins; the entries before it, of an earlier run whose
+                              worker died, are trimmed away with it (one script)
+    text  <piece>             the next piece of text
+    end   1                   the run ended; written in the round trip that saves the result
+
+A turn runs again when its worker dies mid-run (redelivery), and the rerun's text is
+the result's. `StreamReader` follows the entries by id and hands out `StreamEvent`s:
+the text, and a restart when a run begins after text was handed out (the reader drops
+what it showed). A reader starting after the rerun began sees only the rerun's text.
+Entry ids survive a reconnect and a rerun: a reader resuming after an id of an earlier
+run meets the new run's marker (a restart) first, since ids only grow. The marker's
+empty `text` keeps a reader that does not know it (an older release) reading on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+
+from breakers.rediskit import text
+
+__all__ = ["START", "StreamEvent", "StreamReader"]
+
+# KEYS[1] the turn's stream; ARGV[1] the run's holder, ARGV[2] the TTL. Reply: the
+# marker's id. Trimmed below the marker (MINID, not DEL: ids keep growing for readers).
+START = """
+local id = redis.call('XADD', KEYS[1], '*', 'run', ARGV[1], 'text', '')
+redis.call('XTRIM', KEYS[1], 'MINID', id)
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+return id
+"""
+_BATCH = 100
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEvent:
+    """A piece of the turn's text, or (`restart`) the news that the text starts over.
+
+    `id` is the entry's: a reader resumes after it (Server-Sent Events' Last-Event-ID).
+    """
+
+    id: str
+    text: str = ""
+    restart: bool = False
+
+
+class StreamReader:
+    """One reader's place in a turn's stream; `after` resumes after that entry id."""
+
+    def __init__(self, redis: Redis, key: str, *, after: str | None = None) -> None:
+        self.redis = redis
+        self.key = key
+        self.last = after or "0-0"
+        self.ended = False
+        # Whether text went out since the run now read began: a resumed reader may have
+        # shown some of an earlier run, so a new run's marker tells it to start over.
+        self._shown = after is not None
+
+    async def read(self, block_ms: int | None = None) -> list[StreamEvent]:
+        """What came after the last entry read, waiting up to `block_ms` for something
+        (None: no wait); empty at the end marker (`ended`)."""
+        if self.ended:
+            return []
+        batches: Any = await self.redis.xread({self.key: self.last}, block=block_ms, count=_BATCH)
+        events: list[StreamEvent] = []
+        for _, entries in batches or ():
+            for entry_id, fields in entries:
+                self.last = text(entry_id)
+                if b"end" in fields:
+                    self.ended = True
+                    return events
+                if b"run" in fields:
+                    if self._shown:
+                        events.append(StreamEvent(self.last, restart=True))
+                    self._shown = False
+                elif b"text" in fields:
+                    events.append(StreamEvent(self.last, bytes(fields[b"text"]).decode()))
+                    self._shown = True
+        return events
+
+    async def drain(self) -> list[StreamEvent]:
+        """Everything written so far (up to the end marker), without waiting."""
+        events: list[StreamEvent] = []
+        while not self.ended:
+            before = self.last
+            events += await self.read()
+            if self.last == before:
+                break
+        return events
