@@ -192,7 +192,7 @@ async def test_a_pdf_by_url_is_unfit_for_the_wire_and_never_sent(
     """ "File inputs": "External file URL (file_url): Chat Completions: not supported"."""
     message = user(TextPart(text="Read it"), DocumentPart(url="https://example.com/a.pdf"))
     turn = TurnRequest(tenant_id="acme", messages=(message,))
-    unfit = wire_unfit(turn, "openai")
+    unfit = wire_unfit(turn, "openai", "gpt-4o")
     assert unfit is not None
     assert unfit.detail == "its openai API cannot carry a document by URL"
     name = unique()
@@ -224,7 +224,7 @@ async def test_a_tool_result_is_text_parts_and_never_an_image(
         role="tool", tool_call_id="call_1", content=(ImagePart(media_type="image/png", data=PNG),)
     )
     turn = TurnRequest(tenant_id="acme", messages=(user(TextPart(text="Oslo?")), asked, shot))
-    unfit = wire_unfit(turn, "openai")
+    unfit = wire_unfit(turn, "openai", "gpt-4o")
     assert unfit is not None
     assert unfit.detail == "its openai API cannot carry an image in a tool result"
     with pytest.raises(InvalidRequest, match="no image in a tool message"):
