@@ -371,6 +371,30 @@ async def test_a_reasoning_models_stop_sequences_cut_its_answer(
     assert "stop" not in body
 
 
+async def test_a_cut_stream_left_half_way_releases_its_connection(sim: Simulator) -> None:
+    """Closing the answer of a model whose stops relevo applies closes its HTTP response:
+    ten streams left half-way on a pool of two, then two more calls still succeed."""
+    name = unique("o3")
+    sim.set_faults(name, Fault(tokens=200, token_interval_s=0.02))
+    call = ask(name, stop=("never",), reasoning=True, stream=True)
+    async with make_client(max_connections=2) as small:
+        adapter = build_adapter(provider("openai", sim), small)
+        for _ in range(10):
+            stream = adapter.send(call)
+            async with asyncio.timeout(5):
+                first = await anext(stream)
+            assert isinstance(first, TextDelta)
+            await stream.aclose()
+        sim.set_faults(name)
+
+        async def whole() -> list[Event]:
+            return [e async for e in adapter.send(call)]
+
+        async with asyncio.timeout(5):
+            done = await asyncio.gather(whole(), whole())
+    assert all(isinstance(events[-1], Completion) for events in done)
+
+
 @examples(max_examples=300, deadline=None)
 @given(
     pieces=st.lists(st.text(alphabet="ab c", max_size=6), max_size=8),
