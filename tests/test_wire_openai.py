@@ -15,6 +15,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -272,6 +273,23 @@ async def test_tool_choice_takes_the_apis_shape(
     _, body = await send(api, sim, client, call)
     assert body["tool_choice"] == wire
     assert body["parallel_tool_calls"] is False
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+async def test_a_forced_tool_is_called(
+    stream: bool, sim: Simulator, client: httpx.AsyncClient
+) -> None:
+    """API reference (`tool_choice`: a named tool "forces the model to call that tool";
+    `required`: "the model must call one or more tools"), as the simulator answers it."""
+    named = ask(unique(), tools=(CLOCK, WEATHER), tool_choice=NamedTool(name="get_weather"))
+    required = ask(unique(), tools=(CLOCK, WEATHER), tool_choice="required")
+    for call, called in ((named, "get_weather"), (required, "get_time")):
+        events, _ = await send("openai", sim, client, replace(call, stream=stream))
+        done = events[-1]
+        assert isinstance(done, Completion)
+        assert [c.name for c in done.tool_calls] == [called]
+        assert (done.text, done.finish_reason) == ("", "tool_calls")
+    assert done.tool_calls[0].arguments == {}
 
 
 async def test_without_tools_neither_tool_choice_nor_parallel_tool_calls_is_sent(
