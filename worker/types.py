@@ -219,7 +219,7 @@ class JsonSchemaFormat(_Frozen):
     type: Literal["json_schema"] = "json_schema"
     name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
     json_schema: dict[str, Any] = Field(alias="schema")
-    strict: bool = True
+    strict: bool = False  # as OpenAI: true asks for its strict subset of JSON Schema
 
     @model_validator(mode="after")
     def _a_schema(self) -> JsonSchemaFormat:
