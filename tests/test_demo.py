@@ -169,6 +169,23 @@ def test_only_the_tenant_with_a_tiny_budget_degrades(
 
 
 @pytest.mark.slow
+def test_the_turn_with_an_image_is_answered_by_a_model_that_takes_images(
+    embedded: tuple[dict[str, Any], float],
+) -> None:
+    image = embedded[0]["image_turn"]
+    assert image is not None
+    assert image["status"] == "ok"
+    assert image["effective_model"] in {f"{v}/{m}" for v, m in _SLUGS}
+    assert image["attempts"][-1] == f"{image['effective_model']}: ok"
+    console = Console(record=True, width=80)
+    console.print(*summary_view(embedded[0]))
+    assert "The turn with an image" in console.export_text()
+
+
+_SLUGS = (("anthropic", "claude-sim"), ("openai", "gpt-sim"), ("google", "gemini-sim"))
+
+
+@pytest.mark.slow
 def test_summary_tables_show_phases_calls_and_reasons(
     embedded: tuple[dict[str, Any], float],
 ) -> None:

@@ -56,6 +56,7 @@ class TurnRecord:
     tenant: str
     result: TurnResult | None
     error: str | None = None
+    image: bool = False  # the turn carried an image
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,12 +135,14 @@ class Driver:
         with self._lock:
             number = next(self._numbers)
         request = make_request(number)
+        image = bool(request.attachment_kinds)
         try:
             result = enqueue_turn(request, app=self.app).get(timeout_s=_RESULT_TIMEOUT_S)
         except Exception as exc:  # counted and shown: the demo must not hide a lost turn
-            record = TurnRecord(phase, request.tenant_id, None, f"{type(exc).__name__}: {exc}")
+            error = f"{type(exc).__name__}: {exc}"
+            record = TurnRecord(phase, request.tenant_id, None, error, image)
         else:
-            record = TurnRecord(phase, request.tenant_id, result)
+            record = TurnRecord(phase, request.tenant_id, result, image=image)
         with self._lock:
             self.records.append(record)
 

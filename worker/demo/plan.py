@@ -13,13 +13,14 @@ from dataclasses import dataclass, field
 
 from worker.settings import Settings, load_settings
 from worker.simulator import Fault
-from worker.types import Message, TurnRequest
+from worker.types import ImagePart, Message, TextPart, TurnRequest
 
 __all__ = [
     "BACKUP",
     "DEADLINE_S",
     "EXAMPLE_REDIS_URL",
     "EXAMPLE_SIM_URL",
+    "IMAGE_TURN",
     "PHASES",
     "PRIMARY",
     "SIM_MODELS",
@@ -44,6 +45,15 @@ DEADLINE_S = 10.0
 _MAX_TOKENS = 64
 # Healthy calls still take a moment, so turns overlap as they would in a fleet.
 _LATENCY_S = 0.05
+
+# The one turn that carries an image (a photo of a parcel): its number in the run lands it
+# in the outage, so it falls back with its image to a backup that takes images too.
+IMAGE_TURN = 60
+_PARCEL_PNG = (
+    "iVBORw0KGgoAAAANSUhEUgAAAEAAAAAgCAIAAAAt/+nTAAAAVklEQVR42u3YQQoAIAgEwIz+/2X7QB2iQwaz1wicIEQj"
+    "M9vP6e3zAAAAALzN2B1ERLValy1rnF54ld2D+gMAAAAAAAAAAAAF54GaI8GiSIstAAAAgJtMRt4MQiiRdzgAAAAASUVO"
+    "RK5CYII="
+)
 
 EXAMPLE_SIM_URL = "http://127.0.0.1:8901"
 EXAMPLE_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -103,9 +113,11 @@ base_url = "{sim_url}/v1"
 kind = "gemini"
 base_url = "{sim_url}"
 
+# Each takes images: the run's image turn may be answered by any of them.
 [models."anthropic/claude-sim"]
 vendor = "anthropic"
 context_window = 200000
+inputs = ["text", "image"]
 input_usd_per_mtok = 3
 output_usd_per_mtok = 15
 serve = [{{ provider = "anthropic_sim", model_id = "claude-sim" }}]
@@ -113,6 +125,8 @@ serve = [{{ provider = "anthropic_sim", model_id = "claude-sim" }}]
 [models."openai/gpt-sim"]
 vendor = "openai"
 context_window = 128000
+inputs = ["text", "image"]
+image_token_multiplier = 1
 input_usd_per_mtok = 2.5
 output_usd_per_mtok = 10
 serve = [{{ provider = "openai_sim", model_id = "gpt-sim" }}]
@@ -120,6 +134,7 @@ serve = [{{ provider = "openai_sim", model_id = "gpt-sim" }}]
 [models."google/gemini-sim"]
 vendor = "google"
 context_window = 1000000
+inputs = ["text", "image"]
 input_usd_per_mtok = 1.25
 output_usd_per_mtok = 5
 serve = [{{ provider = "gemini_sim", model_id = "gemini-sim" }}]
@@ -183,12 +198,17 @@ PHASES = (
 
 
 def make_request(number: int) -> TurnRequest:
-    """The `number`th turn of the run; tenants take turns."""
+    """The `number`th turn of the run; tenants take turns (`IMAGE_TURN` carries an image)."""
+    question = f"Where is my order #{1000 + number}?"
+    content: str | tuple[TextPart | ImagePart, ...] = question
+    if number == IMAGE_TURN:
+        photo = ImagePart(media_type="image/png", data=_PARCEL_PNG)
+        content = (TextPart(text=f"{question} This parcel came instead."), photo)
     return TurnRequest(
         tenant_id=TENANTS[number % len(TENANTS)],
         messages=(
             Message(role="system", content="You are the support agent of a small shop."),
-            Message(role="user", content=f"Where is my order #{1000 + number}?"),
+            Message(role="user", content=content),
         ),
         max_tokens=_MAX_TOKENS,
         deadline_s=DEADLINE_S,

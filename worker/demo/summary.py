@@ -82,8 +82,29 @@ def summarize(
         "phases": [_phase(run) for run in runs],
         "tenants": _tenants(records, fleet),
         "breaker_changes": [asdict(c) | {"at_s": round(c.at_s, 2)} for c in changes],
+        "image_turn": _image_turn(runs),
         "errors": errors[:_SHOWN_ERRORS],
     }
+
+
+def _image_turn(runs: Sequence[PhaseRun]) -> dict[str, Any] | None:
+    """What became of the run's turn with an image: which models it met, who answered."""
+    for run in runs:
+        for record in run.records:
+            if not record.image:
+                continue
+            result = record.result
+            return {
+                "phase": run.phase.key,
+                "status": result.status.value if result else None,
+                "effective_model": result.effective_model if result else None,
+                "step": result.step if result else None,
+                "attempts": [
+                    f"{a.model}: {a.error_class or a.outcome.value}"
+                    for a in (result.attempts if result else ())
+                ],
+            }
+    return None
 
 
 def _phase(run: PhaseRun) -> dict[str, Any]:

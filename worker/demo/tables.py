@@ -29,7 +29,17 @@ def summary_view(summary: Mapping[str, Any]) -> list[RenderableType]:
         _totals_table(summary["total"]),
         _tenants_table(summary["tenants"]),
         _changes_table(summary["breaker_changes"]),
+        *_image_line(summary.get("image_turn")),
     ]
+
+
+def _image_line(image: Mapping[str, Any] | None) -> list[RenderableType]:
+    """One line on the run's turn with an image: where it went, and who answered it."""
+    if image is None:
+        return []
+    path = ", then ".join(image["attempts"]) or "no attempt"
+    answered = image["effective_model"] or image["status"]
+    return [Text(f"The turn with an image ({image['phase']}): {path}; answered by {answered}.")]
 
 
 class _Phases:
