@@ -6,7 +6,7 @@ attempt's reservation, and `conclude` pipelines the breaker record with the
 settlement. Turns that reach the guard in the same loop iteration share those
 round trips (`worker.guard.autopipeline`); every budget script goes out that one way.
 
-The store's failures are translated in one place, `_store_errors`: Redis refusing the
+The store's failures are translated in one place, `_StoreErrors`: Redis refusing the
 worker (password, ACL) is `StoreForbidden`, and the turn fails closed; Redis slow or gone
 is `StoreUnreachable`, which each method answers locally. Breakers answer from this
 process's own (`breakers.ResilientBreakers`); a tenant may start calls worth its offline
@@ -18,9 +18,9 @@ A turn never fails because the shared store is down.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
+from types import TracebackType
 from typing import Any
 
 import structlog
@@ -60,16 +60,27 @@ Parser = Callable[[Any], object]
 Queue = Callable[[Pipeline], Parser]
 
 
-@contextlib.contextmanager
-def _store_errors() -> Iterator[None]:
+class _StoreErrors:
     """Redis failures as the guard names them: refusing us (password, ACL) is
-    `StoreForbidden`, never a quiet local view; slow or gone is `StoreUnreachable`."""
-    try:
-        yield
-    except STORE_REFUSED as exc:
-        raise StoreForbidden(f"Redis refused this worker: {exc}") from exc
-    except STORE_DOWN as exc:
-        raise StoreUnreachable(f"Redis did not answer ({type(exc).__name__})") from exc
+    `StoreForbidden`, never a quiet local view; slow or gone is `StoreUnreachable`.
+
+    A class, not a generator: it wraps every guard call of every turn."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc is None:
+            return
+        if isinstance(exc, STORE_REFUSED):
+            raise StoreForbidden(f"Redis refused this worker: {exc}") from exc
+        if isinstance(exc, STORE_DOWN):
+            raise StoreUnreachable(f"Redis did not answer ({type(exc).__name__})") from exc
+
+
+_STORE_ERRORS = _StoreErrors()
 
 
 # What the model's breaker and its vendor's breaker are told, per signal of the
@@ -138,7 +149,7 @@ class RedisGuard:
             if self._scripts_loaded:
                 return
             try:
-                with _store_errors():
+                with _STORE_ERRORS:
                     await self.circuits.fleet.load_scripts()
                     await self.ledger.load_scripts()
             except StoreUnreachable as exc:
@@ -151,7 +162,7 @@ class RedisGuard:
         scopes = _scopes(targets)
         pairs = [breakers.Pair(t.provider, t.provider_model) for t in targets]
         accounts: list[str | breakers.Pair] = [*sorted({t.provider for t in targets}), *pairs]
-        with _store_errors():
+        with _STORE_ERRORS:
             if not self.circuits.fleet_view:
                 state = await self.circuits.check(scopes, pairs, accounts)
                 if first is None:
@@ -175,7 +186,7 @@ class RedisGuard:
         return Admission(_view(state, targets), refusal)
 
     async def reserve(self, charge: Charge, *, replacing: Charge | None = None) -> Refusal | None:
-        with _store_errors():
+        with _STORE_ERRORS:
             if not self.circuits.fleet_view:
                 state = await self.circuits.check(())
                 if replacing is not None:
@@ -215,7 +226,7 @@ class RedisGuard:
 
     async def acquire_probe(self, target: Target, holder: str) -> bool:
         scopes = (model_scope(target), vendor_scope(target))
-        with _store_errors():
+        with _STORE_ERRORS:
             granted = [await self.circuits.acquire_probe(scope, holder) for scope in scopes]
             if all(granted):
                 return True
@@ -228,7 +239,7 @@ class RedisGuard:
         charge, cost = end.charge, end.cost_micros
         self._ended_offline(charge)
         entries = _entries(end)
-        with _store_errors():
+        with _STORE_ERRORS:
             if not self.circuits.fleet_view:
                 if entries:
                     _log_transitions(await self.circuits.record(entries))
@@ -283,7 +294,7 @@ class RedisGuard:
         """Write now, or (Redis away) keep the write in the backlog until it lands."""
         if self.circuits.fleet_view:
             try:
-                with _store_errors():
+                with _STORE_ERRORS:
                     await write()
                 return
             except StoreUnreachable as exc:
@@ -346,7 +357,7 @@ class RedisGuard:
 
     async def _reserve_alone(self, charge: Charge) -> Refusal | None:
         try:
-            with _store_errors():
+            with _STORE_ERRORS:
                 outcome = await self._send(lambda pipe: self._queue_reserve(pipe, charge))
         except StoreUnreachable as exc:
             self._budgets_unreachable(exc)
@@ -356,7 +367,7 @@ class RedisGuard:
     async def _settle_alone(self, charge: Charge, cost: int | None) -> None:
         """Settle or release a charge alone (no breaker verdict); kept when Redis misses it."""
         try:
-            with _store_errors():
+            with _STORE_ERRORS:
                 await self._send(lambda pipe: self._queue_settle(pipe, charge, cost))
         except StoreUnreachable as exc:
             self._budgets_unreachable(exc)
@@ -367,7 +378,7 @@ class RedisGuard:
     ) -> Refusal | None:
         """A budget script's pipelined reply; `lost()` answers when Redis missed it."""
         try:
-            with _store_errors():
+            with _STORE_ERRORS:
                 if isinstance(reply, NoScriptError):
                     await self.ledger.load_scripts()
                     outcome = await self._send(queue)

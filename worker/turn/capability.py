@@ -152,8 +152,10 @@ def _attachment_problems(request: TurnRequest, limits: WireLimits) -> list[str]:
 
 def _lacking(request: TurnRequest, model: ModelSettings) -> Unfit | None:
     """What the turn needs that the model does not declare: an input kind, JSON output."""
-    needs: list[str] = []
     kinds = request.attachment_kinds
+    if not kinds and request.response_format is None:
+        return None
+    needs: list[str] = []
     if "image" in kinds and "image" not in model.inputs:
         needs.append("image input")
     if "document" in kinds and "pdf" not in model.inputs:
