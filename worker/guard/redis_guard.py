@@ -18,7 +18,6 @@ A turn never fails because the shared store is down.
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any
@@ -35,12 +34,9 @@ from worker.guard.autopipeline import AutoPipeline
 from worker.guard.backlog import Backlog
 from worker.guard.protocol import (
     Admission,
-    Availability,
     Charge,
     Conclusion,
-    FleetView,
     Refusal,
-    Signal,
     Target,
 )
 from worker.guard.sizing import OutputSizer
@@ -51,6 +47,8 @@ from worker.guard.stores import (
     output_evidence,
     vendor_scope,
 )
+from worker.guard.verdicts import entries as to_entries
+from worker.guard.verdicts import log_transitions, scopes, view
 from worker.settings import Settings
 
 __all__ = ["RedisGuard", "open_guard"]
@@ -81,22 +79,6 @@ class _StoreErrors:
 
 
 _STORE_ERRORS = _StoreErrors()
-
-
-# What the model's breaker and its vendor's breaker are told, per signal of the
-# policy table. An overloaded model says nothing about its vendor's other models.
-_NEUTRAL = (breakers.Verdict.NEUTRAL, breakers.Verdict.NEUTRAL)
-_BREAKER_VERDICT = {
-    Signal.SUCCESS: (breakers.Verdict.SUCCESS, breakers.Verdict.SUCCESS),
-    Signal.FAILURE: (breakers.Verdict.FAILURE, breakers.Verdict.FAILURE),
-    Signal.MODEL_FAILURE: (breakers.Verdict.FAILURE, breakers.Verdict.NEUTRAL),
-    Signal.NEUTRAL: _NEUTRAL,
-    Signal.RATE_LIMITED: _NEUTRAL,
-    Signal.EXHAUSTED: _NEUTRAL,
-    Signal.MODEL_EXHAUSTED: _NEUTRAL,
-    # A 404 is the caller's configuration, not the model's health: the long skip says it.
-    Signal.MODEL_GONE: _NEUTRAL,
-}
 
 
 class RedisGuard:
@@ -159,31 +141,31 @@ class RedisGuard:
     async def admit(self, targets: Sequence[Target], first: Charge | None) -> Admission:
         if not self._scripts_loaded:
             await self._load_scripts()
-        scopes = _scopes(targets)
+        names = scopes(targets)
         pairs = [breakers.Pair(t.provider, t.provider_model) for t in targets]
         accounts: list[str | breakers.Pair] = [*sorted({t.provider for t in targets}), *pairs]
         with _STORE_ERRORS:
             if not self.circuits.fleet_view:
-                state = await self.circuits.check(scopes, pairs, accounts)
+                state = await self.circuits.check(names, pairs, accounts)
                 if first is None:
-                    return Admission(_view(state, targets))
+                    return Admission(view(state, targets))
                 if not state.fleet_view:
-                    return Admission(_view(state, targets), self._admit_offline(first))
-                return Admission(_view(state, targets), await self._reserve_alone(first))
+                    return Admission(view(state, targets), self._admit_offline(first))
+                return Admission(view(state, targets), await self._reserve_alone(first))
             slot = self.pipes.open()
-            parse_state = self.circuits.check_on(slot.pipe, scopes, pairs, accounts)
+            parse_state = self.circuits.check_on(slot.pipe, names, pairs, accounts)
             parse_charge = self._queue_reserve(slot.pipe, first) if first is not None else None
             replies = await slot.send()
             state = await parse_state(replies[0])
         if first is None or parse_charge is None:
-            return Admission(_view(state, targets))
+            return Admission(view(state, targets))
         refusal = await self._budget(
             replies[1],
             parse_charge,
             lambda pipe: self._queue_reserve(pipe, first),
             lost=lambda: self._reservation_missed(first),
         )
-        return Admission(_view(state, targets), refusal)
+        return Admission(view(state, targets), refusal)
 
     async def reserve(self, charge: Charge, *, replacing: Charge | None = None) -> Refusal | None:
         with _STORE_ERRORS:
@@ -225,24 +207,24 @@ class RedisGuard:
         return max_tokens if self.sizer is None else self.sizer.tokens(model, max_tokens)
 
     async def acquire_probe(self, target: Target, holder: str) -> bool:
-        scopes = (model_scope(target), vendor_scope(target))
+        both = (model_scope(target), vendor_scope(target))
         with _STORE_ERRORS:
-            granted = [await self.circuits.acquire_probe(scope, holder) for scope in scopes]
+            granted = [await self.circuits.acquire_probe(scope, holder) for scope in both]
             if all(granted):
                 return True
             # Give back a slot taken on one scope when the other refused.
-            taken = [breakers.Outcome(s, breakers.Verdict.NEUTRAL, holder) for s in scopes]
+            taken = [breakers.Outcome(s, breakers.Verdict.NEUTRAL, holder) for s in both]
             await self.circuits.record(taken)
         return False
 
     async def conclude(self, end: Conclusion) -> None:
         charge, cost = end.charge, end.cost_micros
         self._ended_offline(charge)
-        entries = _entries(end)
+        entries = to_entries(end)
         with _STORE_ERRORS:
             if not self.circuits.fleet_view:
                 if entries:
-                    _log_transitions(await self.circuits.record(entries))
+                    log_transitions(await self.circuits.record(entries))
                 self._journal(charge, cost)
                 return
             slot = self.pipes.open()
@@ -254,7 +236,7 @@ class RedisGuard:
             settle = self._queue_settle(slot.pipe, charge, cost)
             replies = await slot.send()
             if parse_record is not None:
-                _log_transitions(await parse_record(replies[0]))
+                log_transitions(await parse_record(replies[0]))
         await self._budget(
             replies[at],
             settle,
@@ -468,74 +450,7 @@ def open_guard(settings: Settings, redis: Redis | None = None) -> RedisGuard:
     )
 
 
-def _scopes(targets: Sequence[Target]) -> list[str]:
-    names: dict[str, None] = {}
-    for target in targets:
-        names[model_scope(target)] = None
-        names[vendor_scope(target)] = None
-    return list(names)
-
-
-def _view(state: breakers.FleetState, targets: Sequence[Target]) -> FleetView:
-    killed = state.kill_switch
-    availability = {t: _availability(state, t) for t in targets}
-    reason = f"{killed.reason} ({killed.who})" if killed else None
-    return FleetView(reason, availability)
-
-
-def _availability(state: breakers.FleetState, target: Target) -> Availability:
-    pair = breakers.Pair(target.provider, target.provider_model)
-    if state.exhausted.get(target.provider) or state.exhausted.get(pair):
-        return Availability.EXHAUSTED
-    closed = breakers.ScopeState("", breakers.BreakerState.CLOSED)
-    vendor = state.scopes.get(vendor_scope(target), closed)
-    model = state.scopes.get(model_scope(target), closed)
-    if not vendor.callable:
-        return Availability.VENDOR_OPEN
-    if not model.callable:
-        return Availability.OPEN
-    if state.cooldowns.get(pair, 0) > 0:
-        return Availability.COOLDOWN
-    if breakers.BreakerState.HALF_OPEN in (vendor.state, model.state):
-        return Availability.PROBE
-    return Availability.AVAILABLE
-
-
-def _entries(end: Conclusion) -> list[breakers.Entry]:
-    """What the breakers and the cooldowns are told of an attempt that ended."""
-    target, signal, holder = end.target, end.signal, end.holder
-    entries: list[breakers.Entry] = []
-    if signal is not None or holder is not None:
-        model, vendor = _BREAKER_VERDICT[signal] if signal else _NEUTRAL
-        entries += [
-            breakers.Outcome(model_scope(target), model, holder),
-            breakers.Outcome(vendor_scope(target), vendor, holder),
-        ]
-    if signal is Signal.RATE_LIMITED:
-        entries.append(breakers.Cooldown(target.provider, target.provider_model, end.retry_after_s))
-    elif signal is Signal.MODEL_GONE:
-        entries.append(breakers.Gone(target.provider, target.provider_model))
-    elif signal is Signal.EXHAUSTED:
-        # Until the quota resets when the provider said when, else the configured TTL.
-        entries.append(breakers.Exhausted(target.provider, end.retry_after_s))
-    elif signal is Signal.MODEL_EXHAUSTED:
-        entries.append(
-            breakers.Exhausted(target.provider, end.retry_after_s, model=target.provider_model)
-        )
-    return entries
-
-
 def _refusal(outcome: object) -> Refusal | None:
     if isinstance(outcome, budgets.Refusal):
         return Refusal(outcome.reason)
     return None
-
-
-def _log_transitions(transitions: Sequence[breakers.Transition]) -> None:
-    for transition in transitions:
-        break_s = transition.break_s
-        log.warning(
-            f"breaker.{transition.kind}",
-            scope=transition.scope,
-            break_s=None if break_s is None or math.isinf(break_s) else round(break_s, 3),
-        )
