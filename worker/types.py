@@ -109,7 +109,9 @@ class _Attachment(_Frozen):
     def size_bytes(self) -> int | None:
         """What `data` decodes to, in bytes (counted, not decoded); None for a URL."""
         data = self.data
-        return None if data is None else len(data) * 3 // 4 - len(data) + len(data.rstrip("="))
+        if data is None:
+            return None
+        return len(data) * 3 // 4 - (2 if data.endswith("==") else data.endswith("="))
 
     @model_validator(mode="after")
     def _one_source(self) -> _Attachment:

@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import Any, ClassVar
 
 from worker.adapters.base import Completion, Event, ProviderCall, TextDelta, ToolCallDelta
+from worker.adapters.body import Verbatim
 from worker.adapters.classify import classify_stream_error
 from worker.adapters.claude_options import AnswerTool, answer_tool, options
 from worker.adapters.finish import FinishReason, normalize_finish
@@ -168,7 +169,7 @@ def _attachment(part: ImagePart | DocumentPart, *, urls: bool) -> dict[str, Any]
             raise InvalidRequest(f"this API takes no {part.type} by URL, only as data")
         source: dict[str, Any] = {"type": "url", "url": part.url}
     else:
-        source = {"type": "base64", "media_type": part.media_type, "data": part.data}
+        source = {"type": "base64", "media_type": part.media_type, "data": Verbatim(part.data)}
     block: dict[str, Any] = {"type": part.type, "source": source}
     if isinstance(part, DocumentPart) and part.name is not None:
         block["title"] = part.name

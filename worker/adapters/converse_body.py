@@ -16,6 +16,7 @@ from typing import Any
 
 from worker.adapters.anthropic import may_think
 from worker.adapters.base import ProviderCall
+from worker.adapters.body import Verbatim
 from worker.adapters.claude_options import thinking_budget
 from worker.errors import InvalidRequest
 from worker.types import (
@@ -212,14 +213,21 @@ def _image(part: ImagePart) -> dict[str, Any]:
     if part.data is None or part.media_type is None:
         raise InvalidRequest("Converse takes images as bytes, not by URL")
     # ImageFormat is png | jpeg | gif | webp: the media types' own subtypes.
-    return {"format": part.media_type.removeprefix("image/"), "source": {"bytes": part.data}}
+    return {
+        "format": part.media_type.removeprefix("image/"),
+        "source": {"bytes": Verbatim(part.data)},
+    }
 
 
 def _document(part: DocumentPart, names: _DocumentNames) -> dict[str, Any]:
     """DocumentBlock: format, a name Converse accepts, and the bytes; no URL source."""
     if part.data is None:
         raise InvalidRequest("Converse takes documents as bytes, not by URL")
-    return {"format": "pdf", "name": names.take(part.name), "source": {"bytes": part.data}}
+    return {
+        "format": "pdf",
+        "name": names.take(part.name),
+        "source": {"bytes": Verbatim(part.data)},
+    }
 
 
 class _DocumentNames:

@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from worker.adapters.base import ProviderCall
+from worker.adapters.body import Verbatim
 from worker.errors import InvalidRequest
 from worker.types import (
     DocumentPart,
@@ -196,7 +197,7 @@ def _attachment(part: ImagePart | DocumentPart, *, vertex: bool) -> dict[str, An
 
 def _inline(part: ImagePart | DocumentPart, data: str) -> dict[str, str]:
     # Validated: an attachment given as data comes with its media type.
-    return {"mimeType": _typed(part.media_type) or "", "data": data}
+    return {"mimeType": _typed(part.media_type) or "", "data": Verbatim(data)}
 
 
 def _url_type(part: ImagePart | DocumentPart) -> str | None:

@@ -25,6 +25,7 @@ import httpx
 from httpx_aiohttp import AiohttpTransport
 
 from worker.adapters.base import Completion, Event, ProviderCall
+from worker.adapters.body import encode_body
 from worker.adapters.classify import MAX_ERROR_BODY_BYTES, classify_response
 from worker.adapters.sse import SseEvent, SseParser
 from worker.errors import (
@@ -167,7 +168,7 @@ class HttpAdapter(ABC, Generic[_FrameT]):
                 "POST",
                 request.url,
                 headers={**request.headers, "content-type": "application/json"},
-                content=json.dumps(request.body, ensure_ascii=False).encode(),
+                content=encode_body(request.body, spliced=_attached(call)),
                 timeout=self._timeout,
                 auth=self._auth,
             ) as response:
@@ -340,3 +341,9 @@ def parse_arguments(text: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise MalformedResponse("tool-call arguments are not a JSON object")
     return value
+
+
+def _attached(call: ProviderCall) -> bool:
+    """Whether the call carries images or documents (only then can its body hold any
+    `Verbatim` base64)."""
+    return any(not isinstance(m.content, str) for m in call.messages)

@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 from worker.adapters.base import Completion, Event, ProviderCall, TextDelta, ToolCallDelta
+from worker.adapters.body import Verbatim
 from worker.adapters.classify import classify_stream_error
 from worker.adapters.finish import FinishReason, normalize_finish
 from worker.adapters.http import (
@@ -189,7 +190,11 @@ def _part(part: Part, role: str) -> dict[str, Any]:
         # turn (`wire_limits`), so this is a call that should not have been made.
         raise InvalidRequest(f"Chat Completions takes no {part.type} in a {role} message")
     if isinstance(part, ImagePart):
-        url = part.url if part.data is None else f"data:{part.media_type};base64,{part.data}"
+        url = (
+            part.url
+            if part.data is None
+            else Verbatim(f"data:{part.media_type};base64,{part.data}")
+        )
         return {"type": "image_url", "image_url": {"url": url}}
     return _file(part)
 
@@ -198,7 +203,7 @@ def _file(part: DocumentPart) -> dict[str, Any]:
     if part.data is None:
         raise InvalidRequest("Chat Completions takes a PDF as data only, not by URL")
     # The API asks for a file name with inline data (a 400 without one).
-    data = f"data:{part.media_type};base64,{part.data}"
+    data = Verbatim(f"data:{part.media_type};base64,{part.data}")
     return {"type": "file", "file": {"filename": part.name or "document.pdf", "file_data": data}}
 
 
