@@ -6,7 +6,7 @@ in flight, healthy and non-streaming, against one local simulator (OpenAI's wire
 ~1 MB PNG (base64 in the request: fitted, estimated, sent as a data URL), (c) a bare
 httpx POST of the Chat Completions body that (b) sends, the JSON decoded. Client process
 CPU only, this process pinned to one core, the simulator to the other. The figure that
-matters is the chain's added CPU for the image turn (b − c) beside its added CPU for the
+matters is the chain's added CPU for the image turn (b - c) beside its added CPU for the
 text turn, over the text turn's own bare POST (measured the same way).
 
     .venv/bin/python bench/attachments.py           # ~40 s
@@ -18,7 +18,6 @@ Output: `FIGURE <name> <value> <unit>` lines on stdout; progress on stderr.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import base64
 import io
 import json
@@ -122,7 +121,8 @@ async def main(args: argparse.Namespace) -> None:
                 for name, turn in contenders.items():
                     cpu_us, _ = await measure_cpu(turn, args.turns, args.concurrency)
                     per[name].append(cpu_us)
-                kit.say(f"round {round_ + 1}: " + ", ".join(f"{n} {v[-1]:.0f}" for n, v in per.items()))
+                shown = ", ".join(f"{n} {v[-1]:.0f}" for n, v in per.items())
+                kit.say(f"round {round_ + 1}: {shown}")
     med = {name: kit.median(values) for name, values in per.items()}
     for name, value in med.items():
         kit.figure(f"attachments_cpu_{name}", round(value), "us_per_turn")
