@@ -67,9 +67,7 @@ def requests(png: bytes) -> tuple[TurnRequest, TurnRequest]:
     question = TextPart(text=kit.PROMPT)
     photo = ImagePart(media_type="image/png", data=base64.b64encode(png).decode())
     text = kit.turn_request(0)
-    image = text.model_copy(
-        update={"messages": (Message(role="user", content=(question, photo)),)}
-    )
+    image = text.model_copy(update={"messages": (Message(role="user", content=(question, photo)),)})
     return text, image
 
 
