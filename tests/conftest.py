@@ -12,9 +12,10 @@ import signal
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING
 
+import httpx
 import pytest
 import redis
 import structlog
@@ -173,6 +174,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if REDIS_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.redis)
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[httpx.AsyncClient]:
+    """relevo's HTTP client as the chain makes it (the adapters' tests speak through it)."""
+    from worker.adapters import make_client
+
+    async with make_client(max_connections=50) as http:
+        yield http
 
 
 @pytest.fixture(scope="module")

@@ -71,12 +71,6 @@ def api_key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(KEY_ENV, SECRET)
 
 
-@pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with make_client(max_connections=50) as http:
-        yield http
-
-
 def settings(api: str, base: str, **overrides: Any) -> ProviderSettings:
     """Provider settings for `api` on the server at `base` (the simulator's layout)."""
     fields: dict[str, Any] = {

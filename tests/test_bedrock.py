@@ -105,12 +105,6 @@ def aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 @pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with make_client(max_connections=20) as http:
-        yield http
-
-
-@pytest.fixture
 def model() -> str:
     """A Claude-shaped model id (with the `:` of a version) no other test uses."""
     return f"anthropic.claude-sim-{uuid.uuid4().hex[:8]}-v1:0"

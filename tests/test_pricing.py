@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import AsyncIterator
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
@@ -20,7 +19,7 @@ from structlog.testing import capture_logs
 
 import breakers
 from tests.chainkit import ID_OF, KEY, MODEL_OF, ORDER, model, run, settings, turn
-from worker.adapters import AnthropicAdapter, GeminiAdapter, OpenAIAdapter, make_client
+from worker.adapters import AnthropicAdapter, GeminiAdapter, OpenAIAdapter
 from worker.adapters.base import Completion
 from worker.adapters.sse import SseEvent
 from worker.fleet import TurnStore
@@ -256,12 +255,6 @@ def test_a_fault_refuses_negative_token_counts() -> None:
 
 
 # --- adapters: wire shapes the simulator does not send --------------------------------------
-
-
-@pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with make_client() as http:
-        yield http
 
 
 def provider(kind: str) -> ProviderSettings:

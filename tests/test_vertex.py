@@ -13,7 +13,7 @@ import json
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -76,12 +76,6 @@ def credentials(
     yield
     sim.set_token_lifetime(3600)
     sim.set_faults(TOKEN_ENDPOINT)
-
-
-@pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with make_client(max_connections=50) as http:
-        yield http
 
 
 def vertex(base: str, **overrides: Any) -> ProviderSettings:

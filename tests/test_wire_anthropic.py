@@ -23,7 +23,6 @@ from __future__ import annotations
 import base64
 import json
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -38,7 +37,6 @@ from worker.adapters import (
     ProviderCall,
     TextDelta,
     VertexAdapter,
-    make_client,
 )
 from worker.adapters.base import Adapter
 from worker.adapters.claude_options import EFFORT_BUDGET_TOKENS, generation
@@ -89,12 +87,6 @@ def credentials(
     monkeypatch.setenv(KEY_ENV, "sk-ant-test-0123456789abcdef")
     account = simulated_service_account(f"{sim.url}/token", tmp_path_factory.mktemp("gcp"))
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(account))
-
-
-@pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with make_client(max_connections=20) as http:
-        yield http
 
 
 def claude(wire: str, base: str, client: httpx.AsyncClient) -> Adapter:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ from tests.chainkit import model as model_settings
 from tests.chainkit import run, settings
 from tests.cloudkit import GCP_PROJECT, simulated_service_account
 from tests.test_adapters import KEY_ENV, SECRET, WEATHER, adapter, collect
-from worker.adapters import Completion, ProviderCall, TextDelta, build_adapter, make_client
+from worker.adapters import Completion, ProviderCall, TextDelta, build_adapter
 from worker.errors import InvalidRequest
 from worker.settings import ProviderSettings
 from worker.simulator import Fault, Simulator
@@ -58,12 +58,6 @@ ORDER = JsonSchemaFormat(
 def api_key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(KEY_ENV, SECRET)
     monkeypatch.setenv("RELEVO_TEST_KEY", SECRET)
-
-
-@pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with make_client(max_connections=20) as http:
-        yield http
 
 
 def fits(value: Any) -> bool:

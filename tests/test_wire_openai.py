@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import replace
 from typing import Any
 
@@ -84,12 +84,6 @@ ORDER_SCHEMA: dict[str, Any] = {
 def _keys(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(KEY_ENV, KEY)
     monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
-
-
-@pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with make_client(max_connections=20) as http:
-        yield http
 
 
 def unique(prefix: str = "gpt-4o") -> str:
