@@ -276,3 +276,15 @@ def test_claude_on_vertex_takes_no_url_source_where_gemini_on_vertex_may() -> No
     unfit = wire_unfit(by_url, "vertex", "claude-sonnet-4-5@20250929")
     assert unfit is not None
     assert "an image by URL" in unfit.detail
+
+
+def test_temperature_with_top_p_is_its_own_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A row that refuses both sampling fields needs no temperature range to say so."""
+    from worker.adapters import wire_limits
+
+    rows = dict(wire_limits.WIRE_LIMITS)
+    rows["custom"] = wire_limits.WireLimits(temperature_with_top_p=False)
+    monkeypatch.setattr(wire_limits, "WIRE_LIMITS", rows)
+    unfit = wire_unfit(turn(temperature=0.5, top_p=0.9), "custom", "m")
+    assert unfit is not None
+    assert "both temperature and top_p" in unfit.detail

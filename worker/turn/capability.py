@@ -112,12 +112,12 @@ def wire_unfit(request: TurnRequest, kind: str, model_id: str) -> Unfit | None:
 
 def _field_problems(request: TurnRequest, limits: WireLimits) -> list[str]:
     problems: list[str] = []
-    temperature = request.temperature
-    if temperature is not None and limits.max_temperature is not None:
-        if temperature > limits.max_temperature:
-            problems.append(f"a temperature over {limits.max_temperature:g}")
-        if request.top_p is not None and not limits.temperature_with_top_p:
-            problems.append("both temperature and top_p")
+    temperature, ceiling = request.temperature, limits.max_temperature
+    if temperature is not None and ceiling is not None and temperature > ceiling:
+        problems.append(f"a temperature over {ceiling:g}")
+    both = temperature is not None and request.top_p is not None
+    if both and not limits.temperature_with_top_p:
+        problems.append("both temperature and top_p")
     if request.tool_choice == "none" and request.tools and not limits.tool_choice_none:
         problems.append('tool_choice "none" with tools')
     return problems
