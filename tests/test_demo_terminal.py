@@ -218,7 +218,7 @@ class _Run:
         demo = f"{shlex.quote(sys.executable)} -m worker.cli demo"
         # The shell stays after the demo so that its last screen can still be read.
         self._command = f"cd {shlex.quote(str(cwd))} && {demo}; echo {_EXITED} $?; sleep 600"
-        self.screens: list[list[str]] = []  # what the pane showed, every 0.3 s
+        self.screens: list[list[str]] = []  # what the pane showed, every 0.3 s, settled
         self.history: list[str] = []  # every line printed, wrapped lines joined again
 
     def _tmux(self, *args: str) -> list[str]:
@@ -241,8 +241,17 @@ class _Run:
         return self
 
     def _capture(self) -> list[str]:
-        self.screens.append(self._tmux("capture-pane", "-p", "-J", "-t", "demo"))
-        return self.screens[-1]
+        """The screen once it holds still: a frame wider than the pty's buffer reaches tmux
+        in pieces, and a capture between two pieces shows a line half drawn for a few ms."""
+        screen = self._tmux("capture-pane", "-p", "-J", "-t", "demo")
+        for _ in range(10):
+            time.sleep(0.02)
+            again = self._tmux("capture-pane", "-p", "-J", "-t", "demo")
+            if again == screen:
+                break
+            screen = again
+        self.screens.append(screen)
+        return screen
 
     def log_file(self) -> Path:
         return Path(next(line for line in self.history if line.startswith("logs: "))[6:])
