@@ -22,6 +22,7 @@ from pydantic import (
     Field,
     StringConstraints,
     ValidationError,
+    field_validator,
     model_validator,
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
@@ -40,6 +41,7 @@ __all__ = [
     "ConsoleSettings",
     "DegradationSettings",
     "HedgingSettings",
+    "HttpSettings",
     "LimitsSettings",
     "ModelSettings",
     "ObservabilitySettings",
@@ -507,6 +509,25 @@ class ConsoleSettings(_Section):
     session_ttl_s: float = Field(default=8 * 3600, gt=0, le=7 * 86_400)
 
 
+class HttpSettings(_Section):
+    """How the worker reaches providers: the egress proxy and the CAs it trusts."""
+
+    # HTTPS_PROXY, HTTP_PROXY and NO_PROXY (any case), as curl reads them; and
+    # SSL_CERT_FILE / SSL_CERT_DIR for the CAs, when `ca_bundle` is not set.
+    trust_env: bool = True
+    # One proxy for every provider, over the environment's (NO_PROXY does not apply to it).
+    proxy_url: str | None = Field(default=None, pattern=r"^https?://[^\s]+$")
+    # A PEM file of the CAs to trust instead of the system's (a company's TLS-inspecting proxy).
+    ca_bundle: Path | None = None
+
+    @field_validator("ca_bundle")
+    @classmethod
+    def _readable(cls, path: Path | None) -> Path | None:
+        if path is not None and not path.is_file():
+            raise ValueError(f"no file at {path}")
+        return path
+
+
 class Settings(BaseSettings):
     """Everything relevo is configured with."""
 
@@ -530,6 +551,7 @@ class Settings(BaseSettings):
     limits: LimitsSettings = LimitsSettings()
     observability: ObservabilitySettings = ObservabilitySettings()
     console: ConsoleSettings = ConsoleSettings()
+    http: HttpSettings = HttpSettings()
 
     @property
     def visibility_timeout_s(self) -> float:

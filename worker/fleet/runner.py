@@ -225,7 +225,7 @@ class TurnRunner:
     async def _get_chain(self) -> Chain:
         # The HTTP client belongs to the loop it was made on: make it there, once.
         if self._chain is None:
-            self._client = make_client()
+            self._client = make_client(self.settings.http)
             self._chain = Chain.from_settings(self.settings, self._client, guard=self.guard)
         return self._chain
 

@@ -100,7 +100,7 @@ class InProcess:
     def from_settings(cls, settings: Settings, *, guard: RedisGuard | None = None) -> InProcess:
         """A chain on `settings`' providers, with its own HTTP client; `guard`, if given
         (`worker.guard.open_guard`), is closed with the engine."""
-        client = make_client()
+        client = make_client(settings.http)
         chain = Chain.from_settings(settings, client, guard=guard)
         return cls(chain, [client.aclose] if guard is None else [client.aclose, guard.aclose])
 
