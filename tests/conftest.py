@@ -28,6 +28,11 @@ if TYPE_CHECKING:
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 DEFAULT_REDIS_URL = os.environ.get("RELEVO_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
+# The simulators and servers the tests start are on loopback: a proxy set for this
+# machine's own traffic must not carry the workers' calls to them.
+for _name in ("NO_PROXY", "no_proxy"):
+    os.environ[_name] = ",".join(filter(None, (os.environ.get(_name), "127.0.0.1,localhost")))
+
 
 def _answers(url: str) -> bool:
     try:
