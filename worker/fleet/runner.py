@@ -19,7 +19,6 @@ from typing import Any, TypeVar
 
 import httpx
 import structlog
-import uvloop
 
 from worker.adapters import make_client
 from worker.errors import STORE_DOWN, InputError
@@ -47,12 +46,21 @@ INVALID_INPUT = "invalid_input"
 _FORGET_ERRORS: tuple[type[BaseException], ...] = (*STORE_DOWN, TimeoutError)
 
 
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop's where it installs (Linux, macOS), asyncio's otherwise (Windows)."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    # The loop's own bookkeeping was a fifth of a worker's CPU per turn under asyncio's.
+    return uvloop.new_event_loop()
+
+
 class LoopThread:
     """An asyncio event loop running in a daemon thread."""
 
     def __init__(self, name: str = "relevo-loop") -> None:
-        # uvloop: the loop's own bookkeeping was a fifth of a worker's CPU per turn.
-        self.loop = uvloop.new_event_loop()
+        self.loop = new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
         self._thread.start()
 
