@@ -24,7 +24,7 @@ from structlog.testing import capture_logs
 
 import breakers
 import budgets
-from tests.chainkit import KEY, run, settings, turn, worker_config
+from tests.chainkit import ID_OF, KEY, MODEL_OF, ORDER, run, settings, turn, worker_config
 from tests.netkit import free_port
 from worker.fleet.exporter import FleetCollector, serve_metrics
 from worker.observability.alert import FallbackWatch
@@ -76,7 +76,7 @@ async def test_turn_completed_names_each_jump_and_its_status(sim: Simulator) -> 
     # OpenTelemetry GenAI names beside ours.
     assert done["gen_ai.request.model"] == "alpha"
     assert done["gen_ai.response.model"] == "beta"
-    assert done["gen_ai.provider.name"] == "an"
+    assert done["gen_ai.provider.name"] == "anthropic"  # the API, by the conventions' name
     assert done["gen_ai.usage.input_tokens"] == result.usage.input_tokens
     assert done["gen_ai.usage.output_tokens"] == result.usage.output_tokens
     failed, answered = attempts
@@ -86,6 +86,24 @@ async def test_turn_completed_names_each_jump_and_its_status(sim: Simulator) -> 
     assert "gen_ai.response.model" not in failed
     assert answered["gen_ai.response.model"] == "beta"
     assert answered["gen_ai.usage.output_tokens"] == result.usage.output_tokens
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(
+    ("kind", "api"), [("openai", "openai"), ("anthropic", "anthropic"), ("gemini", "gcp.gemini")]
+)
+async def test_the_response_model_is_the_one_the_provider_names(
+    sim: Simulator, kind: str, api: str, stream: bool
+) -> None:
+    model = MODEL_OF[kind]
+    sim.set_faults(ID_OF[model], Fault(answer_model=f"{ID_OF[model]}-20261201"))
+    with capture_logs() as events:
+        result = await run(settings(sim.url, ORDER[kind]), turn(stream=stream))
+    assert result.effective_model == model
+    (done,) = [e for e in events if e["event"] == "turn.completed"]
+    assert done["gen_ai.request.model"] == ID_OF[model]
+    assert done["gen_ai.response.model"] == f"{ID_OF[model]}-20261201"
+    assert done["gen_ai.provider.name"] == api
 
 
 async def test_logs_are_json_lines_without_prompts(sim: Simulator) -> None:

@@ -129,6 +129,14 @@ class ProviderSettings(_Section):
             raise ValueError("kind: bedrock needs botocore: pip install 'relevo[bedrock]'")
         return self
 
+    @property
+    def gen_ai_provider(self) -> str:
+        """OpenTelemetry's `gen_ai.provider.name` for this provider's API (its well-known
+        values: `openai`, `azure.ai.openai`, `anthropic`, `gcp.gemini`...)."""
+        if self.kind == "openai" and self.azure_api_version is not None:
+            return "azure.ai.openai"
+        return _GEN_AI_PROVIDERS[self.kind]
+
     def api_key(self) -> str | None:
         """The secret, read from the worker's environment or a mounted file."""
         if self.api_key_file is not None:
@@ -140,6 +148,15 @@ class ProviderSettings(_Section):
             return os.environ.get(self.api_key_env) or None
         return None
 
+
+# The GenAI semantic conventions' name of each kind's API (Azure's is decided above).
+_GEN_AI_PROVIDERS = {
+    "openai": "openai",
+    "anthropic": "anthropic",
+    "gemini": "gcp.gemini",
+    "vertex": "gcp.vertex_ai",
+    "bedrock": "aws.bedrock",
+}
 
 _VERTEX_KEYS = {
     "region": 'the Vertex AI location, e.g. "us-east5", "europe-west1" or "global"',

@@ -159,7 +159,8 @@ class TurnRunner:
             return rejected.model_dump(mode="json")
         budget_s = min(request.deadline_s, self.settings.turn_deadline_s)
         # In the turn's span while tracing is on; the coroutine itself otherwise.
-        turn = tracing.traced_turn(request, self.run_once(request), carrier)
+        providers = {name: p.gen_ai_provider for name, p in self.settings.providers.items()}
+        turn = tracing.traced_turn(request, self.run_once(request), carrier, providers)
         result = self.loop.run(turn, timeout_s=budget_s + 2 * _MARGIN_S)
         return result.model_dump(mode="json")
 

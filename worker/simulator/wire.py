@@ -231,7 +231,7 @@ def build_reply(seq: int, model: str, fault: Fault, request: Inspection) -> Cann
         tokens, tool, truncated = [], None, False
     return CannedReply(
         seq=seq,
-        model=model,
+        model=fault.answer_model or model,
         created=int(time.time()),
         tokens=tuple(tokens),
         tool=tool,

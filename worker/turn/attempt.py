@@ -285,9 +285,10 @@ class Attempts:
         completion: Completion | None = None
         try:
             # The call's span (a no-op while tracing is off) records how it failed, if it did.
-            with tracing.attempt(target, self.request, plan.retry_index) as span:
+            gen_ai_provider = self.settings.providers[target.provider].gen_ai_provider
+            with tracing.attempt(target, self.request, plan.retry_index, gen_ai_provider) as span:
                 completion = await self._send(flight)
-                span.answered(completion.usage, completion.finish_reason)
+                span.answered(completion.usage, completion.finish_reason, completion.model)
                 parsed = self._read(completion)
         except ProviderError as error:
             rule = rule_for(error)
