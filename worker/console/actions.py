@@ -20,9 +20,9 @@ from redis.asyncio import Redis
 import breakers
 import budgets
 from budgets import format_micros as usd
-from worker.console.audit import AuditTrail
 from worker.console.auth import Principal
 from worker.errors import InputError
+from worker.fleet.audit import Actor, AuditTrail
 from worker.fleet.operations import (
     BREAKER_ACTIONS,
     OperatorFleet,
@@ -166,20 +166,15 @@ class Actions:
     def replaying(self) -> bool:
         return self.replay is not None and not self.replay.done()
 
-    async def perform(self, action: Action, who: Principal) -> str:
-        """Do `action` as `who`; the message to show. Errors are recorded, then raised."""
-        await self.audit.record(who, action.name, action.target, action.reason, "requested")
-        try:
-            message = await self._do(action, who)
-        except Exception as exc:
-            await self.audit.record(
-                who, action.name, action.target, action.reason, f"refused: {exc}"
-            )
-            raise
-        await self.audit.record(who, action.name, action.target, action.reason, message)
-        return message
+    async def perform(self, action: Action, who: Principal, address: str) -> str:
+        """Do `action` as `who` from `address`; the message to show. Errors are recorded,
+        then raised."""
+        actor = Actor(who.name, who.role.value, address)
+        async with self.audit.acting(actor, action.name, action.target, action.reason) as done:
+            done.text = await self._do(action, actor)
+        return done.text
 
-    async def _do(self, action: Action, who: Principal) -> str:
+    async def _do(self, action: Action, who: Actor) -> str:
         switch = breakers.KillSwitch(self.client, namespace=self.namespace)
         if action.kind == "breaker":
             op, seconds = action.values["op"], action.values["seconds"]
@@ -211,9 +206,7 @@ class Actions:
         daily, monthly = usd(limits.daily_micros), usd(limits.monthly_micros)
         return f"{action.target}: daily {daily}, monthly {monthly}"
 
-    async def _start_replay(
-        self, switch: breakers.KillSwitch, who: Principal, action: Action
-    ) -> str:
+    async def _start_replay(self, switch: breakers.KillSwitch, who: Actor, action: Action) -> str:
         settings = self.fleet.settings
         if settings is None:
             raise InputError("replaying needs a configuration with a chain (--config FILE)")
