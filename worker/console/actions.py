@@ -131,6 +131,10 @@ def parse_action(kind: str, form: Mapping[str, Any]) -> tuple[Action, str | None
     daily = _dollars("daily", _field(form, "daily"))
     monthly = _dollars("monthly", _field(form, "monthly"))
     cap_text = _field(form, "fallback_cap", required=False)
+    remove_cap = form.get("remove_cap") == "yes"
+    if remove_cap and cap_text.strip():
+        raise InputError("fallback_cap: leave it empty to remove the cap")
+    # Empty without "remove": the tenant's cap stays (`preview` reads it).
     cap = None if not cap_text.strip() else _dollars("fallback_cap", cap_text)
     overdraft_text = _field(form, "overdraft", required=False)
     overdraft = _dollars("overdraft", overdraft_text if overdraft_text.strip() else "0")
@@ -146,9 +150,16 @@ def parse_action(kind: str, form: Mapping[str, Any]) -> tuple[Action, str | None
         "monthly": usd(monthly).removeprefix("$"),
         "fallback_cap": "" if cap is None else usd(cap).removeprefix("$"),
         "overdraft": usd(overdraft).removeprefix("$"),
+        "remove_cap": "yes" if remove_cap else "",
         "reason": reason,
     }
-    values = {"daily": daily, "monthly": monthly, "cap": cap, "overdraft": overdraft}
+    values = {
+        "daily": daily,
+        "monthly": monthly,
+        "cap": cap,
+        "overdraft": overdraft,
+        "remove_cap": remove_cap,
+    }
     return Action(kind, "budgets.set", tenant, reason, what, fields, values), warning
 
 

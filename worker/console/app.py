@@ -35,6 +35,7 @@ from worker.console import filters
 from worker.console.actions import Actions, parse_action
 from worker.console.auth import Principal, Sessions, Tokens, csrf_ok
 from worker.console.gate import FormRefused, client_address, gated, read_form
+from worker.console.preview import preview
 from worker.console.throttle import Throttle
 from worker.console.views import SORTS, fleet_view, tenant_rows, turn_view
 from worker.errors import STORE_DOWN, STORE_REFUSED, InputError
@@ -246,9 +247,14 @@ class _Console:
         back = "/tenants" if kind == "limits" else "/"
         try:
             action, warning = parse_action(kind, form)
+            # Every time, confirmed or not: an empty cap keeps the cap even in a forged form.
+            shown = await preview(self.fleet, self.clients.viewer, action)
             if form.get("confirmed") != "yes":
-                return self.page(request, "confirm.html", action=action, warning=warning, back=back)
-            message = await self.actions.perform(action, who, client_address(request))
+                warnings = [w for w in (warning, *shown.warnings) if w]
+                return self.page(
+                    request, "confirm.html", preview=shown, warnings=warnings, back=back
+                )
+            message = await self.actions.perform(shown.action, who, client_address(request))
         except (*STORE_DOWN, *STORE_REFUSED):
             raise  # the store's trouble, not the operator's: `guarded` shows it
         except _USER_ERRORS as exc:
