@@ -70,6 +70,7 @@ async def test_a_redis_that_does_not_answer_gets_a_503_page(config: Path) -> Non
         page = await http.get("/")
         assert page.status_code == 503
         assert "Redis did not answer" in page.text
+        assert 'id="retry"' in page.text, "the page loads itself again until Redis answers"
         form = {"mode": "on", "reason": "r", "csrf": csrf, "confirmed": "yes"}
         assert (await http.post("/act/kill_switch", data=form)).status_code == 503
 
@@ -307,3 +308,12 @@ async def test_what_the_pages_show_is_escaped_and_holds_no_secret(
         for secret in (OPERATOR, VIEWER, KEY):
             assert secret not in html
     assert "&lt;script&gt;alert" in pages[1]
+
+
+async def test_the_fallback_card_is_not_green_below_the_minimum_of_turns(
+    client: httpx.AsyncClient,
+) -> None:
+    await log_in(client, VIEWER)
+    live = (await client.get("/?fragment=1")).text
+    assert 'class="card quiet" id="fallback"' in live
+    assert 'data-enough="0"' in live

@@ -147,7 +147,10 @@ class _Console:
                 return await handler(request, session.principal)
             except (*STORE_DOWN, *STORE_REFUSED) as exc:
                 log.warning("console.redis_trouble", error=type(exc).__name__)
-                return self.page(request, "error.html", 503, error=_redis_trouble(exc))
+                retry_ms = self.poll_ms if request.method == "GET" else None
+                return self.page(
+                    request, "error.html", 503, error=_redis_trouble(exc), retry_ms=retry_ms
+                )
 
         return run
 
@@ -320,4 +323,4 @@ def _redis_trouble(exc: BaseException) -> str:
             f"Redis refused the console ({type(exc).__name__}): check the role's user and "
             "password and its ACL permissions"
         )
-    return f"Redis did not answer ({type(exc).__name__}); the page retries"
+    return f"Redis did not answer ({type(exc).__name__})"
