@@ -20,6 +20,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    IPvAnyNetwork,
     StringConstraints,
     ValidationError,
     field_validator,
@@ -524,6 +525,16 @@ class ConsoleSettings(_Section):
     operator_redis_url: str | None = Field(default=None, pattern=r"^(redis|rediss|unix)://")
     poll_interval_s: float = Field(default=2.0, ge=0.5, le=60)
     session_ttl_s: float = Field(default=8 * 3600, gt=0, le=7 * 86_400)
+    # A token's next login past this ends its own oldest session.
+    sessions_per_token: int = Field(default=20, ge=1, le=1000)
+    # Login attempts a minute from one client address, and logins of one token.
+    logins_per_minute: int = Field(default=20, ge=1, le=10_000)
+    # The names browsers reach the console by (Host header), e.g. the TLS proxy's
+    # public name; empty: the loopback names and `host`.
+    hosts: tuple[Annotated[str, Field(pattern=r"^[A-Za-z0-9.:\[\]-]{1,253}$")], ...] = ()
+    # Addresses or networks (CIDR) of the proxies whose X-Forwarded-Proto/-For/-Host
+    # are believed; anyone else's are ignored.
+    trusted_proxies: tuple[IPvAnyNetwork, ...] = ()
 
 
 class HttpSettings(_Section):
