@@ -6,6 +6,7 @@ Two tiers (see tests/README.md): every test that gets a real Redis server, throu
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import signal
@@ -207,7 +208,12 @@ def namespace() -> str:
 
 @pytest.fixture(autouse=True)
 def _structlog_restored() -> Iterator[None]:
-    """A test that points structlog at its captured output must not leave it there."""
+    """A test that points structlog at its captured output must not leave it there, nor
+    the standard library's root logger (`configure_logging` routes it to that output)."""
     saved = structlog.get_config()
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
     yield
     structlog.configure(**saved)
+    root.handlers[:] = handlers
+    root.setLevel(level)
