@@ -80,6 +80,10 @@ _OPENAI_CODES: Mapping[str, _ErrorClass] = {
     "invalid_authentication": AuthFailed,
     "unsupported_country_region_territory": AuthFailed,
     "context_length_exceeded": ContextTooLong,
+    # The Responses API's codes for a request it will not run, which also arrive without
+    # a status (`response.failed`, an `error` event): the request is at fault, not the server.
+    "invalid_prompt": InvalidRequest,
+    "invalid_encrypted_content": InvalidRequest,
     "model_not_found": ModelNotFound,
     "DeploymentNotFound": ModelNotFound,  # Azure OpenAI: the deployment was deleted
 }
