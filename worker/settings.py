@@ -121,7 +121,7 @@ class ProviderSettings(_Section):
     def _kind_needs(self) -> ProviderSettings:
         if self.api != "chat" and self.kind != "openai":
             raise ValueError(
-                f'api: "{self.api}" is an openai provider\'s choice; a {self.kind} provider '
+                f'api: "{self.api}" is an openai provider\'s choice; kind = "{self.kind}" '
                 "speaks its own API (leave api unset)"
             )
         if self.kind != "bedrock":

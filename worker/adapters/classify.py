@@ -165,6 +165,7 @@ _BEDROCK_CODES: Mapping[str, _ErrorClass] = {
 }
 _CODES: Mapping[str, Mapping[str, _ErrorClass]] = {
     "openai": _OPENAI_CODES,
+    "openai-responses": _OPENAI_CODES,  # the same table: the same codes and envelope
     "anthropic": _ANTHROPIC_CODES,
     "gemini": _GEMINI_CODES,
     "vertex": _VERTEX_CODES,
