@@ -42,7 +42,7 @@ __all__ = ["OpenAIResponsesAdapter"]
 class OpenAIResponsesAdapter(SseAdapter):
     """The Responses API; Azure OpenAI's when the provider has an `azure_api_version`."""
 
-    kind = "openai"
+    kind = "openai-responses"  # its errors: Chat Completions' table (`classify`)
 
     def request(self, call: ProviderCall) -> HttpRequest:
         base = self._provider.base_url.rstrip("/")
@@ -68,7 +68,9 @@ class OpenAIResponsesAdapter(SseAdapter):
     def parse(self, body: Any) -> Completion:
         response = as_object(body)
         if response.get("status") == "failed":
-            raise classify_stream_error("openai", response)
+            raise classify_stream_error(
+                "openai-responses", {"type": "response.failed", "response": response}
+            )
         return _completion(response, streamed_text=None)
 
     def decoder(self) -> StreamDecoder[SseEvent]:
@@ -182,10 +184,8 @@ class _EventDecoder:
         if kind in ("response.completed", "response.incomplete"):
             self._response = as_object(data.get("response"))
             self.finished = True
-        elif kind == "response.failed":
-            raise classify_stream_error("openai", as_object(data.get("response") or {}))
-        elif kind == "error":
-            raise classify_stream_error("openai", {"error": data})
+        elif kind in ("response.failed", "error"):
+            raise classify_stream_error("openai-responses", data)
         return []
 
     def completion(self) -> Completion:
