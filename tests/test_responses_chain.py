@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.chainkit import KEY, model, run
@@ -276,3 +277,24 @@ def test_reasoning_family_per_target() -> None:
     assert family("openai", "gpt-5", api="responses") == "openai"
     assert family("anthropic", "claude-sonnet-4") == "anthropic"
     assert family("gemini", "gemini-3-pro") == "google"
+
+
+def test_the_simulated_claude_refuses_thinking_it_did_not_sign_even_with_thinking_off(
+    sim: Simulator,
+) -> None:
+    """As the simulated OpenAI refuses reasoning it did not issue (`invalid_encrypted_content`)
+    and the simulated Gemini a signature it did not make ("Corrupted thought signature.")."""
+    foreign = {"type": "thinking", "thinking": "OpenAI's summary", "signature": "gAAAxyzDQ=="}
+    body = {
+        "model": "beta",
+        "max_tokens": 100,
+        "messages": [
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": [foreign, {"type": "text", "text": "Hello."}]},
+            {"role": "user", "content": "Again"},
+        ],
+    }
+    headers = {"x-api-key": KEY, "anthropic-version": "2023-06-01"}
+    refused = httpx.post(f"{sim.url}/v1/messages", json=body, headers=headers)
+    assert refused.status_code == 400
+    assert "Invalid `signature` in `thinking` block" in refused.json()["error"]["message"]
