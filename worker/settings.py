@@ -76,6 +76,8 @@ class ProviderSettings(_Section):
     """
 
     kind: Literal["openai", "anthropic", "gemini", "bedrock", "vertex"]
+    # `openai` only: Chat Completions (`chat`) or the Responses API (`responses`).
+    api: Literal["chat", "responses"] = "chat"
     # Required, except where the region gives the endpoint (bedrock, vertex).
     base_url: str = Field(default="", pattern=r"^$|^https?://")
     api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -113,8 +115,18 @@ class ProviderSettings(_Section):
             }
         return data
 
+    @property
+    def wire(self) -> str:
+        """The API this provider speaks: its kind, or `openai-responses`."""
+        return "openai-responses" if self.api == "responses" else self.kind
+
     @model_validator(mode="after")
     def _kind_needs(self) -> ProviderSettings:
+        if self.api != "chat" and self.kind != "openai":
+            raise ValueError(
+                f'api: "{self.api}" is an openai provider\'s choice; kind = "{self.kind}" '
+                "speaks its own API (leave api unset)"
+            )
         if self.kind != "bedrock":
             if not self.base_url:
                 raise ValueError("base_url: field required")

@@ -179,7 +179,7 @@ class _Walk:
                 self.attempts.skip(targets[0], fit.reason, fit.detail)
                 continue
             for index, target in enumerate(targets):
-                kind = self.settings.providers[target.provider].kind
+                kind = self.settings.providers[target.provider].wire
                 unfit = wire_unfit(self.request, kind, target.provider_model)
                 if unfit is not None:
                     self.attempts.skip(target, unfit.reason, unfit.detail)

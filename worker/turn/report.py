@@ -82,6 +82,12 @@ class TurnReport:
         # Set while the cheaper model answers for a turn money stopped (`stand_in`).
         self._stand_in: tuple[str, DegradationSettings] | None = None
         self._first_byte_at: float | None = None
+        # Per target called: the reasoning items its calls left out (`carrying`).
+        self._left_out: dict[tuple[str, str, str], int] = {}
+
+    def carrying(self, target: Target, left_out: int) -> None:
+        """The calls to `target` leave out `left_out` reasoning items another vendor wrote."""
+        self._left_out[(target.model, target.provider, target.provider_model)] = left_out
 
     def lock(self) -> None:
         if not self.locked:
@@ -96,13 +102,16 @@ class TurnReport:
         response_model: str | None = None,
     ) -> None:
         now = time.monotonic()
-        timing: dict[str, int] = {"ended_ms": round((now - self.started) * 1000)}
+        fields: dict[str, int] = {"ended_ms": round((now - self.started) * 1000)}
+        if attempt.outcome is not AttemptOutcome.SKIPPED:
+            key = (attempt.model, attempt.provider, attempt.provider_model)
+            fields["reasoning_left_out"] = self._left_out.get(key, 0)
         if self._first_byte_at is not None and attempt.outcome is not AttemptOutcome.HEDGE_LOST:
             # Content streams at most once a turn: after it, no other model is tried (a
             # hedge that lost the race sent none).
             began = now - attempt.latency_ms / 1000
-            timing["first_byte_ms"] = max(0, round((self._first_byte_at - began) * 1000))
-        attempt = attempt.model_copy(update=timing)
+            fields["first_byte_ms"] = max(0, round((self._first_byte_at - began) * 1000))
+        attempt = attempt.model_copy(update=fields)
         self.attempts.append(attempt)
         # The answering attempt is in the turn's own line (turn.completed); its own
         # line is debug: one info line per healthy turn, failures logged as they happen.
