@@ -105,6 +105,7 @@ def _completion(response: Mapping[str, Any], *, streamed_text: str | None) -> Co
         finish_reason=_finish(response, refusal, bool(calls)),
         reasoning=tuple(reasoning),
         refusal=refusal,
+        model=as_str(response.get("model")) or None,
     )
 
 
