@@ -69,9 +69,26 @@ class LoopThread:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout_s)
 
     def stop(self) -> None:
+        """End what still runs on the loop (as `asyncio.run` does), then the loop itself."""
+        try:
+            self.run(_cancel_the_rest(), timeout_s=5)
+        except (TimeoutError, RuntimeError) as exc:
+            log.warning("loop.tasks_left_running", error=type(exc).__name__)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=5)
-        self.loop.close()
+        # Closing a loop whose thread still runs it raises; one whose tasks still hold
+        # sockets can wait for ever (uvloop): leave such a loop to the process's exit.
+        if not self._thread.is_alive():
+            self.loop.close()
+
+
+async def _cancel_the_rest() -> None:
+    loop = asyncio.get_running_loop()
+    rest = [task for task in asyncio.all_tasks(loop) if task is not asyncio.current_task()]
+    for task in rest:
+        task.cancel()
+    await asyncio.gather(*rest, return_exceptions=True)
+    await loop.shutdown_asyncgens()
 
 
 def rejected_input(payload: object, error: InputError) -> TurnResult:
