@@ -36,6 +36,8 @@ SURFACES: dict[str, str] = {
     "worker.simulator": "CallOutcome Fault RequestRecord Simulator SimulatorClient serve",
     "worker.cli": "main",
     "worker.frameworks": "Engine InProcess OnDegraded ThroughFleet TurnNotAnswered answer",
+    "worker.frameworks.openai_agents": "AgentsInputError AgentsTurnNotAnswered RelevoModel"
+    " RelevoProvider",
     "worker.console": "RunningConsole build_app running_console serve_console",
     "worker.demo": "run_demo",
     "breakers": "FORBIDDEN_ERRORS STORE_ERRORS BreakerState BreakersError Cooldown"
