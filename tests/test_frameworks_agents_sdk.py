@@ -7,6 +7,7 @@ settings, output schema and reasoning reach the wire; what comes back reaches th
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import os
 import subprocess
@@ -26,6 +27,7 @@ from agents import (
 )
 from agents.exceptions import AgentsException, UserError
 from agents.items import ReasoningItem, ToolCallItem
+from agents.models.interface import ModelTracing
 from agents.tool import FunctionTool
 from openai.types.responses import ResponseCompletedEvent, ResponseTextDeltaEvent
 from openai.types.shared import Reasoning as OpenAIReasoning
@@ -45,7 +47,7 @@ from worker.frameworks.openai_agents import (
 )
 from worker.guard import Availability
 from worker.guard.testing import ScriptedGuard
-from worker.simulator import Fault, Simulator
+from worker.simulator import CallOutcome, Fault, Simulator
 from worker.turn import Chain
 from worker.types import Reasoning, Status, TurnResult
 
@@ -165,6 +167,36 @@ async def test_a_streamed_run_gets_the_text_as_it_comes(sim: Simulator, engine: 
         "relevo_effective_provider": "oa",
         "relevo_step": "0",
     }
+
+
+async def test_a_stream_the_agent_stops_reading_ends_the_turn(
+    sim: Simulator, engine: InProcess
+) -> None:
+    """The SDK closes the model's stream when it stops reading (it raised, or was
+    cancelled): the turn ends then, its provider call abandoned, not left running."""
+    sim.set_faults("alpha", Fault(tokens=40, token_interval_s=0.05))
+    relevo = RelevoModel(engine, tenant_id="acme")
+    stream = relevo.stream_response(
+        None,
+        "Talk.",
+        ModelSettings(),
+        [],
+        None,
+        [],
+        ModelTracing.DISABLED,
+        previous_response_id=None,
+        conversation_id=None,
+        prompt=None,
+    )
+    async for event in stream:
+        if isinstance(event, ResponseTextDeltaEvent):
+            break
+    await stream.aclose()
+    for _ in range(50):  # the simulator counts the call once it sees the client leave
+        if sim.calls("alpha", CallOutcome.ABANDONED):
+            break
+        await asyncio.sleep(0.02)
+    assert sim.calls("alpha", CallOutcome.ABANDONED) == 1
 
 
 async def test_the_agents_settings_reach_the_provider(sim: Simulator, engine: InProcess) -> None:

@@ -19,6 +19,7 @@ is not that output, so it raises).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from typing import Any
 
@@ -143,13 +144,16 @@ class RelevoModel(Model):
         request = self._request(call, stream=True, stored=stored)
         events = ReplyEvents(request.turn_id)
         yield events.created()
-        async for item in self.engine.stream(request):
-            if isinstance(item, str):
-                for event in events.text(item):
-                    yield event
-            else:
-                for event in events.completed(item, self._reply(item, call)):
-                    yield event
+        # Closed here, not left to the garbage collector: an agent that stops reading
+        # ends the turn at once.
+        async with contextlib.aclosing(self.engine.stream(request)) as pieces:
+            async for item in pieces:
+                if isinstance(item, str):
+                    for event in events.text(item):
+                        yield event
+                else:
+                    for event in events.completed(item, self._reply(item, call)):
+                        yield event
 
     def get_retry_advice(self, request: ModelRetryAdviceRequest) -> ModelRetryAdvice | None:
         # relevo has retried and fallen back already; the same turn again gets the same end.
