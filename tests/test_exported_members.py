@@ -37,6 +37,8 @@ SURFACES: dict[str, str] = {
     "worker.cli": "main",
     "worker.frameworks": "Engine InProcess OnDegraded ThroughFleet TurnNotAnswered answer",
     "worker.frameworks.pydantic_ai": "RelevoModel TurnNotAnsweredError",
+    "worker.frameworks.openai_agents": "AgentsInputError AgentsTurnNotAnswered RelevoModel"
+    " RelevoProvider",
     "worker.console": "RunningConsole build_app running_console serve_console",
     "worker.demo": "run_demo",
     "breakers": "FORBIDDEN_ERRORS STORE_ERRORS BreakerState BreakersError Cooldown"

@@ -63,7 +63,7 @@ async def test_a_stream_left_early_cancels_the_turn(simulator: Simulator) -> Non
     try:
         stream = engine.stream(turn(stream=True))
         first = await anext(stream)
-        await stream.aclose()  # type: ignore[attr-defined]
+        await stream.aclose()
         again = await engine.run(turn())
     finally:
         await engine.aclose()

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
@@ -52,8 +52,9 @@ class Engine(Protocol):
         """The turn's result, once it has ended."""
         ...
 
-    def stream(self, request: TurnRequest) -> AsyncIterator[str | TurnResult]:
-        """The answer's text as it comes, then the turn's result, last."""
+    def stream(self, request: TurnRequest) -> AsyncGenerator[str | TurnResult, None]:
+        """The answer's text as it comes, then the turn's result, last; closing the
+        generator early (`aclose`) ends the turn."""
         ...
 
     async def aclose(self) -> None:
@@ -107,7 +108,7 @@ class InProcess:
     async def run(self, request: TurnRequest) -> TurnResult:
         return await self.chain.run(request)
 
-    async def stream(self, request: TurnRequest) -> AsyncIterator[str | TurnResult]:
+    async def stream(self, request: TurnRequest) -> AsyncGenerator[str | TurnResult, None]:
         pieces: asyncio.Queue[str] = asyncio.Queue()
         turn = asyncio.ensure_future(self.chain.run(request, on_text=pieces.put_nowait))
         try:
@@ -143,7 +144,7 @@ class ThroughFleet:
         handle = await self.producer.enqueue(request)
         return await handle.result(self.timeout_s)
 
-    async def stream(self, request: TurnRequest) -> AsyncIterator[str | TurnResult]:
+    async def stream(self, request: TurnRequest) -> AsyncGenerator[str | TurnResult, None]:
         handle = await self.producer.enqueue(request)
         # A turn that runs again after its text was read raises StreamRestarted: the
         # agent has the text already, and a framework cannot take it back.

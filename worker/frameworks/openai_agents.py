@@ -1,0 +1,193 @@
+"""relevo as the model of the OpenAI Agents SDK (`pip install 'relevo[agents]'`).
+
+    engine = InProcess.from_settings(load_settings("chain.toml"))
+    agent = Agent(name="support", tools=[...], model=RelevoModel(engine, tenant_id="acme"))
+    result = await Runner.run(agent, "Where is my order?")
+
+or, for every agent of a run, `RunConfig(model_provider=RelevoProvider(engine, ...))`.
+Each model call of the agent is one relevo turn: it runs through the configured chain
+(the model name an agent gives is ignored), with its fallbacks, breakers and budgets.
+Which model answered is the turn's report: `on_result` gets each `TurnResult`, the
+`ModelResponse.response_id` is the turn's id, and a streamed `response.completed`
+carries it in the response's `model` and `metadata`.
+
+A turn relevo refused or degraded without a reply raises `AgentsTurnNotAnswered` (an
+`AgentsException` and a `TurnNotAnswered`), or, with `on_degraded="message"`, answers
+with its degradation message (not when the agent wants structured output: the message
+is not that output, so it raises).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable, Collection, Mapping
+from typing import Any
+
+from agents.agent_output import AgentOutputSchemaBase
+from agents.exceptions import AgentsException
+from agents.handoffs import Handoff
+from agents.items import ModelResponse, TResponseInputItem, TResponseStreamEvent
+from agents.model_settings import ModelSettings
+from agents.models.interface import Model, ModelProvider, ModelTracing
+from agents.retry import ModelRetryAdvice, ModelRetryAdviceRequest
+from agents.tool import Tool as AgentsTool
+from openai.types.responses.response_prompt_param import ResponsePromptParam
+
+from worker.frameworks.agents_reply import ReplyEvents, model_response
+from worker.frameworks.agents_request import AgentsInputError, ModelCall, TurnShape, turn_request
+from worker.frameworks.engine import Engine, OnDegraded, TurnNotAnswered, answer
+from worker.types import Reply, TurnRequest, TurnResult
+
+__all__ = [
+    "AgentsInputError",
+    "AgentsTurnNotAnswered",
+    "RelevoModel",
+    "RelevoProvider",
+]
+
+
+class AgentsTurnNotAnswered(TurnNotAnswered, AgentsException):
+    """relevo gave this agent turn no reply: refused, failed, or degraded without one.
+
+    `result` is the turn's whole report (status, reason, attempts)."""
+
+
+class RelevoModel(Model):
+    """The Agents SDK's `Model`, answering each call with a relevo turn on `engine`.
+
+    - `tenant_id`: whose budget the turns spend.
+    - `on_degraded`: `"raise"` (`AgentsTurnNotAnswered`) or `"message"` (the degradation
+      message as the assistant's answer) for a turn degraded without a reply.
+    - `deadline_s`: each turn's deadline, unless the agent's `ModelSettings.timeout` is set.
+    - `side_effect_tools`: the names of the tools that change the world.
+    - `on_result`: called with each turn's `TurnResult`, answered or not.
+    """
+
+    # A plain class, not a dataclass: the SDK reads a dataclass model's fields (deep-copied)
+    # into its agents' identities, and an engine holds locks and connections.
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        tenant_id: str,
+        on_degraded: OnDegraded = "raise",
+        deadline_s: float = 60.0,
+        side_effect_tools: Collection[str] = (),
+        on_result: Callable[[TurnResult], None] | None = None,
+    ) -> None:
+        self.engine = engine
+        self.shape = TurnShape(tenant_id, deadline_s, frozenset(side_effect_tools))
+        self.on_degraded: OnDegraded = on_degraded
+        self.on_result = on_result
+
+    def _request(
+        self, call: ModelCall, *, stream: bool, stored: Mapping[str, object]
+    ) -> TurnRequest:
+        # relevo is stateless on purpose: a turn carries the whole conversation, so that
+        # any vendor of the chain can take it. Server-side state cannot move with it.
+        for name, value in stored.items():
+            if value is not None:
+                raise AgentsInputError(f"{name}: relevo keeps no conversation; send it whole")
+        return turn_request(self.shape, call, stream=stream)
+
+    def _reply(self, result: TurnResult, call: ModelCall) -> Reply:
+        if self.on_result is not None:
+            self.on_result(result)
+        try:
+            return answer(result, "raise" if call.structured else self.on_degraded)
+        except TurnNotAnswered as exc:
+            raise AgentsTurnNotAnswered(exc.result) from None
+
+    async def get_response(  # noqa: PLR0917  (the SDK's signature)
+        self,
+        system_instructions: str | None,
+        input: str | list[TResponseInputItem],
+        model_settings: ModelSettings,
+        tools: list[AgentsTool],
+        output_schema: AgentOutputSchemaBase | None,
+        handoffs: list[Handoff[Any, Any]],
+        tracing: ModelTracing,
+        *,
+        previous_response_id: str | None,
+        conversation_id: str | None,
+        prompt: ResponsePromptParam | None,
+    ) -> ModelResponse:
+        call = ModelCall(system_instructions, input, model_settings, tools, output_schema, handoffs)
+        stored = {
+            "previous_response_id": previous_response_id,
+            "conversation_id": conversation_id,
+            "prompt": prompt,
+        }
+        result = await self.engine.run(self._request(call, stream=False, stored=stored))
+        return model_response(result, self._reply(result, call))
+
+    async def stream_response(  # noqa: PLR0917  (the SDK's signature)
+        self,
+        system_instructions: str | None,
+        input: str | list[TResponseInputItem],
+        model_settings: ModelSettings,
+        tools: list[AgentsTool],
+        output_schema: AgentOutputSchemaBase | None,
+        handoffs: list[Handoff[Any, Any]],
+        tracing: ModelTracing,
+        *,
+        previous_response_id: str | None,
+        conversation_id: str | None,
+        prompt: ResponsePromptParam | None,
+    ) -> AsyncIterator[TResponseStreamEvent]:
+        call = ModelCall(system_instructions, input, model_settings, tools, output_schema, handoffs)
+        stored = {
+            "previous_response_id": previous_response_id,
+            "conversation_id": conversation_id,
+            "prompt": prompt,
+        }
+        request = self._request(call, stream=True, stored=stored)
+        events = ReplyEvents(request.turn_id)
+        yield events.created()
+        # Closed here, not left to the garbage collector: an agent that stops reading
+        # ends the turn at once.
+        async with contextlib.aclosing(self.engine.stream(request)) as pieces:
+            async for item in pieces:
+                if isinstance(item, str):
+                    for event in events.text(item):
+                        yield event
+                else:
+                    for event in events.completed(item, self._reply(item, call)):
+                        yield event
+
+    def get_retry_advice(self, request: ModelRetryAdviceRequest) -> ModelRetryAdvice | None:
+        # relevo has retried and fallen back already; the same turn again gets the same end.
+        if isinstance(request.error, TurnNotAnswered):
+            return ModelRetryAdvice(suggested=False, reason="relevo already fell back")
+        return None
+
+
+class RelevoProvider(ModelProvider):
+    """The Agents SDK's `ModelProvider`: every model name gives the same `RelevoModel`
+    (the chain in relevo's settings decides which models answer); it takes the same
+    options. `aclose` closes the engine."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        tenant_id: str,
+        on_degraded: OnDegraded = "raise",
+        deadline_s: float = 60.0,
+        side_effect_tools: Collection[str] = (),
+        on_result: Callable[[TurnResult], None] | None = None,
+    ) -> None:
+        self.model = RelevoModel(
+            engine,
+            tenant_id=tenant_id,
+            on_degraded=on_degraded,
+            deadline_s=deadline_s,
+            side_effect_tools=side_effect_tools,
+            on_result=on_result,
+        )
+
+    def get_model(self, model_name: str | None) -> Model:
+        return self.model
+
+    async def aclose(self) -> None:
+        await self.model.engine.aclose()
