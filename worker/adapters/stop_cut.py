@@ -23,7 +23,8 @@ class _StopCut:
     """Streamed text, released up to the first stop sequence.
 
     Text that could be the start of a stop sequence is held back until the next piece
-    shows whether it is one.
+    shows whether it is one; so is a stop sequence found after such text, since a longer
+    one beginning earlier would be the first (`["a", "bac"]` in "ba|c" cuts at "bac").
     """
 
     def __init__(self, stops: Sequence[str]) -> None:
@@ -36,18 +37,20 @@ class _StopCut:
         if self.cut:
             return ""
         pending = self._held + text
-        kept, self.cut = _cut_text(pending, self._stops)
-        if self.cut:
-            self._held = ""
+        kept, found = _cut_text(pending, self._stops)
+        # Where a stop sequence that has not ended yet may begin.
+        undecided = len(pending) - max((_overlap(pending, s) for s in self._stops), default=0)
+        if found and len(kept) <= undecided:
+            self.cut, self._held = True, ""
             return kept
-        hold = max((_overlap(pending, s) for s in self._stops), default=0)
-        self._held = pending[len(pending) - hold :]
-        return pending[: len(pending) - hold]
+        self._held = pending[undecided:]
+        return pending[:undecided]
 
     def flush(self) -> str:
-        """What was held back, once the text has ended (nothing after a stop sequence)."""
+        """What was held back, once the text has ended, up to its first stop sequence."""
         held, self._held = self._held, ""
-        return held
+        kept, self.cut = _cut_text(held, self._stops)
+        return kept
 
 
 def cut_at_stops(
