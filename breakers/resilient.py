@@ -70,6 +70,7 @@ class ResilientBreakers:
         self._lost_at = 0.0
         self._looked_at = -math.inf
         self._watching: asyncio.Task[None] | None = None
+        self._closed = False
         self.resets = 0
         """How often this process found the store had lost its data."""
         self.on_reset = on_reset
@@ -80,7 +81,10 @@ class ResilientBreakers:
         return not self._lost
 
     def watch(self) -> None:
-        """Look at the store every `rejoin_check_s` from now on (on the running loop)."""
+        """Look at the store every `rejoin_check_s` from now on (on the running loop);
+        never again once closed."""
+        if self._closed:
+            return
         if self._watching is None or self._watching.done():
             self._watching = asyncio.get_running_loop().create_task(self._watch())
 
@@ -212,7 +216,9 @@ class ResilientBreakers:
         )
 
     async def _watch(self) -> None:
-        while True:
+        # Closed ends it too: Python 3.11's asyncio.timeout can swallow a cancel that
+        # lands as the look's own timeout fires.
+        while not self._closed:
             # One look per period since the last look or the last turn's check.
             wait = max(self.memory.seen_at, self._looked_at) + self.rejoin_check_s
             wait -= time.monotonic()
@@ -254,8 +260,17 @@ class ResilientBreakers:
         if self.on_reset is not None:
             self.on_reset()
 
+    async def aclose(self) -> None:
+        """`close`, then wait for the timer's last look at the store to end, so that no
+        connection is opened after the caller closes the fleet's client."""
+        self.close()
+        if self._watching is not None:
+            await asyncio.wait({self._watching}, timeout=self.timeout_s + self.rejoin_check_s)
+
     def close(self) -> None:
-        """Stop the timer, if it runs (before the fleet's client is closed)."""
+        """Stop the timer, if it runs, for good (before the fleet's client is closed: a
+        check after this must not start it again and open a connection no one closes)."""
+        self._closed = True
         if self._watching is not None:
             self._watching.cancel()
 

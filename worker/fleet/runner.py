@@ -76,10 +76,15 @@ class LoopThread:
             log.warning("loop.tasks_left_running", error=type(exc).__name__)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=5)
-        # Closing a loop whose thread still runs it raises; one whose tasks still hold
-        # sockets can wait for ever (uvloop): leave such a loop to the process's exit.
-        if not self._thread.is_alive():
-            self.loop.close()
+        if self._thread.is_alive():
+            return  # closing a loop that still runs raises: the process's exit ends it
+        # uvloop's close waits for every transport to close, and a connection some client
+        # never closed keeps it waiting for ever: give it a few seconds, off this thread.
+        closer = threading.Thread(target=self.loop.close, name="relevo-loop-close", daemon=True)
+        closer.start()
+        closer.join(timeout=5)
+        if closer.is_alive():
+            log.warning("loop.close_abandoned")
 
 
 async def _cancel_the_rest() -> None:

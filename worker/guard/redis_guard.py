@@ -260,7 +260,7 @@ class RedisGuard:
     async def aclose(self) -> None:
         """Write what the backlog holds if Redis answers, then close the guard's Redis
         clients (both, when `open_guard` made them)."""
-        self.circuits.close()
+        await self.circuits.aclose()
         if self.sizer is not None:
             await self.sizer.aclose()
         await self.backlog.aclose()
