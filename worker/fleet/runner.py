@@ -45,6 +45,8 @@ _MARGIN_S = 5.0
 # The reason of a payload that is not a turn: it is answered, never run nor stored.
 INVALID_INPUT = "invalid_input"
 _FORGET_ERRORS: tuple[type[BaseException], ...] = (*STORE_DOWN, TimeoutError)
+# How often an idle process updates its gauges of Redis's reach (a turn updates them too).
+_STATE_EVERY_S = 5.0
 
 
 class LoopThread:
@@ -105,6 +107,19 @@ class TurnRunner:
         self._chain: Chain | None = None
         self._client: httpx.AsyncClient | None = None
         self._sweeping: concurrent.futures.Future[None] | None = None
+        self._reporting = asyncio.run_coroutine_threadsafe(self._report_forever(), self.loop.loop)
+
+    def report_state(self) -> None:
+        """Set this process's gauges: local breakers in use, the backlog and its drops."""
+        backlog = self.guard.backlog
+        self.metrics.process_state(
+            local=not self.guard.circuits.fleet_view, backlog=len(backlog), dropped=backlog.dropped
+        )
+
+    async def _report_forever(self) -> None:
+        while True:
+            self.report_state()
+            await asyncio.sleep(_STATE_EVERY_S)
 
     def start_sweeper(self, send: Callable[[TurnRequest], object]) -> None:
         """Re-send, from now on, the turns the broker lost (`worker.fleet.sweeper`), on this
@@ -118,6 +133,7 @@ class TurnRunner:
             interval_s=self.settings.worker.sweep_interval_s,
             older_than_s=self.settings.visibility_timeout_s
             + self.settings.worker.restore_interval_s,
+            on_resent=self.metrics.resent,
         )
         self._sweeping = asyncio.run_coroutine_threadsafe(sweeper.run_forever(), self.loop.loop)
 
@@ -127,6 +143,7 @@ class TurnRunner:
         self.loop.stop()
 
     async def _aclose(self) -> None:
+        self._reporting.cancel()
         if self._sweeping is not None:
             self._sweeping.cancel()
         if self._client is not None:
@@ -197,6 +214,7 @@ class TurnRunner:
         """Run the turn (it was not run before) and count it, once."""
         result = await self._run_chain(request)
         self.metrics.record(result)
+        self.report_state()
         return result
 
     async def _run_chain(self, request: TurnRequest) -> TurnResult:
