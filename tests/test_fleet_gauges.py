@@ -22,6 +22,7 @@ import breakers
 from tests.chainkit import KEY, settings, turn, worker_config
 from tests.netkit import free_port
 from worker.fleet.exporter import FleetCollector, serve_metrics
+from worker.fleet.heartbeat import read_heartbeats
 from worker.fleet.runner import LoopThread, TurnRunner
 from worker.fleet.sweeper import Sweeper
 from worker.fleet.turnstore import TurnKeys, TurnStore
@@ -33,9 +34,10 @@ from worker.observability.metrics import (
     LOCAL_BREAKERS,
     QUEUE_DEPTH,
     TURNS_RESENT_TOTAL,
+    VERSION,
     TurnMetrics,
 )
-from worker.simulator import Simulator
+from worker.simulator import Fault, Simulator
 from worker.types import TurnRequest
 
 RELEVO = [sys.executable, "-m", "worker.cli"]
@@ -209,3 +211,30 @@ def test_a_taken_port_ends_the_exporter_with_exit_6(tmp_path: Path) -> None:
         )
     assert done.returncode == 6
     assert b"metrics.not_served" in done.stderr
+
+
+def test_a_runner_beats_with_its_version_and_the_turns_it_runs(
+    sim: Simulator, redis_url: str, namespace: str
+) -> None:
+    os.environ.setdefault("RELEVO_TEST_KEY", KEY)
+    config = settings(sim.url, redis={"url": redis_url, "namespace": namespace})
+    runner = TurnRunner(config, loop=LoopThread())
+    keys = TurnKeys(namespace)
+    try:
+        sim.set_faults("alpha", Fault(latency_s=1.0, times=1))
+        turn_future = asyncio.run_coroutine_threadsafe(runner.run_once(turn()), runner.loop.loop)
+        time.sleep(0.5)  # the turn waits on the slow model
+        runner.loop.run(runner.heartbeat(), timeout_s=5)
+        during = runner.loop.run(read_heartbeats(runner.store.redis, keys), timeout_s=5)
+        turn_future.result(timeout=10)
+        runner.loop.run(runner.heartbeat(), timeout_s=5)
+        after = runner.loop.run(read_heartbeats(runner.store.redis, keys), timeout_s=5)
+    finally:
+        runner.close()
+    (beat_during,) = during
+    assert beat_during.process == runner.holder
+    assert beat_during.version == VERSION
+    assert beat_during.in_flight == 1
+    assert not beat_during.local_breakers
+    assert beat_during.alive(int(time.time() * 1000))
+    assert [b.in_flight for b in after] == [0]

@@ -47,6 +47,7 @@ __all__ = [
     "TURNS_RESENT_TOTAL",
     "TURNS_TOTAL",
     "TURN_DURATION_SECONDS",
+    "VERSION",
     "TurnMetrics",
     "is_exported",
 ]
@@ -128,6 +129,10 @@ def _version() -> str:
         return importlib.metadata.version("relevo")
     except importlib.metadata.PackageNotFoundError:  # run from a source tree
         return "unknown"
+
+
+# The installed release: `relevo_build_info` and the workers' heartbeats say it.
+VERSION = _version()
 
 
 def _counter_base(name: str) -> str:
@@ -228,7 +233,7 @@ class TurnMetrics:
             registry=r,
             multiprocess_mode="livemax",
         )
-        build.labels(_version()).set(1)
+        build.labels(VERSION).set(1)
         self._dropped_seen = 0
 
     @classmethod
