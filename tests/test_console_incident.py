@@ -149,6 +149,20 @@ async def test_breakers_open_first_with_a_control_per_row_and_their_last_errors(
     assert 'value="open" class="danger"' in closed_row
 
 
+async def test_a_breaker_s_errors_older_than_the_fallback_window_are_still_shown(
+    client: httpx.AsyncClient, store: redis.asyncio.Redis, namespace: str
+) -> None:
+    await TurnStore(store, namespace=namespace).save(TURNS[3])
+    an_hour_ago_ms = int(time.time() * 1000) - 3_600_000
+    await store.zadd(TurnKeys(namespace).recent, {TURNS[3].turn_id: an_hour_ago_ms})
+    await log_in(client, VIEWER)
+    page = (await client.get("/?fragment=1")).text
+    row = page[page.index('data-scope="vendor:openai"') :].split("</tr>", 1)[0]
+    assert "<code>overloaded</code> 529" in row
+    assert re.search(r'id="failed-link">0 failed<', page), "the counts keep to the window"
+    assert "t-failed" not in _rows((await client.get("/recent")).text)
+
+
 async def test_a_viewer_sees_no_row_controls(client: httpx.AsyncClient) -> None:
     await log_in(client, VIEWER)
     page = (await client.get("/?fragment=1")).text

@@ -746,9 +746,11 @@ async def test_the_viewer_reads_every_console_page_and_writes_nothing(
     operator, viewer = clients["operator"], clients["viewer"]
     await budgets.Ledger(operator).set_limits("viewed", 5_000_000, 100_000_000)
     await fleet.force(operator, "open", "vendor:openai", 60)
+    await operator.lpush("relevo", "waiting")
     try:
         view = await fleet_view(fleet, viewer)
         assert {s.scope: str(s.state) for s in view.report.scopes}["vendor:openai"] == "open"
+        assert view.queued == 1, "the viewer reads the queue's length"
         assert "viewed" in [row.tenant for row in await tenant_rows(fleet, viewer)]
         assert (await turn_view(fleet, viewer, "t1")).result is None
         for write in (
@@ -756,6 +758,7 @@ async def test_the_viewer_reads_every_console_page_and_writes_nothing(
             fleet.force(viewer, "close", "vendor:openai"),
             budgets.Ledger(viewer).set_limits("viewed", 1, 2),
             viewer.xadd("{relevo}:console:audit", {"who": "mallory"}),
+            viewer.lpop("relevo"),
         ):
             with pytest.raises(
                 (breakers.StoreUnavailableError, breakers.StoreForbiddenError, NoPermissionError)
@@ -770,6 +773,7 @@ async def test_the_viewer_reads_every_console_page_and_writes_nothing(
                 await viewer.execute_command(*command)
     finally:
         await fleet.force(operator, "reset", "vendor:openai")
+        await operator.delete("relevo")
 
 
 def test_the_viewer_acl_names_the_scripts_the_console_runs() -> None:

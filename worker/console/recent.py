@@ -1,9 +1,10 @@
 """The fleet's recent turns as an operator filters them, and what each breaker last saw.
 
-Both read the turns saved in the alert's window (`TurnStore.recent`): the list that
-the fleet page's counts link to (`/recent?status=degraded`, `?fell_back=1`,
-`?tenant=acme`), and, for each breaker scope, the newest errors its model or vendor
-returned: why an open breaker opened, as far as the stored turns tell.
+Both read the fleet's recorded turns (`TurnStore.recent`): the list that the fleet
+page's counts link to (`/recent?status=degraded`, `?fell_back=1`, `?tenant=acme`),
+the turns of the alert's window; and, for each breaker scope, the newest errors its
+model or vendor returned among every turn still recorded: why an open breaker opened,
+as far as the stored turns tell.
 """
 
 from __future__ import annotations

@@ -41,6 +41,15 @@ class Recent:
     unreadable: list[str]
     saved_ms: dict[str, int] = field(default_factory=dict)  # turn id -> when it was saved
 
+    def since(self, since_ms: int) -> Recent:
+        """Those saved at `since_ms` or later."""
+        kept = {t: ms for t, ms in self.saved_ms.items() if ms >= since_ms}
+        return Recent(
+            [r for r in self.results if r.turn_id in kept],
+            [t for t in self.unreadable if t in kept],
+            kept,
+        )
+
 
 def _parse(turn_id: str, raw: Any) -> Stored:
     try:

@@ -9,6 +9,7 @@ recent turns (`TurnStore.recent`) in the alert's window.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -104,10 +105,10 @@ def _keys(fleet: OperatorFleet) -> TurnKeys:
     return TurnKeys(fleet.config.redis.namespace)
 
 
-def _queue(fleet: OperatorFleet) -> str:
+def _worker(fleet: OperatorFleet) -> WorkerSettings:
     if fleet.settings is not None:
-        return fleet.settings.worker.queue
-    return fleet.config.section("worker", WorkerSettings).queue
+        return fleet.settings.worker
+    return fleet.config.section("worker", WorkerSettings)
 
 
 async def _queued(client: Redis, queue: str) -> int | None:
@@ -133,18 +134,21 @@ async def fleet_view(fleet: OperatorFleet, client: Redis) -> FleetView:
     """Everything on the fleet page, read concurrently."""
     namespace = fleet.config.redis.namespace
     watch = _observability(fleet)
-    queue = _queue(fleet)
+    queue = _worker(fleet).queue
     # Two groups: asyncio.gather keeps the types of at most six.
     (report, state, held, recent, audit), (workers, queued) = await asyncio.gather(
         asyncio.gather(
             breakers.Operators(fleet.store(client)).report(),
             breakers.KillSwitch(client, namespace=namespace).status(),
             breakers.HeldTurns(client, namespace=namespace).count(),
-            read_recent(client, _keys(fleet), watch.fallback_window_s),
+            # Every turn still recorded (the newest ~1,000): a breaker's errors may be
+            # older than the fallback window; the rate and counts keep to the window.
+            read_recent(client, _keys(fleet), _worker(fleet).result_ttl_s),
             AuditTrail(client, namespace=namespace).latest(),
         ),
         asyncio.gather(read_heartbeats(client, _keys(fleet)), _queued(client, queue)),
     )
+    kept, recent = recent, recent.since(int((time.time() - watch.fallback_window_s) * 1000))
     finished = [r for r in recent.results if r.step is not None]
     rate = FallbackRate(
         turns=len(finished),
@@ -164,7 +168,7 @@ async def fleet_view(fleet: OperatorFleet, client: Redis) -> FleetView:
         queued,
         queue,
         _counts(recent),
-        errors_by_scope(fleet, recent),
+        errors_by_scope(fleet, kept),
     )
 
 
