@@ -34,7 +34,7 @@ from tests.chainkit import KEY, run, turn, worker_config
 from tests.chainkit import settings as chain_settings
 from tests.conftest import skip_unless_ci
 from tests.netkit import free_port
-from worker.cli.fleet import celery_command
+from worker.cli.fleet import EXPORTER_PORT, celery_command
 from worker.console.views import fleet_view, tenant_rows, turn_view
 from worker.fleet.app import make_app
 from worker.fleet.enqueue import enqueue_turn
@@ -202,6 +202,37 @@ def test_the_four_alerts_have_their_thresholds() -> None:
     assert rules["RelevoModelNotFound"]["labels"]["severity"] == "critical"
 
 
+# Each gauge a person must act on, and the alert that calls them.
+ALERT_OF_GAUGE = {
+    "relevo_local_breakers": "RelevoNodeOnLocalBreakers",
+    "relevo_backlog_writes": "RelevoBacklogNotDraining",
+    "relevo_backlog_dropped_total": "RelevoBacklogDropped",
+    "relevo_held_turns": "RelevoTurnsHeldAfterKillSwitch",
+    "relevo_queue_depth": "RelevoQueueNotDraining",
+    "relevo_turns_resent_total": "RelevoTurnsResent",
+    "relevo_kill_switch": "RelevoExporterDown",
+}
+
+
+def test_each_gauge_a_person_must_act_on_has_its_alert() -> None:
+    rules = alert_rules()
+    for metric, alert in ALERT_OF_GAUGE.items():
+        assert metric in promql_names(rules[alert]["expr"])[0], alert
+        assert rules[alert]["labels"]["severity"] in ("warning", "critical"), alert
+        assert rules[alert]["annotations"]["description"].strip(), alert
+    squeeze = {name: " ".join(rule["expr"].split()) for name, rule in rules.items()}
+    assert squeeze["RelevoExporterDown"] == "absent(relevo_kill_switch)"
+    assert squeeze["RelevoNodeOnLocalBreakers"].endswith("(relevo_local_breakers) == 1")
+    assert "relevo_kill_switch) == 0" in squeeze["RelevoTurnsHeldAfterKillSwitch"]
+    assert rules["RelevoBacklogDropped"]["labels"]["severity"] == "critical"
+
+
+def test_the_fallback_gauge_is_a_ratio_everywhere() -> None:
+    assert "relevo_fallback_ratio" in METRIC_NAMES
+    for path in (*YAML_FILES, *JSON_FILES, *(ROOT / "docs").glob("*.md")):
+        assert "relevo_fallback_rate" not in path.read_text(), path
+
+
 def test_dashboard_panels_use_exported_metrics_and_labels() -> None:
     dashboard = json.loads((DEPLOY / "grafana/relevo-dashboard.json").read_text())
     used: set[str] = set()
@@ -216,6 +247,9 @@ def test_dashboard_panels_use_exported_metrics_and_labels() -> None:
         "relevo_breaker_state",
         "relevo_tenant_budget_used_ratio",
         "relevo_kill_switch",
+        "relevo_fallback_ratio",
+        *ALERT_OF_GAUGE,
+        "relevo_build_info",
     }
     titles = " ".join(panel["title"] for panel in dashboard["panels"])
     assert "p50 / p99" in titles
@@ -265,7 +299,11 @@ def compose() -> dict[str, Any]:
 
 
 def worker_services() -> dict[str, Any]:
-    return {name: s for name, s in compose().items() if s.get("image") == "relevo:local"}
+    return {
+        name: s
+        for name, s in compose().items()
+        if s.get("image") == "relevo:local" and s.get("command", ["worker"])[0] == "worker"
+    }
 
 
 def test_compose_redis_requires_passwords_and_loads_the_acl() -> None:
@@ -306,6 +344,24 @@ def test_prometheus_loads_the_rules_and_scrapes_every_worker() -> None:
     assert targets == {
         f"{s.get('hostname', name)}:{METRICS_PORT}" for name, s in worker_services().items()
     }
+
+
+def test_one_exporter_serves_the_fleet_state_and_prometheus_scrapes_it() -> None:
+    (config,) = load_yaml("prometheus/prometheus.yml")
+    (job,) = [j for j in config["scrape_configs"] if j["job_name"] == "relevo-exporter"]
+    (exporters,) = [s for s in compose().values() if s.get("command", [""])[0] == "exporter"]
+    assert job["static_configs"] == [{"targets": [f"exporter:{EXPORTER_PORT}"]}]
+    assert exporters["command"] == ["exporter", "--config", "/etc/relevo/chain.toml"]
+    assert str(EXPORTER_PORT) in exporters["healthcheck"]["test"][-1]
+    deployment = k8s()["Deployment", "relevo-exporter"]
+    assert deployment["spec"]["replicas"] == 1
+    # Replaced, not rolled: two exporters would read Redis twice per scrape.
+    assert deployment["spec"]["strategy"]["type"] == "Recreate"
+    pod = deployment["spec"]["template"]
+    assert pod["metadata"]["annotations"]["prometheus.io/port"] == str(EXPORTER_PORT)
+    (container,) = pod["spec"]["containers"]
+    assert container["args"][0] == "exporter"
+    assert "exporter.yaml" in (DEPLOY / "kubernetes/kustomization.yaml").read_text()
 
 
 # --- kubernetes ------------------------------------------------------------------------
@@ -690,9 +746,11 @@ async def test_the_viewer_reads_every_console_page_and_writes_nothing(
     operator, viewer = clients["operator"], clients["viewer"]
     await budgets.Ledger(operator).set_limits("viewed", 5_000_000, 100_000_000)
     await fleet.force(operator, "open", "vendor:openai", 60)
+    await operator.lpush("relevo", "waiting")
     try:
         view = await fleet_view(fleet, viewer)
         assert {s.scope: str(s.state) for s in view.report.scopes}["vendor:openai"] == "open"
+        assert view.queued == 1, "the viewer reads the queue's length"
         assert "viewed" in [row.tenant for row in await tenant_rows(fleet, viewer)]
         assert (await turn_view(fleet, viewer, "t1")).result is None
         for write in (
@@ -700,6 +758,7 @@ async def test_the_viewer_reads_every_console_page_and_writes_nothing(
             fleet.force(viewer, "close", "vendor:openai"),
             budgets.Ledger(viewer).set_limits("viewed", 1, 2),
             viewer.xadd("{relevo}:console:audit", {"who": "mallory"}),
+            viewer.lpop("relevo"),
         ):
             with pytest.raises(
                 (breakers.StoreUnavailableError, breakers.StoreForbiddenError, NoPermissionError)
@@ -714,6 +773,7 @@ async def test_the_viewer_reads_every_console_page_and_writes_nothing(
                 await viewer.execute_command(*command)
     finally:
         await fleet.force(operator, "reset", "vendor:openai")
+        await operator.delete("relevo")
 
 
 def test_the_viewer_acl_names_the_scripts_the_console_runs() -> None:

@@ -1,6 +1,8 @@
-"""`relevo worker`: run this node's Celery worker processes, and end them with it.
+"""`relevo worker`: run this node's Celery worker processes, and end them with it;
+`relevo exporter`: serve the fleet's state from Redis to Prometheus, once per fleet.
 
 relevo worker --config FILE [--processes N] [--threads N] [--metrics-port P]
+relevo exporter --config FILE [--port P]
 """
 
 from __future__ import annotations
@@ -10,17 +12,20 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from types import FrameType
 
-from worker.cli.common import EXIT_OK, EXIT_USAGE
+from worker.cli.common import EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
 from worker.cli.parsing import Commands, add_command, positive_int
-from worker.fleet.exporter import serve_metrics
+from worker.fleet.exporter import serve_fleet_metrics, serve_metrics
 from worker.fleet.operator_config import load_config
 from worker.fleet.startup import PARENT_ENV
 
-__all__ = ["celery_command", "register"]
+__all__ = ["EXPORTER_PORT", "celery_command", "register"]
+
+EXPORTER_PORT = 9465
 
 
 def register(commands: Commands) -> None:
@@ -43,6 +48,20 @@ def register(commands: Commands) -> None:
         help="serve Prometheus metrics on this port, 0 for none (default: config, 9464)",
     )
     node.set_defaults(func=_worker)
+    exporter = add_command(
+        commands,
+        "exporter",
+        "serve the fleet's state from Redis to Prometheus (run one per fleet)",
+        exits=(EXIT_OK, EXIT_USAGE, EXIT_UNAVAILABLE),
+        details="Breakers, budgets, the kill switch, held turns and the queue's depth, read "
+        "from Redis at each scrape. Worker nodes serve only their own metrics: one reader "
+        "for the fleet, however many nodes. Exit 6: the port could not be bound.",
+    )
+    exporter.add_argument("--config", required=True, metavar="FILE", help="chain configuration")
+    exporter.add_argument(
+        "--port", type=int, default=EXPORTER_PORT, help=f"(default: {EXPORTER_PORT})"
+    )
+    exporter.set_defaults(func=_exporter)
 
 
 def celery_command(queue: str, threads: int, name: str, loglevel: str) -> list[str]:
@@ -69,6 +88,25 @@ def _worker(args: argparse.Namespace) -> int:
             **metrics_env,
         }
         return _run_children(settings.worker.queue, processes, threads, args.loglevel, env)
+
+
+def _exporter(args: argparse.Namespace) -> int:
+    # It reads Redis and calls no provider: no API key needed.
+    settings = load_config(Path(args.config).resolve(), require_secrets=False)
+    stop = threading.Event()
+
+    def finish(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, finish)
+    signal.signal(signal.SIGINT, finish)
+    with serve_fleet_metrics(settings, args.port) as served:
+        if not served:
+            return EXIT_UNAVAILABLE
+        print(f"relevo exporter: the fleet's state on port {args.port}", file=sys.stderr)
+        while not stop.wait(1.0):
+            pass
+    return EXIT_OK
 
 
 def _run_children(

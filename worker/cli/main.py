@@ -2,7 +2,7 @@
 
     relevo turn --config FILE [--input FILE|-] [--stream]
     relevo simulate [--port P]                     relevo demo [--redis URL]
-    relevo worker|enqueue                          (worker.cli.fleet, worker.cli.enqueue)
+    relevo worker|exporter|enqueue                 (worker.cli.fleet, worker.cli.enqueue)
     relevo result|tail TURN_ID                     (worker.cli.results)
     relevo breakers [open|close|reset SCOPE]       relevo kill-switch on|off|status
     relevo budgets list|show|set ...               relevo replay-held --config FILE

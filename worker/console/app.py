@@ -36,8 +36,9 @@ from worker.console.actions import Actions, parse_action
 from worker.console.auth import Principal, Sessions, Tokens, csrf_ok
 from worker.console.gate import FormRefused, client_address, gated, read_form
 from worker.console.preview import preview
+from worker.console.recent import RecentFilter
 from worker.console.throttle import Throttle
-from worker.console.views import SORTS, fleet_view, tenant_rows, turn_view
+from worker.console.views import SORTS, fleet_view, recent_view, tenant_rows, turn_view
 from worker.errors import STORE_DOWN, STORE_REFUSED, InputError
 from worker.fleet.operations import OperatorFleet
 from worker.settings import ConsoleSettings
@@ -77,6 +78,7 @@ def build_app(
         Route("/", c.guarded(c.fleet_page), methods=["GET"]),
         Route("/tenants", c.guarded(c.tenants_page), methods=["GET"]),
         Route("/turns", c.guarded(c.turn_page), methods=["GET"]),
+        Route("/recent", c.guarded(c.recent_page), methods=["GET"]),
         Route("/act/{kind}", c.guarded(c.act), methods=["POST"]),
         Mount("/static", StaticFiles(packages=[("worker.console", "static")]), name="static"),
     ]
@@ -228,6 +230,14 @@ class _Console:
             self.fleet, self.clients.viewer, search=search, sort=sort, desc=desc
         )
         return self.page(request, "tenants.html", rows=rows, q=search, sort=sort, desc=desc)
+
+    async def recent_page(self, request: Request, who: Principal) -> Response:
+        try:
+            wanted = RecentFilter.from_query(request.query_params)
+        except ValueError as exc:
+            return self.page(request, "error.html", 400, error=str(exc))
+        shown, recent = await recent_view(self.fleet, self.clients.viewer, wanted)
+        return self.page(request, "recent.html", turns=shown, recent=recent, wanted=wanted)
 
     async def turn_page(self, request: Request, who: Principal) -> Response:
         turn_id = request.query_params.get("id", "")  # as typed: the commands strip nothing

@@ -8,8 +8,8 @@ renders. The workers keep their strict reads (`TurnStore`); only the console for
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, cast
 
 import structlog
 from pydantic import ValidationError
@@ -39,6 +39,16 @@ class Recent:
 
     results: list[TurnResult]
     unreadable: list[str]
+    saved_ms: dict[str, int] = field(default_factory=dict)  # turn id -> when it was saved
+
+    def since(self, since_ms: int) -> Recent:
+        """Those saved at `since_ms` or later."""
+        kept = {t: ms for t, ms in self.saved_ms.items() if ms >= since_ms}
+        return Recent(
+            [r for r in self.results if r.turn_id in kept],
+            [t for t in self.unreadable if t in kept],
+            kept,
+        )
 
 
 def _parse(turn_id: str, raw: Any) -> Stored:
@@ -60,17 +70,28 @@ async def read_recent(
 ) -> Recent:
     """The results saved in the last `window_s` seconds; expired ones are left out."""
     since_ms = int((time.time() - window_s) * 1000)
-    ids = await client.zrange(
-        keys.recent, "+inf", since_ms, desc=True, byscore=True, offset=0, num=count
+    scored = cast(
+        "list[tuple[Any, float]]",
+        await client.zrange(
+            keys.recent,
+            "+inf",
+            since_ms,
+            desc=True,
+            byscore=True,
+            offset=0,
+            num=count,
+            withscores=True,
+        ),
     )
-    if not ids:
+    if not scored:
         return Recent([], [])
-    names = [text(i) for i in ids]
+    names = [text(i) for i, _ in scored]
     raws = await client.mget([keys.result(n) for n in names])
     stored = [_parse(n, raw) for n, raw in zip(names, raws, strict=True) if raw is not None]
     return Recent(
         [s.result for s in stored if s.result is not None],
         [s.turn_id for s in stored if s.unreadable],
+        {text(i): int(score) for i, score in scored},
     )
 
 

@@ -9,18 +9,22 @@ recent turns (`TurnStore.recent`) in the alert's window.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 
 from redis.asyncio import Redis
+from redis.exceptions import NoPermissionError
 
 import breakers
 import budgets
-from worker.console.stored import read_chunks, read_recent, read_result
+from worker.console.recent import RecentFilter, ScopeError, errors_by_scope
+from worker.console.stored import Recent, read_chunks, read_recent, read_result
 from worker.fleet.audit import AuditEntry, AuditTrail
+from worker.fleet.heartbeat import Heartbeat, Node, nodes, read_heartbeats
 from worker.fleet.operations import OperatorFleet, budget_reports
 from worker.fleet.turnstore import TurnKeys
-from worker.settings import ObservabilitySettings
+from worker.settings import ObservabilitySettings, WorkerSettings
 from worker.types import Status, TurnResult
 
 __all__ = [
@@ -30,11 +34,18 @@ __all__ = [
     "TenantRow",
     "TurnView",
     "fleet_view",
+    "recent_view",
     "tenant_rows",
     "turn_view",
 ]
 
 _HANDOFFS_READ = 500
+# Open breakers first: the ones an operator came for.
+_STATE_ORDER = {
+    breakers.BreakerState.OPEN: 0,
+    breakers.BreakerState.HALF_OPEN: 1,
+    breakers.BreakerState.CLOSED: 2,
+}
 
 
 @dataclass(frozen=True)
@@ -67,6 +78,21 @@ class FleetView:
     fallback: FallbackRate
     audit: list[AuditEntry]
     unreadable: list[str] = field(default_factory=list)  # stored results not parsed
+    workers: list[Heartbeat] = field(default_factory=list)
+    queued: int | None = None  # None: the console's Redis user may not read the queue
+    queue: str = ""
+    counts: dict[str, int] = field(default_factory=dict)  # the window's turns, by kind
+    errors: dict[str, list[ScopeError]] = field(default_factory=dict)
+
+    @property
+    def scopes(self) -> list[breakers.ScopeReport]:
+        """The breakers, open first, then half-open, then closed; by name within each."""
+        return sorted(self.report.scopes, key=lambda s: (_STATE_ORDER[s.state], s.scope))
+
+    @property
+    def nodes(self) -> list[Node]:
+        """The worker processes by host."""
+        return nodes(self.workers, self.report.now_ms)
 
 
 def _observability(fleet: OperatorFleet) -> ObservabilitySettings:
@@ -79,17 +105,50 @@ def _keys(fleet: OperatorFleet) -> TurnKeys:
     return TurnKeys(fleet.config.redis.namespace)
 
 
+def _worker(fleet: OperatorFleet) -> WorkerSettings:
+    if fleet.settings is not None:
+        return fleet.settings.worker
+    return fleet.config.section("worker", WorkerSettings)
+
+
+async def _queued(client: Redis, queue: str) -> int | None:
+    # A viewer user made before the queue was readable to it: the page says so.
+    try:
+        return int(await client.llen(queue))
+    except NoPermissionError:
+        return None
+
+
+def _counts(recent: Recent) -> dict[str, int]:
+    kinds = {
+        "degraded": RecentFilter(status=Status.DEGRADED),
+        "failed": RecentFilter(status=Status.FAILED),
+        "rejected": RecentFilter(status=Status.REJECTED),
+        "fell_back": RecentFilter(fell_back=True),
+    }
+    counts = {name: sum(1 for r in recent.results if f.keeps(r)) for name, f in kinds.items()}
+    return {"all": len(recent.results), **counts}
+
+
 async def fleet_view(fleet: OperatorFleet, client: Redis) -> FleetView:
     """Everything on the fleet page, read concurrently."""
     namespace = fleet.config.redis.namespace
     watch = _observability(fleet)
-    report, state, held, recent, audit = await asyncio.gather(
-        breakers.Operators(fleet.store(client)).report(),
-        breakers.KillSwitch(client, namespace=namespace).status(),
-        breakers.HeldTurns(client, namespace=namespace).count(),
-        read_recent(client, _keys(fleet), watch.fallback_window_s),
-        AuditTrail(client, namespace=namespace).latest(),
+    queue = _worker(fleet).queue
+    # Two groups: asyncio.gather keeps the types of at most six.
+    (report, state, held, recent, audit), (workers, queued) = await asyncio.gather(
+        asyncio.gather(
+            breakers.Operators(fleet.store(client)).report(),
+            breakers.KillSwitch(client, namespace=namespace).status(),
+            breakers.HeldTurns(client, namespace=namespace).count(),
+            # Every turn still recorded (the newest ~1,000): a breaker's errors may be
+            # older than the fallback window; the rate and counts keep to the window.
+            read_recent(client, _keys(fleet), _worker(fleet).result_ttl_s),
+            AuditTrail(client, namespace=namespace).latest(),
+        ),
+        asyncio.gather(read_heartbeats(client, _keys(fleet)), _queued(client, queue)),
     )
+    kept, recent = recent, recent.since(int((time.time() - watch.fallback_window_s) * 1000))
     finished = [r for r in recent.results if r.step is not None]
     rate = FallbackRate(
         turns=len(finished),
@@ -98,7 +157,27 @@ async def fleet_view(fleet: OperatorFleet, client: Redis) -> FleetView:
         window_s=watch.fallback_window_s,
         min_turns=watch.fallback_min_turns,
     )
-    return FleetView(report, state, held, rate, audit, recent.unreadable)
+    return FleetView(
+        report,
+        state,
+        held,
+        rate,
+        audit,
+        recent.unreadable,
+        workers,
+        queued,
+        queue,
+        _counts(recent),
+        errors_by_scope(fleet, kept),
+    )
+
+
+async def recent_view(
+    fleet: OperatorFleet, client: Redis, wanted: RecentFilter
+) -> tuple[list[TurnResult], Recent]:
+    """The window's turns `wanted` keeps (newest first), and the window as read."""
+    recent = await read_recent(client, _keys(fleet), _observability(fleet).fallback_window_s)
+    return wanted.apply(recent), recent
 
 
 @dataclass(frozen=True)
@@ -122,6 +201,11 @@ class TenantRow:
             if p.limit_micros
         ]
         return max(shares, default=0.0)
+
+    @property
+    def blocked(self) -> bool:
+        """The day's or the month's limit is spent or held: new turns degrade."""
+        return self.used >= 1.0
 
 
 # Sort keys a page may ask for; anything else is refused before it is used.

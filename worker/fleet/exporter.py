@@ -1,10 +1,13 @@
-"""The node's `/metrics`: every worker process's turn metrics, plus the fleet's state from Redis.
+"""The fleet's metrics: each node's turn metrics, and the fleet's state from Redis, once.
 
 `serve_metrics` runs in `relevo worker` (the parent): it gives the worker
-processes a fresh `PROMETHEUS_MULTIPROC_DIR`, serves their merged metrics on
-one port, and reads breakers, budgets and the kill switch from Redis at each
-scrape (`FleetCollector`). Redis slow or down costs a scrape its fleet gauges
-(logged), never the turn metrics.
+processes a fresh `PROMETHEUS_MULTIPROC_DIR` and serves their merged metrics on
+one port. `serve_fleet_metrics` runs in `relevo exporter`, one per fleet: at each
+scrape it reads breakers, budgets, the kill switch, the held turns and the queue's
+depth from Redis (`FleetCollector`). One reader, not every node: a fleet of 50
+nodes scraped every 15 s would otherwise read each tenant's budget 200 times a
+minute, and the rules would see 50 copies of one fact. Redis slow or down costs a
+scrape its fleet gauges (logged), never a node's turn metrics.
 """
 
 from __future__ import annotations
@@ -27,7 +30,9 @@ from worker.fleet.operations import budget_reports
 from worker.guard.stores import breaker_store, budget_ledger
 from worker.observability.metrics import (
     BREAKER_STATE,
+    HELD_TURNS,
     KILL_SWITCH,
+    QUEUE_DEPTH,
     TENANT_BUDGET_HELD_MICROS,
     TENANT_BUDGET_REMAINING_MICROS,
     TENANT_BUDGET_USED_RATIO,
@@ -37,7 +42,7 @@ from worker.observability.metrics import (
 )
 from worker.settings import Settings
 
-__all__ = ["BREAKER_LEVELS", "FleetCollector", "serve_metrics"]
+__all__ = ["BREAKER_LEVELS", "FleetCollector", "serve_fleet_metrics", "serve_metrics"]
 
 log = structlog.get_logger("relevo.metrics")
 
@@ -55,10 +60,13 @@ class _Fleet:
     scopes: list[breakers.ScopeReport]
     kill_switch: bool
     budgets: list[budgets.BudgetReport]
+    held: int
+    queued: int
 
 
 class FleetCollector:
-    """Breaker states, tenant budgets and the kill switch, read from Redis at each scrape."""
+    """Breaker states, tenant budgets, the kill switch, held turns and the queue's depth,
+    read from Redis at each scrape."""
 
     def __init__(self, settings: Settings, *, timeout_s: float = _SCRAPE_TIMEOUT_S) -> None:
         self.settings = settings
@@ -80,20 +88,34 @@ class FleetCollector:
         yield GaugeMetricFamily(
             KILL_SWITCH, "1 while the kill switch is on", value=fleet.kill_switch
         )
+        yield GaugeMetricFamily(
+            HELD_TURNS, "Turns held while the kill switch was on, not yet replayed", fleet.held
+        )
+        queue = GaugeMetricFamily(
+            QUEUE_DEPTH, "Turns waiting in the broker's queue", labels=["queue"]
+        )
+        queue.add_metric([self.settings.worker.queue], fleet.queued)
+        yield queue
         yield from _budget_families(fleet.budgets)
 
     async def _read(self) -> _Fleet:
         where = self.settings.redis
-        client = where.connect_shared(timeout_s=max(where.timeout_s, 1.0))
+        timeout_s = max(where.timeout_s, 1.0)
+        client = where.connect_shared(timeout_s=timeout_s)
+        # The broker's queue is at `url`, where the shared state may not be.
+        broker = where.connect(timeout_s=timeout_s)
         try:
             async with asyncio.timeout(self.timeout_s):
                 store = breaker_store(self.settings, client, know_scopes=True)
                 report = await breakers.Operators(store).report()
                 killed = await breakers.KillSwitch(client, namespace=where.namespace).status()
                 reports = await budget_reports(budget_ledger(self.settings, client))
+                held = await breakers.HeldTurns(client, namespace=where.namespace).count()
+                queued = await broker.llen(self.settings.worker.queue)
         finally:
             await client.aclose()
-        return _Fleet(report.scopes, killed is not None, reports)
+            await broker.aclose()
+        return _Fleet(report.scopes, killed is not None, reports, held, int(queued))
 
 
 def _budget_families(reports: list[budgets.BudgetReport]) -> Iterator[Metric]:
@@ -155,17 +177,32 @@ def serve_metrics(settings: Settings, port: int) -> Iterator[dict[str, str]]:
     with tempfile.TemporaryDirectory(prefix="relevo-metrics-") as path:
         registry = CollectorRegistry()
         MultiProcessCollector(registry, path=path)  # type: ignore[no-untyped-call]
-        registry.register(FleetCollector(settings))
-        addr = settings.observability.metrics_addr
-        try:
-            server, thread = start_http_server(port, addr, registry)
-        except OSError as exc:
-            log.error("metrics.not_served", addr=addr, port=port, error=exc.strerror or str(exc))
-            yield {}
-            return
-        try:
-            yield {MULTIPROC_ENV: path}
-        finally:
-            server.shutdown()
-            server.server_close()
-            thread.join(timeout=5)
+        with _served(settings, port, registry) as served:
+            yield {MULTIPROC_ENV: path} if served else {}
+
+
+@contextmanager
+def serve_fleet_metrics(settings: Settings, port: int) -> Iterator[bool]:
+    """Serve the fleet's state from Redis (`FleetCollector`) on `port` while the block
+    runs; yields whether the port could be bound."""
+    registry = CollectorRegistry()
+    registry.register(FleetCollector(settings))
+    with _served(settings, port, registry) as served:
+        yield served
+
+
+@contextmanager
+def _served(settings: Settings, port: int, registry: CollectorRegistry) -> Iterator[bool]:
+    addr = settings.observability.metrics_addr
+    try:
+        server, thread = start_http_server(port, addr, registry)
+    except OSError as exc:
+        log.error("metrics.not_served", addr=addr, port=port, error=exc.strerror or str(exc))
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)

@@ -14,6 +14,7 @@ import concurrent.futures
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
@@ -22,13 +23,14 @@ import structlog
 
 from worker.adapters import make_client
 from worker.errors import STORE_DOWN, InputError
+from worker.fleet.heartbeat import BEAT_EVERY_S, Heartbeat, beat
 from worker.fleet.sweeper import Sweeper
 from worker.fleet.turnstore import TurnStore
 from worker.guard.autopipeline import AutoPipeline
 from worker.guard.redis_guard import RedisGuard, open_guard
 from worker.observability import tracing
 from worker.observability.logs import redact_secrets
-from worker.observability.metrics import TurnMetrics
+from worker.observability.metrics import VERSION, TurnMetrics
 from worker.observability.redact import provider_secrets
 from worker.settings import Settings
 from worker.turn.chain import Chain
@@ -43,6 +45,7 @@ T = TypeVar("T")
 _MARGIN_S = 5.0
 # The reason of a payload that is not a turn: it is answered, never run nor stored.
 INVALID_INPUT = "invalid_input"
+# Redis gone or slow: a record kept, a heartbeat missed.
 _FORGET_ERRORS: tuple[type[BaseException], ...] = (*STORE_DOWN, TimeoutError)
 
 
@@ -135,6 +138,40 @@ class TurnRunner:
         self._chain: Chain | None = None
         self._client: httpx.AsyncClient | None = None
         self._sweeping: concurrent.futures.Future[None] | None = None
+        self.in_flight = 0
+        self._started_ms = int(time.time() * 1000)
+        self._reporting = asyncio.run_coroutine_threadsafe(self._report_forever(), self.loop.loop)
+
+    def report_state(self) -> None:
+        """Set this process's gauges: local breakers in use, the backlog and its drops."""
+        backlog = self.guard.backlog
+        self.metrics.process_state(
+            local=not self.guard.circuits.fleet_view, backlog=len(backlog), dropped=backlog.dropped
+        )
+
+    async def heartbeat(self) -> None:
+        """Tell the fleet this process lives (`worker.fleet.heartbeat`); Redis away: skip."""
+        host, pid = self.holder.rsplit(":", 1)
+        now = Heartbeat(
+            host=host,
+            pid=int(pid),
+            version=VERSION,
+            in_flight=self.in_flight,
+            local_breakers=not self.guard.circuits.fleet_view,
+            started_ms=self._started_ms,
+        )
+        try:
+            async with asyncio.timeout(self.settings.redis.timeout_s * 4):
+                await beat(self.store.redis, self.store.keys, now)
+        except _FORGET_ERRORS as exc:
+            log.debug("worker.heartbeat_missed", error=type(exc).__name__)
+
+    async def _report_forever(self) -> None:
+        # Gauges and heartbeat while idle too: a turn also updates the gauges.
+        while True:
+            self.report_state()
+            await self.heartbeat()
+            await asyncio.sleep(BEAT_EVERY_S)
 
     def start_sweeper(self, send: Callable[[TurnRequest], object]) -> None:
         """Re-send, from now on, the turns the broker lost (`worker.fleet.sweeper`), on this
@@ -148,6 +185,7 @@ class TurnRunner:
             interval_s=self.settings.worker.sweep_interval_s,
             older_than_s=self.settings.visibility_timeout_s
             + self.settings.worker.restore_interval_s,
+            on_resent=self.metrics.resent,
         )
         self._sweeping = asyncio.run_coroutine_threadsafe(sweeper.run_forever(), self.loop.loop)
 
@@ -157,6 +195,7 @@ class TurnRunner:
         self.loop.stop()
 
     async def _aclose(self) -> None:
+        self._reporting.cancel()
         if self._sweeping is not None:
             self._sweeping.cancel()
         if self._client is not None:
@@ -226,8 +265,13 @@ class TurnRunner:
 
     async def _run(self, request: TurnRequest) -> TurnResult:
         """Run the turn (it was not run before) and count it, once."""
-        result = await self._run_chain(request)
+        self.in_flight += 1  # on the loop's one thread: no lock
+        try:
+            result = await self._run_chain(request)
+        finally:
+            self.in_flight -= 1
         self.metrics.record(result)
+        self.report_state()
         return result
 
     async def _run_chain(self, request: TurnRequest) -> TurnResult:

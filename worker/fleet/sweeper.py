@@ -48,13 +48,16 @@ class Sweeper:
         holder: str,
         interval_s: float,
         older_than_s: float,
+        on_resent: Callable[[int], None] | None = None,
     ) -> None:
-        """`send`: publish a turn (blocking; `send_turn` on the fleet's app)."""
+        """`send`: publish a turn (blocking; `send_turn` on the fleet's app); `on_resent`
+        hears how many turns a round sent again (the metrics)."""
         self.store = store
         self.send = send
         self.holder = holder
         self.interval_s = interval_s
         self.older_than_s = older_than_s
+        self.on_resent = on_resent
 
     async def run_forever(self) -> None:
         """Sweep every interval (with jitter, so processes started together spread out)."""
@@ -106,6 +109,8 @@ class Sweeper:
                 answered.append(turn_id)
         if answered:
             await self.store.forget(*answered)
+        if resent and self.on_resent is not None:
+            self.on_resent(resent)
         return resent
 
     async def _resend(self, turn_id: str, payload: bytes | str) -> bool:

@@ -19,6 +19,8 @@ marker goes with the result (`worker.fleet.streams`).
     {N}:turns:payloads     hash    turn id -> payload     (TTL: result_ttl_s, refreshed)
     {N}:turns:sweep        string  the sweeping worker    (TTL: one sweep interval)
     {N}:turns:recent       zset    turn id -> ms saved    (the newest ~RECENT_TURNS; TTL refreshed)
+    {N}:workers            zset    process -> ms last seen (`worker.fleet.heartbeat`)
+    {N}:worker:<process>   string  its heartbeat JSON     (TTL: heartbeat.KEPT_S)
 
 A producer records each turn in `sent` and `payloads` before it publishes it (`send_turn`);
 saving the result removes the record. `worker.fleet.sweeper` re-sends what stays unanswered.
@@ -95,6 +97,13 @@ class TurnKeys:
     @property
     def sweep(self) -> str:
         return f"{{{self.namespace}}}:turns:sweep"
+
+    @property
+    def workers(self) -> str:
+        return f"{{{self.namespace}}}:workers"
+
+    def worker(self, process: str) -> str:
+        return f"{{{self.namespace}}}:worker:{process}"
 
 
 class TurnStore:

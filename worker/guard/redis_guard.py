@@ -329,7 +329,8 @@ class RedisGuard:
         for _ in range(2):
             slot = self.pipes.open()
             parse = queue(slot.pipe)
-            (reply,) = await slot.send()
+            # The script's reply comes first; a settle may queue a second command after it.
+            reply = (await slot.send())[0]
             if not isinstance(reply, NoScriptError):
                 break
             await self.ledger.load_scripts()

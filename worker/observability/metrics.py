@@ -2,13 +2,16 @@
 
 Each worker process records into its own `TurnMetrics`. Under `relevo worker`
 the processes run in prometheus-client's multiprocess mode
-(`PROMETHEUS_MULTIPROC_DIR`), and the parent serves them all on one port
-together with the fleet's state read from Redis at scrape time
-(`worker.fleet.exporter`). The names below are a contract with `deploy/`
-(alert rules, dashboard): change them there too.
+(`PROMETHEUS_MULTIPROC_DIR`), and the parent serves them all on one port. The
+fleet's state in Redis (breakers, budgets, kill switch, held turns, queue depth) is
+read once per scrape by the fleet's one `relevo exporter` (`worker.fleet.exporter`),
+not by every node. The names below are a contract with `deploy/` (alert rules,
+dashboard): change them there too.
 """
 
 from __future__ import annotations
+
+import importlib.metadata
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -20,13 +23,19 @@ from worker.types import AttemptOutcome, TurnResult
 __all__ = [
     "ATTEMPTS_TOTAL",
     "ATTEMPT_DURATION_SECONDS",
+    "BACKLOG_DROPPED_TOTAL",
+    "BACKLOG_WRITES",
     "BREAKER_STATE",
-    "FALLBACK_RATE",
+    "BUILD_INFO",
+    "FALLBACK_RATIO",
     "HEDGES_TOTAL",
     "HEDGE_WASTED_MICROS_TOTAL",
+    "HELD_TURNS",
     "KILL_SWITCH",
+    "LOCAL_BREAKERS",
     "METRIC_NAMES",
     "MODEL_NOT_FOUND_TOTAL",
+    "QUEUE_DEPTH",
     "SERIES_NAMES",
     "STORE_RESETS_TOTAL",
     "TENANT_BUDGET_HELD_MICROS",
@@ -35,8 +44,10 @@ __all__ = [
     "TENANT_RECLAIMED_CHARGES",
     "TENANT_RECLAIMED_MICROS",
     "TENANT_SPEND_MICROS",
+    "TURNS_RESENT_TOTAL",
     "TURNS_TOTAL",
     "TURN_DURATION_SECONDS",
+    "VERSION",
     "TurnMetrics",
     "is_exported",
 ]
@@ -52,12 +63,20 @@ TENANT_BUDGET_USED_RATIO = "relevo_tenant_budget_used_ratio"
 TENANT_BUDGET_HELD_MICROS = "relevo_tenant_budget_held_micros"
 TENANT_RECLAIMED_CHARGES = "relevo_tenant_reclaimed_charges"
 TENANT_RECLAIMED_MICROS = "relevo_tenant_reclaimed_micros"
-FALLBACK_RATE = "relevo_fallback_rate"
+FALLBACK_RATIO = "relevo_fallback_ratio"
 KILL_SWITCH = "relevo_kill_switch"
 STORE_RESETS_TOTAL = "relevo_store_resets_total"
 MODEL_NOT_FOUND_TOTAL = "relevo_model_not_found_total"
 HEDGES_TOTAL = "relevo_hedges_total"
 HEDGE_WASTED_MICROS_TOTAL = "relevo_hedge_wasted_micros_total"
+LOCAL_BREAKERS = "relevo_local_breakers"
+BACKLOG_WRITES = "relevo_backlog_writes"
+BACKLOG_DROPPED_TOTAL = "relevo_backlog_dropped_total"
+TURNS_RESENT_TOTAL = "relevo_turns_resent_total"
+BUILD_INFO = "relevo_build_info"
+# Read from Redis by the fleet's one exporter (`relevo exporter`), not by every node.
+HELD_TURNS = "relevo_held_turns"
+QUEUE_DEPTH = "relevo_queue_depth"
 
 # Every metric name and its labels, as PromQL sees them.
 METRIC_NAMES: dict[str, tuple[str, ...]] = {
@@ -73,13 +92,21 @@ METRIC_NAMES: dict[str, tuple[str, ...]] = {
     TENANT_RECLAIMED_CHARGES: ("tenant", "period"),
     TENANT_RECLAIMED_MICROS: ("tenant", "period"),
     # `pid` too under several processes: one series per live process.
-    FALLBACK_RATE: (),
+    FALLBACK_RATIO: (),
     KILL_SWITCH: (),
     STORE_RESETS_TOTAL: (),
     MODEL_NOT_FOUND_TOTAL: ("model", "provider", "provider_model"),
     # Hedged races decided: "won" (the hedge sent content first) or "lost".
     HEDGES_TOTAL: ("outcome",),
     HEDGE_WASTED_MICROS_TOTAL: (),
+    # One series per node (the most, or the sum, over its live processes).
+    LOCAL_BREAKERS: (),
+    BACKLOG_WRITES: (),
+    BACKLOG_DROPPED_TOTAL: (),
+    TURNS_RESENT_TOTAL: (),
+    BUILD_INFO: ("version",),
+    HELD_TURNS: (),
+    QUEUE_DEPTH: ("queue",),
 }
 _HISTOGRAMS = (TURN_DURATION_SECONDS, ATTEMPT_DURATION_SECONDS)
 # The series names a query may use: histograms add _bucket, _sum and _count.
@@ -95,6 +122,17 @@ _ATTEMPT_BUCKETS_S = (0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120)
 def is_exported(series: str) -> bool:
     """Whether `series` (e.g. `relevo_turn_duration_seconds_bucket`) is one this code exports."""
     return series in SERIES_NAMES
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("relevo")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree
+        return "unknown"
+
+
+# The installed release: `relevo_build_info` and the workers' heartbeats say it.
+VERSION = _version()
 
 
 def _counter_base(name: str) -> str:
@@ -138,8 +176,8 @@ class TurnMetrics:
             buckets=_ATTEMPT_BUCKETS_S,
             registry=r,
         )
-        self.fallback_rate = Gauge(
-            FALLBACK_RATE,
+        self.fallback_ratio = Gauge(
+            FALLBACK_RATIO,
             "Share of this process's turns with step >= 1 over the sliding window",
             registry=r,
             multiprocess_mode="liveall",
@@ -166,6 +204,37 @@ class TurnMetrics:
             "Times this process found the shared store had lost its data",
             registry=r,
         )
+        self.local_breakers = Gauge(
+            LOCAL_BREAKERS,
+            "1 while a process answers from its own breakers: it cannot reach Redis",
+            registry=r,
+            multiprocess_mode="livemax",
+        )
+        self.backlog_writes = Gauge(
+            BACKLOG_WRITES,
+            "Results, spend and held turns waiting for Redis to answer again",
+            registry=r,
+            multiprocess_mode="livesum",
+        )
+        self.backlog_dropped = Counter(
+            _counter_base(BACKLOG_DROPPED_TOTAL),
+            "Writes refused because the backlog was full: results or spend lost",
+            registry=r,
+        )
+        self.turns_resent = Counter(
+            _counter_base(TURNS_RESENT_TOTAL),
+            "Turns the broker lost, sent again by the sweeper",
+            registry=r,
+        )
+        build = Gauge(
+            BUILD_INFO,
+            "1, labelled with the version this node runs",
+            METRIC_NAMES[BUILD_INFO],
+            registry=r,
+            multiprocess_mode="livemax",
+        )
+        build.labels(VERSION).set(1)
+        self._dropped_seen = 0
 
     @classmethod
     def from_settings(cls, settings: ObservabilitySettings) -> TurnMetrics:
@@ -179,6 +248,19 @@ class TurnMetrics:
     def store_reset(self) -> None:
         """Count a store that came back empty (`breakers.ResilientBreakers.on_reset`)."""
         self.store_resets.inc()
+
+    def process_state(self, *, local: bool, backlog: int, dropped: int) -> None:
+        """This process's link to Redis: local breakers in use, writes waiting, writes
+        dropped so far (the backlog's own count, which only grows)."""
+        self.local_breakers.set(int(local))
+        self.backlog_writes.set(backlog)
+        if dropped > self._dropped_seen:
+            self.backlog_dropped.inc(dropped - self._dropped_seen)
+            self._dropped_seen = dropped
+
+    def resent(self, turns: int) -> None:
+        """Count turns the sweeper sent again."""
+        self.turns_resent.inc(turns)
 
     def record(self, result: TurnResult) -> None:
         """Count a finished turn and each of its attempts; update the fallback rate."""
@@ -204,4 +286,4 @@ class TurnMetrics:
                 )
         # Every turn counts, as in the fleet-wide rate Prometheus computes from `turns`.
         fell_back = result.step is not None and result.step >= 1
-        self.fallback_rate.set(self.watch.record(fell_back))
+        self.fallback_ratio.set(self.watch.record(fell_back))

@@ -16,6 +16,13 @@ function stamp(ms) {
   return new Date(ms).toISOString().replace("T", " ").slice(0, 19) + "Z";
 }
 
+function typing(live) {
+  var fields = live.querySelectorAll("form input:not([type=hidden])");
+  return Array.prototype.some.call(fields, function (field) {
+    return field === document.activeElement || field.value !== "";
+  });
+}
+
 // While the fragment does not come back (Redis down: 503; the console gone), the last
 // data stays, dimmed, under a banner that says since when; each poll retries.
 function poll(live) {
@@ -47,7 +54,11 @@ function poll(live) {
         return response.text();
       })
       .then(function (html) {
-        if (html !== null) { live.innerHTML = html; shown(true); }
+        if (html === null) { return; }
+        // A row's form someone is typing in is not swapped from under them.
+        if (typing(live)) { updated.textContent = "live updates paused while you type"; return; }
+        live.innerHTML = html;
+        shown(true);
       })
       .catch(function () { shown(false, "The console does not answer."); })
       .finally(function () { setTimeout(tick, every); });

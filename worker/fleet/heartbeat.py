@@ -1,0 +1,130 @@
+"""Each worker process says, every few seconds, that it lives and what it does.
+
+What an operator asks first in an incident: which workers are alive, how many
+processes each node runs, how many turns each has in flight, which version, and
+whether it reaches Redis. A process writes its `Heartbeat` (`TurnKeys.worker`) and its
+time in `TurnKeys.workers`; a reader lists the processes seen within `KEPT_S`, alive
+when seen within `ALIVE_S`. A process that died stays listed, silent, until `KEPT_S`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+from redis.asyncio import Redis
+
+from breakers.rediskit import text
+from worker.fleet.turnstore import TurnKeys
+
+__all__ = [
+    "ALIVE_S",
+    "BEAT_EVERY_S",
+    "KEPT_S",
+    "Heartbeat",
+    "Node",
+    "beat",
+    "nodes",
+    "read_heartbeats",
+]
+
+BEAT_EVERY_S = 5.0
+# Three beats missed: the process is gone (or cannot reach Redis, which it also says).
+ALIVE_S = 3 * BEAT_EVERY_S
+KEPT_S = 600
+_READ = 500
+
+
+class Heartbeat(BaseModel):
+    """One worker process as it last described itself."""
+
+    # A newer release may say more: readers take what they know.
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    host: str
+    pid: int
+    version: str
+    in_flight: int
+    local_breakers: bool
+    started_ms: int
+    seen_ms: int = 0
+
+    @property
+    def process(self) -> str:
+        return f"{self.host}:{self.pid}"
+
+    def alive(self, now_ms: int) -> bool:
+        return now_ms - self.seen_ms <= ALIVE_S * 1000
+
+
+async def beat(redis: Redis, keys: TurnKeys, heartbeat: Heartbeat) -> None:
+    """Write `heartbeat` (its `seen_ms` now) and drop processes silent past `KEPT_S`."""
+    now_ms = int(time.time() * 1000)
+    fresh = heartbeat.model_copy(update={"seen_ms": now_ms})
+    pipe = redis.pipeline(transaction=False)
+    pipe.set(keys.worker(fresh.process), fresh.model_dump_json(), ex=KEPT_S)
+    pipe.zadd(keys.workers, {fresh.process: now_ms})
+    pipe.zremrangebyscore(keys.workers, "-inf", now_ms - KEPT_S * 1000)
+    pipe.expire(keys.workers, KEPT_S)
+    await pipe.execute()
+
+
+async def read_heartbeats(redis: Redis, keys: TurnKeys) -> list[Heartbeat]:
+    """The processes seen within `KEPT_S`, by host then pid; an unreadable one is left out."""
+    since_ms = int(time.time() * 1000) - KEPT_S * 1000
+    names = await redis.zrange(
+        keys.workers, "+inf", since_ms, desc=True, byscore=True, offset=0, num=_READ
+    )
+    if not names:
+        return []
+    raws = await redis.mget([keys.worker(text(n)) for n in names])
+    beats = []
+    for raw in raws:
+        if raw is None:
+            continue
+        try:
+            beats.append(Heartbeat.model_validate_json(raw))
+        except ValidationError:
+            continue
+    return sorted(beats, key=lambda b: (b.host, b.pid))
+
+
+@dataclass(frozen=True)
+class Node:
+    """One host's worker processes, as an operator reads them."""
+
+    host: str
+    processes: int  # seen within KEPT_S
+    alive: int
+    in_flight: int  # of the live ones
+    versions: tuple[str, ...]
+    local_breakers: bool  # a live process cannot reach Redis
+    seen_ms: int
+
+    @property
+    def healthy(self) -> bool:
+        return self.alive == self.processes and not self.local_breakers
+
+
+def nodes(beats: list[Heartbeat], now_ms: int) -> list[Node]:
+    """The processes grouped by host, in host order."""
+    hosts: dict[str, list[Heartbeat]] = {}
+    for b in beats:
+        hosts.setdefault(b.host, []).append(b)
+    found = []
+    for host in sorted(hosts):
+        group = hosts[host]
+        live = [b for b in group if b.alive(now_ms)]
+        found.append(
+            Node(
+                host,
+                len(group),
+                len(live),
+                sum(b.in_flight for b in live),
+                tuple(sorted({b.version for b in group})),
+                any(b.local_breakers for b in live),
+                max(b.seen_ms for b in group),
+            )
+        )
+    return found
