@@ -14,6 +14,7 @@ import concurrent.futures
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
@@ -21,8 +22,11 @@ import httpx
 import structlog
 import uvloop
 
+from breakers import KillSwitchState
 from worker.adapters import make_client
 from worker.errors import STORE_DOWN, InputError
+from worker.fleet.dispatcher import Dispatcher
+from worker.fleet.fairqueue import FairQueue
 from worker.fleet.sweeper import Sweeper
 from worker.fleet.turnstore import TurnStore
 from worker.guard.autopipeline import AutoPipeline
@@ -44,6 +48,8 @@ T = TypeVar("T")
 _MARGIN_S = 5.0
 # The reason of a payload that is not a turn: it is answered, never run nor stored.
 INVALID_INPUT = "invalid_input"
+# How old a look at the kill switch the dispatcher acts on (the guard looks at it too).
+_KILL_FRESH_S = 0.5
 _FORGET_ERRORS: tuple[type[BaseException], ...] = (*STORE_DOWN, TimeoutError)
 
 
@@ -105,6 +111,15 @@ class TurnRunner:
         self._chain: Chain | None = None
         self._client: httpx.AsyncClient | None = None
         self._sweeping: concurrent.futures.Future[None] | None = None
+        self._dispatching: concurrent.futures.Future[None] | None = None
+        self.fair = FairQueue(
+            self.store.redis,
+            namespace=settings.redis.namespace,
+            queue=settings.worker.queue,
+            default=settings.fairness.default_share(),
+            # A dead worker's lease runs out once its turn could no longer be running.
+            lease_s=settings.turn_deadline_s + 2 * _MARGIN_S + settings.worker.restore_interval_s,
+        )
 
     def start_sweeper(self, send: Callable[[TurnRequest], object]) -> None:
         """Re-send, from now on, the turns the broker lost (`worker.fleet.sweeper`), on this
@@ -121,14 +136,40 @@ class TurnRunner:
         )
         self._sweeping = asyncio.run_coroutine_threadsafe(sweeper.run_forever(), self.loop.loop)
 
+    def start_dispatcher(self) -> None:
+        """Move turns from the fair queue to the broker's queue, from now on, on this
+        runner's loop (`worker.fleet.dispatcher`); nothing when `[fairness]` is off. Once."""
+        if self._dispatching is not None or not self.settings.fairness.enabled:
+            return
+        dispatcher = Dispatcher(
+            self.fair,
+            self.store,
+            self.settings.fairness,
+            killed=self._kill_switch,
+            primary_model=self.settings.chain.models[0],
+            metrics=self.metrics,
+        )
+        self._dispatching = asyncio.run_coroutine_threadsafe(
+            dispatcher.run_forever(), self.loop.loop
+        )
+
+    async def _kill_switch(self) -> KillSwitchState | None:
+        """The kill switch as this process sees it, looked at again when the last look is
+        older than `_KILL_FRESH_S`."""
+        circuits = self.guard.circuits
+        if time.monotonic() - circuits.memory.seen_at < _KILL_FRESH_S:
+            return circuits.memory.kill
+        return (await circuits.check(())).kill_switch
+
     def close(self) -> None:
         """Close the HTTP client and the Redis pool, then the loop."""
         self.loop.run(self._aclose(), timeout_s=10)
         self.loop.stop()
 
     async def _aclose(self) -> None:
-        if self._sweeping is not None:
-            self._sweeping.cancel()
+        for task in (self._sweeping, self._dispatching):
+            if task is not None:
+                task.cancel()
         if self._client is not None:
             await self._client.aclose()
         await self.guard.aclose()
@@ -163,7 +204,13 @@ class TurnRunner:
             log.warning("turn.record_kept", turn_id=turn_id, error=type(exc).__name__)
 
     async def run_once(self, request: TurnRequest) -> TurnResult:
-        """The turn's result: the stored one if it already ran, else a new run."""
+        """The turn's result: the stored one if it already ran, else a new run; either way
+        the tenant's lease on it is given back."""
+        result = await self._run_once(request)
+        await self._release(request)
+        return result
+
+    async def _run_once(self, request: TurnRequest) -> TurnResult:
         turn_id = request.turn_id
         budget_s = min(request.deadline_s, self.settings.turn_deadline_s)
         try:
@@ -179,6 +226,13 @@ class TurnRunner:
         except STORE_DOWN as exc:
             log.warning("turn.store_unreachable", turn_id=turn_id, error=type(exc).__name__)
         return await self._save(await self._run(request), end_stream=request.stream)
+
+    async def _release(self, request: TurnRequest) -> None:
+        """Give the tenant's lease back (a lease Redis missed runs out by itself)."""
+        try:
+            await self.fair.release(request.tenant_id, request.turn_id)
+        except STORE_DOWN as exc:
+            log.warning("turn.lease_kept", turn_id=request.turn_id, error=type(exc).__name__)
 
     async def _save(self, result: TurnResult, *, end_stream: bool) -> TurnResult:
         """Save the result (and end its stream); one Redis missed is kept and saved when
