@@ -127,9 +127,9 @@ async def test_max_in_flight_holds_a_tenant_until_a_turn_concludes(
     done = await fair.dispatch(most=20, depth=20)
     assert Counter(t for t, _ in done.moved) == {"capped": 3, "free": 1}
     assert done.held == [("capped", "max_in_flight")]
-    assert [(x.tenant, x.queued, x.in_flight) for x in await fair.load()] == [
-        ("capped", 7, 3),
-        ("free", 0, 1),
+    assert [(x.tenant, x.queued, x.in_flight, x.own) for x in await fair.load()] == [
+        ("capped", 7, 3, True),
+        ("free", 0, 1, False),
     ]
     assert await fair.release("capped", "c0")
     assert not await fair.release("capped", "c0")  # once

@@ -32,7 +32,7 @@ import budgets
 from worker.console import filters
 from worker.console.actions import Actions, parse_action
 from worker.console.auth import Principal, Sessions, Tokens, csrf_ok
-from worker.console.views import SORTS, fleet_view, tenant_rows, turn_view
+from worker.console.views import SORTS, fleet_view, tenant_loads, tenant_rows, turn_view
 from worker.errors import STORE_DOWN, STORE_REFUSED, InputError
 from worker.fleet.operations import OperatorFleet
 from worker.settings import ConsoleSettings
@@ -205,7 +205,10 @@ class _Console:
         rows = await tenant_rows(
             self.fleet, self.clients.viewer, search=search, sort=sort, desc=desc
         )
-        return self.page(request, "tenants.html", rows=rows, q=search, sort=sort, desc=desc)
+        loads = await tenant_loads(self.fleet, self.clients.viewer, search=search)
+        return self.page(
+            request, "tenants.html", rows=rows, loads=loads, q=search, sort=sort, desc=desc
+        )
 
     async def turn_page(self, request: Request, who: Principal) -> Response:
         turn_id = request.query_params.get("id", "")  # as typed: the commands strip nothing

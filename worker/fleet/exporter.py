@@ -23,6 +23,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 import breakers
 import budgets
 from worker.errors import STORE_DOWN
+from worker.fleet.fairqueue import FairQueue, TenantLoad
 from worker.fleet.operations import budget_reports
 from worker.guard.stores import breaker_store, budget_ledger
 from worker.observability.metrics import (
@@ -31,6 +32,8 @@ from worker.observability.metrics import (
     TENANT_BUDGET_HELD_MICROS,
     TENANT_BUDGET_REMAINING_MICROS,
     TENANT_BUDGET_USED_RATIO,
+    TENANT_IN_FLIGHT,
+    TENANT_QUEUED,
     TENANT_RECLAIMED_CHARGES,
     TENANT_RECLAIMED_MICROS,
     TENANT_SPEND_MICROS,
@@ -55,10 +58,12 @@ class _Fleet:
     scopes: list[breakers.ScopeReport]
     kill_switch: bool
     budgets: list[budgets.BudgetReport]
+    loads: list[TenantLoad]
 
 
 class FleetCollector:
-    """Breaker states, tenant budgets and the kill switch, read from Redis at each scrape."""
+    """Breaker states, tenant budgets, the kill switch and the tenants' turns queued and in
+    flight, read from Redis at each scrape."""
 
     def __init__(self, settings: Settings, *, timeout_s: float = _SCRAPE_TIMEOUT_S) -> None:
         self.settings = settings
@@ -81,6 +86,16 @@ class FleetCollector:
             KILL_SWITCH, "1 while the kill switch is on", value=fleet.kill_switch
         )
         yield from _budget_families(fleet.budgets)
+        queued = GaugeMetricFamily(
+            TENANT_QUEUED, "Turns waiting in the fair queue", labels=["tenant"]
+        )
+        running = GaugeMetricFamily(
+            TENANT_IN_FLIGHT, "Turns dispatched and not yet concluded (leases)", labels=["tenant"]
+        )
+        for load in fleet.loads:
+            queued.add_metric([load.tenant], load.queued)
+            running.add_metric([load.tenant], load.in_flight)
+        yield from (queued, running)
 
     async def _read(self) -> _Fleet:
         where = self.settings.redis
@@ -91,9 +106,16 @@ class FleetCollector:
                 report = await breakers.Operators(store).report()
                 killed = await breakers.KillSwitch(client, namespace=where.namespace).status()
                 reports = await budget_reports(budget_ledger(self.settings, client))
+                # The fair queue is on the broker's Redis, which may not be the shared one.
+                broker = client if where.shared_url is None else where.connect()
+                try:
+                    loads = await FairQueue(broker, namespace=where.namespace).load()
+                finally:
+                    if broker is not client:
+                        await broker.aclose()
         finally:
             await client.aclose()
-        return _Fleet(report.scopes, killed is not None, reports)
+        return _Fleet(report.scopes, killed is not None, reports, loads)
 
 
 def _budget_families(reports: list[budgets.BudgetReport]) -> Iterator[Metric]:

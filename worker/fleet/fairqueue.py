@@ -75,11 +75,14 @@ class DispatchRound:
 
 @dataclass(frozen=True, slots=True)
 class TenantLoad:
-    """A tenant's turns waiting in the fair queue and running under a lease."""
+    """A tenant's turns waiting in the fair queue and running under a lease, and its share
+    (`own`: set for it; else the default)."""
 
     tenant: str
     queued: int
     in_flight: int
+    share: Share
+    own: bool
 
 
 def _pairs(items: object) -> list[tuple[str, str]]:
@@ -167,13 +170,18 @@ class FairQueue:
         await self.redis.hdel(self.keys.key("expired"), *turn_ids)
 
     async def load(self) -> list[TenantLoad]:
-        """Every tenant with turns queued or running, by name."""
+        """Every tenant with turns queued or running, or a share of its own, by name."""
         pipe = self.redis.pipeline(transaction=False)
         pipe.hgetall(self.keys.key("queued"))
         pipe.hgetall(self.keys.key("inflight"))
-        queued, running = await pipe.execute()
-        counts: dict[str, list[int]] = {}
+        pipe.hgetall(self.shares.key)
+        queued, running, shares = await pipe.execute()
+        counts: dict[str, list[int]] = {text(t): [0, 0] for t in shares}
         for at, raw in enumerate((queued, running)):
             for tenant, n in raw.items():
                 counts.setdefault(text(tenant), [0, 0])[at] = int(n)
-        return [TenantLoad(t, q, r) for t, (q, r) in sorted(counts.items())]
+        own = {text(t): Share.unpacked(text(v)) for t, v in shares.items()}
+        return [
+            TenantLoad(t, q, r, own.get(t, self.default), t in own)
+            for t, (q, r) in sorted(counts.items())
+        ]
