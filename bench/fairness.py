@@ -24,7 +24,6 @@ Output: `FIGURE <name> <value> <unit>` lines on stdout; progress on stderr.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import statistics
 import sys
@@ -136,6 +135,11 @@ class Fleet:
         return int(self.redis.zcard(self.keys.recent))
 
 
+def set_share(client: redis.Redis, tenant: str, share: budgets.Share) -> None:
+    """As `relevo tenants set` writes it (`budgets.Shares`), from this blocking client."""
+    client.hset(f"{{{NAMESPACE}}}:budget:shares", tenant, share.packed())
+
+
 def cpu_s(client: redis.Redis) -> float:
     info = client.info("cpu")
     return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
@@ -209,9 +213,8 @@ def served(
 ) -> Counter[str]:
     """Turns each tenant started inside the window, all of them saturating."""
     with fleet(args, rig, fair=True, processes=processes) as f:
-        shares = budgets.Shares(redis.asyncio.Redis.from_url(rig[1]), namespace=NAMESPACE)
         for tenant, weight in weights.items():
-            asyncio.run(shares.set(tenant, budgets.Share(weight=weight)))
+            set_share(f.redis, tenant, budgets.Share(weight=weight))
         for _ in range(per_tenant):
             for tenant in weights:
                 f.send(tenant)
@@ -225,11 +228,7 @@ def served(
 
 def cap(args: argparse.Namespace, rig: tuple[Path, str, str]) -> None:
     with fleet(args, rig, fair=True, processes=3) as f:
-        asyncio.run(
-            budgets.Shares(redis.asyncio.Redis.from_url(rig[1]), namespace=NAMESPACE).set(
-                "capped", budgets.Share(max_in_flight=5)
-            )
-        )
+        set_share(f.redis, "capped", budgets.Share(max_in_flight=5))
         peak, samples, stop = [0], [0], threading.Event()
 
         def sample() -> None:
