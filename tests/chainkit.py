@@ -126,7 +126,7 @@ async def run(
     guard: Guard | None = None,
     on_text: Any = None,
 ) -> TurnResult:
-    async with make_client() as client:
+    async with make_client(config.http) as client:
         chain = Chain.from_settings(config, client, guard=guard)
         return await chain.run(request, on_text=on_text)
 

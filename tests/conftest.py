@@ -6,6 +6,7 @@ Two tiers (see tests/README.md): every test that gets a real Redis server, throu
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import signal
@@ -27,6 +28,11 @@ if TYPE_CHECKING:
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 DEFAULT_REDIS_URL = os.environ.get("RELEVO_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+# The simulators and servers the tests start are on loopback: a proxy set for this
+# machine's own traffic must not carry the workers' calls to them.
+for _name in ("NO_PROXY", "no_proxy"):
+    os.environ[_name] = ",".join(filter(None, (os.environ.get(_name), "127.0.0.1,localhost")))
 
 
 def _answers(url: str) -> bool:
@@ -202,7 +208,12 @@ def namespace() -> str:
 
 @pytest.fixture(autouse=True)
 def _structlog_restored() -> Iterator[None]:
-    """A test that points structlog at its captured output must not leave it there."""
+    """A test that points structlog at its captured output must not leave it there, nor
+    the standard library's root logger (`configure_logging` routes it to that output)."""
     saved = structlog.get_config()
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
     yield
     structlog.configure(**saved)
+    root.handlers[:] = handlers
+    root.setLevel(level)

@@ -1,21 +1,24 @@
 """The console as a person meets it: `relevo console` in a process, Chromium driven by Selenium.
 
-`console_process` starts `relevo console --config FILE` with the given tokens and waits
-for its port; `chromium()` starts the distribution's Chromium (headless, no network
-features, a fresh profile) through its chromedriver, never downloading anything. Both
-skip locally when the browser is not installed, and fail in CI.
+`http_console` serves the application to an httpx client in this process (the HTTP
+tests); `log_in` logs that client in. `console_process` starts `relevo console --config
+FILE` with the given tokens and waits for its port; `chromium()` starts the
+distribution's Chromium (headless, no network features, a fresh profile) through its
+chromedriver, never downloading anything. Both skip locally when the browser is not
+installed, and fail in CI.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +26,67 @@ import httpx
 
 from tests.conftest import skip_unless_ci
 from tests.netkit import free_port
+from worker.console import build_app
+from worker.console.app import Clients
+from worker.console.auth import Tokens
+from worker.console.server import console_settings
+from worker.fleet.operations import operator_fleet
+from worker.settings import ConsoleSettings, RedisSettings
 
-__all__ = ["CHROMEDRIVER", "CHROMIUM", "chromium", "console_process"]
+__all__ = [
+    "BASE",
+    "CHROMEDRIVER",
+    "CHROMIUM",
+    "chromium",
+    "console_process",
+    "csrf_of",
+    "http_console",
+    "log_in",
+]
+
+BASE = "http://testserver"
+
+
+@asynccontextmanager
+async def http_console(
+    config: Path,
+    redis_url: str,
+    tokens: Tokens,
+    *,
+    peer: tuple[str, int] = ("127.0.0.1", 50000),
+    **console: Any,
+) -> AsyncIterator[httpx.AsyncClient]:
+    """The console of `config` (with `console` over its `[console]`), on `redis_url`, to
+    an httpx client at BASE that connects from `peer`."""
+    fleet = operator_fleet(str(config))
+    given = console_settings(fleet).model_dump()
+    settings = ConsoleSettings.model_validate({**given, "hosts": ("testserver",), **console})
+    where = RedisSettings(url=redis_url)
+    clients = Clients(viewer=where.connect(timeout_s=1), operator=where.connect(timeout_s=1))
+    app = build_app(fleet, settings, tokens, clients)
+    transport = httpx.ASGITransport(app=app, client=peer)
+    try:
+        async with httpx.AsyncClient(transport=transport, base_url=BASE) as http:
+            yield http
+    finally:
+        await clients.viewer.aclose()
+        await clients.operator.aclose()
+
+
+def csrf_of(html: str) -> str:
+    """The first CSRF token a page's forms carry."""
+    found = re.search(r'name="csrf" value="([^"]+)"', html)
+    assert found is not None, html[:500]
+    return found.group(1)
+
+
+async def log_in(client: httpx.AsyncClient, token: str) -> str:
+    """Log in; the session's CSRF token."""
+    nonce = csrf_of((await client.get("/login")).text)
+    response = await client.post("/login", data={"csrf": nonce, "token": token})
+    assert response.status_code == 303, response.text
+    return csrf_of((await client.get("/")).text)
+
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"

@@ -382,12 +382,14 @@ def test_public_surface_is_pinned() -> None:
         "Event",
         "GeminiAdapter",
         "OpenAIAdapter",
+        "OpenAIResponsesAdapter",
         "ProviderCall",
         "TextDelta",
         "ToolCallDelta",
         "VertexAdapter",
         "build_adapter",
         "make_client",
+        "reasoning_family",
     }
 
 

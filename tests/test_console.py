@@ -9,7 +9,6 @@ The browser tests (tests/test_console_browser.py) cover the same pages end to en
 
 from __future__ import annotations
 
-import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -21,19 +20,18 @@ import redis
 from breakers import FleetBreakers, Gone, Pair, connect
 from budgets import Share
 from tests.chainkit import KEY, worker_config
+from tests.consolekit import BASE, csrf_of, http_console, log_in
 from tests.netkit import free_port
 from tests.test_security_names import ALLOWED, TRICKY
-from worker.console import build_app
-from worker.console.app import Clients
-from worker.console.audit import AuditTrail
 from worker.console.auth import TOKENS_ENV, Principal, Role, Tokens, load_tokens
 from worker.console.server import console_settings, serve_console
 from worker.errors import ConfigError
+from worker.fleet.audit import AuditTrail
 from worker.fleet.fairqueue import enqueue_sync
 from worker.fleet.operations import operator_fleet
-from worker.settings import RedisSettings
 
 OPERATOR = "operator-token-0123456789abcdef"
+CAROL = "carol-viewer-token-Zq8rT1vX4wY7"
 VIEWER = "viewer-token-0123456789abcdefgh"
 TOKENS = Tokens(
     (
@@ -41,7 +39,6 @@ TOKENS = Tokens(
         (Principal("bob", Role.VIEWER), VIEWER),
     )
 )
-BASE = "http://testserver"
 
 
 @pytest.fixture
@@ -55,17 +52,8 @@ def config(redis_url: str, namespace: str, tmp_path: Path) -> Path:
 
 @pytest.fixture
 async def client(config: Path, redis_url: str) -> AsyncIterator[httpx.AsyncClient]:
-    fleet = operator_fleet(str(config))
-    where = RedisSettings(url=redis_url)
-    clients = Clients(viewer=where.connect(timeout_s=2), operator=where.connect(timeout_s=2))
-    app = build_app(fleet, console_settings(fleet), TOKENS, clients)
-    transport = httpx.ASGITransport(app=app)
-    try:
-        async with httpx.AsyncClient(transport=transport, base_url=BASE) as http:
-            yield http
-    finally:
-        await clients.viewer.aclose()
-        await clients.operator.aclose()
+    async with http_console(config, redis_url, TOKENS) as http:
+        yield http
 
 
 def test_a_fleet_whose_shared_state_is_elsewhere_is_refused_at_start(
@@ -78,33 +66,15 @@ def test_a_fleet_whose_shared_state_is_elsewhere_is_refused_at_start(
 
 
 async def test_a_redis_that_does_not_answer_gets_a_503_page(config: Path) -> None:
-    fleet = operator_fleet(str(config))
-    nowhere = RedisSettings(url=f"redis://127.0.0.1:{free_port()}/0")
-    clients = Clients(viewer=nowhere.connect(timeout_s=1), operator=nowhere.connect(timeout_s=1))
-    app = build_app(fleet, console_settings(fleet), TOKENS, clients)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=BASE) as http:
+    nowhere = f"redis://127.0.0.1:{free_port()}/0"
+    async with http_console(config, nowhere, TOKENS) as http:
         csrf = await log_in(http, OPERATOR)
         page = await http.get("/")
         assert page.status_code == 503
         assert "Redis did not answer" in page.text
+        assert 'id="retry"' in page.text, "the page loads itself again until Redis answers"
         form = {"mode": "on", "reason": "r", "csrf": csrf, "confirmed": "yes"}
         assert (await http.post("/act/kill_switch", data=form)).status_code == 503
-    await clients.viewer.aclose()
-    await clients.operator.aclose()
-
-
-def _csrf(html: str) -> str:
-    found = re.search(r'name="csrf" value="([^"]+)"', html)
-    assert found is not None, html[:500]
-    return found.group(1)
-
-
-async def log_in(client: httpx.AsyncClient, token: str) -> str:
-    """Log in; the session's CSRF token."""
-    nonce = _csrf((await client.get("/login")).text)
-    response = await client.post("/login", data={"csrf": nonce, "token": token})
-    assert response.status_code == 303, response.text
-    return _csrf((await client.get("/")).text)
 
 
 def keys(redis_url: str, namespace: str) -> set[bytes]:
@@ -116,11 +86,11 @@ def test_tokens_are_read_from_the_environment_and_a_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     secret = tmp_path / "tokens"
-    secret.write_text(f"# people\ncarol viewer {'c' * 30}\n")
+    secret.write_text(f"# people\ncarol viewer {CAROL}\n")
     monkeypatch.setenv(TOKENS_ENV, f"alice operator {OPERATOR};bob viewer {VIEWER}")
     tokens = load_tokens(secret)
     assert tokens.authenticate(OPERATOR) == Principal("alice", Role.OPERATOR)
-    assert tokens.authenticate("c" * 30) == Principal("carol", Role.VIEWER)
+    assert tokens.authenticate(CAROL) == Principal("carol", Role.VIEWER)
     assert tokens.authenticate(OPERATOR[:-1]) is None
     assert tokens.authenticate("") is None
 
@@ -147,10 +117,14 @@ def test_a_bad_token_line_is_refused_without_showing_the_token(
 
 
 async def test_no_page_without_a_session(client: httpx.AsyncClient) -> None:
-    for path in ("/", "/tenants", "/turns?id=t1"):
+    for path, back in (
+        ("/", ""),
+        ("/tenants", "?next=%2Ftenants"),
+        ("/turns?id=t1", "?next=%2Fturns%3Fid%3Dt1"),
+    ):
         response = await client.get(path)
         assert response.status_code == 303
-        assert response.headers["location"] == "/login"
+        assert response.headers["location"] == f"/login{back}"
     assert (await client.get("/?fragment=1")).status_code == 401
     assert (await client.post("/act/kill_switch", data={"mode": "on"})).status_code == 401
 
@@ -169,7 +143,7 @@ async def test_every_response_carries_the_security_headers(client: httpx.AsyncCl
 
 
 async def test_the_session_cookie_is_http_only_and_same_site(client: httpx.AsyncClient) -> None:
-    nonce = _csrf((await client.get("/login")).text)
+    nonce = csrf_of((await client.get("/login")).text)
     response = await client.post("/login", data={"csrf": nonce, "token": OPERATOR})
     cookie = response.headers["set-cookie"].lower()
     assert "httponly" in cookie
@@ -366,3 +340,12 @@ async def test_the_tenants_page_shows_each_tenants_share_and_queue(
     assert "own" in row
     assert "<td>4</td>" in row
     assert "<td>3</td>" in row
+
+
+async def test_the_fallback_card_is_not_green_below_the_minimum_of_turns(
+    client: httpx.AsyncClient,
+) -> None:
+    await log_in(client, VIEWER)
+    live = (await client.get("/?fragment=1")).text
+    assert 'class="card quiet" id="fallback"' in live
+    assert 'data-enough="0"' in live

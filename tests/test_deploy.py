@@ -703,11 +703,36 @@ async def test_the_viewer_reads_every_console_page_and_writes_nothing(
             budgets.Ledger(viewer).set_limits("viewed", 1, 2),
             viewer.xadd("{relevo}:console:audit", {"who": "mallory"}),
         ):
-            with pytest.raises((breakers.StoreUnavailableError, NoPermissionError)):
+            with pytest.raises(
+                (breakers.StoreUnavailableError, breakers.StoreForbiddenError, NoPermissionError)
+            ):
                 await write
         assert await breakers.KillSwitch(operator).status() is None
+        # Only the two scripts the pages run: no EVAL, no script of the viewer's own.
+        endless = "while true do end"
+        sha = await viewer.script_load(endless)
+        for command in (("EVAL", endless, 0), ("EVAL_RO", endless, 0), ("EVALSHA", sha, 0)):
+            with pytest.raises(NoPermissionError):
+                await viewer.execute_command(*command)
     finally:
         await fleet.force(operator, "reset", "vendor:openai")
+
+
+def test_the_viewer_acl_names_the_scripts_the_console_runs() -> None:
+    """users.acl.in lets the viewer run exactly these scripts' SHA1s: a change to either
+    script (or to the Lua libraries prepended to it) must change the file too."""
+    from breakers.scripts import SCRIPTS as BREAKER_SCRIPTS
+    from budgets.scripts import SCRIPTS as BUDGET_SCRIPTS
+
+    line = next(
+        line
+        for line in (DEPLOY / "redis/users.acl.in").read_text().splitlines()
+        if line.startswith("user viewer ")
+    )
+    allowed = {rule.split("|", 1)[1] for rule in line.split() if rule.startswith("+evalsha|")}
+    wanted = {BREAKER_SCRIPTS._shas["inspect"], BUDGET_SCRIPTS._shas["report"]}
+    assert allowed == wanted
+    assert not {"+eval", "+evalsha", "+@scripting"} & set(line.split())
 
 
 async def test_operator_flips_the_kill_switch_and_workers_see_it(clients: dict[str, Any]) -> None:

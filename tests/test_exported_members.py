@@ -23,8 +23,8 @@ SURFACES: dict[str, str] = {
     + " Attempt AttemptOutcome Chain Guard Message OpenGuard Reasoning Reply Settings Status Tool"
     " ToolCall TurnRequest TurnResult Usage load_settings make_client parse_turn_request",
     "worker.adapters": "ADAPTERS Adapter AnthropicAdapter BedrockAdapter Completion Event"
-    " GeminiAdapter OpenAIAdapter ProviderCall TextDelta ToolCallDelta VertexAdapter"
-    " build_adapter make_client",
+    " GeminiAdapter OpenAIAdapter OpenAIResponsesAdapter ProviderCall TextDelta ToolCallDelta"
+    " VertexAdapter build_adapter make_client reasoning_family",
     "worker.turn": "RULES Chain Decision Rule rule_for",
     "worker.guard": "Admission Availability Charge Conclusion FleetView Guard HedgeBook"
     " LocalHedges OpenGuard RedisGuard Refusal Signal Target hedge_book open_guard",
@@ -35,6 +35,8 @@ SURFACES: dict[str, str] = {
     "worker.observability": "Redactor TurnMetrics configure_logging configure_tracing redact_text",
     "worker.simulator": "CallOutcome Fault RequestRecord Simulator SimulatorClient serve",
     "worker.cli": "main",
+    "worker.frameworks": "Engine InProcess OnDegraded ThroughFleet TurnNotAnswered answer",
+    "worker.frameworks.pydantic_ai": "RelevoModel TurnNotAnsweredError",
     "worker.console": "RunningConsole build_app running_console serve_console",
     "worker.demo": "run_demo",
     "breakers": "FORBIDDEN_ERRORS STORE_ERRORS BreakerState BreakersError Cooldown"

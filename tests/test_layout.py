@@ -28,6 +28,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "worker.demo": {"worker.console", "worker.simulator", "worker.fleet", "worker.turn",
                     "worker.guard", "worker.adapters", "worker.observability", "breakers",
                     "budgets"},
+    "worker.frameworks": {"worker.fleet", "worker.turn", "worker.guard", "worker.adapters",
+                          "worker.observability"},
     "worker.console": {"worker.fleet", "worker.turn", "worker.guard", "worker.adapters",
                        "worker.observability", "breakers", "budgets"},
     "worker.fleet": {"worker.turn", "worker.guard", "worker.adapters",

@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import logging
 import os
 import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +24,7 @@ from structlog.testing import capture_logs
 
 import breakers
 import budgets
-from tests.chainkit import KEY, run, settings, turn, worker_config
+from tests.chainkit import ID_OF, KEY, MODEL_OF, ORDER, run, settings, turn, worker_config
 from tests.netkit import free_port
 from worker.fleet.exporter import FleetCollector, serve_metrics
 from worker.observability.alert import FallbackWatch
@@ -74,7 +76,7 @@ async def test_turn_completed_names_each_jump_and_its_status(sim: Simulator) -> 
     # OpenTelemetry GenAI names beside ours.
     assert done["gen_ai.request.model"] == "alpha"
     assert done["gen_ai.response.model"] == "beta"
-    assert done["gen_ai.provider.name"] == "an"
+    assert done["gen_ai.provider.name"] == "anthropic"  # the API, by the conventions' name
     assert done["gen_ai.usage.input_tokens"] == result.usage.input_tokens
     assert done["gen_ai.usage.output_tokens"] == result.usage.output_tokens
     failed, answered = attempts
@@ -84,6 +86,24 @@ async def test_turn_completed_names_each_jump_and_its_status(sim: Simulator) -> 
     assert "gen_ai.response.model" not in failed
     assert answered["gen_ai.response.model"] == "beta"
     assert answered["gen_ai.usage.output_tokens"] == result.usage.output_tokens
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(
+    ("kind", "api"), [("openai", "openai"), ("anthropic", "anthropic"), ("gemini", "gcp.gemini")]
+)
+async def test_the_response_model_is_the_one_the_provider_names(
+    sim: Simulator, kind: str, api: str, stream: bool
+) -> None:
+    model = MODEL_OF[kind]
+    sim.set_faults(ID_OF[model], Fault(answer_model=f"{ID_OF[model]}-20261201"))
+    with capture_logs() as events:
+        result = await run(settings(sim.url, ORDER[kind]), turn(stream=stream))
+    assert result.effective_model == model
+    (done,) = [e for e in events if e["event"] == "turn.completed"]
+    assert done["gen_ai.request.model"] == ID_OF[model]
+    assert done["gen_ai.response.model"] == f"{ID_OF[model]}-20261201"
+    assert done["gen_ai.provider.name"] == api
 
 
 async def test_logs_are_json_lines_without_prompts(sim: Simulator) -> None:
@@ -96,6 +116,30 @@ async def test_logs_are_json_lines_without_prompts(sim: Simulator) -> None:
     assert [e["event"] for e in events] == ["turn.completed"]
     assert all("timestamp" in e and e["level"] == "info" for e in events)
     assert secret_prompt not in out.getvalue()
+
+
+@pytest.mark.parametrize("level", ["info", "debug"])
+def test_the_libraries_logs_join_the_one_stream_with_their_names(level: str) -> None:
+    out = io.StringIO()
+    configure_logging(level=level, json=True, stream=out, secrets=[KEY])
+    structlog.get_logger("relevo.chain").info("turn.completed")
+    celery = logging.getLogger("celery.worker.strategy")
+    celery.info("Task received")
+    celery.warning("Connection to broker lost, key %s", KEY)
+    events = [json.loads(line) for line in out.getvalue().splitlines()]
+    names = [(e["logger"], e["level"], e["event"]) for e in events]
+    expected = [("relevo.chain", "info", "turn.completed")]
+    if level == "debug":  # Celery's per-task info lines only when asked for
+        expected.append(("celery.worker.strategy", "info", "Task received"))
+    expected.append(
+        ("celery.worker.strategy", "warning", "Connection to broker lost, key [redacted]")
+    )
+    assert names == expected
+    assert all("timestamp" in e for e in events)
+    configure_logging(level=level, json=True, stream=out)  # again: still one line each
+    before = len(out.getvalue().splitlines())
+    celery.warning("once")
+    assert len(out.getvalue().splitlines()) == before + 1
 
 
 # -- the sliding-window alert ---------------------------------------------------------------
@@ -349,7 +393,17 @@ def test_relevo_worker_serves_turn_fleet_and_budget_metrics(
         sim.set_faults("alpha", Fault(status=529))
         # One at a time: 3 overloaded answers open alpha's breakers, the 4th turn skips it.
         results += [enqueue_turn(_request("obs", i), app=app).get(timeout_s=30) for i in range(4)]
+        # A turn's result is stored before its spend is settled: the gauge catches up.
+        spent_by_results = sum(r.cost_micros for r in results)
+        deadline = time.monotonic() + 10
         series = _scrape(port)
+        spent_key = (
+            "relevo_tenant_spend_micros",
+            frozenset({"tenant": "obs", "period": "day"}.items()),
+        )
+        while series.get(spent_key) != spent_by_results and time.monotonic() < deadline:
+            time.sleep(0.2)
+            series = _scrape(port)
     finally:
         node.send_signal(signal.SIGTERM)
         node.wait(timeout=30)

@@ -137,6 +137,14 @@ EXPECTED: dict[tuple[str, str], type[ProviderError]] = {
     ("bedrock", "on_demand_unsupported"): ModelNotFound,
     ("bedrock", "on_demand_not_supported"): ModelNotFound,
 }
+# The Responses API answers HTTP errors in Chat Completions' envelope, and has its own.
+for (_kind, _name), _class in list(EXPECTED.items()):
+    if _kind == "openai":
+        EXPECTED[("openai-responses", _name)] = _class
+EXPECTED[("openai-responses", "context_length_exceeded")] = ContextTooLong
+EXPECTED[("openai-responses", "invalid_encrypted_content")] = InvalidRequest
+EXPECTED[("openai-responses", "reasoning_item_not_stored")] = InvalidRequest
+EXPECTED[("openai-responses", "invalid_prompt")] = InvalidRequest
 for _kind in NAMES:
     EXPECTED[(_kind, "proxy_502_html")] = ServerError
     EXPECTED[(_kind, "empty_503")] = Overloaded
@@ -144,6 +152,14 @@ for _kind in NAMES:
 EXPECTED_STREAM: dict[tuple[str, str], type[ProviderError]] = {
     ("openai", "server_error"): ServerError,
     ("openai", "server_is_overloaded"): Overloaded,
+    ("openai-responses", "error_server_error"): ServerError,
+    ("openai-responses", "error_rate_limit_exceeded"): RateLimited,
+    ("openai-responses", "error_context_length_exceeded"): ContextTooLong,
+    ("openai-responses", "failed_server_error"): ServerError,
+    ("openai-responses", "failed_rate_limit_exceeded"): RateLimited,
+    ("openai-responses", "failed_context_length_exceeded"): ContextTooLong,
+    ("openai-responses", "failed_insufficient_quota"): QuotaExhausted,
+    ("openai-responses", "failed_invalid_prompt"): InvalidRequest,
     ("anthropic", "overloaded_error"): Overloaded,
     ("anthropic", "api_error"): ServerError,
     ("gemini", "unavailable"): Overloaded,

@@ -321,6 +321,7 @@ OPTIONAL_SECTIONS = (
     "limits",
     "observability",
     "console",
+    "http",
 )
 
 

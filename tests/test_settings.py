@@ -10,7 +10,7 @@ import pytest
 
 from breakers.sentinel import SentinelAddress
 from worker.errors import ConfigError
-from worker.settings import load_settings
+from worker.settings import ProviderSettings, load_settings
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "chain.toml"
 KEYS = ("OPENAI_API_KEY", "AZURE_OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY")
@@ -182,3 +182,17 @@ def test_a_bad_sentinel_setting_says_what_is_wrong(redis: dict[str, str], says: 
     with pytest.raises(ConfigError, match=says) as raised:
         load_settings(data={**BASE, "redis": redis})
     assert "pw" not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("provider", "name"),
+    [
+        ({"kind": "openai"}, "openai"),
+        ({"kind": "openai", "azure_api_version": "2024-10-21"}, "azure.ai.openai"),
+        ({"kind": "anthropic"}, "anthropic"),
+        ({"kind": "gemini"}, "gcp.gemini"),
+    ],
+)
+def test_each_api_has_its_opentelemetry_provider_name(provider: dict[str, str], name: str) -> None:
+    settings = ProviderSettings.model_validate({"base_url": "https://api.example.com", **provider})
+    assert settings.gen_ai_provider == name

@@ -66,8 +66,11 @@ def named(spans: tuple[ReadableSpan, ...], name: str) -> list[ReadableSpan]:
 @pytest.mark.usefixtures("traced")
 async def test_a_turn_span_has_a_child_per_attempt_with_the_genai_names(sim: Simulator) -> None:
     sim.set_faults("alpha", Fault(status=500))
+    sim.set_faults("beta", Fault(answer_model="beta-20261201"))
     request = turn()
-    result = await tracing.traced_turn(request, run(settings(sim.url, CHAIN), request))
+    config = settings(sim.url, CHAIN)
+    providers = {name: p.gen_ai_provider for name, p in config.providers.items()}
+    result = await tracing.traced_turn(request, run(config, request), None, providers)
     assert result.status is Status.OK
     spans = EXPORTER.get_finished_spans()
     [turn_span] = named(spans, "relevo.turn")
@@ -82,15 +85,17 @@ async def test_a_turn_span_has_a_child_per_attempt_with_the_genai_names(sim: Sim
         assert call.attributes is not None
         assert call.attributes["gen_ai.operation.name"] == "chat"
     failed, retried, answered = (dict(c.attributes or {}) for c in calls)
-    assert failed["gen_ai.provider.name"] == "oa"
+    # The conventions' well-known name of the API; the configured name beside it.
+    assert (failed["gen_ai.provider.name"], failed["relevo.provider"]) == ("openai", "oa")
     assert failed["gen_ai.request.model"] == "alpha"
     assert failed["error.type"] == result.attempts[0].error_class == "server_error"
     assert failed["http.response.status_code"] == 500
     assert retried["relevo.retry_index"] == 1
     assert calls[0].status.status_code is StatusCode.ERROR
     assert "gen_ai.response.model" not in failed
-    assert answered["gen_ai.provider.name"] == "an"
-    assert answered["gen_ai.response.model"] == "beta"
+    assert (answered["gen_ai.provider.name"], answered["relevo.provider"]) == ("anthropic", "an")
+    assert answered["gen_ai.request.model"] == "beta"
+    assert answered["gen_ai.response.model"] == "beta-20261201"  # as the provider said
     assert answered["gen_ai.usage.input_tokens"] == result.usage.input_tokens > 0
     assert answered["gen_ai.usage.output_tokens"] == result.usage.output_tokens > 0
     assert "error.type" not in answered
@@ -101,7 +106,7 @@ async def test_a_turn_span_has_a_child_per_attempt_with_the_genai_names(sim: Sim
     whole = dict(turn_span.attributes or {})
     assert whole["relevo.turn_id"] == request.turn_id
     assert whole["gen_ai.request.model"] == "alpha"
-    assert whole["gen_ai.response.model"] == "beta"
+    assert (whole["gen_ai.provider.name"], whole["relevo.provider"]) == ("anthropic", "an")
     assert whole["gen_ai.usage.output_tokens"] == result.usage.output_tokens
     assert (whole["relevo.status"], whole["relevo.step"], whole["relevo.attempts"]) == ("ok", 1, 3)
     assert turn_span.status.status_code is StatusCode.UNSET
@@ -111,14 +116,17 @@ async def test_a_turn_span_has_a_child_per_attempt_with_the_genai_names(sim: Sim
 async def test_a_skipped_model_is_an_event_on_the_turn_span(sim: Simulator) -> None:
     request = turn()
     guard = ScriptedGuard({"alpha": Availability.OPEN})
-    result = await tracing.traced_turn(request, run(settings(sim.url, CHAIN), request, guard=guard))
+    config = settings(sim.url, CHAIN)
+    providers = {name: p.gen_ai_provider for name, p in config.providers.items()}
+    result = await tracing.traced_turn(request, run(config, request, guard=guard), None, providers)
     assert [a.outcome for a in result.attempts] == [AttemptOutcome.SKIPPED, AttemptOutcome.OK]
     spans = EXPORTER.get_finished_spans()
     assert [s.name for s in spans] == ["chat beta", "relevo.turn"]
     [event] = spans[1].events
     assert event.name == "relevo.model_skipped"
     assert dict(event.attributes or {}) == {
-        "gen_ai.provider.name": "oa",
+        "gen_ai.provider.name": "openai",
+        "relevo.provider": "oa",
         "gen_ai.request.model": "alpha",
         "relevo.model": "openai/alpha",
         "relevo.reason": "breaker_open",

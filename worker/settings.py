@@ -20,8 +20,10 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    IPvAnyNetwork,
     StringConstraints,
     ValidationError,
+    field_validator,
     model_validator,
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
@@ -41,6 +43,7 @@ __all__ = [
     "DegradationSettings",
     "FairnessSettings",
     "HedgingSettings",
+    "HttpSettings",
     "LimitsSettings",
     "ModelSettings",
     "ObservabilitySettings",
@@ -74,6 +77,8 @@ class ProviderSettings(_Section):
     """
 
     kind: Literal["openai", "anthropic", "gemini", "bedrock", "vertex"]
+    # `openai` only: Chat Completions (`chat`) or the Responses API (`responses`).
+    api: Literal["chat", "responses"] = "chat"
     # Required, except where the region gives the endpoint (bedrock, vertex).
     base_url: str = Field(default="", pattern=r"^$|^https?://")
     api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -111,8 +116,18 @@ class ProviderSettings(_Section):
             }
         return data
 
+    @property
+    def wire(self) -> str:
+        """The API this provider speaks: its kind, or `openai-responses`."""
+        return "openai-responses" if self.api == "responses" else self.kind
+
     @model_validator(mode="after")
     def _kind_needs(self) -> ProviderSettings:
+        if self.api != "chat" and self.kind != "openai":
+            raise ValueError(
+                f'api: "{self.api}" is an openai provider\'s choice; kind = "{self.kind}" '
+                "speaks its own API (leave api unset)"
+            )
         if self.kind != "bedrock":
             if not self.base_url:
                 raise ValueError("base_url: field required")
@@ -128,6 +143,14 @@ class ProviderSettings(_Section):
             raise ValueError("kind: bedrock needs botocore: pip install 'relevo[bedrock]'")
         return self
 
+    @property
+    def gen_ai_provider(self) -> str:
+        """OpenTelemetry's `gen_ai.provider.name` for this provider's API (its well-known
+        values: `openai`, `azure.ai.openai`, `anthropic`, `gcp.gemini`...)."""
+        if self.kind == "openai" and self.azure_api_version is not None:
+            return "azure.ai.openai"
+        return _GEN_AI_PROVIDERS[self.kind]
+
     def api_key(self) -> str | None:
         """The secret, read from the worker's environment or a mounted file."""
         if self.api_key_file is not None:
@@ -139,6 +162,15 @@ class ProviderSettings(_Section):
             return os.environ.get(self.api_key_env) or None
         return None
 
+
+# The GenAI semantic conventions' name of each kind's API (Azure's is decided above).
+_GEN_AI_PROVIDERS = {
+    "openai": "openai",
+    "anthropic": "anthropic",
+    "gemini": "gcp.gemini",
+    "vertex": "gcp.vertex_ai",
+    "bedrock": "aws.bedrock",
+}
 
 _VERTEX_KEYS = {
     "region": 'the Vertex AI location, e.g. "us-east5", "europe-west1" or "global"',
@@ -533,6 +565,35 @@ class ConsoleSettings(_Section):
     operator_redis_url: str | None = Field(default=None, pattern=r"^(redis|rediss|unix)://")
     poll_interval_s: float = Field(default=2.0, ge=0.5, le=60)
     session_ttl_s: float = Field(default=8 * 3600, gt=0, le=7 * 86_400)
+    # A token's next login past this ends its own oldest session.
+    sessions_per_token: int = Field(default=20, ge=1, le=1000)
+    # Login attempts a minute from one client address, and logins of one token.
+    logins_per_minute: int = Field(default=20, ge=1, le=10_000)
+    # The names browsers reach the console by (Host header), e.g. the TLS proxy's
+    # public name; empty: the loopback names and `host`.
+    hosts: tuple[Annotated[str, Field(pattern=r"^[A-Za-z0-9.:\[\]-]{1,253}$")], ...] = ()
+    # Addresses or networks (CIDR) of the proxies whose X-Forwarded-Proto/-For/-Host
+    # are believed; anyone else's are ignored.
+    trusted_proxies: tuple[IPvAnyNetwork, ...] = ()
+
+
+class HttpSettings(_Section):
+    """How the worker reaches providers: the egress proxy and the CAs it trusts."""
+
+    # HTTPS_PROXY, HTTP_PROXY and NO_PROXY (any case), as curl reads them; and
+    # SSL_CERT_FILE / SSL_CERT_DIR for the CAs, when `ca_bundle` is not set.
+    trust_env: bool = True
+    # One proxy for every provider, over the environment's (NO_PROXY does not apply to it).
+    proxy_url: str | None = Field(default=None, pattern=r"^https?://[^\s]+$")
+    # A PEM file of the CAs to trust instead of the system's (a company's TLS-inspecting proxy).
+    ca_bundle: Path | None = None
+
+    @field_validator("ca_bundle")
+    @classmethod
+    def _readable(cls, path: Path | None) -> Path | None:
+        if path is not None and not path.is_file():
+            raise ValueError(f"no file at {path}")
+        return path
 
 
 class Settings(BaseSettings):
@@ -559,6 +620,7 @@ class Settings(BaseSettings):
     fairness: FairnessSettings = FairnessSettings()
     observability: ObservabilitySettings = ObservabilitySettings()
     console: ConsoleSettings = ConsoleSettings()
+    http: HttpSettings = HttpSettings()
 
     @property
     def visibility_timeout_s(self) -> float:

@@ -80,9 +80,10 @@ class ToolCall(_Frozen):
 class Reasoning(_Frozen):
     """A model's thinking that its vendor wants back, unchanged, on the next turn.
 
-    Opaque to relevo. `origin` is the model family that wrote it (`anthropic`, `google`):
-    an adapter sends back only what its own family wrote, so a turn that falls back to
-    another vendor drops it instead of sending something that vendor cannot read.
+    Opaque to relevo. `origin` is the model family that wrote it (`anthropic`, `google`,
+    `openai`): a call carries only what the target's own family wrote, so a turn that
+    falls back to another vendor leaves it out instead of sending something that vendor
+    cannot read (the attempt's report counts what was left out).
     """
 
     origin: str = Field(pattern=r"^[a-z][a-z0-9_-]{0,31}$")
@@ -90,6 +91,10 @@ class Reasoning(_Frozen):
     signature: str | None = Field(default=None, max_length=_MAX_SIGNATURE_CHARS)
     # Thinking the provider returns encrypted (Anthropic's redacted_thinking).
     redacted: str | None = Field(default=None, max_length=_MAX_SIGNATURE_CHARS)
+    # An OpenAI Responses reasoning item: its id (`rs_...`) and `encrypted_content`;
+    # `text` holds its summary.
+    id: str | None = Field(default=None, max_length=256)
+    encrypted: str | None = Field(default=None, max_length=_MAX_SIGNATURE_CHARS)
 
 
 class TextPart(_Frozen):
@@ -412,6 +417,9 @@ class Attempt(_Frozen):
     # and when its first content streamed, in ms since it began: a timeline of the turn.
     ended_ms: int = 0
     first_byte_ms: int | None = None
+    # Reasoning items of the conversation this call did not carry: another vendor wrote
+    # them, and only their writer can read them back.
+    reasoning_left_out: int = 0
 
 
 FinishReasonName = Literal["stop", "length", "tool_calls", "content_filter", "refusal", "other"]

@@ -19,6 +19,8 @@ from worker.adapters.bedrock import BedrockAdapter
 from worker.adapters.gemini import GeminiAdapter
 from worker.adapters.http import make_client
 from worker.adapters.openai import OpenAIAdapter
+from worker.adapters.openai_responses import OpenAIResponsesAdapter
+from worker.adapters.reasoning_family import reasoning_family
 from worker.adapters.vertex import VertexAdapter
 from worker.settings import ProviderSettings
 
@@ -31,12 +33,14 @@ __all__ = [
     "Event",
     "GeminiAdapter",
     "OpenAIAdapter",
+    "OpenAIResponsesAdapter",
     "ProviderCall",
     "TextDelta",
     "ToolCallDelta",
     "VertexAdapter",
     "build_adapter",
     "make_client",
+    "reasoning_family",
 ]
 
 ADAPTERS: dict[str, Callable[[ProviderSettings, httpx.AsyncClient], Adapter]] = {
@@ -44,10 +48,12 @@ ADAPTERS: dict[str, Callable[[ProviderSettings, httpx.AsyncClient], Adapter]] = 
     "bedrock": BedrockAdapter,
     "gemini": GeminiAdapter,
     "openai": OpenAIAdapter,
+    "openai-responses": OpenAIResponsesAdapter,
     "vertex": VertexAdapter,
 }
 
 
 def build_adapter(provider: ProviderSettings, client: httpx.AsyncClient) -> Adapter:
-    """The adapter for `provider.kind`, sharing `client`'s connection pool."""
-    return ADAPTERS[provider.kind](provider, client)
+    """The adapter for the API `provider` speaks (`ProviderSettings.wire`), sharing
+    `client`'s connection pool."""
+    return ADAPTERS[provider.wire](provider, client)

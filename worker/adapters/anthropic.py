@@ -106,6 +106,7 @@ class AnthropicAdapter(SseAdapter):
             usage=_usage(as_object(message.get("usage") or {}), Usage()),
             finish_reason=normalize_finish("anthropic", as_str(message.get("stop_reason"))),
             reasoning=tuple(reasoning),
+            model=as_str(message.get("model")) or None,
         )
 
     def decoder(self) -> StreamDecoder[SseEvent]:
@@ -272,6 +273,7 @@ class _EventDecoder:
         self._thinking: dict[int, dict[str, Any]] = {}
         self._usage = Usage()
         self._stop_reason: str | None = None
+        self._model: str | None = None
 
     def feed(self, event: SseEvent) -> list[Event]:
         if event.event in ("ping", "content_block_stop"):
@@ -281,8 +283,9 @@ class _EventDecoder:
         if kind == "error":
             raise classify_stream_error("anthropic", data)
         if kind == "message_start":
-            usage = as_object(as_object(data["message"]).get("usage") or {})
-            self._usage = _usage(usage, self._usage)
+            message = as_object(data["message"])
+            self._usage = _usage(as_object(message.get("usage") or {}), self._usage)
+            self._model = as_str(message.get("model")) or None
         elif kind == "content_block_start":
             return self._block_start(as_int(data["index"]), as_object(data["content_block"]))
         elif kind == "content_block_delta":
@@ -340,4 +343,5 @@ class _EventDecoder:
             usage=self._usage,
             finish_reason=normalize_finish("anthropic", self._stop_reason),
             reasoning=tuple(_reasoning(b) for _, b in sorted(self._thinking.items())),
+            model=self._model,
         )

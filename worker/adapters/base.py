@@ -82,6 +82,8 @@ class Completion:
     reasoning: tuple[Reasoning, ...] = ()
     # What the model said when it refused (finish reason `refusal`).
     refusal: str | None = None
+    # The model id the provider says answered (a dated snapshot of an alias), if it says.
+    model: str | None = None
 
 
 Event = TextDelta | ToolCallDelta | Completion

@@ -80,6 +80,10 @@ _OPENAI_CODES: Mapping[str, _ErrorClass] = {
     "invalid_authentication": AuthFailed,
     "unsupported_country_region_territory": AuthFailed,
     "context_length_exceeded": ContextTooLong,
+    # The Responses API's codes for a request it will not run, which also arrive without
+    # a status (`response.failed`, an `error` event): the request is at fault, not the server.
+    "invalid_prompt": InvalidRequest,
+    "invalid_encrypted_content": InvalidRequest,
     "model_not_found": ModelNotFound,
     "DeploymentNotFound": ModelNotFound,  # Azure OpenAI: the deployment was deleted
 }
@@ -161,6 +165,7 @@ _BEDROCK_CODES: Mapping[str, _ErrorClass] = {
 }
 _CODES: Mapping[str, Mapping[str, _ErrorClass]] = {
     "openai": _OPENAI_CODES,
+    "openai-responses": _OPENAI_CODES,  # the same table: the same codes and envelope
     "anthropic": _ANTHROPIC_CODES,
     "gemini": _GEMINI_CODES,
     "vertex": _VERTEX_CODES,
@@ -310,8 +315,13 @@ def classify_response(
 def classify_stream_error(kind: str, payload: Mapping[str, Any] | list[Any]) -> ProviderError:
     """Classify the JSON of a mid-stream error event (Anthropic `event: error`, an
     OpenAI or Gemini `data:` line carrying `error`, alone or in Google's one-element
-    list); never raises."""
-    fields = _read_aws_event(payload) if kind == "bedrock" else _read_document(payload)
+    list, a Responses `error` or `response.failed` event); never raises."""
+    if kind == "bedrock":
+        fields = _read_aws_event(payload)
+    elif kind == "openai-responses":
+        fields = _read_document(_responses_error(payload))
+    else:
+        fields = _read_document(payload)
     if not fields.codes and not fields.message and fields.status_hint is None:
         return MalformedResponse("stream error event without an error object")
     cls, code = _decide(kind, fields.status_hint, fields)
@@ -401,6 +411,18 @@ def _read_document(document: object) -> _Fields:
         retry_after_s=retry_after,
         quota_ids=tuple(quotas),
     )
+
+
+def _responses_error(payload: object) -> object:
+    """A Responses stream's failure as an error document: `response.failed` carries the
+    `ResponseError` in `response.error`; an `error` event has the fields at its top."""
+    if not isinstance(payload, Mapping):
+        return payload
+    if payload.get("type") == "response.failed":
+        return payload.get("response")
+    if payload.get("type") == "error":
+        return {"error": payload}
+    return payload
 
 
 def _read_aws(headers: Mapping[str, str], body: bytes) -> _Fields:

@@ -40,6 +40,12 @@ FINISH_REASONS: Mapping[str, Mapping[str, FinishReason]] = MappingProxyType(
             "function_call": _F.TOOL_CALLS,
             "content_filter": _F.CONTENT_FILTER,
         },
+        # The Responses API: a response's `status`, or why it ended `incomplete`.
+        "openai-responses": {
+            "completed": _F.STOP,
+            "max_output_tokens": _F.LENGTH,
+            "content_filter": _F.CONTENT_FILTER,
+        },
         "anthropic": {
             "end_turn": _F.STOP,
             "stop_sequence": _F.STOP,

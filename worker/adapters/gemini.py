@@ -87,6 +87,7 @@ class _ChunkDecoder:
         self._usage = Usage()
         self._finish_reason: FinishReason | None = None
         self._signature: str | None = None  # the last signature on a part that is no call
+        self._model: str | None = None
 
     def feed(self, event: SseEvent) -> list[Event]:
         data = json.loads(event.data)
@@ -100,6 +101,7 @@ class _ChunkDecoder:
             raise classify_stream_error("gemini", chunk)
         if chunk.get("usageMetadata") is not None:
             self._usage = _usage(as_object(chunk["usageMetadata"]))
+        self._model = as_str(chunk.get("modelVersion")) or self._model
         candidates = chunk.get("candidates") or ()
         if not candidates:
             feedback = as_object(chunk.get("promptFeedback") or {})
@@ -153,4 +155,5 @@ class _ChunkDecoder:
             reasoning=()
             if self._signature is None
             else (Reasoning(origin=ORIGIN, signature=self._signature),),
+            model=self._model,
         )

@@ -13,8 +13,10 @@ event-stream messages) and what each frame means. A provider that signs its requ
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
+import ssl
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
@@ -35,7 +37,7 @@ from worker.errors import (
     ProviderError,
 )
 from worker.observability.redact import redact_exact, redact_text
-from worker.settings import ProviderSettings
+from worker.settings import HttpSettings, ProviderSettings
 
 __all__ = [
     "MAX_RESPONSE_BYTES",
@@ -60,26 +62,54 @@ _FrameT = TypeVar("_FrameT")
 _FrameT_contra = TypeVar("_FrameT_contra", contravariant=True)
 
 
-def make_client(*, max_connections: int = 1000) -> httpx.AsyncClient:
-    """An httpx client over aiohttp's connection pool, sized for ~1,000 turns in flight.
+def make_client(
+    http: HttpSettings | None = None, *, max_connections: int = 1000
+) -> httpx.AsyncClient:
+    """An httpx client over aiohttp's connection pool, sized for ~1,000 turns in flight,
+    reaching providers as `http` says (the environment's proxy and CAs by default).
 
     No retries anywhere: httpx has none by default, the transport ignores its
     `retries`, and aiohttp only re-sends idempotent methods (we only POST).
     Timeouts here are a backstop; each request passes its provider's own.
     """
+    http = http or HttpSettings()
     limits = httpx.Limits(
         max_connections=max_connections,
         max_keepalive_connections=max_connections,
         keepalive_expiry=30.0,
     )
+    if http.ca_bundle is not None:
+        context = ssl.create_default_context(cafile=str(http.ca_bundle))
+    else:
+        context = httpx.create_ssl_context(trust_env=http.trust_env)
+
+    def session() -> aiohttp.ClientSession:
+        # aiohttp reads the proxy variables per request, NO_PROXY included.
+        connector = aiohttp.TCPConnector(
+            limit=max_connections, keepalive_timeout=limits.keepalive_expiry, ssl=context
+        )
+        return aiohttp.ClientSession(connector=connector, trust_env=http.trust_env)
+
+    proxy = None if http.proxy_url is None else _proxy(http.proxy_url)
     return httpx.AsyncClient(
-        transport=AiohttpTransport(limits=limits, retries=0),
+        transport=AiohttpTransport(limits=limits, retries=0, proxy=proxy, client=session),
         timeout=httpx.Timeout(300.0, connect=10.0),
         follow_redirects=False,
         headers={"user-agent": "relevo"},
-        # Env proxies would make httpx mount its own (slow) pool beside aiohttp's.
+        # httpx would mount a pool of its own per environment proxy, beside aiohttp's.
         trust_env=False,
     )
+
+
+def _proxy(url: str) -> httpx.Proxy:
+    """The proxy, its credentials sent as a header (the transport would pass them to
+    aiohttp's deprecated `BasicAuth`)."""
+    parts = httpx.URL(url)
+    if not (parts.username or parts.password):
+        return httpx.Proxy(parts)
+    token = base64.b64encode(f"{parts.username}:{parts.password}".encode()).decode()
+    bare = parts.copy_with(username=None, password=None)
+    return httpx.Proxy(bare, headers={"proxy-authorization": f"Basic {token}"})
 
 
 @dataclass(frozen=True, slots=True)

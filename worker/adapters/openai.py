@@ -114,6 +114,7 @@ class OpenAIAdapter(SseAdapter):
             usage=_usage(body.get("usage")),
             finish_reason=_finish(as_str(choice.get("finish_reason")), refusal),
             refusal=refusal,
+            model=as_str(body.get("model")) or None,
         )
 
     def decoder(self) -> StreamDecoder[SseEvent]:
@@ -265,6 +266,7 @@ class _ChunkDecoder:
         self._calls: dict[int, _PendingCall] = {}
         self._usage = Usage()
         self._finish_reason: str | None = None
+        self._model: str | None = None
 
     def feed(self, event: SseEvent) -> list[Event]:
         if event.data.strip() == "[DONE]":
@@ -275,6 +277,7 @@ class _ChunkDecoder:
             raise classify_stream_error("openai", chunk)
         if chunk.get("usage") is not None:
             self._usage = _usage(chunk["usage"])
+        self._model = self._model or as_str(chunk.get("model")) or None
         events: list[Event] = []
         for raw in chunk.get("choices") or ():
             choice = as_object(raw)
@@ -318,4 +321,5 @@ class _ChunkDecoder:
             usage=self._usage,
             finish_reason=_finish(self._finish_reason or "", refusal),
             refusal=refusal,
+            model=self._model,
         )

@@ -49,6 +49,15 @@ WIRE_LIMITS: Mapping[str, WireLimits] = MappingProxyType(
             max_images=500,
             max_document_bytes=32 * _MB,
         ),
+        # The Responses API ("File inputs", "Images and vision", the API reference's
+        # function_call_output): images by URL or data URL, PDFs as `file_data` or by
+        # `file_url`; a tool result's output may be a list of input_text, input_image
+        # and input_file parts; the same 20 MB an image, 500 images, 32 MB of files.
+        "openai-responses": WireLimits(
+            max_image_bytes=20 * _MB,
+            max_images=500,
+            max_document_bytes=32 * _MB,
+        ),
         # Messages (platform.claude.com/docs/en/build-with-claude/vision, .../pdf-support):
         # base64 and URL sources for both, in tool results too; an image's base64 at most
         # 5 MB (3.75 MB decoded), 100 images a request (600 past a 200k window), 32 MB a
@@ -107,7 +116,7 @@ WIRE_LIMITS: Mapping[str, WireLimits] = MappingProxyType(
         ),
     }
 )
-"""Per adapter kind (`ProviderSettings.kind`), Vertex AI per publisher (`limits_for`); a
+"""Per provider API (`ProviderSettings.wire`), Vertex AI per publisher (`limits_for`); a
 kind not listed has no limits of its own."""
 
 

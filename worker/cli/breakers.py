@@ -25,6 +25,7 @@ from worker.cli.common import (
     warn,
 )
 from worker.cli.parsing import Commands, add_command, add_redis_options, positive_seconds
+from worker.fleet.audit import AuditTrail, cli_actor
 from worker.fleet.operations import BREAKER_ACTIONS, operator_fleet
 
 __all__ = ["register"]
@@ -122,8 +123,12 @@ async def _force(args: argparse.Namespace) -> int:
     scope: str = breakers.validate_name(args.scope, "scope")
     seconds: float | None = getattr(args, "seconds", None)
     fleet = operator_fleet(args.config)
+    who = cli_actor(operator_who(args.who))
     async with operator_redis(fleet.config.redis, shared=True) as client:
-        before, warning = await fleet.force(client, args.action, scope, seconds)
+        trail = AuditTrail(client, namespace=fleet.config.redis.namespace)
+        async with trail.acting(who, f"breaker.{args.action}", scope, "") as done:
+            before, warning = await fleet.force(client, args.action, scope, seconds)
+            done.text = f"{scope}: {before} -> {BREAKER_ACTIONS[args.action]}"
     if warning is not None:
         warn(warning)
     after = BREAKER_ACTIONS[args.action]
@@ -143,7 +148,11 @@ async def _clear_gone(args: argparse.Namespace) -> int:
     who = operator_who(args.who)
     fleet = operator_fleet(args.config)
     async with operator_redis(fleet.config.redis, shared=True) as client:
-        cleared = await fleet.clear_gone(client, account, model, who)
+        trail = AuditTrail(client, namespace=fleet.config.redis.namespace)
+        pair = f"{account}|{model}"
+        async with trail.acting(cli_actor(who), "breakers.clear_gone", pair, "") as done:
+            cleared = await fleet.clear_gone(client, account, model, who)
+            done.text = "gone mark cleared" if cleared is not None else "not marked gone"
     left_s = None if cleared is None else cleared.remaining_s
     if args.json:
         emit_json(
@@ -178,6 +187,7 @@ def register(commands: Commands) -> None:
     ):
         sub = add_command(actions, action, text, exits=_EXITS, details=_SCOPES_HELP)
         sub.add_argument("scope", metavar="SCOPE", help="e.g. vendor:openai")
+        sub.add_argument("--who", help="for the audit trail; defaults to $USER")
         if action == "open":
             sub.add_argument(
                 "--for",

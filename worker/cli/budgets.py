@@ -23,10 +23,12 @@ from worker.cli.common import (
     iso,
     operator_command,
     operator_redis,
+    operator_who,
     utc,
     warn,
 )
 from worker.cli.parsing import Commands, add_command, add_redis_options, positive_int
+from worker.fleet.audit import AuditTrail, cli_actor
 from worker.fleet.operations import budget_reports, check_limits, operator_fleet
 from worker.fleet.operator_config import redis_settings
 from worker.settings import RedisSettings
@@ -167,7 +169,11 @@ async def _set(args: argparse.Namespace) -> int:
     where = redis_settings(args.config)
     async with operator_redis(where, shared=True) as client:
         ledger = budgets.Ledger(client, namespace=where.namespace)
-        limits = await ledger.set_limits(tenant, daily, monthly, cap, overdraft)
+        trail = AuditTrail(client, namespace=where.namespace)
+        who = cli_actor(operator_who(args.who))
+        async with trail.acting(who, "budgets.set", tenant, "") as done:
+            limits = await ledger.set_limits(tenant, daily, monthly, cap, overdraft)
+            done.text = f"{tenant}: daily {usd(daily)}, monthly {usd(monthly)}"
     if args.json:
         emit_json({"tenant": tenant, **asdict(limits)})
     else:
@@ -258,6 +264,7 @@ def register(commands: Commands) -> None:
         "is accepted, with a warning on stderr.",
     )
     put.add_argument("tenant", metavar="TENANT")
+    put.add_argument("--who", help="for the audit trail; defaults to $USER")
     put.add_argument("--daily", required=True, metavar="DOLLARS", help="per UTC day")
     put.add_argument("--monthly", required=True, metavar="DOLLARS", help="per UTC month")
     put.add_argument(

@@ -22,6 +22,7 @@ from worker.cli.common import (
     utc,
 )
 from worker.cli.parsing import Commands, add_command, add_redis_options
+from worker.fleet.audit import AuditTrail, cli_actor
 from worker.fleet.operations import check_text, switch_settle_s
 from worker.fleet.operator_config import redis_settings
 
@@ -32,7 +33,10 @@ async def _kill_on(args: argparse.Namespace) -> int:
     who, reason = operator_who(args.who), check_text(args.reason, "--reason")
     where = redis_settings(args.config)
     async with operator_redis(where, shared=True) as client:
-        state = await breakers.KillSwitch(client, namespace=where.namespace).on(who, reason)
+        trail = AuditTrail(client, namespace=where.namespace)
+        async with trail.acting(cli_actor(who), "kill_switch.on", "fleet", reason) as done:
+            state = await breakers.KillSwitch(client, namespace=where.namespace).on(who, reason)
+            done.text = f"kill switch ON by {state.who}: {state.reason}"
     print(f"kill switch ON since {utc(state.since_ms)} by {state.who}: {state.reason}")
     print("No turn calls any provider; turns are held for `relevo replay-held`.")
     return 0
@@ -43,7 +47,10 @@ async def _kill_off(args: argparse.Namespace) -> int:
     where = redis_settings(args.config)
     async with operator_redis(where, shared=True) as client:
         switch = breakers.KillSwitch(client, namespace=where.namespace)
-        before = await switch.off(who)
+        trail = AuditTrail(client, namespace=where.namespace)
+        async with trail.acting(cli_actor(who), "kill_switch.off", "fleet", "") as done:
+            before = await switch.off(who)
+            done.text = "kill switch was already off" if before is None else "kill switch OFF"
         if before is None:
             print("kill switch was already off")
         else:

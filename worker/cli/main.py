@@ -91,7 +91,7 @@ async def _run_turn(
     from worker.adapters import make_client
     from worker.turn.chain import Chain
 
-    async with make_client() as client:
+    async with make_client(settings.http) as client:
         chain = Chain.from_settings(settings, client)
         return await chain.run(request, on_text=on_text)
 

@@ -20,9 +20,9 @@ from redis.asyncio import Redis
 import breakers
 import budgets
 from budgets import format_micros as usd
-from worker.console.audit import AuditTrail
 from worker.console.auth import Principal
 from worker.errors import InputError
+from worker.fleet.audit import Actor, AuditTrail
 from worker.fleet.operations import (
     BREAKER_ACTIONS,
     OperatorFleet,
@@ -131,6 +131,10 @@ def parse_action(kind: str, form: Mapping[str, Any]) -> tuple[Action, str | None
     daily = _dollars("daily", _field(form, "daily"))
     monthly = _dollars("monthly", _field(form, "monthly"))
     cap_text = _field(form, "fallback_cap", required=False)
+    remove_cap = form.get("remove_cap") == "yes"
+    if remove_cap and cap_text.strip():
+        raise InputError("fallback_cap: leave it empty to remove the cap")
+    # Empty without "remove": the tenant's cap stays (`preview` reads it).
     cap = None if not cap_text.strip() else _dollars("fallback_cap", cap_text)
     overdraft_text = _field(form, "overdraft", required=False)
     overdraft = _dollars("overdraft", overdraft_text if overdraft_text.strip() else "0")
@@ -146,9 +150,16 @@ def parse_action(kind: str, form: Mapping[str, Any]) -> tuple[Action, str | None
         "monthly": usd(monthly).removeprefix("$"),
         "fallback_cap": "" if cap is None else usd(cap).removeprefix("$"),
         "overdraft": usd(overdraft).removeprefix("$"),
+        "remove_cap": "yes" if remove_cap else "",
         "reason": reason,
     }
-    values = {"daily": daily, "monthly": monthly, "cap": cap, "overdraft": overdraft}
+    values = {
+        "daily": daily,
+        "monthly": monthly,
+        "cap": cap,
+        "overdraft": overdraft,
+        "remove_cap": remove_cap,
+    }
     return Action(kind, "budgets.set", tenant, reason, what, fields, values), warning
 
 
@@ -166,20 +177,15 @@ class Actions:
     def replaying(self) -> bool:
         return self.replay is not None and not self.replay.done()
 
-    async def perform(self, action: Action, who: Principal) -> str:
-        """Do `action` as `who`; the message to show. Errors are recorded, then raised."""
-        await self.audit.record(who, action.name, action.target, action.reason, "requested")
-        try:
-            message = await self._do(action, who)
-        except Exception as exc:
-            await self.audit.record(
-                who, action.name, action.target, action.reason, f"refused: {exc}"
-            )
-            raise
-        await self.audit.record(who, action.name, action.target, action.reason, message)
-        return message
+    async def perform(self, action: Action, who: Principal, address: str) -> str:
+        """Do `action` as `who` from `address`; the message to show. Errors are recorded,
+        then raised."""
+        actor = Actor(who.name, who.role.value, address)
+        async with self.audit.acting(actor, action.name, action.target, action.reason) as done:
+            done.text = await self._do(action, actor)
+        return done.text
 
-    async def _do(self, action: Action, who: Principal) -> str:
+    async def _do(self, action: Action, who: Actor) -> str:
         switch = breakers.KillSwitch(self.client, namespace=self.namespace)
         if action.kind == "breaker":
             op, seconds = action.values["op"], action.values["seconds"]
@@ -211,9 +217,7 @@ class Actions:
         daily, monthly = usd(limits.daily_micros), usd(limits.monthly_micros)
         return f"{action.target}: daily {daily}, monthly {monthly}"
 
-    async def _start_replay(
-        self, switch: breakers.KillSwitch, who: Principal, action: Action
-    ) -> str:
+    async def _start_replay(self, switch: breakers.KillSwitch, who: Actor, action: Action) -> str:
         settings = self.fleet.settings
         if settings is None:
             raise InputError("replaying needs a configuration with a chain (--config FILE)")

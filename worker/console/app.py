@@ -9,11 +9,13 @@ and nothing secret (tokens, Redis URLs, API keys) is ever handed to one.
 
 from __future__ import annotations
 
+import re
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlencode
 
 import structlog
 from jinja2 import Environment, PackageLoader, select_autoescape
@@ -25,13 +27,16 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp
 
 import breakers
 import budgets
 from worker.console import filters
 from worker.console.actions import Actions, parse_action
 from worker.console.auth import Principal, Sessions, Tokens, csrf_ok
+from worker.console.gate import FormRefused, client_address, gated, read_form
+from worker.console.preview import preview
+from worker.console.throttle import Throttle
 from worker.console.views import SORTS, fleet_view, tenant_loads, tenant_rows, turn_view
 from worker.errors import STORE_DOWN, STORE_REFUSED, InputError
 from worker.fleet.operations import OperatorFleet
@@ -45,19 +50,11 @@ log = structlog.get_logger("relevo.console")
 SESSION_COOKIE = "relevo_session"
 LOGIN_COOKIE = "relevo_login"
 _USER_ERRORS = (InputError, breakers.BreakersError, budgets.BudgetError)
-_HEADERS = [
-    (b"content-security-policy",
-     b"default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
-     b"connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"),
-    (b"x-content-type-options", b"nosniff"),
-    (b"x-frame-options", b"DENY"),
-    (b"referrer-policy", b"same-origin"),  # no-referrer would make Origin "null"
-    (b"cross-origin-opener-policy", b"same-origin"),
-    (b"cross-origin-resource-policy", b"same-origin"),
-    (b"permissions-policy", b"camera=(), microphone=(), geolocation=()"),
-    (b"cache-control", b"no-store"),
-]  # fmt: skip
 _TURN_ID: TypeAdapter[str] = TypeAdapter(TurnId)
+# The largest form is six fields of at most 1,000 characters, percent-encoded.
+_FORM_BYTES = 32 * 1024
+_LOGIN_BYTES = 2048
+_BACK = re.compile(r"/(tenants|turns|recent)?(\?[A-Za-z0-9_.=&%+-]{0,300})?")
 
 
 @dataclass(frozen=True)
@@ -66,18 +63,6 @@ class Clients:
 
     viewer: Redis
     operator: Redis
-
-
-def _secure_headers(app: ASGIApp) -> ASGIApp:
-    async def wrapped(scope: Scope, receive: Receive, send: Send) -> None:
-        async def with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", []), *_HEADERS]
-            await send(message)
-
-        await app(scope, receive, with_headers if scope["type"] == "http" else send)
-
-    return wrapped
 
 
 def build_app(
@@ -95,7 +80,7 @@ def build_app(
         Route("/act/{kind}", c.guarded(c.act), methods=["POST"]),
         Mount("/static", StaticFiles(packages=[("worker.console", "static")]), name="static"),
     ]
-    return _secure_headers(Starlette(routes=routes, lifespan=c.lifespan))
+    return gated(Starlette(routes=routes, lifespan=c.lifespan), console)
 
 
 Handler = Callable[[Request, Principal], Awaitable[Response]]
@@ -117,7 +102,9 @@ class _Console:
         self.poll_ms = int(console.poll_interval_s * 1000)
         self.tokens = tokens
         self.clients = clients
-        self.sessions = Sessions(console.session_ttl_s)
+        self.sessions = Sessions(console.session_ttl_s, console.sessions_per_token)
+        self.by_address = Throttle(console.logins_per_minute)
+        self.by_token = Throttle(console.logins_per_minute)
         self.actions = Actions(fleet, clients.operator)
 
     def page(self, request: Request, name: str, status: int = 200, **context: Any) -> Response:
@@ -139,45 +126,80 @@ class _Console:
             session = self.sessions.get(request.cookies.get(SESSION_COOKIE))
             if session is None:
                 if request.method == "GET" and "fragment" not in request.query_params:
-                    return RedirectResponse("/login", status_code=303)
+                    here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+                    target = "/login" if here == "/" else f"/login?{urlencode({'next': here})}"
+                    return RedirectResponse(target, status_code=303)
                 return _plain("log in first", 401)
             if request.method == "POST":
-                form = await request.form()
+                try:
+                    form = await read_form(request, _FORM_BYTES)
+                except FormRefused as exc:
+                    return _plain(str(exc), exc.status)
                 if not _same_origin(request) or not csrf_ok(session, form.get("csrf")):
-                    log.warning("console.csrf_refused", who=session.principal.name)
+                    log.warning(
+                        "console.csrf_refused",
+                        who=session.principal.name,
+                        address=client_address(request),
+                    )
                     return _plain("refused: missing or wrong CSRF token", 403)
+                request.state.form = form
             try:
                 return await handler(request, session.principal)
             except (*STORE_DOWN, *STORE_REFUSED) as exc:
                 log.warning("console.redis_trouble", error=type(exc).__name__)
-                return self.page(request, "error.html", 503, error=_redis_trouble(exc))
+                retry_ms = self.poll_ms if request.method == "GET" else None
+                return self.page(
+                    request, "error.html", 503, error=_redis_trouble(exc), retry_ms=retry_ms
+                )
 
         return run
 
-    def _login_page(self, request: Request, status: int, error: str | None) -> Response:
+    def _login_page(
+        self, request: Request, status: int, error: str | None, back: object = None
+    ) -> Response:
         nonce = secrets.token_urlsafe(24)
-        response = self.page(request, "login.html", status, login_csrf=nonce, error=error)
+        shown = _back_to(back if back is not None else request.query_params.get("next"))
+        response = self.page(
+            request, "login.html", status, login_csrf=nonce, error=error, next=shown
+        )
         _set_cookie(request, response, LOGIN_COOKIE, nonce, 600)
         return response
 
     async def login_form(self, request: Request) -> Response:
         return self._login_page(request, 200, None)
 
+    def _before_body(self, request: Request, address: str) -> Response | None:
+        """Cheap refusals first: no body is read without the login cookie and this
+        origin, nor past the address's attempts."""
+        if not request.cookies.get(LOGIN_COOKIE) or not _same_origin(request):
+            return _plain("refused: missing or wrong CSRF token", 403)
+        if wait_s := self.by_address.wait_s(address):
+            log.warning("console.login_throttled", address=address)
+            return _too_many(wait_s)
+        return None
+
     async def login(self, request: Request) -> Response:
-        form = await request.form()
+        address = client_address(request)
+        if (refused := self._before_body(request, address)) is not None:
+            return refused
         nonce = request.cookies.get(LOGIN_COOKIE, "")
+        try:
+            form = await read_form(request, _LOGIN_BYTES)
+        except FormRefused as exc:
+            return _plain(str(exc), exc.status)
         given = form.get("csrf")
-        if not (nonce and isinstance(given, str) and _same_origin(request)) or not (
-            secrets.compare_digest(given.encode(), nonce.encode())
-        ):
+        if not isinstance(given, str) or not secrets.compare_digest(given.encode(), nonce.encode()):
             return _plain("refused: missing or wrong CSRF token", 403)
         token = form.get("token")
         principal = self.tokens.authenticate(token) if isinstance(token, str) else None
         if principal is None:
-            log.warning("console.login_refused")
-            return self._login_page(request, 401, "Unknown token.")
-        log.info("console.login", who=principal.name, role=principal.role.value)
-        response = RedirectResponse("/", status_code=303)
+            log.warning("console.login_refused", address=address)
+            return self._login_page(request, 401, "Unknown token.", form.get("next"))
+        if wait_s := self.by_token.wait_s(principal.name):
+            log.warning("console.login_throttled", who=principal.name, address=address)
+            return _too_many(wait_s)
+        log.info("console.login", who=principal.name, role=principal.role.value, address=address)
+        response = RedirectResponse(_back_to(form.get("next")), status_code=303)
         _set_cookie(request, response, SESSION_COOKIE, self.sessions.start(principal), None)
         response.delete_cookie(LOGIN_COOKIE)
         return response
@@ -226,14 +248,19 @@ class _Console:
         if not who.may_act:
             log.warning("console.viewer_refused", who=who.name, path=request.url.path)
             return self.page(request, "error.html", 403, error="A viewer may not act.")
-        form = await request.form()
+        form = request.state.form
         kind = request.path_params["kind"]
         back = "/tenants" if kind == "limits" else "/"
         try:
             action, warning = parse_action(kind, form)
+            # Every time, confirmed or not: an empty cap keeps the cap even in a forged form.
+            shown = await preview(self.fleet, self.clients.viewer, action)
             if form.get("confirmed") != "yes":
-                return self.page(request, "confirm.html", action=action, warning=warning, back=back)
-            message = await self.actions.perform(action, who)
+                warnings = [w for w in (warning, *shown.warnings) if w]
+                return self.page(
+                    request, "confirm.html", preview=shown, warnings=warnings, back=back
+                )
+            message = await self.actions.perform(shown.action, who, client_address(request))
         except (*STORE_DOWN, *STORE_REFUSED):
             raise  # the store's trouble, not the operator's: `guarded` shows it
         except _USER_ERRORS as exc:
@@ -256,6 +283,19 @@ class _Console:
 
 def _plain(text: str, status: int) -> Response:
     return Response(text, status_code=status, media_type="text/plain")
+
+
+def _too_many(wait_s: float) -> Response:
+    response = _plain("too many login attempts: wait a minute", 429)
+    response.headers["retry-after"] = str(max(1, round(wait_s)))
+    return response
+
+
+def _back_to(path: object) -> str:
+    """Where a login returns to: a path of this console, never another site."""
+    if isinstance(path, str) and _BACK.fullmatch(path):
+        return path
+    return "/"
 
 
 def _same_origin(request: Request) -> bool:
@@ -286,4 +326,4 @@ def _redis_trouble(exc: BaseException) -> str:
             f"Redis refused the console ({type(exc).__name__}): check the role's user and "
             "password and its ACL permissions"
         )
-    return f"Redis did not answer ({type(exc).__name__}); the page retries"
+    return f"Redis did not answer ({type(exc).__name__})"

@@ -2,19 +2,28 @@
 
 Tokens come from `RELEVO_CONSOLE_TOKENS` or the file `[console] tokens_file` names (a
 mounted secret), one "NAME ROLE TOKEN" a line (`;` separates lines in the variable).
-A token given at the login form is compared with every configured one in constant
-time (`hmac.compare_digest`), all of them each time. A session lives in this process
-only (a restart logs everyone out) and carries its own CSRF token, which every action
-must send back.
+A token must look random (`secrets.token_urlsafe(32)`): one that repeats itself, uses
+few characters or is another line's token is refused at start, the error naming the
+line, never the token. A token given at the login form is compared with every
+configured one in constant time (`hmac.compare_digest`), all of them each time.
+
+A session lives in this process only (a restart logs everyone out) and carries its own
+CSRF token, which every action must send back. Each token holds at most
+`sessions_per_token` sessions: its next login ends its own oldest one, never another
+person's. (Not in Redis: the viewer's Redis user can write nothing, by design, and a
+console is one process.)
 """
 
 from __future__ import annotations
 
 import hmac
+import math
 import os
 import re
 import secrets
 import time
+import zlib
+from collections import Counter
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -26,7 +35,8 @@ __all__ = ["TOKENS_ENV", "Principal", "Role", "Sessions", "Tokens", "csrf_ok", "
 TOKENS_ENV = "RELEVO_CONSOLE_TOKENS"
 _NAME = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
 _TOKEN = re.compile(r"^[\x21-\x7e]{24,256}$")  # printable, no blanks: a pasted secret
-_MAX_SESSIONS = 1000
+# Estimated from the token's own characters: 24 random URL-safe ones carry ~100 bits.
+_MIN_BITS = 96
 
 
 class Role(StrEnum):
@@ -64,7 +74,10 @@ class Tokens:
         return found
 
 
-def _parse(lines: list[str], where: str) -> list[tuple[Principal, str]]:
+_Line = tuple[Principal, str, str]  # who, the token, where it was read
+
+
+def _parse(lines: list[str], where: str) -> list[_Line]:
     entries = []
     for number, raw in enumerate(lines, 1):
         line = raw.strip()
@@ -83,13 +96,28 @@ def _parse(lines: list[str], where: str) -> list[tuple[Principal, str]]:
             raise ConfigError(
                 f"{where}: line {number}: token must be 24-256 printable characters, no blanks"
             )
-        entries.append((Principal(name, Role(role)), token))
+        if not random_enough(token):
+            raise ConfigError(
+                f"{where}: line {number}: token ({name}) is too easy to guess (repeated or "
+                "few characters); make one with: python3 -c "
+                "'import secrets; print(secrets.token_urlsafe(32))'"
+            )
+        entries.append((Principal(name, Role(role)), token, f"{where}: line {number}"))
     return entries
+
+
+def random_enough(token: str) -> bool:
+    """Whether `token` looks random: enough bits by its own letter frequencies, and no
+    repetition a compressor finds ("abab…" has many letters and little entropy)."""
+    counts = Counter(token)
+    bits = -sum(n * math.log2(n / len(token)) for n in counts.values())
+    data = token.encode()
+    return bits >= _MIN_BITS and len(zlib.compress(data, 9)) >= 0.75 * len(data)
 
 
 def load_tokens(tokens_file: Path | None) -> Tokens:
     """The tokens of `RELEVO_CONSOLE_TOKENS` and of `tokens_file`; at least one is needed."""
-    entries: list[tuple[Principal, str]] = []
+    entries: list[_Line] = []
     if from_env := os.environ.get(TOKENS_ENV, "").strip():
         entries += _parse(from_env.replace(";", "\n").splitlines(), TOKENS_ENV)
     if tokens_file is not None:
@@ -103,10 +131,15 @@ def load_tokens(tokens_file: Path | None) -> Tokens:
             f"no console tokens: set {TOKENS_ENV} or [console] tokens_file "
             '("NAME ROLE TOKEN" a line; ROLE viewer or operator)'
         )
-    names = [p.name for p, _ in entries]
+    names = [p.name for p, _, _ in entries]
     if len(set(names)) != len(names):
         raise ConfigError("console tokens: a name appears twice")
-    return Tokens(tuple(entries))
+    first: dict[str, str] = {}
+    for _, token, line in entries:
+        if token in first:
+            raise ConfigError(f"console tokens: {line} repeats the token of {first[token]}")
+        first[token] = line
+    return Tokens(tuple((principal, token) for principal, token, _ in entries))
 
 
 @dataclass
@@ -119,16 +152,23 @@ class _Session:
 
 @dataclass
 class Sessions:
-    """Logged-in sessions of this process, by an unguessable id kept in a cookie."""
+    """Logged-in sessions of this process, by an unguessable id kept in a cookie.
+
+    At most `per_owner` live sessions per principal (one token each): a flood of logins
+    with one token ends that token's own oldest sessions, and memory stays bounded by
+    the number of tokens.
+    """
 
     ttl_s: float
+    per_owner: int = 20
     _live: dict[str, _Session] = field(default_factory=dict)
 
     def start(self, principal: Principal) -> str:
         now = time.monotonic()
         self._live = {k: s for k, s in self._live.items() if s.expires > now}
-        if len(self._live) >= _MAX_SESSIONS:  # a flood of logins cannot grow memory
-            del self._live[min(self._live, key=lambda k: self._live[k].expires)]
+        own = [k for k, s in self._live.items() if s.principal == principal]
+        for sid in own[: max(0, len(own) - self.per_owner + 1)]:  # oldest first: dict order
+            del self._live[sid]
         sid = secrets.token_urlsafe(32)
         self._live[sid] = _Session(principal, secrets.token_urlsafe(32), now + self.ttl_s)
         return sid

@@ -1,11 +1,21 @@
-"""How the templates show amounts, times and rates (Jinja2 filters)."""
+"""How the templates show amounts, times and rates (Jinja2 filters), and any text at all.
+
+Everything a template prints passes `visible` first (the environment's `finalize`):
+direction overrides and isolates, zero-width and control characters show as
+"[U+202E]" instead of acting, so "all clear [U+202E]FFO ton od" cannot read as
+"all clear do not OFF" in a kill-switch reason, a tenant id or a model's text.
+Joiners inside emoji and scripts, newlines and tabs are left as they are.
+"""
 
 from __future__ import annotations
 
 import math
+import re
 from datetime import UTC, datetime
+from typing import Any
 
 from jinja2 import Environment
+from markupsafe import Markup
 
 from budgets import format_micros
 
@@ -30,6 +40,27 @@ def percent(value: float | None) -> str:
     return "-" if value is None else f"{value:.0%}"
 
 
+_ACTING = re.compile(
+    "[\x00-\x08\x0b-\x0c\x0e-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b\u200e\u200f"
+    "\u202a-\u202e\u2028\u2029\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb"
+    "\U000e0000-\U000e007f]"
+)
+
+
+def _shown(found: re.Match[str]) -> str:
+    return f"[U+{ord(found.group()):04X}]"
+
+
+def visible(value: Any) -> Any:
+    """`value` with characters that act on the text around them written out."""
+    if not isinstance(value, str) or not _ACTING.search(value):
+        return value
+    shown = _ACTING.sub(_shown, value)
+    # "[U+…]" holds nothing HTML reads: already-escaped markup stays markup.
+    return Markup(shown) if isinstance(value, Markup) else shown  # noqa: S704
+
+
 def install(env: Environment) -> None:
-    """Add the filters to `env`."""
+    """Add the filters to `env`, and `visible` on everything it prints."""
     env.filters.update(usd=format_micros, utc=utc, seconds=seconds, percent=percent)
+    env.finalize = visible

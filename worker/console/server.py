@@ -4,21 +4,26 @@ from __future__ import annotations
 
 import secrets
 import socket
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+import structlog
 import uvicorn
 from redis.asyncio import Redis
 
 from worker.console.app import Clients, build_app
 from worker.console.auth import Principal, Role, Tokens, load_tokens
+from worker.console.gate import exposure_warnings
 from worker.errors import ConfigError
 from worker.fleet.operations import OperatorFleet
 from worker.settings import ConsoleSettings, RedisSettings
 
 __all__ = ["RunningConsole", "console_settings", "running_console", "serve_console"]
+
+log = structlog.get_logger("relevo.console")
 
 # People wait for a page; the workers' control path keeps its own short timeout.
 _PAGE_TIMEOUT_S = 2.0
@@ -71,6 +76,9 @@ def serve_console(fleet: OperatorFleet, console: ConsoleSettings) -> None:
     """Serve until interrupted; the URL is printed once the port listens."""
     _one_store(fleet)
     server = _server(fleet, console, load_tokens(console.tokens_file))
+    for warning in exposure_warnings(console):
+        log.warning("console.exposed", warning=warning)
+        print(f"relevo console: warning: {warning}", file=sys.stderr, flush=True)
     print(f"relevo console: http://{_shown(console.host)}:{console.port}/", flush=True)
     server.run()
 

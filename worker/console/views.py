@@ -10,7 +10,6 @@ are the fair queue's (`FairQueue.load`).
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -18,10 +17,11 @@ from redis.asyncio import Redis
 
 import breakers
 import budgets
-from worker.console.audit import AuditEntry, AuditTrail
+from worker.console.stored import read_chunks, read_recent, read_result
+from worker.fleet.audit import AuditEntry, AuditTrail
 from worker.fleet.fairqueue import FairQueue, TenantLoad
 from worker.fleet.operations import OperatorFleet, budget_reports
-from worker.fleet.turnstore import TurnStore
+from worker.fleet.turnstore import TurnKeys
 from worker.settings import FairnessSettings, ObservabilitySettings, WorkerSettings
 from worker.types import Status, TurnResult
 
@@ -69,6 +69,7 @@ class FleetView:
     held_turns: int
     fallback: FallbackRate
     audit: list[AuditEntry]
+    unreadable: list[str] = field(default_factory=list)  # stored results not parsed
 
 
 def _observability(fleet: OperatorFleet) -> ObservabilitySettings:
@@ -77,13 +78,8 @@ def _observability(fleet: OperatorFleet) -> ObservabilitySettings:
     return fleet.config.section("observability", ObservabilitySettings)
 
 
-def _store(fleet: OperatorFleet, client: Redis) -> TurnStore:
-    return TurnStore(client, namespace=fleet.config.redis.namespace)
-
-
-async def _recent(fleet: OperatorFleet, client: Redis, window_s: float) -> list[TurnResult]:
-    since_ms = int((time.time() - window_s) * 1000)
-    return await _store(fleet, client).recent(since_ms)
+def _keys(fleet: OperatorFleet) -> TurnKeys:
+    return TurnKeys(fleet.config.redis.namespace)
 
 
 async def fleet_view(fleet: OperatorFleet, client: Redis) -> FleetView:
@@ -94,10 +90,10 @@ async def fleet_view(fleet: OperatorFleet, client: Redis) -> FleetView:
         breakers.Operators(fleet.store(client)).report(),
         breakers.KillSwitch(client, namespace=namespace).status(),
         breakers.HeldTurns(client, namespace=namespace).count(),
-        _recent(fleet, client, watch.fallback_window_s),
+        read_recent(client, _keys(fleet), watch.fallback_window_s),
         AuditTrail(client, namespace=namespace).latest(),
     )
-    finished = [r for r in recent if r.step is not None]
+    finished = [r for r in recent.results if r.step is not None]
     rate = FallbackRate(
         turns=len(finished),
         fallbacks=sum(1 for r in finished if r.step),
@@ -105,7 +101,7 @@ async def fleet_view(fleet: OperatorFleet, client: Redis) -> FleetView:
         window_s=watch.fallback_window_s,
         min_turns=watch.fallback_min_turns,
     )
-    return FleetView(report, state, held, rate, audit)
+    return FleetView(report, state, held, rate, audit, recent.unreadable)
 
 
 @dataclass(frozen=True)
@@ -153,10 +149,10 @@ async def tenant_rows(
     watch = _observability(fleet)
     reports, recent, handoffs = await asyncio.gather(
         budget_reports(fleet.ledger(client)),
-        _recent(fleet, client, watch.fallback_window_s),
+        read_recent(client, _keys(fleet), watch.fallback_window_s),
         budgets.Handoffs(client, namespace=namespace).list(_HANDOFFS_READ),
     )
-    degraded = Counter(r.tenant_id for r in recent if r.status is Status.DEGRADED)
+    degraded = Counter(r.tenant_id for r in recent.results if r.status is Status.DEGRADED)
     handed = Counter(h.tenant for h in handoffs)
     needle = search.casefold()
     rows = [
@@ -193,18 +189,20 @@ class TurnView:
     streamed: str
     running: bool  # claimed by a worker and not finished
     bars: list[dict[str, float]] = field(default_factory=list)
+    unreadable: bool = False  # a result is stored, but this release cannot read it
 
 
 async def turn_view(fleet: OperatorFleet, client: Redis, turn_id: str) -> TurnView:
     """The turn's stored result, its streamed text (if kept) and its attempts as bars."""
-    store = _store(fleet, client)
+    keys = _keys(fleet)
     pipe = client.pipeline(transaction=False)
-    pipe.exists(store.keys.claim(turn_id))
-    pipe.xrange(store.keys.chunks(turn_id), count=10_000)
+    pipe.exists(keys.claim(turn_id))
+    pipe.xrange(keys.chunks(turn_id), count=10_000)
     claimed, chunks = await pipe.execute()
-    result = await store.result(turn_id)
-    streamed = "".join(bytes(f[b"text"]).decode() for _, f in chunks if b"text" in f)
-    return TurnView(turn_id, result, streamed, bool(claimed) and result is None, _bars(result))
+    stored = await read_result(client, keys, turn_id)
+    result = stored.result
+    running = bool(claimed) and result is None and not stored.unreadable
+    return TurnView(turn_id, result, read_chunks(chunks), running, _bars(result), stored.unreadable)
 
 
 def _bars(result: TurnResult | None) -> list[dict[str, float]]:

@@ -87,7 +87,7 @@ class OperatorFleet:
         known = await ops.scopes()
         warning = None
         if scope not in known:
-            warning = self._accept_unknown(scope, known)
+            warning = self.accept_unknown(scope, known)
             ops = breakers.Operators(self.store(client, scope))
         if action == "open":
             return await ops.force_open(scope, seconds), warning
@@ -109,7 +109,7 @@ class OperatorFleet:
             )
         return found
 
-    def _accept_unknown(self, scope: str, known: list[str]) -> str:
+    def accept_unknown(self, scope: str, known: list[str]) -> str:
         """Refuse a scope the configured chain does not have, or one of no scope's shape;
         warn about any other the fleet has not used yet (a breaker set ahead of the first call)."""
         listed = ", ".join(known[:20]) or "none"

@@ -271,7 +271,7 @@ async def replay_fleet(
         results or client, namespace=where.namespace, ttl_s=settings.worker.result_ttl_s
     )
     delivery = Delivery(store)
-    async with make_client() as http:
+    async with make_client(settings.http) as http:
         chain = Chain.from_settings(settings, http, guard=open_guard(settings, client))
         await replay_held(
             held,

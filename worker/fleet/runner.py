@@ -20,7 +20,6 @@ from typing import Any, TypeVar
 
 import httpx
 import structlog
-import uvloop
 
 from breakers import KillSwitchState
 from worker.adapters import make_client
@@ -53,12 +52,21 @@ _KILL_FRESH_S = 0.5
 _FORGET_ERRORS: tuple[type[BaseException], ...] = (*STORE_DOWN, TimeoutError)
 
 
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop's where it installs (Linux, macOS), asyncio's otherwise (Windows)."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    # The loop's own bookkeeping was a fifth of a worker's CPU per turn under asyncio's.
+    return uvloop.new_event_loop()
+
+
 class LoopThread:
     """An asyncio event loop running in a daemon thread."""
 
     def __init__(self, name: str = "relevo-loop") -> None:
-        # uvloop: the loop's own bookkeeping was a fifth of a worker's CPU per turn.
-        self.loop = uvloop.new_event_loop()
+        self.loop = new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
         self._thread.start()
 
@@ -67,9 +75,26 @@ class LoopThread:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout_s)
 
     def stop(self) -> None:
+        """End what still runs on the loop (as `asyncio.run` does), then the loop itself."""
+        try:
+            self.run(_cancel_the_rest(), timeout_s=5)
+        except (TimeoutError, RuntimeError) as exc:
+            log.warning("loop.tasks_left_running", error=type(exc).__name__)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=5)
-        self.loop.close()
+        # Closing a loop whose thread still runs it raises; one whose tasks still hold
+        # sockets can wait for ever (uvloop): leave such a loop to the process's exit.
+        if not self._thread.is_alive():
+            self.loop.close()
+
+
+async def _cancel_the_rest() -> None:
+    loop = asyncio.get_running_loop()
+    rest = [task for task in asyncio.all_tasks(loop) if task is not asyncio.current_task()]
+    for task in rest:
+        task.cancel()
+    await asyncio.gather(*rest, return_exceptions=True)
+    await loop.shutdown_asyncgens()
 
 
 def rejected_input(payload: object, error: InputError) -> TurnResult:
@@ -192,7 +217,8 @@ class TurnRunner:
             return rejected.model_dump(mode="json")
         budget_s = min(request.deadline_s, self.settings.turn_deadline_s)
         # In the turn's span while tracing is on; the coroutine itself otherwise.
-        turn = tracing.traced_turn(request, self.run_once(request), carrier)
+        providers = {name: p.gen_ai_provider for name, p in self.settings.providers.items()}
+        turn = tracing.traced_turn(request, self.run_once(request), carrier, providers)
         result = self.loop.run(turn, timeout_s=budget_s + 2 * _MARGIN_S)
         return result.model_dump(mode="json")
 
@@ -279,7 +305,7 @@ class TurnRunner:
     async def _get_chain(self) -> Chain:
         # The HTTP client belongs to the loop it was made on: make it there, once.
         if self._chain is None:
-            self._client = make_client()
+            self._client = make_client(self.settings.http)
             self._chain = Chain.from_settings(self.settings, self._client, guard=self.guard)
         return self._chain
 

@@ -1,7 +1,9 @@
 """structlog, configured once: JSON lines for machines, readable lines for a terminal.
 
-Every event passes the `Redactor` last, after exceptions are rendered to text, so
-API keys and prompts are removed from tracebacks too.
+One stream: relevo's own events and the standard-library loggers' (Celery's, kombu's,
+redis-py's, at warning and above unless the level is debug) come out in one format,
+each line with its logger's name. Every event passes the `Redactor` last, after
+exceptions are rendered to text, so API keys and prompts are removed from tracebacks too.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Iterable
-from typing import TextIO
+from typing import Any, TextIO
 
 import structlog
 
@@ -44,22 +46,58 @@ def configure_logging(
         )
     )
     _redactor = Redactor(secrets)
+    named: list[structlog.typing.Processor] = [
+        structlog.processors.add_log_level,
+        structlog.stdlib.add_logger_name,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    rendered: list[structlog.typing.Processor] = [
+        structlog.processors.format_exc_info,
+        _redactor,
+        renderer,
+    ]
+    number = logging.getLevelNamesMapping()[level.upper()]
     structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            _redactor,
-            renderer,
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(
-            logging.getLevelNamesMapping()[level.upper()]
-        ),
-        # One write per line: `print` writes the line and its newline apart, and the
-        # processes of a node share one stderr, so their lines interleaved mid-line.
-        logger_factory=structlog.WriteLoggerFactory(out),
+        processors=[*named, *rendered],
+        wrapper_class=structlog.make_filtering_bound_logger(number),
+        logger_factory=_NamedLoggerFactory(out),
         cache_logger_on_first_use=False,
     )
+    handler = logging.StreamHandler(out)
+    handler.set_name(_HANDLER)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=named,
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *rendered],
+        )
+    )
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if h.get_name() == _HANDLER]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    # Celery says "received" and "succeeded" at info for every task: two lines a turn.
+    root.setLevel(number if number <= logging.DEBUG else max(number, logging.WARNING))
+
+
+_HANDLER = "relevo"
+
+
+class _NamedWriteLogger(structlog.WriteLogger):
+    """A `WriteLogger` that keeps the name it was asked for (`get_logger("relevo.chain")`)."""
+
+    def __init__(self, file: TextIO, name: str) -> None:
+        super().__init__(file)
+        self.name = name
+
+
+class _NamedLoggerFactory:
+    # One write per line: `print` writes the line and its newline apart, and the
+    # processes of a node share one stderr, so their lines interleaved mid-line.
+    def __init__(self, out: TextIO) -> None:
+        self._out = out
+
+    def __call__(self, *args: Any) -> _NamedWriteLogger:
+        return _NamedWriteLogger(self._out, str(args[0]) if args else "relevo")
 
 
 def configure_from_settings(settings: Settings, *, stream: TextIO | None = None) -> None:

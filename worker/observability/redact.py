@@ -180,6 +180,9 @@ def _placeholder(key: str) -> str | None:
 
 
 def provider_secrets(settings: Settings) -> list[str]:
-    """The API keys of every configured provider that has one where the config says."""
-    keys = (provider.api_key() for provider in settings.providers.values())
+    """The API keys of every configured provider that has one where the config says, and
+    the egress proxy's password."""
+    keys = [provider.api_key() for provider in settings.providers.values()]
+    if settings.http.proxy_url is not None:
+        keys.append(urlsplit(settings.http.proxy_url).password)
     return [key for key in keys if key]

@@ -133,14 +133,26 @@ def carried(request: object) -> dict[str, Any] | None:
     return {k: v for k in (*_fields, ENQUEUED_AT) if (v := getattr(request, k, None)) is not None}
 
 
-def traced_turn(request: TurnRequest, turn: Turn, carrier: Mapping[str, Any] | None = None) -> Turn:
+def traced_turn(
+    request: TurnRequest,
+    turn: Turn,
+    carrier: Mapping[str, Any] | None = None,
+    gen_ai_providers: Mapping[str, str] | None = None,
+) -> Turn:
     """`turn` in the turn's span, parented by `carrier` (else the current span); while
-    tracing is off, `turn` itself."""
-    return turn if _tracer is None else _traced(_tracer, request, turn, carrier or {})
+    tracing is off, `turn` itself. `gen_ai_providers`: each configured provider's
+    well-known API name (`ProviderSettings.gen_ai_provider`)."""
+    if _tracer is None:
+        return turn
+    return _traced(_tracer, request, turn, carrier or {}, gen_ai_providers or {})
 
 
 async def _traced(
-    tracer: Tracer, request: TurnRequest, turn: Turn, carrier: Mapping[str, Any]
+    tracer: Tracer,
+    request: TurnRequest,
+    turn: Turn,
+    carrier: Mapping[str, Any],
+    gen_ai_providers: Mapping[str, str],
 ) -> TurnResult:
     from opentelemetry import propagate, trace
 
@@ -163,11 +175,11 @@ async def _traced(
         except BaseException as exc:
             _failed(span, _error_type(exc))
             raise
-        _finish(span, result)
+        _finish(span, result, gen_ai_providers)
         return result
 
 
-def _finish(span: Span, result: TurnResult) -> None:
+def _finish(span: Span, result: TurnResult, gen_ai_providers: Mapping[str, str]) -> None:
     """The turn's outcome, named as in its `turn.completed` log line."""
     attempts = result.attempts
     # The first attempt is always the primary's (a try or a skip), as in the log line.
@@ -182,11 +194,13 @@ def _finish(span: Span, result: TurnResult) -> None:
     }
     for a in attempts:
         if a.outcome is AttemptOutcome.OK:
-            outcome |= {PROVIDER: a.provider, RESPONSE_MODEL: a.provider_model}
+            outcome |= {PROVIDER: gen_ai_providers.get(a.provider, a.provider)}
+            outcome |= {"relevo.provider": a.provider, RESPONSE_MODEL: a.provider_model}
             outcome |= {INPUT_TOKENS: result.usage.prompt_tokens}
             outcome |= {OUTPUT_TOKENS: result.usage.output_tokens}
         elif a.outcome is AttemptOutcome.SKIPPED:
-            skipped = {PROVIDER: a.provider, REQUEST_MODEL: a.provider_model}
+            skipped = {PROVIDER: gen_ai_providers.get(a.provider, a.provider)}
+            skipped |= {"relevo.provider": a.provider, REQUEST_MODEL: a.provider_model}
             skipped |= {"relevo.model": a.model, "relevo.reason": a.error_class or ""}
             span.add_event("relevo.model_skipped", skipped)
     span.set_attributes({k: v for k, v in outcome.items() if v is not None})
@@ -208,8 +222,11 @@ def _error_type(exc: BaseException) -> str:
     return "interrupted" if isinstance(exc, asyncio.CancelledError) else type(exc).__qualname__
 
 
-def attempt(target: _Target, request: TurnRequest, retry_index: int) -> AttemptSpan:
-    """The span of one call to `target`, a child of the turn's span; a no-op while off."""
+def attempt(
+    target: _Target, request: TurnRequest, retry_index: int, gen_ai_provider: str
+) -> AttemptSpan:
+    """The span of one call to `target`, a child of the turn's span; a no-op while off.
+    `gen_ai_provider` is the API's well-known name (`ProviderSettings.gen_ai_provider`)."""
     if _tracer is None:
         return _OFF
     from opentelemetry.trace import SpanKind
@@ -219,8 +236,9 @@ def attempt(target: _Target, request: TurnRequest, retry_index: int) -> AttemptS
         kind=SpanKind.CLIENT,
         attributes={
             OPERATION: "chat",
-            PROVIDER: target.provider,
+            PROVIDER: gen_ai_provider,
             REQUEST_MODEL: target.provider_model,
+            "relevo.provider": target.provider,
             "gen_ai.request.max_tokens": request.max_tokens,
             "gen_ai.request.stream": request.stream,
             "relevo.model": target.model,
@@ -262,11 +280,13 @@ class AttemptSpan:
             _failed(self._span, _error_type(exc), detail)
         self._span.end()
 
-    def answered(self, usage: Usage, finish_reason: str | None = None) -> None:
-        """The call answered, with these tokens."""
+    def answered(
+        self, usage: Usage, finish_reason: str | None = None, model: str | None = None
+    ) -> None:
+        """The call answered, with these tokens, by `model` (the provider's word for it;
+        the requested model when the provider does not say)."""
         if self._span is not None:
-            # The requested model, as in the logs: adapters do not read the one answering.
-            self._span.set_attribute(RESPONSE_MODEL, self._model)
+            self._span.set_attribute(RESPONSE_MODEL, model or self._model)
             self._span.set_attribute(INPUT_TOKENS, usage.prompt_tokens)
             self._span.set_attribute(OUTPUT_TOKENS, usage.output_tokens)
             if finish_reason is not None:

@@ -2,8 +2,9 @@
 
 With extended thinking asked for (`thinking: {"type": "enabled"}`), replies start with
 a signed thinking block (and a redacted_thinking block when the fault says so), and a
-follow-up whose last assistant turn lacks them, or changed them, is refused as the
-API refuses it.
+follow-up whose last assistant turn lacks them is refused as the API refuses it; a
+thinking block it did not sign (changed, or another vendor's) is refused, thinking on or
+off.
 """
 
 from __future__ import annotations
@@ -75,8 +76,8 @@ class AnthropicDialect:
             raise BadRequest("tools.name: field required")
         asked = check_messages_body(body, model, **endpoint)
         thinks = asked.thinking
-        if thinks:
-            _check_thinking(messages, model)
+        # Thinking it did not sign is refused with thinking on or off.
+        _check_thinking(messages, model, thinking=thinks)
         prompt = json.dumps([body.get("system"), messages])
         return Inspection(
             model=model,
@@ -233,9 +234,9 @@ def _streamed_thinking(index: int, whole: dict[str, Any]) -> list[bytes]:
     ]
 
 
-def _check_thinking(messages: list[Any], model: str) -> None:
-    """Refuse what the API refuses with thinking on: changed thinking blocks, and a last
-    assistant turn of a tool loop that does not start with its thinking."""
+def _check_thinking(messages: list[Any], model: str, *, thinking: bool) -> None:
+    """Refuse changed (or foreign) thinking blocks, and with thinking on a last assistant
+    turn of a tool loop that does not start with its thinking."""
     last = None
     for i, message in enumerate(messages):
         if not isinstance(message, dict) or message.get("role") != "assistant":
@@ -254,7 +255,7 @@ def _check_thinking(messages: list[Any], model: str) -> None:
                 raise BadRequest(
                     f"messages.{i}.content.{j}: Invalid `data` in `redacted_thinking` block"
                 )
-    if last is None or not _uses_tools(messages[last]):
+    if not thinking or last is None or not _uses_tools(messages[last]):
         return
     content = messages[last].get("content")
     first = content[0] if isinstance(content, list) and content else {}

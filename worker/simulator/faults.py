@@ -114,6 +114,8 @@ class Fault:
     that does not validate against its schema."""
     refusal: str | None = None
     """Refuse with these words instead of answering (OpenAI's `message.refusal`)."""
+    answer_model: str | None = None
+    """Say this model answered (a dated snapshot of the alias asked for), not the one asked."""
 
     def __post_init__(self) -> None:
         if self.status is not None and not 400 <= self.status <= 599:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import ssl
 import threading
 from types import TracebackType
 
@@ -18,7 +19,8 @@ _START_TIMEOUT_S = 10.0
 
 
 class Simulator:
-    """Simulated provider APIs on `host` (an ephemeral port by default).
+    """Simulated provider APIs on `host` (an ephemeral port by default), over TLS when
+    given a server context (`tls`).
 
     The server runs on its own event loop in a daemon thread, so sync and async
     callers alike can use it; `stop()` ends stalled calls at once.
@@ -29,8 +31,16 @@ class Simulator:
             assert sim.calls("claude-x", "error") == 1
     """
 
-    def __init__(self, *, host: str = "127.0.0.1", port: int = 0, seed: int | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        seed: int | None = None,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self._host = host
+        self._tls = tls
         self._port = port
         self._state = SimState(seed)
         self._ready = threading.Event()
@@ -42,7 +52,7 @@ class Simulator:
 
     @property
     def url(self) -> str:
-        """The base URL, like `http://127.0.0.1:PORT` (no trailing slash)."""
+        """The base URL, like `http://127.0.0.1:PORT` (`https` over TLS; no trailing slash)."""
         if self._url is None:
             raise RuntimeError("the simulator is not running")
         return self._url
@@ -134,10 +144,10 @@ class Simulator:
         )
         await runner.setup()
         self._runner = runner
-        site = web.TCPSite(runner, self._host, self._port)
+        site = web.TCPSite(runner, self._host, self._port, ssl_context=self._tls)
         await site.start()
         host, port = runner.addresses[0][:2]
-        self._url = f"http://{host}:{port}"
+        self._url = f"{'http' if self._tls is None else 'https'}://{host}:{port}"
 
     async def _close(self) -> None:
         if self._runner is not None:

@@ -21,7 +21,7 @@ from typing import Any
 
 from worker.simulator.wire import BadRequest
 
-__all__ = ["check_request", "forced_tool"]
+__all__ = ["REASONING_MODEL", "check_request", "data_url_problem", "forced_tool", "strict_problem"]
 
 # Every request field of the API reference (and Azure's `data_sources`).
 _FIELDS = frozenset(
@@ -34,7 +34,7 @@ _FIELDS = frozenset(
 )
 _ROLES = ("system", "assistant", "user", "function", "tool", "developer")
 _USER_PARTS = ("text", "image_url", "input_audio", "refusal", "audio", "file")
-_REASONING = re.compile(r"^(o\d|gpt-5)")
+REASONING_MODEL = re.compile(r"^(o\d|gpt-5)")
 _NO_PARALLEL = re.compile(r"^o\d")
 _EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 _DATA_URL = re.compile(r"^data:([^;,]*)(;base64)?,(.*)$", re.DOTALL)
@@ -130,7 +130,7 @@ def _check_image(where: str, image: Any) -> None:
             "invalid_value",
         )
     if url.startswith("data:"):
-        problem = _data_url_problem(url, lambda mime: mime.startswith("image/"))
+        problem = data_url_problem(url, lambda mime: mime.startswith("image/"))
         if problem is not None:
             raise _refused(
                 f"Invalid '{where}'. Expected a base64-encoded data URL with an image MIME "
@@ -151,7 +151,7 @@ def _check_file(where: str, file: Any) -> None:
             f"Missing required parameter: '{missing}'.", missing, "missing_required_parameter"
         )
     data = file["file_data"]
-    problem = _data_url_problem(data, lambda mime: mime == "application/pdf")
+    problem = data_url_problem(data, lambda mime: mime == "application/pdf")
     if problem is not None:
         field = f"{where}.file.file_data"
         raise _refused(
@@ -163,7 +163,7 @@ def _check_file(where: str, file: Any) -> None:
         )
 
 
-def _data_url_problem(value: Any, wanted: Any) -> str | None:
+def data_url_problem(value: Any, wanted: Any) -> str | None:
     match = _DATA_URL.match(value) if isinstance(value, str) else None
     if match is None:
         return "a value with an invalid format"
@@ -211,7 +211,7 @@ def _check_tools(body: Mapping[str, Any], model: str, tools: tuple[str, ...]) ->
 
 
 def _check_sampling(body: Mapping[str, Any], model: str) -> None:
-    if not _REASONING.match(model):
+    if not REASONING_MODEL.match(model):
         if "reasoning_effort" in body:
             raise _unsupported("reasoning_effort")
         return
@@ -270,7 +270,7 @@ def _output_schema(wanted: Any, messages: list[Any]) -> Mapping[str, Any] | None
         )
     schema = spec.get("schema") or {}
     if spec.get("strict") is True:
-        problem = _strict_problem(schema)
+        problem = strict_problem(schema)
         if problem is not None:
             raise _refused(
                 f"Invalid schema for response_format '{spec['name']}': {problem}",
@@ -279,7 +279,7 @@ def _output_schema(wanted: Any, messages: list[Any]) -> Mapping[str, Any] | None
     return schema if isinstance(schema, dict) else _JSON_OBJECT
 
 
-def _strict_problem(schema: Any) -> str | None:
+def strict_problem(schema: Any) -> str | None:
     """What Structured Outputs' strict mode refuses: a root that is no object, an object
     that allows other properties or does not require every one of them."""
     if not isinstance(schema, dict) or schema.get("type") != "object":

@@ -4,6 +4,8 @@ Provider routes:
 
     POST /v1/chat/completions                                 OpenAI (model in the body)
     POST /openai/deployments/{deployment}/chat/completions    Azure OpenAI (model = deployment)
+    POST /v1/responses                                        OpenAI Responses API
+    POST /openai/responses, /openai/v1/responses              Azure OpenAI's (model in the body)
     POST /v1/messages                                         Anthropic
     POST /v1beta/models/{model}:generateContent               Gemini (also /v1/models/...)
     POST /v1beta/models/{model}:streamGenerateContent?alt=sse
@@ -36,6 +38,7 @@ from worker.simulator.faults import CallOutcome, Fault
 from worker.simulator.gemini_wire import GeminiDialect
 from worker.simulator.oauth import TOKEN_ENDPOINT, TOKEN_PATH, read_assertion
 from worker.simulator.openai_wire import OpenAIDialect
+from worker.simulator.responses_wire import ResponsesDialect
 from worker.simulator.state import RequestRecord, SimState
 from worker.simulator.vertex_wire import VertexClaudeDialect, VertexGeminiDialect
 from worker.simulator.wire import BadRequest, Dialect, Inspection
@@ -55,6 +58,8 @@ _MAX_BODY_BYTES = 64 * 1024 * 1024
 
 _OPENAI = OpenAIDialect()
 _AZURE = OpenAIDialect(azure=True)
+_RESPONSES = ResponsesDialect()
+_AZURE_RESPONSES = ResponsesDialect(azure=True)
 _ANTHROPIC = AnthropicDialect()
 _GEMINI = GeminiDialect()
 _GEMINI_METHODS = {"generateContent": False, "streamGenerateContent": True}
@@ -79,6 +84,9 @@ def build_app(state: SimState) -> web.Application:
     app[STATE] = state
     app.router.add_post("/v1/chat/completions", _openai)
     app.router.add_post("/openai/deployments/{deployment}/chat/completions", _azure)
+    app.router.add_post("/v1/responses", _responses)
+    app.router.add_post("/openai/responses", _azure_responses)
+    app.router.add_post("/openai/v1/responses", _azure_responses)
     app.router.add_post("/v1/messages", _anthropic)
     app.router.add_post("/v1beta/models/{spec}", _gemini)
     app.router.add_post("/v1/models/{spec}", _gemini)
@@ -109,6 +117,14 @@ async def _openai(request: web.Request) -> web.StreamResponse:
 async def _azure(request: web.Request) -> web.StreamResponse:
     model = request.match_info["deployment"]
     return await _serve_call(request, _AZURE, model=model, stream=None)
+
+
+async def _responses(request: web.Request) -> web.StreamResponse:
+    return await _serve_call(request, _RESPONSES, model=None, stream=None)
+
+
+async def _azure_responses(request: web.Request) -> web.StreamResponse:
+    return await _serve_call(request, _AZURE_RESPONSES, model=None, stream=None)
 
 
 async def _anthropic(request: web.Request) -> web.StreamResponse:
@@ -200,9 +216,10 @@ async def _serve_call(
         label = model or str(body.get("model") or "unknown")
         record = _record(request, api=api, model=label, stream=False, body=body, inspection=None)
         ticket = state.arrive(record)
-        ticket.finish(CallOutcome.ERROR, 400)
+        status = exc.status if isinstance(exc, BadRequest) else 400
+        ticket.finish(CallOutcome.ERROR, status)
         given = exc.body if isinstance(exc, BadRequest) else None
-        return web.json_response(given or dialect.error_body(400, str(exc)), status=400)
+        return web.json_response(given or dialect.error_body(status, str(exc)), status=status)
     name = model or inspection.model or "unknown"
     streaming = inspection.stream if stream is None else stream
     record = _record(

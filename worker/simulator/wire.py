@@ -36,15 +36,18 @@ _FRAGMENT_CHARS = 8
 
 
 class BadRequest(ValueError):
-    """The request body is not what the API accepts; answered with a 400.
+    """The request body is not what the API accepts; answered with a 400 (or `status`).
 
     `body` is the API's whole error body when the dialect wrote it (a real API's own
     `param` and `code`); None gives the dialect's envelope around the message.
     """
 
-    def __init__(self, message: str, *, body: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, message: str, *, body: dict[str, Any] | None = None, status: int = 400
+    ) -> None:
         super().__init__(message)
         self.body = body
+        self.status = status
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,7 +234,7 @@ def build_reply(seq: int, model: str, fault: Fault, request: Inspection) -> Cann
         tokens, tool, truncated = [], None, False
     return CannedReply(
         seq=seq,
-        model=model,
+        model=fault.answer_model or model,
         created=int(time.time()),
         tokens=tuple(tokens),
         tool=tool,

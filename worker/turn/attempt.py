@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from worker.adapters import Adapter, ProviderCall
+from worker.adapters import Adapter, ProviderCall, reasoning_family
 from worker.adapters.base import Completion, TextDelta
 from worker.errors import FirstByteTimeout, MalformedResponse, ProviderError, ResponseTimeout
 from worker.guard.protocol import Availability, Charge, Conclusion, Guard, Refusal, Signal, Target
@@ -31,6 +31,7 @@ from worker.turn.capability import Fit
 from worker.turn.output import read_output
 from worker.turn.policy import Decision, rule_for
 from worker.turn.pricing import cost_of, reservation_micros
+from worker.turn.reasoning import carried_reasoning
 from worker.turn.report import WITHHELD, TurnReport
 from worker.turn.retry import retry_delay_s
 from worker.types import TurnRequest
@@ -285,9 +286,10 @@ class Attempts:
         completion: Completion | None = None
         try:
             # The call's span (a no-op while tracing is off) records how it failed, if it did.
-            with tracing.attempt(target, self.request, plan.retry_index) as span:
+            gen_ai_provider = self.settings.providers[target.provider].gen_ai_provider
+            with tracing.attempt(target, self.request, plan.retry_index, gen_ai_provider) as span:
                 completion = await self._send(flight)
-                span.answered(completion.usage, completion.finish_reason)
+                span.answered(completion.usage, completion.finish_reason, completion.model)
                 parsed = self._read(completion)
         except ProviderError as error:
             rule = rule_for(error)
@@ -385,9 +387,13 @@ class Attempts:
         target, fit = flight.plan.target, flight.plan.fit
         provider = self.settings.providers[target.provider]
         request, model = self.request, self.settings.models[target.model]
+        # Only the reasoning this target can read back travels; the rest is counted.
+        family = reasoning_family(provider, target.provider_model)
+        messages, left_out = carried_reasoning(fit.messages, family)
+        self.report.carrying(target, left_out)
         call = ProviderCall(
             model_id=target.provider_model,
-            messages=fit.messages,
+            messages=messages,
             tools=fit.tools,
             max_tokens=request.max_tokens,
             stream=request.stream,

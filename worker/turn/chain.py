@@ -70,6 +70,9 @@ class Chain:
         self.hedges: HedgeBook | None = None
         if settings.chain.hedging.enabled:
             self.hedges = hedges or hedge_book(settings, self.guard)
+        self.gen_ai_providers = {
+            name: provider.gen_ai_provider for name, provider in settings.providers.items()
+        }
         # The settings are frozen: each model's targets are the same for every turn.
         self.targets = {
             slug: tuple(Target(slug, model.vendor, s.provider, s.model_id) for s in model.serve)
@@ -102,7 +105,11 @@ class _Walk:
         self.chain = chain
         self.settings = chain.settings
         self.request = request
-        self.report = TurnReport(request, primary_model=self.settings.chain.models[0])
+        self.report = TurnReport(
+            request,
+            primary_model=self.settings.chain.models[0],
+            gen_ai_providers=chain.gen_ai_providers,
+        )
         budget_s = min(request.deadline_s, self.settings.turn_deadline_s)
         self.attempts = Attempts(
             chain.settings,
@@ -172,7 +179,7 @@ class _Walk:
                 self.attempts.skip(targets[0], fit.reason, fit.detail)
                 continue
             for index, target in enumerate(targets):
-                kind = self.settings.providers[target.provider].kind
+                kind = self.settings.providers[target.provider].wire
                 unfit = wire_unfit(self.request, kind, target.provider_model)
                 if unfit is not None:
                     self.attempts.skip(target, unfit.reason, unfit.detail)

@@ -204,7 +204,7 @@ class HedgedAttempts:
                     continue
                 if self.availability(target) is not Availability.AVAILABLE:
                     continue
-                kind = settings.providers[target.provider].kind
+                kind = settings.providers[target.provider].wire
                 if wire_unfit(request, kind, target.provider_model) is not None:
                     continue
                 if fit is None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import structlog
 
@@ -54,9 +54,17 @@ ERROR_TYPE = "error.type"
 class TurnReport:
     """Collects a turn's attempts and errors, and builds its result."""
 
-    def __init__(self, request: TurnRequest, *, primary_model: str) -> None:
+    def __init__(
+        self,
+        request: TurnRequest,
+        *,
+        primary_model: str,
+        gen_ai_providers: Mapping[str, str] | None = None,
+    ) -> None:
         self.request = request
         self.primary_model = primary_model
+        # Each configured provider's `gen_ai.provider.name` (`ProviderSettings.gen_ai_provider`).
+        self.gen_ai_providers = gen_ai_providers or {}
         self.attempts: list[Attempt] = []
         self._late: list[Attempt] = []
         self.errors: list[Exception] = []
@@ -68,11 +76,18 @@ class TurnReport:
         self.fit: Fit | None = None
         self.reply: Reply | None = None
         self.finish_reason: str | None = None
+        self.response_model: str | None = None
         self.usage = Usage()
         self.cost_micros = 0
         # Set while the cheaper model answers for a turn money stopped (`stand_in`).
         self._stand_in: tuple[str, DegradationSettings] | None = None
         self._first_byte_at: float | None = None
+        # Per target called: the reasoning items its calls left out (`carrying`).
+        self._left_out: dict[tuple[str, str, str], int] = {}
+
+    def carrying(self, target: Target, left_out: int) -> None:
+        """The calls to `target` leave out `left_out` reasoning items another vendor wrote."""
+        self._left_out[(target.model, target.provider, target.provider_model)] = left_out
 
     def lock(self) -> None:
         if not self.locked:
@@ -80,16 +95,23 @@ class TurnReport:
         self.locked = True
 
     def _add(
-        self, attempt: Attempt, usage: Usage | None = None, finish_reason: str | None = None
+        self,
+        attempt: Attempt,
+        usage: Usage | None = None,
+        finish_reason: str | None = None,
+        response_model: str | None = None,
     ) -> None:
         now = time.monotonic()
-        timing: dict[str, int] = {"ended_ms": round((now - self.started) * 1000)}
+        fields: dict[str, int] = {"ended_ms": round((now - self.started) * 1000)}
+        if attempt.outcome is not AttemptOutcome.SKIPPED:
+            key = (attempt.model, attempt.provider, attempt.provider_model)
+            fields["reasoning_left_out"] = self._left_out.get(key, 0)
         if self._first_byte_at is not None and attempt.outcome is not AttemptOutcome.HEDGE_LOST:
             # Content streams at most once a turn: after it, no other model is tried (a
             # hedge that lost the race sent none).
             began = now - attempt.latency_ms / 1000
-            timing["first_byte_ms"] = max(0, round((self._first_byte_at - began) * 1000))
-        attempt = attempt.model_copy(update=timing)
+            fields["first_byte_ms"] = max(0, round((self._first_byte_at - began) * 1000))
+        attempt = attempt.model_copy(update=fields)
         self.attempts.append(attempt)
         # The answering attempt is in the turn's own line (turn.completed); its own
         # line is debug: one info line per healthy turn, failures logged as they happen.
@@ -98,11 +120,11 @@ class TurnReport:
             return
         semconv: dict[str, object] = {
             GEN_AI_OPERATION: "chat",
-            GEN_AI_PROVIDER: attempt.provider,
+            GEN_AI_PROVIDER: self.gen_ai_providers.get(attempt.provider, attempt.provider),
             GEN_AI_REQUEST_MODEL: attempt.provider_model,
         }
         if answered:
-            semconv[GEN_AI_RESPONSE_MODEL] = attempt.provider_model
+            semconv[GEN_AI_RESPONSE_MODEL] = response_model or attempt.provider_model
         if attempt.error_class is not None:
             semconv[ERROR_TYPE] = attempt.error_class
         if usage is not None:
@@ -216,8 +238,10 @@ class TurnReport:
             ),
             completion.usage,
             completion.finish_reason,
+            completion.model,
         )
         self.step, self.target, self.fit = step, target, fit
+        self.response_model = completion.model
         self.reply = Reply(
             text=completion.text,
             tool_calls=completion.tool_calls,
@@ -336,8 +360,8 @@ class TurnReport:
         requested = attempts[0].provider_model if attempts else result.primary_model
         semconv: dict[str, object] = {GEN_AI_OPERATION: "chat", GEN_AI_REQUEST_MODEL: requested}
         if target is not None:
-            semconv[GEN_AI_PROVIDER] = target.provider
-            semconv[GEN_AI_RESPONSE_MODEL] = target.provider_model
+            semconv[GEN_AI_PROVIDER] = self.gen_ai_providers.get(target.provider, target.provider)
+            semconv[GEN_AI_RESPONSE_MODEL] = self.response_model or target.provider_model
         if self.reply is not None:
             semconv[GEN_AI_INPUT_TOKENS] = result.usage.prompt_tokens
             semconv[GEN_AI_OUTPUT_TOKENS] = result.usage.output_tokens

@@ -2,7 +2,8 @@
 
 The simulated providers answer with these, and the policy tests classify them, so both
 sides agree on what a provider really sends. Each provider's entries, and where each shape
-comes from, are in its own module (`openai`, `anthropic`, `gemini`, `vertex`, `bedrock`):
+comes from, are in its own module (`openai`, `responses` for `openai-responses`,
+`anthropic`, `gemini`, `vertex`, `bedrock`):
 `ERRORS` by name, and `STREAM` for its mid-stream error events. Every provider also has
 the `PROXIES` answers (`proxy_502_html`, `empty_503`) of `shapes`.
 """
@@ -16,7 +17,7 @@ from collections.abc import Mapping
 from typing import Literal, get_args
 
 from worker.simulator.bedrock_wire import exception_event
-from worker.simulator.catalogue import anthropic, bedrock, gemini, openai, vertex
+from worker.simulator.catalogue import anthropic, bedrock, gemini, openai, responses, vertex
 from worker.simulator.catalogue.gemini import RPC, google_status
 from worker.simulator.catalogue.shapes import PROXIES, CannedError, StreamPayload
 
@@ -30,11 +31,12 @@ __all__ = [
     "stream_frame",
 ]
 
-Kind = Literal["openai", "anthropic", "gemini", "vertex", "bedrock"]
+Kind = Literal["openai", "openai-responses", "anthropic", "gemini", "vertex", "bedrock"]
 KINDS: tuple[Kind, ...] = get_args(Kind)
 
 _CATALOGUE: Mapping[Kind, Mapping[str, CannedError]] = {
     "openai": {**openai.ERRORS, **PROXIES},
+    "openai-responses": {**responses.ERRORS, **PROXIES},
     "anthropic": {**anthropic.ERRORS, **PROXIES},
     "gemini": {**gemini.ERRORS, **PROXIES},
     "vertex": {**vertex.ERRORS, **PROXIES},
@@ -42,6 +44,7 @@ _CATALOGUE: Mapping[Kind, Mapping[str, CannedError]] = {
 }
 _STREAM: Mapping[Kind, Mapping[str, StreamPayload]] = {
     "openai": openai.STREAM,
+    "openai-responses": responses.STREAM,
     "anthropic": anthropic.STREAM,
     "gemini": gemini.STREAM,
     "vertex": vertex.STREAM,
@@ -94,4 +97,6 @@ def stream_frame(kind: Kind, payload: StreamPayload) -> bytes:
     data = json.dumps(payload, separators=(",", ":"))
     typed = isinstance(payload, dict) and payload.get("type") == "error"
     prefix = "event: error\n" if kind == "anthropic" or typed else ""
+    if kind == "openai-responses" and isinstance(payload, dict):
+        prefix = f"event: {payload.get('type')}\n"  # every event is named by its type
     return f"{prefix}data: {data}\n\n".encode()
