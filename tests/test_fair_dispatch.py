@@ -7,6 +7,7 @@ queue (the message is what kombu would have queued) and giving leases back.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing
 import os
 import random
@@ -180,7 +181,7 @@ async def test_a_turn_past_its_deadline_in_the_queue_ends_failed_queue_deadline(
     put(sync_client, fair, "late", "late-2")
     await asyncio.sleep(0.1)
     dispatcher = _dispatcher(fair, [None])
-    assert await dispatcher.round() == 1
+    assert len((await dispatcher.round()).moved) == 1
     result = await dispatcher.store.result("late-1")
     assert result is not None
     assert (result.status, result.reason, result.tenant_id) == (
@@ -193,17 +194,69 @@ async def test_a_turn_past_its_deadline_in_the_queue_ends_failed_queue_deadline(
     assert await drain(fair) == ["late"]
 
 
-async def test_the_kill_switch_holds_turns_at_dispatch(
+async def test_while_the_kill_switch_is_on_every_turn_goes_on_to_be_rejected_limits_unchecked(
     sync_client: redis.Redis, fair: FairQueue
 ) -> None:
-    kill: list[KillSwitchState | None] = [KillSwitchState("ops", "incident", 0)]
+    """The workers reject and hold each turn at once (tests/test_operate.py end to end):
+    nothing waits in the fair queue, not even behind a limit, and no bucket is paid."""
+    await fair.shares.set("acme", Share(max_in_flight=1, turns_per_minute=1))
+    put(sync_client, fair, "acme", "before")
+    kill: list[KillSwitchState | None] = [None]
     dispatcher = _dispatcher(fair, kill)
-    put(sync_client, fair, "acme", "k1")
-    assert await dispatcher.round() == 0
-    assert await fair.redis.llen(fair.queue) == 0
-    assert [x.queued for x in await fair.load()] == [1]
+    assert len((await dispatcher.round()).moved) == 1
+    for i in range(4):
+        put(sync_client, fair, "acme", f"k{i}")
+    held = await dispatcher.round()
+    assert held.moved == []
+    assert held.held == [("acme", "max_in_flight")]
+    kill[0] = KillSwitchState("ops", "incident", 0)
+    drained = await dispatcher.round()
+    assert [t for t, _ in drained.moved] == ["acme"] * 4
+    assert await fair.redis.llen(fair.queue) == 5
+    assert [(x.queued, x.in_flight) for x in await fair.load()] == [(0, 5)]
+    # Off again: the limits hold as before, the bucket untouched by the drained turns.
     kill[0] = None
-    assert await dispatcher.round() == 1
+    await drain(fair)
+    put(sync_client, fair, "acme", "after-1")
+    put(sync_client, fair, "acme", "after-2")
+    after = await dispatcher.round()
+    assert (len(after.moved), after.held) == (0, [("acme", "turns_per_minute")])
+
+
+async def test_a_turn_or_a_lease_given_back_wakes_an_idle_dispatcher(
+    sync_client: redis.Redis, fair: FairQueue
+) -> None:
+    assert not await fair.wait(0.05)  # nothing pushed: the wait runs out
+    dispatcher = Dispatcher(
+        fair,
+        TurnStore(fair.redis, namespace=fair.keys.namespace),
+        FairnessSettings(queue_depth=10, interval_s=30),
+        killed=_never_killed,
+        primary_model="alpha/a",
+    )
+    running = asyncio.create_task(dispatcher.run_forever())
+    try:
+        await asyncio.sleep(0.2)  # its first round found nothing: it waits, for 30 s at most
+        started = time.monotonic()
+        put(sync_client, fair, "acme", "w1")
+        moved = await fair.redis.brpop([fair.queue], timeout=1.0)
+        assert moved is not None
+        assert time.monotonic() - started < 1.0
+    finally:
+        running.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running
+    # One token however many arrive: a woken dispatcher moves them all.
+    for i in range(3):
+        put(sync_client, fair, f"idle{i}", "t")
+    assert await fair.redis.llen(fair.keys.key("wake")) == 1
+    assert await fair.wait(0.05)
+    assert await fair.release("acme", "w1")
+    assert await fair.wait(0.05)  # the lease given back
+
+
+async def _never_killed() -> KillSwitchState | None:
+    return None
 
 
 # -- several processes --------------------------------------------------------------------

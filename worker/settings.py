@@ -500,8 +500,9 @@ class FairnessSettings(_Section):
     # Turns the broker's queue may hold that no worker has taken yet: enough that a worker
     # that frees a thread finds one, few enough that a tenant arriving waits behind few.
     queue_depth: int = Field(default=8, ge=1, le=10_000)
-    # How often each worker process's dispatcher looks when a round moved nothing.
-    interval_s: float = Field(default=0.05, gt=0, le=5)
+    # Rounds run when a turn arrives or a lease is given back; an idle dispatcher looks
+    # anyway this often (a safety net: a dead worker's leases run out on it).
+    interval_s: float = Field(default=1.0, ge=0.01, le=60)
     # Most turns one round moves (one Lua step holds Redis that long).
     batch: int = Field(default=32, ge=1, le=1000)
     default_max_in_flight: int | None = Field(default=None, ge=1)

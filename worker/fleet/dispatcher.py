@@ -1,10 +1,14 @@
 """Each worker process's dispatcher: moves turns from the fair queue to the broker's queue.
 
 A round is one Lua step (`FairQueue.dispatch`); any number of processes run rounds at
-once, each atomic on the server. A round that moved turns is followed at once by the
-next; one that moved none waits `[fairness] interval_s`. While the kill switch is on no
-round runs: turns stay queued, held, until it is off or their deadline passes. A turn
-found past its queue deadline is concluded here: `failed`, reason `queue_deadline`.
+once, each atomic on the server. Rounds are driven by events: a round that stopped with
+more to move is followed at once by the next; otherwise the dispatcher blocks on the fair
+queue's wake token (pushed when a turn arrives for an idle tenant or a lease is given
+back), until the first parked tenant's wait is over, or `[fairness] interval_s` at most
+(a safety net: leases a dead worker left run out on it). While the kill switch is on, the
+rounds drain: every queued turn goes on to the workers, limits unchecked, and each worker
+rejects and holds it as it always has (`relevo replay-held`). A turn found past its queue
+deadline is concluded here: `failed`, reason `queue_deadline`.
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ QUEUE_DEADLINE = "queue_deadline"
 # A tenant held back is logged once in this long per process, not once per round.
 _HELD_LOG_EVERY_S = 10.0
 # Every this many rounds, a dispatcher also concludes expired turns another one left.
-_EXPIRED_EVERY = 200
+_EXPIRED_EVERY = 30
+_SHORTEST_WAIT_S = 0.005
 
 
 class Dispatcher:
@@ -59,35 +64,41 @@ class Dispatcher:
         self._was_killed = False
 
     async def run_forever(self) -> None:
-        interval_s = self.settings.interval_s
         while True:
             try:
-                moved = await self.round()
+                done = await self.round()
+                if done.again:
+                    continue
+                await self.fair.wait(self._idle_s(done))
             except STORE_DOWN as exc:
                 log.warning("dispatch.store_unreachable", error=type(exc).__name__)
-                moved = 0
                 await asyncio.sleep(1.0)
             except Exception:  # the dispatcher must outlive any one bad round
                 log.exception("dispatch.failed")
-                moved = 0
-            if not moved:
-                await asyncio.sleep(interval_s * random.uniform(0.8, 1.2))
+                await asyncio.sleep(self.settings.interval_s)
 
-    async def round(self) -> int:
-        """One round; returns the turns moved."""
+    def _idle_s(self, done: DispatchRound) -> float:
+        """How long to wait for a wake token: until the first parked tenant may go on, at
+        most the safety net (spread, so that idle processes do not look all at once)."""
+        idle_s = self.settings.interval_s * random.uniform(0.8, 1.0)
+        if done.next_ms is not None:
+            idle_s = min(idle_s, done.next_ms / 1000)
+        return max(idle_s, _SHORTEST_WAIT_S)  # BLPOP's 0 would block for ever
+
+    async def round(self) -> DispatchRound:
+        """One round: normal, or draining while the kill switch is on."""
         kill = await self.killed()
-        if kill is not None:
-            if not self._was_killed:
-                log.warning("dispatch.held_by_kill_switch", reason=kill.reason)
-            self._was_killed = True
-            return 0
-        self._was_killed = False
+        if kill is not None and not self._was_killed:
+            log.warning("dispatch.draining_for_kill_switch", reason=kill.reason)
+        self._was_killed = kill is not None
         self._rounds += 1
-        done = await self.fair.dispatch(most=self.settings.batch, depth=self.settings.queue_depth)
+        done = await self.fair.dispatch(
+            most=self.settings.batch, depth=self.settings.queue_depth, drain=kill is not None
+        )
         self._observe(done)
         if done.expired or self._rounds % _EXPIRED_EVERY == 0:
             await self.conclude_expired()
-        return len(done.moved)
+        return done
 
     def _observe(self, done: DispatchRound) -> None:
         if self.metrics is not None:

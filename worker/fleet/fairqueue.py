@@ -23,9 +23,11 @@ one atomic step, nothing lost or sent twice between them (docs/fairness.md).
     {N}:fair:leases     zset   "<tenant>|<turn>" -> lease expiry ms
     {N}:fair:buckets    hash   tenant -> token buckets "turns|input tokens|ms"
     {N}:fair:expired    hash   turn id -> "<tenant>|<ms waited>", until its result is saved
+    {N}:fair:wake       list   at most one token: a turn arrived for an idle tenant, or a
+                               lease was given back; idle dispatchers block on it (BLPOP)
 
-None has a TTL: each is emptied by dispatch (turns), by expiry inside (leases), or is one
-field per tenant (`vtime`, `buckets`).
+None has a TTL: each is emptied by dispatch (turns), by expiry inside (leases), by a
+dispatcher (`wake`), or is one field per tenant (`vtime`, `buckets`).
 """
 
 from __future__ import annotations
@@ -66,11 +68,15 @@ class FairKeys:
 @dataclass(frozen=True, slots=True)
 class DispatchRound:
     """What one round did: turns moved (tenant, ms waited), tenants held (tenant, limit),
-    and how many turns it found past their queue deadline."""
+    how many turns it found past their queue deadline, the ms until the first parked
+    tenant is looked at again (None: none parked), and whether a round run at once would
+    find more to move."""
 
     moved: list[tuple[str, int]]
     held: list[tuple[str, str]]
     expired: int
+    next_ms: int | None = None
+    again: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +107,8 @@ def enqueue_sync(
 ) -> bool:
     """Queue a broker message for its tenant, on a blocking client (the broker channel's);
     False when the turn is queued already."""
-    keys = [*FairKeys(namespace).common(), FairKeys(namespace).key("seq")]
+    fair = FairKeys(namespace)
+    keys = [*fair.common(), fair.key("seq"), fair.key("wake")]
     args = ["", tenant, turn_id, deadline_ms, input_tokens, message]
     try:
         return bool(client.evalsha(SCRIPTS.sha("enqueue"), len(keys), *keys, *args))
@@ -120,10 +127,13 @@ class FairQueue:
         queue: str = "relevo",
         default: Share | None = None,
         lease_s: float = 300.0,
+        blocking: Redis | None = None,
     ) -> None:
         """`queue`: the broker's queue the workers consume; `default`: the share of a tenant
-        with none of its own; `lease_s`: how long a dead worker's lease holds."""
+        with none of its own; `lease_s`: how long a dead worker's lease holds; `blocking`:
+        the client `wait` blocks on (its reads must outlast the wait), else `redis`."""
         self.redis = redis
+        self.blocking = blocking or redis
         self.keys = FairKeys(namespace)
         self.shares = Shares(redis, namespace=namespace)
         self.queue = queue
@@ -138,7 +148,7 @@ class FairQueue:
             queue,
         ]
         self.release_keys = [*self.keys.common(), self.keys.key("leases")]
-        self.release_keys.append(self.keys.key("inflight"))
+        self.release_keys += [self.keys.key("inflight"), self.keys.key("wake")]
 
     async def _call(self, name: str, keys: list[str], args: list[str | int]) -> Any:
         try:
@@ -146,12 +156,21 @@ class FairQueue:
         except NoScriptError:
             return await self.redis.eval(SCRIPTS.bodies[name], len(keys), *keys, "", *args)
 
-    async def dispatch(self, *, most: int, depth: int) -> DispatchRound:
-        """Move up to `most` turns while the broker's queue holds fewer than `depth`."""
-        args: list[str | int] = [most, depth, self.lease_ms, self.default.packed()]
-        moved, held, expired = await self._call("dispatch", self.dispatch_keys, args)
+    async def dispatch(self, *, most: int, depth: int, drain: bool = False) -> DispatchRound:
+        """Move up to `most` turns while the broker's queue holds fewer than `depth`;
+        `drain` (the kill switch is on): every tenant's turns, no limit checked."""
+        args: list[str | int] = [most, depth, self.lease_ms, self.default.packed(), int(drain)]
+        moved, held, expired, next_ms, again = await self._call(
+            "dispatch", self.dispatch_keys, args
+        )
         waits = [(tenant, int(ms)) for tenant, ms in _pairs(moved)]
-        return DispatchRound(waits, _pairs(held), int(expired))
+        parked = None if int(next_ms) < 0 else int(next_ms)
+        return DispatchRound(waits, _pairs(held), int(expired), parked, bool(again))
+
+    async def wait(self, timeout_s: float) -> bool:
+        """Block until a turn arrives for an idle tenant or a lease is given back (True),
+        or `timeout_s` passes (False)."""
+        return await self.blocking.blpop([self.keys.key("wake")], timeout=timeout_s) is not None
 
     async def release(self, tenant: str, turn_id: str) -> bool:
         """Give back the lease of a concluded turn; False if it held none."""

@@ -144,6 +144,10 @@ class TurnRunner:
             default=settings.fairness.default_share(),
             # A dead worker's lease runs out once its turn could no longer be running.
             lease_s=settings.turn_deadline_s + 2 * _MARGIN_S + settings.worker.restore_interval_s,
+            # The dispatcher's wait for a wake token: one connection, reads outlasting it.
+            blocking=settings.redis.connect(
+                timeout_s=settings.fairness.interval_s + max(settings.redis.timeout_s, 1.0)
+            ),
         )
 
     def start_sweeper(self, send: Callable[[TurnRequest], object]) -> None:
@@ -197,6 +201,7 @@ class TurnRunner:
                 task.cancel()
         if self._client is not None:
             await self._client.aclose()
+        await self.fair.blocking.aclose()
         await self.guard.aclose()
         if self.store.redis is not self.guard.redis:
             await self.store.pipes.redis.aclose()

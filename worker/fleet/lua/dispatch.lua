@@ -13,15 +13,21 @@
 -- KEYS[15] the broker's queue (a list: LPUSH in, the workers BRPOP out)
 -- ARGV[1]  clock (clock.lua)   ARGV[2]  most turns to move   ARGV[3]  queue depth
 -- ARGV[4]  lease ms            ARGV[5]  the default share, as KEYS[13]'s values
+-- ARGV[6]  '1' while the kill switch is on: every tenant is served, no limit checked and
+--          no bucket paid, so that the workers reject and hold each turn at once (a lease
+--          is still taken: a turn the switch let through in between counts)
 --
--- Returns {moved, held, expired}: moved is "<tenant>|<ms waited>" per turn moved, held is
--- "<tenant>|<limit>" per tenant a limit parked this round, expired the count of turns
--- found past their deadline.
+-- Returns {moved, held, expired, next, again}: moved is "<tenant>|<ms waited>" per turn
+-- moved, held is "<tenant>|<limit>" per tenant a limit parked this round, expired the
+-- count of turns found past their deadline, next the ms until the first parked tenant is
+-- looked at again (-1: none parked), again 1 when a round run at once would find more to
+-- move (it stopped at `most` or at its looks, not for want of room or turns).
 
 local LEASES, INFLIGHT, BUCKETS, EXPIRED, SHARES, SENT, QUEUE =
   KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15]
 local now = now_ms()
 local most, depth, lease_ms = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local drain = ARGV[6] == '1'
 
 -- Leases a dead worker left run out.
 for _, m in ipairs(redis.call('ZRANGEBYSCORE', LEASES, '-inf', now, 'LIMIT', 0, 100)) do
@@ -31,8 +37,9 @@ for _, m in ipairs(redis.call('ZRANGEBYSCORE', LEASES, '-inf', now, 'LIMIT', 0, 
     redis.call('HDEL', INFLIGHT, tenant)
   end
 end
--- Tenants whose wait is over are dispatched again.
-for _, tenant in ipairs(redis.call('ZRANGEBYSCORE', PARKED, '-inf', now, 'LIMIT', 0, 100)) do
+-- Tenants whose wait is over (every one, while draining) are dispatched again.
+local due = drain and '+inf' or now
+for _, tenant in ipairs(redis.call('ZRANGEBYSCORE', PARKED, '-inf', due, 'LIMIT', 0, 100)) do
   redis.call('ZREM', PARKED, tenant)
   activate(tenant)
 end
@@ -64,7 +71,8 @@ local function park(tenant, v, wake, limit, held)
   held[#held + 1] = tenant .. '|' .. limit
 end
 
-local room = math.min(most, depth - redis.call('LLEN', QUEUE))
+local free = depth - redis.call('LLEN', QUEUE)
+local room = math.min(most, free)
 local moved, held, expired = {}, {}, 0
 local looks = room + 200
 while room > 0 and looks > 0 do
@@ -87,6 +95,9 @@ while room > 0 and looks > 0 do
       expired = expired + 1
     else
       local mif, tpm, itpm, weight = share(tenant)
+      if drain then
+        mif, tpm, itpm = nil, nil, nil
+      end
       local turns, tokens = buckets(tenant, tpm, itpm)
       if mif and num(redis.call('HGET', INFLIGHT, tenant)) >= mif then
         -- Looked at again when one of its turns concludes (release.lua), or in a second.
@@ -122,4 +133,7 @@ while room > 0 and looks > 0 do
     end
   end
 end
-return {moved, held, expired}
+local first = redis.call('ZRANGE', PARKED, 0, 0, 'WITHSCORES')[2]
+local next_ms = first and int(math.max(tonumber(first) - now, 0)) or -1
+local again = (room > 0 and looks == 0) or (#moved == most and free > most)
+return {moved, held, expired, next_ms, again and 1 or 0}

@@ -52,3 +52,12 @@ local function unqueue(tenant, member, turn)
     redis.call('HDEL', QUEUED, tenant)
   end
 end
+
+-- Wake one idle dispatcher (it blocks on the list with BLPOP). One token at most: a
+-- dispatcher woken runs rounds until one finds nothing more to move, so a burst of
+-- enqueues or releases needs one round trip, not one each.
+local function wake(key)
+  if redis.call('LLEN', key) == 0 then
+    redis.call('LPUSH', key, '1')
+  end
+end
