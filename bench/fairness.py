@@ -7,8 +7,9 @@ runs on a fresh fleet, with `[fairness]` on (fair) or off (FIFO: the broker's on
 - quiet: a noisy tenant enqueues `--noisy` turns at once, then `--quiet` tenants send one
   turn a second each for `--quiet-s`: the quiet tenants' wait from enqueue to start, p50
   and p95 (start = the result's save time minus its run time; one host, one clock);
-- alone: the noisy tenant alone, `--alone` turns: turns per second, fair and FIFO, and the
-  Redis server's CPU per turn (INFO used_cpu_sys + used_cpu_user), fair minus FIFO;
+- alone: the noisy tenant alone, `--alone` turns: turns per second, fair and FIFO, the
+  Redis server's CPU per turn (INFO used_cpu_sys + used_cpu_user), fair minus FIFO, and
+  the time spent in scripts per turn (INFO commandstats), fair minus FIFO;
 - jain: `--tenants` equally weighted tenants, all saturating: Jain's index of the turns each
   has served in the window;
 - weights: three tenants of weights 1, 2 and 4, saturating: their shares of the window;
@@ -145,6 +146,15 @@ def cpu_s(client: redis.Redis) -> float:
     return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
 
 
+def script_s(client: redis.Redis) -> float:
+    """Time spent in scripts (EVALSHA, EVAL: the commands they call included), from INFO
+    commandstats: the fair queue's own cost, without the server's other work."""
+    stats = client.info("commandstats")
+    return (
+        sum(float(stats.get(f"cmdstat_{c}", {}).get("usec", 0)) for c in ("evalsha", "eval")) / 1e6
+    )
+
+
 @contextmanager
 def fleet(
     args: argparse.Namespace,
@@ -191,17 +201,21 @@ def quiet(args: argparse.Namespace, rig: tuple[Path, str, str], fair: bool) -> N
     figure(f"fairness_quiet_started_{label}", len(waits) / len(wanted), "share")
 
 
-def alone(args: argparse.Namespace, rig: tuple[Path, str, str], fair: bool) -> tuple[float, float]:
+def alone(
+    args: argparse.Namespace, rig: tuple[Path, str, str], fair: bool
+) -> tuple[float, float, float]:
+    """Turns per second, and Redis CPU and script time per turn."""
     with fleet(args, rig, fair=fair) as f:
-        cpu0, t0 = cpu_s(f.redis), time.time()
+        cpu0, scripts0, t0 = cpu_s(f.redis), script_s(f.redis), time.time()
         for _ in range(args.alone):
             f.send("noisy")
         while f.done() < args.alone and time.time() - t0 < 600:
             time.sleep(0.05)
         elapsed, cpu = time.time() - t0, cpu_s(f.redis) - cpu0
+        scripts = script_s(f.redis) - scripts0
     rate = args.alone / elapsed
     figure(f"fairness_alone_turns_per_s_{'fair' if fair else 'fifo'}", rate, "turns/s")
-    return rate, cpu / args.alone
+    return rate, cpu / args.alone, scripts / args.alone
 
 
 def served(
@@ -264,10 +278,13 @@ def main(args: argparse.Namespace) -> None:
         rig = (work, url, sim.url)
         only = set(args.only.split(",")) if args.only else None
         if not only or "alone" in only:
-            fifo_rate, fifo_cpu = alone(args, rig, fair=False)
-            fair_rate, fair_cpu = alone(args, rig, fair=True)
+            fifo_rate, fifo_cpu, fifo_scripts = alone(args, rig, fair=False)
+            fair_rate, fair_cpu, fair_scripts = alone(args, rig, fair=True)
             figure("fairness_alone_fair_vs_fifo", fair_rate / fifo_rate, "ratio")
+            figure("fairness_redis_cpu_per_turn_fifo", fifo_cpu * 1e6, "us")
+            figure("fairness_redis_cpu_per_turn_fair", fair_cpu * 1e6, "us")
             figure("fairness_dispatch_redis_cpu_per_turn", (fair_cpu - fifo_cpu) * 1e6, "us")
+            figure("fairness_dispatch_script_per_turn", (fair_scripts - fifo_scripts) * 1e6, "us")
         if not only or "quiet" in only:
             for fair in (False, True):
                 quiet(args, rig, fair)

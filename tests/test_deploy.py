@@ -655,7 +655,8 @@ def test_producer_enqueues_a_turn(
     with redis.Redis.from_url(acl_server["operator"]) as operator:
         # Fair dispatch (on by default): the message waits in its tenant's fair queue.
         (message,) = operator.hvals("{relevo}:fair:msgs")
-        names = ("pending", "msgs", "index", "seq", "ready", "vtime", "clock", "queued")
+        assert operator.llen("{relevo}:fair:wake") == 1  # a dispatcher woken, by the producer
+        names = ("pending", "msgs", "index", "seq", "ready", "vtime", "clock", "queued", "wake")
         operator.delete(*(f"{{relevo}}:fair:{name}" for name in names))
     assert handle.turn_id in message.decode()
 
