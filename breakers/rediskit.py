@@ -190,6 +190,10 @@ class LuaScripts:
             for name, body in self.bodies.items()
         }
 
+    def sha(self, name: str) -> str:
+        """The SHA1 an EVALSHA of `name` is sent with."""
+        return self._shas[name]
+
     def queue(
         self,
         pipe: Pipeline,

@@ -20,6 +20,7 @@ from budgets.money import (
     parse_dollars,
     worst_case_micros,
 )
+from budgets.shares import MAX_WEIGHT, Share, Shares
 from budgets.types import (
     BudgetReport,
     Limits,
@@ -32,6 +33,7 @@ from budgets.types import (
 )
 
 __all__ = [
+    "MAX_WEIGHT",
     "MICROS_PER_DOLLAR",
     "BudgetError",
     "BudgetReport",
@@ -49,6 +51,8 @@ __all__ = [
     "Release",
     "Reservation",
     "Settlement",
+    "Share",
+    "Shares",
     "UnknownTenantError",
     "check_provider",
     "check_tenant",

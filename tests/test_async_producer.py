@@ -125,11 +125,12 @@ async def test_validation_errors_raise_before_anything_is_sent(
             await strict.enqueue({"messages": [{"role": "user", "content": "hi"}]})
         with pytest.raises(InputError, match=r"max_messages \(1\)"):
             await strict.enqueue(request(messages=[Message(role="user", content="a")] * 2))
-        assert client.llen(queue) == 0
+        pending = f"{{{namespace}}}:fair:pending"  # fair dispatch: turns wait there first
+        assert client.llen(queue) + client.zcard(pending) == 0
         # The same queue does receive a good turn: the count above measures something.
         await strict.enqueue(request())
-        assert client.llen(queue) == 1
-    client.delete(queue)
+        assert client.llen(queue) + client.zcard(pending) == 1
+    client.delete(queue, *client.keys(f"{{{namespace}}}:fair:*"))
     client.close()
 
 

@@ -18,6 +18,7 @@ import pytest
 import redis
 
 from breakers import FleetBreakers, Gone, Pair, connect
+from budgets import Share
 from tests.chainkit import KEY, worker_config
 from tests.consolekit import BASE, csrf_of, http_console, log_in
 from tests.netkit import free_port
@@ -26,6 +27,7 @@ from worker.console.auth import TOKENS_ENV, Principal, Role, Tokens, load_tokens
 from worker.console.server import console_settings, serve_console
 from worker.errors import ConfigError
 from worker.fleet.audit import AuditTrail
+from worker.fleet.fairqueue import enqueue_sync
 from worker.fleet.operations import operator_fleet
 
 OPERATOR = "operator-token-0123456789abcdef"
@@ -308,6 +310,36 @@ async def test_what_the_pages_show_is_escaped_and_holds_no_secret(
         for secret in (OPERATOR, VIEWER, KEY):
             assert secret not in html
     assert "&lt;script&gt;alert" in pages[1]
+
+
+async def test_the_tenants_page_shows_each_tenants_share_and_queue(
+    client: httpx.AsyncClient, redis_url: str, namespace: str
+) -> None:
+    broker = redis.Redis.from_url(redis_url)
+    try:
+        for i in range(3):
+            enqueue_sync(
+                broker,
+                namespace,
+                tenant="busy-co",
+                turn_id=f"busy-{i}",
+                deadline_ms=60_000,
+                input_tokens=1,
+                message="m",
+            )
+        broker.hset(f"{{{namespace}}}:budget:shares", "capped-co", Share(4, None, None, 3).packed())
+    finally:
+        broker.close()
+    await log_in(client, VIEWER)
+    html = (await client.get("/tenants")).text
+    loads = html[html.index('id="tenant-loads"') :]
+    busy = loads[loads.index('data-tenant="busy-co"') :]
+    assert "<td>3</td><td>0</td>" in busy[: busy.index("</tr>")]
+    capped = loads[loads.index('data-tenant="capped-co"') :]
+    row = capped[: capped.index("</tr>")]
+    assert "own" in row
+    assert "<td>4</td>" in row
+    assert "<td>3</td>" in row
 
 
 async def test_the_fallback_card_is_not_green_below_the_minimum_of_turns(

@@ -709,8 +709,11 @@ def test_producer_enqueues_a_turn(
     finally:
         app.close()
     with redis.Redis.from_url(acl_server["operator"]) as operator:
-        (message,) = operator.lrange("relevo", 0, -1)
-        operator.delete("relevo")
+        # Fair dispatch (on by default): the message waits in its tenant's fair queue.
+        (message,) = operator.hvals("{relevo}:fair:msgs")
+        assert operator.llen("{relevo}:fair:wake") == 1  # a dispatcher woken, by the producer
+        names = ("pending", "msgs", "index", "seq", "ready", "vtime", "clock", "queued", "wake")
+        operator.delete(*(f"{{relevo}}:fair:{name}" for name in names))
     assert handle.turn_id in message.decode()
 
 

@@ -48,9 +48,10 @@ SURFACES: dict[str, str] = {
     " ScopeState StoreForbiddenError StoreUnavailableError Transition TransitionKind"
     " UnknownScopeError Verdict connect in_memory validate_name",
     "breakers.testing": "ManualClock",
-    "budgets": "MICROS_PER_DOLLAR BudgetError BudgetReport Handoff Handoffs InvalidAmountError"
-    " InvalidNameError Ledger Limits MigrationReport OutputEvidence PeriodReport Refusal"
-    " RefusalReason Release Reservation Settlement UnknownTenantError check_provider check_tenant"
+    "budgets": "MAX_WEIGHT MICROS_PER_DOLLAR BudgetError BudgetReport Handoff Handoffs"
+    " InvalidAmountError InvalidNameError Ledger Limits MigrationReport OutputEvidence"
+    " PeriodReport Refusal RefusalReason Release Reservation Settlement Share Shares"
+    " UnknownTenantError check_provider check_tenant"
     " cost_micros format_micros migrate_keys old_keys_present parse_dollars percentile"
     " worst_case_micros",
     "budgets.testing": "ManualClock",

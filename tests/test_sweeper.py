@@ -6,6 +6,7 @@ recorded nowhere (a worker killed between BRPOP and its unacked record).
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -13,11 +14,13 @@ from pathlib import Path
 
 import pytest
 import redis
+from redis.asyncio import Redis
 
 from tests.chainkit import worker_config
 from tests.test_celery_fleet import request, start_worker
 from worker.fleet.app import make_app
 from worker.fleet.enqueue import TurnHandle, enqueue_turn
+from worker.fleet.fairqueue import FairQueue
 from worker.fleet.turnstore import TurnKeys
 from worker.settings import load_settings
 from worker.simulator import Simulator
@@ -67,14 +70,25 @@ def broker(redis_url: str) -> Iterator[redis.Redis]:
 
 
 def lost_turn(config: Path, broker: redis.Redis, namespace: str) -> TurnHandle:
-    """A turn enqueued with no worker running, whose message then vanishes from the queue."""
-    app = make_app(load_settings(config, require_secrets=False))
+    """A turn enqueued with no worker running, dispatched from the fair queue, whose message
+    then vanishes from the broker's queue."""
+    settings = load_settings(config, require_secrets=False)
+    app = make_app(settings)
     handle = enqueue_turn(request(tenant_id="acme"), app=app)
+    asyncio.run(dispatch_once(settings.redis.url, namespace))
     message = broker.rpop(namespace)
     assert message is not None
     assert handle.turn_id.encode() in message
     assert broker.llen(namespace) == 0
     return handle
+
+
+async def dispatch_once(url: str, namespace: str) -> None:
+    client = Redis.from_url(url)
+    try:
+        await FairQueue(client, namespace=namespace, queue=namespace).dispatch(most=10, depth=10)
+    finally:
+        await client.aclose()
 
 
 def recorded(broker: redis.Redis, keys: TurnKeys, turn_id: str) -> bool:

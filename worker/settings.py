@@ -41,6 +41,7 @@ __all__ = [
     "ChainSettings",
     "ConsoleSettings",
     "DegradationSettings",
+    "FairnessSettings",
     "HedgingSettings",
     "HttpSettings",
     "LimitsSettings",
@@ -490,6 +491,34 @@ class WorkerSettings(_Section):
     result_ttl_s: int = Field(default=86_400, ge=60)
 
 
+class FairnessSettings(_Section):
+    """Weighted fair dispatch across tenants, and the share of a tenant nobody configured
+    (`relevo tenants set` gives one its own; docs/fairness.md)."""
+
+    # Off: producers publish straight to the broker's queue, first in first out.
+    enabled: bool = True
+    # Turns the broker's queue may hold that no worker has taken yet: enough that a worker
+    # that frees a thread finds one, few enough that a tenant arriving waits behind few.
+    queue_depth: int = Field(default=8, ge=1, le=10_000)
+    # Rounds run when a turn arrives or a lease is given back; an idle dispatcher looks
+    # anyway this often (a safety net: a dead worker's leases run out on it).
+    interval_s: float = Field(default=1.0, ge=0.01, le=60)
+    # Most turns one round moves (one Lua step holds Redis that long).
+    batch: int = Field(default=32, ge=1, le=1000)
+    default_max_in_flight: int | None = Field(default=None, ge=1)
+    default_turns_per_minute: int | None = Field(default=None, ge=1)
+    default_input_tokens_per_minute: int | None = Field(default=None, ge=1)
+    default_weight: int = Field(default=1, ge=1, le=budgets.MAX_WEIGHT)
+
+    def default_share(self) -> budgets.Share:
+        return budgets.Share(
+            self.default_max_in_flight,
+            self.default_turns_per_minute,
+            self.default_input_tokens_per_minute,
+            self.default_weight,
+        )
+
+
 class LimitsSettings(_Section):
     """How big one turn may be: checked at enqueue and again on the worker."""
 
@@ -589,6 +618,7 @@ class Settings(BaseSettings):
     budgets: BudgetSettings = BudgetSettings()
     worker: WorkerSettings = WorkerSettings()
     limits: LimitsSettings = LimitsSettings()
+    fairness: FairnessSettings = FairnessSettings()
     observability: ObservabilitySettings = ObservabilitySettings()
     console: ConsoleSettings = ConsoleSettings()
     http: HttpSettings = HttpSettings()

@@ -7,6 +7,7 @@
     relevo breakers [open|close|reset SCOPE]       relevo kill-switch on|off|status
     relevo budgets list|show|set ...               relevo replay-held --config FILE
     relevo handoffs                                relevo console --config FILE
+    relevo tenants [list|set|clear ...]
 
 Exit codes are `worker.cli.common`'s (`relevo --help` lists them). Errors the user can
 fix are one line on stderr, never a traceback; so is a closed stdout (`| head`).
@@ -31,6 +32,7 @@ from worker.cli import (
     killswitch,
     replay_command,
     results,
+    tenants,
 )
 from worker.cli.common import (
     EXIT_BROKEN_PIPE,
@@ -217,6 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
         killswitch.register,
         replay_command.register,
         budgets.register,
+        tenants.register,
         console_command.register,
     ):
         register(commands)

@@ -38,7 +38,14 @@ from worker.console.gate import FormRefused, client_address, gated, read_form
 from worker.console.preview import preview
 from worker.console.recent import RecentFilter
 from worker.console.throttle import Throttle
-from worker.console.views import SORTS, fleet_view, recent_view, tenant_rows, turn_view
+from worker.console.views import (
+    SORTS,
+    fleet_view,
+    recent_view,
+    tenant_loads,
+    tenant_rows,
+    turn_view,
+)
 from worker.errors import STORE_DOWN, STORE_REFUSED, InputError
 from worker.fleet.operations import OperatorFleet
 from worker.settings import ConsoleSettings
@@ -229,7 +236,10 @@ class _Console:
         rows = await tenant_rows(
             self.fleet, self.clients.viewer, search=search, sort=sort, desc=desc
         )
-        return self.page(request, "tenants.html", rows=rows, q=search, sort=sort, desc=desc)
+        loads = await tenant_loads(self.fleet, self.clients.viewer, search=search)
+        return self.page(
+            request, "tenants.html", rows=rows, loads=loads, q=search, sort=sort, desc=desc
+        )
 
     async def recent_page(self, request: Request, who: Principal) -> Response:
         try:

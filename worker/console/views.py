@@ -3,7 +3,8 @@
 Every read goes through the same operator functions as the `relevo` commands
 (`breakers.Operators`, `KillSwitch`, `HeldTurns`, the budget ledger, `Handoffs`,
 `TurnStore`); the fallback rate and the degraded turns are counted over the fleet's
-recent turns (`TurnStore.recent`) in the alert's window.
+recent turns (`TurnStore.recent`) in the alert's window; the tenants' turns queued and in flight
+are the fair queue's (`FairQueue.load`).
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ import budgets
 from worker.console.recent import RecentFilter, ScopeError, errors_by_scope
 from worker.console.stored import Recent, read_chunks, read_recent, read_result
 from worker.fleet.audit import AuditEntry, AuditTrail
+from worker.fleet.fairqueue import FairQueue, TenantLoad
 from worker.fleet.heartbeat import Heartbeat, Node, nodes, read_heartbeats
 from worker.fleet.operations import OperatorFleet, budget_reports
 from worker.fleet.turnstore import TurnKeys
-from worker.settings import ObservabilitySettings, WorkerSettings
+from worker.settings import FairnessSettings, ObservabilitySettings, WorkerSettings
 from worker.types import Status, TurnResult
 
 __all__ = [
@@ -35,6 +37,7 @@ __all__ = [
     "TurnView",
     "fleet_view",
     "recent_view",
+    "tenant_loads",
     "tenant_rows",
     "turn_view",
 ]
@@ -242,6 +245,23 @@ async def tenant_rows(
         if needle in r.tenant.casefold()
     ]
     return sorted(rows, key=SORTS[sort], reverse=desc)
+
+
+async def tenant_loads(
+    fleet: OperatorFleet, client: Redis, *, search: str = ""
+) -> list[TenantLoad]:
+    """The tenants with turns queued or running in the fair queue, or a share of their own,
+    whose id contains `search`; the most queued first."""
+    config = fleet.config
+    fair = FairQueue(
+        client,
+        namespace=config.redis.namespace,
+        queue=config.section("worker", WorkerSettings).queue,
+        default=config.section("fairness", FairnessSettings).default_share(),
+    )
+    needle = search.casefold()
+    loads = [x for x in await fair.load() if needle in x.tenant.casefold()]
+    return sorted(loads, key=lambda x: (-x.queued, -x.in_flight, x.tenant))
 
 
 @dataclass(frozen=True)

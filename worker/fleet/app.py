@@ -76,12 +76,15 @@ def make_app(
     app.register_task(task())
 
     def ready(sender: Any = None, **_: Any) -> None:
-        # A worker of this app consuming: it also re-sends the turns the broker lost.
+        # A worker of this app consuming: it also re-sends the turns the broker lost, and
+        # dispatches the tenants' turns from the fair queue.
         if getattr(sender, "app", None) is not app:
             return
         try:
-            get_runner().start_sweeper(lambda turn: send_turn(app, turn))
-        except Exception as exc:  # Celery would swallow it: say why there is no sweeper
+            runner = get_runner()
+            runner.start_sweeper(lambda turn: send_turn(app, turn))
+            runner.start_dispatcher()
+        except Exception as exc:  # Celery would swallow it: say why there is none
             log.warning("sweep.not_started", error=str(exc))
 
     # Held by the app and connected weakly: a producer's app (the CLI's, a web app's) must

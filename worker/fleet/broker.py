@@ -14,15 +14,32 @@ from urllib.parse import urlsplit
 import redis
 from celery import Celery
 from kombu.transport import redis as kombu_redis
+from kombu.utils.json import dumps
 
+from worker.fleet.fairqueue import enqueue_sync
 from worker.fleet.results import result_backend
 from worker.observability import tracing
-from worker.settings import RedisSettings, Settings
+from worker.settings import FairnessSettings, RedisSettings, Settings
 
-__all__ = ["SEND_TIMEOUT_S", "TASK_NAME", "celery_app"]
+__all__ = [
+    "DEADLINE_HEADER",
+    "SEND_TIMEOUT_S",
+    "TASK_NAME",
+    "TENANT_HEADER",
+    "TOKENS_HEADER",
+    "celery_app",
+]
 
 # The one task every turn is published to (`worker.fleet.app.RunTurn`).
 TASK_NAME = "relevo.run_turn"
+# What the fair queue needs of a turn, in its message's headers (`send_turn`); a message
+# without them (an older producer's) goes straight to the broker's queue.
+TENANT_HEADER = "relevo_tenant"
+DEADLINE_HEADER = "relevo_queue_deadline_ms"
+TOKENS_HEADER = "relevo_input_tokens"
+# The broker transport options that turn the fair queue on, and name the fleet's queue.
+FAIR_NAMESPACE = "relevo_fair_namespace"
+FAIR_QUEUE = "relevo_fair_queue"
 # A producer gives up on a broker that does not answer within this, or the store's own
 # timeout if longer (kombu's default: 6 s of retries, then the caller's traceback).
 SEND_TIMEOUT_S = 2.0
@@ -43,6 +60,12 @@ def celery_app(settings: Settings | None = None) -> Celery:
         "unacked_restore_interval": restore_s,
         "unacked_restore_throttle": 1,
     }
+    queue = settings.worker.queue if settings else "relevo"
+    fairness = settings.fairness if settings else FairnessSettings()
+    if fairness.enabled:
+        # The channel queues this app's turns for their tenants (`_Channel._put`).
+        transport[FAIR_NAMESPACE] = redis.namespace
+        transport[FAIR_QUEUE] = queue
     send_timeout_s = max(redis.timeout_s, SEND_TIMEOUT_S)
     # Without a read timeout, a publish to a broker that hangs (or vanished without closing
     # the connection) waits for ever.
@@ -69,7 +92,7 @@ def celery_app(settings: Settings | None = None) -> Celery:
         broker_connection_retry_on_startup=True,
         broker_transport=_broker_transport(redis.url),
         result_expires=settings.worker.result_ttl_s if settings else 86_400,
-        task_default_queue=settings.worker.queue if settings else "relevo",
+        task_default_queue=queue,
         worker_hijack_root_logger=False,
         worker_send_task_events=False,
         # Where `send_turn` records the turns it sends (`TurnKeys.sent`), and how long.
@@ -102,6 +125,31 @@ class _Channel(kombu_redis.Channel):
         if shared is None or shared.connection_pool is not self.pool:
             shared = self._shared = super()._create_client()  # type: ignore[no-untyped-call]
         return shared
+
+    def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
+        # A turn for the fleet's queue waits in its tenant's fair queue instead, as the
+        # very message kombu would have queued: dispatch moves it on, unchanged.
+        options = self.connection.client.transport_options
+        headers = message.get("headers") or {}
+        tenant = headers.get(TENANT_HEADER)
+        if (
+            tenant is None
+            or queue != options.get(FAIR_QUEUE)
+            or self._get_message_priority(message)  # type: ignore[no-untyped-call]
+            or "_publish_batch" in kwargs
+        ):
+            super()._put(queue, message, **kwargs)  # type: ignore[no-untyped-call]
+            return
+        with self.conn_or_acquire() as client:
+            enqueue_sync(
+                client,
+                options[FAIR_NAMESPACE],
+                tenant=tenant,
+                turn_id=headers["id"],
+                deadline_ms=int(headers[DEADLINE_HEADER]),
+                input_tokens=int(headers[TOKENS_HEADER]),
+                message=dumps(message),  # type: ignore[no-untyped-call]
+            )
 
     def _connparams(self, asynchronous: bool = False) -> Any:
         # After a lost connection Celery closes the kombu connection twice: the first close

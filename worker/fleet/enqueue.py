@@ -36,12 +36,19 @@ from pydantic import TypeAdapter, ValidationError
 from redis.asyncio import Redis
 
 from worker.errors import InputError
-from worker.fleet.broker import TASK_NAME, celery_app
+from worker.fleet.broker import (
+    DEADLINE_HEADER,
+    TASK_NAME,
+    TENANT_HEADER,
+    TOKENS_HEADER,
+    celery_app,
+)
 from worker.fleet.errors import fleet_errors
 from worker.fleet.handles import AsyncTurnHandle, TurnHandle
 from worker.fleet.turnstore import TurnKeys, TurnStore
 from worker.settings import LimitsSettings, Settings
 from worker.turn.intake import checked_turn
+from worker.turn.tokens import estimate_tokens
 from worker.types import TurnId, TurnRequest
 
 __all__ = ["TASK_NAME", "Producer", "enqueue_turn", "send_turn"]
@@ -78,10 +85,21 @@ def send_turn(app: Celery, turn: TurnRequest, *, ignore_result: bool = False) ->
             TASK_NAME,
             args=[payload],
             task_id=turn.turn_id,
+            headers=_fair_headers(turn),
             # None, not False: the task's own setting decides, and the message is as before.
             ignore_result=True if ignore_result else None,
             producer=producer,
         )
+
+
+def _fair_headers(turn: TurnRequest) -> dict[str, Any]:
+    """What the fair queue reads of the turn (`broker._Channel._put`): whose it is, how
+    long it may wait, and the input tokens its tenant's bucket pays."""
+    return {
+        TENANT_HEADER: turn.tenant_id,
+        DEADLINE_HEADER: int(turn.deadline_s * 1000),
+        TOKENS_HEADER: estimate_tokens(turn.messages, turn.tools),
+    }
 
 
 def _record_sent(client: Any, app: Celery, turn_id: str, payload: str) -> None:

@@ -26,6 +26,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 import breakers
 import budgets
 from worker.errors import STORE_DOWN
+from worker.fleet.fairqueue import FairQueue, TenantLoad
 from worker.fleet.operations import budget_reports
 from worker.guard.stores import breaker_store, budget_ledger
 from worker.observability.metrics import (
@@ -36,6 +37,8 @@ from worker.observability.metrics import (
     TENANT_BUDGET_HELD_MICROS,
     TENANT_BUDGET_REMAINING_MICROS,
     TENANT_BUDGET_USED_RATIO,
+    TENANT_IN_FLIGHT,
+    TENANT_QUEUED,
     TENANT_RECLAIMED_CHARGES,
     TENANT_RECLAIMED_MICROS,
     TENANT_SPEND_MICROS,
@@ -62,11 +65,12 @@ class _Fleet:
     budgets: list[budgets.BudgetReport]
     held: int
     queued: int
+    loads: list[TenantLoad]
 
 
 class FleetCollector:
-    """Breaker states, tenant budgets, the kill switch, held turns and the queue's depth,
-    read from Redis at each scrape."""
+    """Breaker states, tenant budgets, the kill switch, held turns, the queue's depth and
+    the tenants' turns queued and in flight, read from Redis at each scrape."""
 
     def __init__(self, settings: Settings, *, timeout_s: float = _SCRAPE_TIMEOUT_S) -> None:
         self.settings = settings
@@ -97,6 +101,16 @@ class FleetCollector:
         queue.add_metric([self.settings.worker.queue], fleet.queued)
         yield queue
         yield from _budget_families(fleet.budgets)
+        queued = GaugeMetricFamily(
+            TENANT_QUEUED, "Turns waiting in the fair queue", labels=["tenant"]
+        )
+        running = GaugeMetricFamily(
+            TENANT_IN_FLIGHT, "Turns dispatched and not yet concluded (leases)", labels=["tenant"]
+        )
+        for load in fleet.loads:
+            queued.add_metric([load.tenant], load.queued)
+            running.add_metric([load.tenant], load.in_flight)
+        yield from (queued, running)
 
     async def _read(self) -> _Fleet:
         where = self.settings.redis
@@ -112,10 +126,11 @@ class FleetCollector:
                 reports = await budget_reports(budget_ledger(self.settings, client))
                 held = await breakers.HeldTurns(client, namespace=where.namespace).count()
                 queued = await broker.llen(self.settings.worker.queue)
+                loads = await FairQueue(broker, namespace=where.namespace).load()
         finally:
             await client.aclose()
             await broker.aclose()
-        return _Fleet(report.scopes, killed is not None, reports, held, int(queued))
+        return _Fleet(report.scopes, killed is not None, reports, held, int(queued), loads)
 
 
 def _budget_families(reports: list[budgets.BudgetReport]) -> Iterator[Metric]:

@@ -21,8 +21,11 @@ from typing import Any, TypeVar
 import httpx
 import structlog
 
+from breakers import KillSwitchState
 from worker.adapters import make_client
 from worker.errors import STORE_DOWN, InputError
+from worker.fleet.dispatcher import Dispatcher
+from worker.fleet.fairqueue import FairQueue
 from worker.fleet.heartbeat import BEAT_EVERY_S, Heartbeat, beat
 from worker.fleet.sweeper import Sweeper
 from worker.fleet.turnstore import TurnStore
@@ -46,6 +49,8 @@ _MARGIN_S = 5.0
 # The reason of a payload that is not a turn: it is answered, never run nor stored.
 INVALID_INPUT = "invalid_input"
 # Redis gone or slow: a record kept, a heartbeat missed.
+# How old a look at the kill switch the dispatcher acts on (the guard looks at it too).
+_KILL_FRESH_S = 0.5
 _FORGET_ERRORS: tuple[type[BaseException], ...] = (*STORE_DOWN, TimeoutError)
 
 
@@ -138,7 +143,21 @@ class TurnRunner:
         self._chain: Chain | None = None
         self._client: httpx.AsyncClient | None = None
         self._sweeping: concurrent.futures.Future[None] | None = None
+        self._dispatching: concurrent.futures.Future[None] | None = None
+        self.fair = FairQueue(
+            self.store.redis,
+            namespace=settings.redis.namespace,
+            queue=settings.worker.queue,
+            default=settings.fairness.default_share(),
+            # A dead worker's lease runs out once its turn could no longer be running.
+            lease_s=settings.turn_deadline_s + 2 * _MARGIN_S + settings.worker.restore_interval_s,
+            # The dispatcher's wait for a wake token: one connection, reads outlasting it.
+            blocking=settings.redis.connect(
+                timeout_s=settings.fairness.interval_s + max(settings.redis.timeout_s, 1.0)
+            ),
+        )
         self.in_flight = 0
+        self._closing = False
         self._started_ms = int(time.time() * 1000)
         self._reporting = asyncio.run_coroutine_threadsafe(self._report_forever(), self.loop.loop)
 
@@ -167,8 +186,9 @@ class TurnRunner:
             log.debug("worker.heartbeat_missed", error=type(exc).__name__)
 
     async def _report_forever(self) -> None:
-        # Gauges and heartbeat while idle too: a turn also updates the gauges.
-        while True:
+        # Gauges and heartbeat while idle too: a turn also updates the gauges. Closing
+        # ends it even if a cancel is swallowed (Python 3.11's asyncio.timeout can).
+        while not self._closing:
             self.report_state()
             await self.heartbeat()
             await asyncio.sleep(BEAT_EVERY_S)
@@ -189,17 +209,45 @@ class TurnRunner:
         )
         self._sweeping = asyncio.run_coroutine_threadsafe(sweeper.run_forever(), self.loop.loop)
 
+    def start_dispatcher(self) -> None:
+        """Move turns from the fair queue to the broker's queue, from now on, on this
+        runner's loop (`worker.fleet.dispatcher`); nothing when `[fairness]` is off. Once."""
+        if self._dispatching is not None or not self.settings.fairness.enabled:
+            return
+        dispatcher = Dispatcher(
+            self.fair,
+            self.store,
+            self.settings.fairness,
+            killed=self._kill_switch,
+            primary_model=self.settings.chain.models[0],
+            metrics=self.metrics,
+        )
+        self._dispatching = asyncio.run_coroutine_threadsafe(
+            dispatcher.run_forever(), self.loop.loop
+        )
+
+    async def _kill_switch(self) -> KillSwitchState | None:
+        """The kill switch as this process sees it, looked at again when the last look is
+        older than `_KILL_FRESH_S`."""
+        circuits = self.guard.circuits
+        if time.monotonic() - circuits.memory.seen_at < _KILL_FRESH_S:
+            return circuits.memory.kill
+        return (await circuits.check(())).kill_switch
+
     def close(self) -> None:
         """Close the HTTP client and the Redis pool, then the loop."""
         self.loop.run(self._aclose(), timeout_s=10)
         self.loop.stop()
 
     async def _aclose(self) -> None:
+        self._closing = True
         self._reporting.cancel()
-        if self._sweeping is not None:
-            self._sweeping.cancel()
+        for task in (self._sweeping, self._dispatching):
+            if task is not None:
+                task.cancel()
         if self._client is not None:
             await self._client.aclose()
+        await self.fair.blocking.aclose()
         await self.guard.aclose()
         if self.store.redis is not self.guard.redis:
             await self.store.pipes.redis.aclose()
@@ -233,7 +281,13 @@ class TurnRunner:
             log.warning("turn.record_kept", turn_id=turn_id, error=type(exc).__name__)
 
     async def run_once(self, request: TurnRequest) -> TurnResult:
-        """The turn's result: the stored one if it already ran, else a new run."""
+        """The turn's result: the stored one if it already ran, else a new run; either way
+        the tenant's lease on it is given back."""
+        result = await self._run_once(request)
+        await self._release(request)
+        return result
+
+    async def _run_once(self, request: TurnRequest) -> TurnResult:
         turn_id = request.turn_id
         budget_s = min(request.deadline_s, self.settings.turn_deadline_s)
         try:
@@ -249,6 +303,13 @@ class TurnRunner:
         except STORE_DOWN as exc:
             log.warning("turn.store_unreachable", turn_id=turn_id, error=type(exc).__name__)
         return await self._save(await self._run(request), end_stream=request.stream)
+
+    async def _release(self, request: TurnRequest) -> None:
+        """Give the tenant's lease back (a lease Redis missed runs out by itself)."""
+        try:
+            await self.fair.release(request.tenant_id, request.turn_id)
+        except STORE_DOWN as exc:
+            log.warning("turn.lease_kept", turn_id=request.turn_id, error=type(exc).__name__)
 
     async def _save(self, result: TurnResult, *, end_stream: bool) -> TurnResult:
         """Save the result (and end its stream); one Redis missed is kept and saved when

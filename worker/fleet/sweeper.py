@@ -7,10 +7,11 @@ published (`TurnKeys.sent`, `TurnKeys.payloads`) and saving its result removes t
 record. Each worker process sweeps every `worker.sweep_interval_s`: a record older than
 the visibility timeout plus `worker.restore_interval_s` (by then kombu has put back
 whatever it still holds) is dropped when the turn has a result, left alone while the
-turn is claimed (running), and otherwise re-sent with the same turn id. A turn delivered
-twice runs once (the runner's claim and stored result), so re-sending a slow one is safe.
-One process sweeps at a time (a lock for one interval); records older than the result
-TTL are dropped.
+turn is claimed (running) or waits in the fair queue (`worker.fleet.fairqueue`: the
+dispatch step restarts its record's clock), and otherwise re-sent with the same turn id.
+A turn delivered twice runs once (the runner's claim and stored result), so re-sending
+a slow one is safe. One process sweeps at a time (a lock for one interval); records older
+than the result TTL are dropped.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pydantic import ValidationError
 from breakers.rediskit import text
 from worker.errors import STORE_DOWN
 from worker.fleet.errors import FleetUnavailable
+from worker.fleet.fairqueue import FairKeys
 from worker.fleet.turnstore import TurnStore
 from worker.types import TurnRequest
 
@@ -58,6 +60,7 @@ class Sweeper:
         self.interval_s = interval_s
         self.older_than_s = older_than_s
         self.on_resent = on_resent
+        self.fair_index = FairKeys(store.keys.namespace).index()
 
     async def run_forever(self) -> None:
         """Sweep every interval (with jitter, so processes started together spread out)."""
@@ -91,16 +94,17 @@ class Sweeper:
         for turn_id in turn_ids:
             pipe.exists(keys.result(turn_id))
             pipe.exists(keys.claim(turn_id))
+            pipe.hexists(self.fair_index, turn_id)
             pipe.hget(keys.payloads, turn_id)
         replies = await pipe.execute()
         answered: list[str] = []
         resent = 0
         for i, turn_id in enumerate(turn_ids):
-            has_result, claimed, payload = replies[3 * i : 3 * i + 3]
+            has_result, claimed, queued, payload = replies[4 * i : 4 * i + 4]
             if has_result:
                 answered.append(turn_id)
-            elif claimed:
-                continue  # running now: its save removes the record
+            elif claimed or queued:
+                continue  # running now, or waiting its turn in the fair queue
             elif payload is None:
                 answered.append(turn_id)  # nothing to send
             elif await self._resend(turn_id, payload):

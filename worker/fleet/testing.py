@@ -97,6 +97,15 @@ class InProcessWorker:
     def start(self) -> None:
         """Start consuming; returns once the worker takes tasks."""
         ready = threading.Event()
+        # Celery sends `worker_ready` from its command-line worker only: do what a worker of
+        # this app does once it consumes (re-send lost turns, dispatch the fair queue).
+        on_ready = getattr(self.app, "relevo_on_ready", None)
+
+        def consuming(consumer: Any) -> None:
+            if on_ready is not None:
+                on_ready(sender=consumer)
+            ready.set()
+
         self._controller = self.app.WorkController(
             hostname=f"relevo-stub@{socket.gethostname()}",
             pool="threads",
@@ -105,7 +114,7 @@ class InProcessWorker:
             without_heartbeat=True,
             without_mingle=True,
             without_gossip=True,
-            ready_callback=lambda consumer: ready.set(),
+            ready_callback=consuming,
         )
         self._thread = threading.Thread(
             target=self._controller.start, name="relevo-stub-worker", daemon=True

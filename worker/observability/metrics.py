@@ -41,9 +41,12 @@ __all__ = [
     "TENANT_BUDGET_HELD_MICROS",
     "TENANT_BUDGET_REMAINING_MICROS",
     "TENANT_BUDGET_USED_RATIO",
+    "TENANT_IN_FLIGHT",
+    "TENANT_QUEUED",
     "TENANT_RECLAIMED_CHARGES",
     "TENANT_RECLAIMED_MICROS",
     "TENANT_SPEND_MICROS",
+    "TENANT_WAIT_SECONDS",
     "TURNS_RESENT_TOTAL",
     "TURNS_TOTAL",
     "TURN_DURATION_SECONDS",
@@ -77,6 +80,9 @@ BUILD_INFO = "relevo_build_info"
 # Read from Redis by the fleet's one exporter (`relevo exporter`), not by every node.
 HELD_TURNS = "relevo_held_turns"
 QUEUE_DEPTH = "relevo_queue_depth"
+TENANT_QUEUED = "relevo_tenant_queued_turns"
+TENANT_IN_FLIGHT = "relevo_tenant_in_flight_turns"
+TENANT_WAIT_SECONDS = "relevo_tenant_wait_seconds"
 
 # Every metric name and its labels, as PromQL sees them.
 METRIC_NAMES: dict[str, tuple[str, ...]] = {
@@ -107,8 +113,12 @@ METRIC_NAMES: dict[str, tuple[str, ...]] = {
     BUILD_INFO: ("version",),
     HELD_TURNS: (),
     QUEUE_DEPTH: ("queue",),
+    # The fair queue (read from Redis at scrape time), and each turn's wait in it.
+    TENANT_QUEUED: ("tenant",),
+    TENANT_IN_FLIGHT: ("tenant",),
+    TENANT_WAIT_SECONDS: ("tenant",),
 }
-_HISTOGRAMS = (TURN_DURATION_SECONDS, ATTEMPT_DURATION_SECONDS)
+_HISTOGRAMS = (TURN_DURATION_SECONDS, ATTEMPT_DURATION_SECONDS, TENANT_WAIT_SECONDS)
 # The series names a query may use: histograms add _bucket, _sum and _count.
 SERIES_NAMES = frozenset(METRIC_NAMES) | {
     f"{name}{suffix}" for name in _HISTOGRAMS for suffix in ("_bucket", "_sum", "_count")
@@ -116,6 +126,8 @@ SERIES_NAMES = frozenset(METRIC_NAMES) | {
 
 # Turns wait on LLMs: seconds to minutes. Attempts include first-byte timeouts.
 _TURN_BUCKETS_S = (0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300)
+# A turn's wait in the fair queue: a dispatch round (ms) when the fleet has room.
+_WAIT_BUCKETS_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300)
 _ATTEMPT_BUCKETS_S = (0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120)
 
 
@@ -199,6 +211,13 @@ class TurnMetrics:
             "Micro-dollars charged for the losing calls of hedged races",
             registry=r,
         )
+        self.wait_seconds = Histogram(
+            TENANT_WAIT_SECONDS,
+            "Time a turn waited in the fair queue, from enqueue to dispatch",
+            METRIC_NAMES[TENANT_WAIT_SECONDS],
+            buckets=_WAIT_BUCKETS_S,
+            registry=r,
+        )
         self.store_resets = Counter(
             _counter_base(STORE_RESETS_TOTAL),
             "Times this process found the shared store had lost its data",
@@ -261,6 +280,10 @@ class TurnMetrics:
     def resent(self, turns: int) -> None:
         """Count turns the sweeper sent again."""
         self.turns_resent.inc(turns)
+
+    def waited(self, tenant: str, seconds: float) -> None:
+        """A turn of `tenant` left the fair queue after `seconds`."""
+        self.wait_seconds.labels(tenant).observe(seconds)
 
     def record(self, result: TurnResult) -> None:
         """Count a finished turn and each of its attempts; update the fallback rate."""

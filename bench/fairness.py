@@ -1,0 +1,331 @@
+"""A fair share of the fleet: weighted fair dispatch against first in, first out.
+
+Real `celery worker` processes (`--processes`, `-P threads -c --concurrency`) on a private
+redis-server, the simulated providers answering after `--latency-s` (1 s). Each scenario
+runs on a fresh fleet, with `[fairness]` on (fair) or off (FIFO: the broker's one queue):
+
+- quiet: a noisy tenant enqueues `--noisy` turns at once, then `--quiet` tenants send one
+  turn a second each for `--quiet-s`: the quiet tenants' wait from enqueue to start, p50
+  and p95 (start = the result's save time minus its run time; one host, one clock);
+- alone: the noisy tenant alone, `--alone` turns: turns per second, fair and FIFO, the
+  Redis server's CPU per turn (INFO used_cpu_sys + used_cpu_user), fair minus FIFO, and
+  the time spent in scripts per turn (INFO commandstats), fair minus FIFO;
+- jain: `--tenants` equally weighted tenants, all saturating: Jain's index of the turns each
+  has served in the window;
+- weights: three tenants of weights 1, 2 and 4, saturating: their shares of the window;
+- cap: a tenant with max_in_flight 5 on 3 worker processes, `--capped` turns: the most
+  leases it held at once, sampled from Redis every 5 ms.
+
+    .venv/bin/python bench/fairness.py                  # full size, ~25 min
+    .venv/bin/python bench/fairness.py --noisy 1000 --quiet-s 20 --alone 600 --window-s 20
+
+Output: `FIGURE <name> <value> <unit>` lines on stdout; progress on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+import redis
+from node_capacity import CONFIG, ROOT, private_redis, say, simulator, started, wait_for
+
+import budgets
+from worker.fleet.app import make_app
+from worker.fleet.enqueue import enqueue_turn
+from worker.fleet.turnstore import TurnKeys
+from worker.settings import load_settings
+from worker.types import Message, TurnRequest
+
+NAMESPACE = "cap"
+
+
+def figure(name: str, value: float, unit: str) -> None:
+    print(f"FIGURE {name} {value:.4g} {unit}", flush=True)
+
+
+def turn(tenant: str) -> TurnRequest:
+    return TurnRequest(
+        tenant_id=tenant, messages=[Message(role="user", content="hello")], deadline_s=3600
+    )
+
+
+class Fleet:
+    """Worker processes of one configuration, and a producer app on it."""
+
+    def __init__(
+        self,
+        stack: ExitStack,
+        work: Path,
+        url: str,
+        sim: str,
+        *,
+        fair: bool,
+        processes: int,
+        concurrency: int,
+    ) -> None:
+        queue = f"fair-{fair}-{time.monotonic_ns()}"
+        config = work / f"{queue}.toml"
+        text = CONFIG.format(redis_url=url, queue=queue, sim=sim)
+        config.write_text(text + f"\n[fairness]\nenabled = {'true' if fair else 'false'}\n")
+        env = {**os.environ, "RELEVO_CONFIG": str(config), "PYTHONPATH": str(ROOT)}
+        for i in range(processes):
+            cmd = [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "worker.fleet.app",
+                "worker",
+                "-P",
+                "threads",
+                "-c",
+                str(concurrency),
+                "-Q",
+                queue,
+                "-n",
+                f"f{i}@%h",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+                "--loglevel",
+                "WARNING",
+            ]
+            stack.enter_context(started(cmd, work / "workers.log", env))
+        self.redis = redis.Redis.from_url(url)
+        stack.callback(self.redis.close)
+        wait_for(
+            lambda: sum(c.get("cmd") == "brpop" for c in self.redis.client_list()) >= processes,
+            "workers to consume",
+        )
+        self.app = make_app(load_settings(config, require_secrets=False))
+        self.keys = TurnKeys(NAMESPACE)
+        self.sent: dict[str, tuple[str, float]] = {}
+
+    def send(self, tenant: str) -> None:
+        request = turn(tenant)
+        self.sent[request.turn_id] = (tenant, time.time())
+        enqueue_turn(request, app=self.app)
+
+    def starts(self) -> dict[str, tuple[str, float, float]]:
+        """turn id -> (tenant, enqueued, started), for the turns that have a result."""
+        ids = list(self.sent)
+        out = {}
+        for at in range(0, len(ids), 500):
+            chunk = ids[at : at + 500]
+            raws = self.redis.mget([self.keys.result(i) for i in chunk])
+            saved = self.redis.zmscore(self.keys.recent, chunk)
+            for turn_id, raw, ms in zip(chunk, raws, saved, strict=True):
+                if raw is None or ms is None:
+                    continue
+                latency_ms = float(raw.split(b'"latency_ms":')[1].split(b",")[0].rstrip(b"}"))
+                tenant, enqueued = self.sent[turn_id]
+                out[turn_id] = (tenant, enqueued, (ms - latency_ms) / 1000)
+        return out
+
+    def done(self) -> int:
+        return int(self.redis.zcard(self.keys.recent))
+
+
+def set_share(client: redis.Redis, tenant: str, share: budgets.Share) -> None:
+    """As `relevo tenants set` writes it (`budgets.Shares`), from this blocking client."""
+    client.hset(f"{{{NAMESPACE}}}:budget:shares", tenant, share.packed())
+
+
+def cpu_s(client: redis.Redis) -> float:
+    info = client.info("cpu")
+    return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
+
+
+def script_s(client: redis.Redis) -> float:
+    """Time spent in scripts (EVALSHA, EVAL: the commands they call included), from INFO
+    commandstats: the fair queue's own cost, without the server's other work."""
+    stats = client.info("commandstats")
+    return (
+        sum(float(stats.get(f"cmdstat_{c}", {}).get("usec", 0)) for c in ("evalsha", "eval")) / 1e6
+    )
+
+
+@contextmanager
+def fleet(
+    args: argparse.Namespace,
+    rig: tuple[Path, str, str],
+    *,
+    fair: bool,
+    processes: int | None = None,
+) -> Iterator[Fleet]:
+    work, url, sim = rig
+    with ExitStack() as stack:
+        yield Fleet(
+            stack,
+            work,
+            url,
+            sim,
+            fair=fair,
+            processes=processes or args.processes,
+            concurrency=args.concurrency,
+        )
+    client = redis.Redis.from_url(url)
+    client.flushdb()  # the private server only
+    client.close()
+
+
+def quiet(args: argparse.Namespace, rig: tuple[Path, str, str], fair: bool) -> None:
+    label = "fair" if fair else "fifo"
+    with fleet(args, rig, fair=fair) as f:
+        for _ in range(args.noisy):
+            f.send("noisy")
+        began = time.time()
+        while time.time() - began < args.quiet_s:
+            for q in range(args.quiet):
+                f.send(f"quiet{q}")
+            time.sleep(max(0.0, began + (int(time.time() - began) + 1) - time.time()))
+        wanted = [t for t, (tenant, _) in f.sent.items() if tenant != "noisy"]
+        until = time.time() + args.noisy / (args.processes * args.concurrency) * 1.5 + 60
+        while time.time() < until and len(set(wanted) & set(f.starts())) < len(wanted):
+            time.sleep(1)
+        starts = f.starts()
+        waits = [starts[t][2] - starts[t][1] for t in wanted if t in starts]
+    waits.sort()
+    figure(f"fairness_quiet_wait_p50_{label}", statistics.median(waits), "s")
+    figure(f"fairness_quiet_wait_p95_{label}", waits[int(0.95 * (len(waits) - 1))], "s")
+    figure(f"fairness_quiet_started_{label}", len(waits) / len(wanted), "share")
+
+
+def alone(
+    args: argparse.Namespace, rig: tuple[Path, str, str], fair: bool
+) -> tuple[float, float, float]:
+    """Turns per second, and Redis CPU and script time per turn."""
+    with fleet(args, rig, fair=fair) as f:
+        cpu0, scripts0, t0 = cpu_s(f.redis), script_s(f.redis), time.time()
+        for _ in range(args.alone):
+            f.send("noisy")
+        while f.done() < args.alone and time.time() - t0 < 600:
+            time.sleep(0.05)
+        elapsed, cpu = time.time() - t0, cpu_s(f.redis) - cpu0
+        scripts = script_s(f.redis) - scripts0
+    rate = args.alone / elapsed
+    figure(f"fairness_alone_turns_per_s_{'fair' if fair else 'fifo'}", rate, "turns/s")
+    return rate, cpu / args.alone, scripts / args.alone
+
+
+def served(
+    args: argparse.Namespace,
+    rig: tuple[Path, str, str],
+    weights: dict[str, int],
+    per_tenant: int,
+    processes: int | None = None,
+) -> Counter[str]:
+    """Turns each tenant started inside the window, all of them saturating."""
+    with fleet(args, rig, fair=True, processes=processes) as f:
+        for tenant, weight in weights.items():
+            set_share(f.redis, tenant, budgets.Share(weight=weight))
+        for _ in range(per_tenant):
+            for tenant in weights:
+                f.send(tenant)
+        start = time.time() + args.settle_s
+        time.sleep(args.settle_s + args.window_s + 2)
+        counts: Counter[str] = Counter(
+            tenant for tenant, _, s in f.starts().values() if start <= s < start + args.window_s
+        )
+    return counts
+
+
+def cap(args: argparse.Namespace, rig: tuple[Path, str, str]) -> None:
+    with fleet(args, rig, fair=True, processes=3) as f:
+        set_share(f.redis, "capped", budgets.Share(max_in_flight=5))
+        peak, samples, stop = [0], [0], threading.Event()
+
+        def sample() -> None:
+            client = redis.Redis.from_url(rig[1])
+            while not stop.is_set():
+                peak[0] = max(peak[0], int(client.hget("{cap}:fair:inflight", "capped") or 0))
+                samples[0] += 1
+                time.sleep(0.005)
+            client.close()
+
+        thread = threading.Thread(target=sample)
+        thread.start()
+        for _ in range(args.capped):
+            f.send("capped")
+        while f.done() < args.capped:
+            time.sleep(0.2)
+        stop.set()
+        thread.join()
+    figure("fairness_cap_most_in_flight", peak[0], "turns")
+    figure("fairness_cap_samples", samples[0], "samples")
+
+
+def jain(xs: Sequence[int]) -> float:
+    return sum(xs) ** 2 / (len(xs) * sum(x * x for x in xs)) if any(xs) else 0.0
+
+
+def main(args: argparse.Namespace) -> None:
+    began = time.monotonic()
+    with ExitStack() as stack:
+        work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fairness-")))
+        url, _ = private_redis(stack, work)
+        sim, _ = simulator(stack, work, args.latency_s)
+        rig = (work, url, sim.url)
+        only = set(args.only.split(",")) if args.only else None
+        if not only or "alone" in only:
+            fifo_rate, fifo_cpu, fifo_scripts = alone(args, rig, fair=False)
+            fair_rate, fair_cpu, fair_scripts = alone(args, rig, fair=True)
+            figure("fairness_alone_fair_vs_fifo", fair_rate / fifo_rate, "ratio")
+            figure("fairness_redis_cpu_per_turn_fifo", fifo_cpu * 1e6, "us")
+            figure("fairness_redis_cpu_per_turn_fair", fair_cpu * 1e6, "us")
+            figure("fairness_dispatch_redis_cpu_per_turn", (fair_cpu - fifo_cpu) * 1e6, "us")
+            figure("fairness_dispatch_script_per_turn", (fair_scripts - fifo_scripts) * 1e6, "us")
+        if not only or "quiet" in only:
+            for fair in (False, True):
+                quiet(args, rig, fair)
+        capacity = args.processes * args.concurrency
+        if not only or "jain" in only:
+            tenants = {f"t{i:03d}": 1 for i in range(args.tenants)}
+            per = max(5, int(capacity * (args.settle_s + args.window_s + 5) / len(tenants)))
+            counts = served(args, rig, tenants, per)
+            figure("fairness_jain_index", jain([counts[t] for t in tenants]), "index")
+        if not only or "weights" in only:
+            per = int(capacity * (args.settle_s + args.window_s + 5))
+            counts = served(args, rig, {"w1": 1, "w2": 2, "w4": 4}, per)
+            total = sum(counts.values()) or 1
+            for tenant, weight in (("w1", 1), ("w2", 2), ("w4", 4)):
+                figure(f"fairness_weight_{weight}_share", counts[tenant] / total, "share")
+                figure(
+                    f"fairness_weight_{weight}_vs_goal",
+                    counts[tenant] / total * 7 / weight,
+                    "ratio",
+                )
+        if not only or "cap" in only:
+            cap(args, rig)
+    say(f"done in {time.monotonic() - began:.0f} s")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--processes", type=int, default=2)
+    p.add_argument("--concurrency", type=int, default=20)
+    p.add_argument("--latency-s", type=float, default=1.0)
+    p.add_argument("--noisy", type=int, default=5000)
+    p.add_argument("--quiet", type=int, default=10)
+    p.add_argument("--quiet-s", type=float, default=60)
+    p.add_argument("--alone", type=int, default=2000)
+    p.add_argument("--tenants", type=int, default=100)
+    p.add_argument("--settle-s", type=float, default=10)
+    p.add_argument("--window-s", type=float, default=60)
+    p.add_argument("--capped", type=int, default=500)
+    p.add_argument("--only", default="", help="alone,quiet,jain,weights,cap")
+    return p.parse_args(argv)
+
+
+if __name__ == "__main__":
+    main(parse_args())

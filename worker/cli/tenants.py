@@ -1,0 +1,162 @@
+"""`relevo tenants`: each tenant's share of the fleet, and its turns queued and running.
+
+relevo tenants [list]                      queued, in flight, and each tenant's share
+relevo tenants set TENANT [--max-in-flight N] [--turns-per-minute N]
+                          [--input-tokens-per-minute N] [--weight N]
+relevo tenants clear TENANT                back to the [fairness] defaults
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict
+from typing import Any
+
+from rich.table import Table
+
+import budgets
+from worker.cli.common import (
+    EXIT_OK,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    OperatorError,
+    console,
+    emit_json,
+    operator_command,
+    operator_redis,
+)
+from worker.cli.parsing import Commands, add_command, add_redis_options, positive_int
+from worker.fleet.fairqueue import FairQueue, TenantLoad
+from worker.fleet.operator_config import operator_config
+from worker.settings import FairnessSettings, WorkerSettings
+
+__all__ = ["register"]
+
+_EXITS = (EXIT_OK, EXIT_USAGE, EXIT_UNAVAILABLE)
+
+
+def _row(load: TenantLoad) -> dict[str, Any]:
+    return {
+        "tenant": load.tenant,
+        "queued": load.queued,
+        "in_flight": load.in_flight,
+        "share": "own" if load.own else "default",
+        **asdict(load.share),
+    }
+
+
+def _fair(path: str | None, client: Any) -> FairQueue:
+    config = operator_config(path)
+    fairness = config.section("fairness", FairnessSettings)
+    queue = config.section("worker", WorkerSettings).queue
+    return FairQueue(
+        client, namespace=config.redis.namespace, queue=queue, default=fairness.default_share()
+    )
+
+
+def _limit(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+async def _list(args: argparse.Namespace) -> int:
+    where = operator_config(args.config).redis
+    async with operator_redis(where) as client:
+        rows = [_row(load) for load in await _fair(args.config, client).load()]
+    if args.json:
+        emit_json(rows)
+        return 0
+    if not rows:
+        print("No tenant has turns queued or running, or a share of its own.")
+        return 0
+    table = Table(title="Tenants", title_justify="left")
+    for name in ("tenant", "queued", "in flight", "share", "max in flight"):
+        table.add_column(name, no_wrap=True)
+    for name in ("turns/min", "input tokens/min", "weight"):
+        table.add_column(name, no_wrap=True)
+    for r in rows:
+        table.add_row(
+            r["tenant"],
+            str(r["queued"]),
+            str(r["in_flight"]),
+            r["share"],
+            _limit(r["max_in_flight"]),
+            _limit(r["turns_per_minute"]),
+            _limit(r["input_tokens_per_minute"]),
+            str(r["weight"]),
+        )
+    console().print(table)
+    return 0
+
+
+async def _set(args: argparse.Namespace) -> int:
+    tenant = budgets.check_tenant(args.tenant)
+    try:
+        share = budgets.Share(
+            args.max_in_flight, args.turns_per_minute, args.input_tokens_per_minute, args.weight
+        )
+    except budgets.InvalidAmountError as exc:
+        raise OperatorError(f"--{str(exc).replace('_', '-')}") from None
+    where = operator_config(args.config).redis
+    async with operator_redis(where) as client:
+        await _fair(args.config, client).shares.set(tenant, share)
+    if args.json:
+        emit_json({"tenant": tenant, **asdict(share)})
+    else:
+        print(
+            f"{tenant}: max in flight {_limit(share.max_in_flight)}, turns per minute "
+            f"{_limit(share.turns_per_minute)}, input tokens per minute "
+            f"{_limit(share.input_tokens_per_minute)}, weight {share.weight}"
+        )
+    return 0
+
+
+async def _clear(args: argparse.Namespace) -> int:
+    tenant = budgets.check_tenant(args.tenant)
+    where = operator_config(args.config).redis
+    async with operator_redis(where) as client:
+        had = await _fair(args.config, client).shares.clear(tenant)
+    if args.json:
+        emit_json({"tenant": tenant, "cleared": had})
+    else:
+        print(f"{tenant}: {'back to the defaults' if had else 'had no share of its own'}")
+    return 0
+
+
+def register(commands: Commands) -> None:
+    """Add `tenants` to the `relevo` command."""
+    group = add_command(
+        commands,
+        "tenants",
+        "each tenant's share of the fleet: limits, weight, turns queued and running",
+        exits=_EXITS,
+        details="A limit shown as - is none. Defaults come from [fairness] in --config.",
+    )
+    add_redis_options(group)
+    group.set_defaults(func=operator_command(_list))
+    actions = group.add_subparsers(dest="action", metavar="ACTION")
+    listing = add_command(actions, "list", "every tenant with turns or a share", exits=_EXITS)
+    add_redis_options(listing)
+    listing.set_defaults(func=operator_command(_list))
+    put = add_command(
+        actions,
+        "set",
+        "replace a tenant's share (an option left out is no limit; weight 1)",
+        exits=_EXITS,
+    )
+    put.add_argument("tenant", metavar="TENANT")
+    put.add_argument("--max-in-flight", type=positive_int, metavar="N", help="turns running")
+    put.add_argument("--turns-per-minute", type=positive_int, metavar="N")
+    put.add_argument("--input-tokens-per-minute", type=positive_int, metavar="N")
+    put.add_argument(
+        "--weight",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help=f"share when the fleet is saturated, 1 to {budgets.MAX_WEIGHT} (default 1)",
+    )
+    add_redis_options(put)
+    put.set_defaults(func=operator_command(_set))
+    clear = add_command(actions, "clear", "back to the [fairness] defaults", exits=_EXITS)
+    clear.add_argument("tenant", metavar="TENANT")
+    add_redis_options(clear)
+    clear.set_defaults(func=operator_command(_clear))

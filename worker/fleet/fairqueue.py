@@ -1,0 +1,206 @@
+"""The fair queue in front of the broker: each tenant's turns wait their turn here.
+
+A producer's publish lands in its tenant's queue (`enqueue_sync`, called by the broker
+channel in place of its LPUSH); each worker's dispatcher moves turns on into the broker's
+queue (`dispatch`), one Lua step that picks the least-served tenant (virtual time: turns
+served / weight) whose limits allow it, and keeps the broker's queue short. A turn's
+lease (`release`) is given back when it concludes; a dead worker's lease runs out.
+
+Every key lives on the broker's Redis (`[redis] url`), under the namespace's hash tag,
+because the step that moves a turn also pushes it onto the broker's queue: one server,
+one atomic step, nothing lost or sent twice between them (docs/fairness.md).
+
+    {N}:fair:pending    zset   "<tenant>|<seq>" (lexical): each tenant's turns, oldest first
+    {N}:fair:msgs       hash   "<tenant>|<seq>" -> turn, times, input tokens, message
+    {N}:fair:index      hash   turn id -> "<tenant>|<seq>", while queued
+    {N}:fair:seq        string the queue's sequence number
+    {N}:fair:ready      zset   tenant -> virtual time, tenants with turns to dispatch
+    {N}:fair:parked     zset   tenant -> ms, tenants a limit holds back, until then
+    {N}:fair:vtime      hash   tenant -> virtual time, tenants not in ready
+    {N}:fair:clock      string the virtual clock
+    {N}:fair:queued     hash   tenant -> turns queued
+    {N}:fair:inflight   hash   tenant -> leases held
+    {N}:fair:leases     zset   "<tenant>|<turn>" -> lease expiry ms
+    {N}:fair:buckets    hash   tenant -> token buckets "turns|input tokens|ms"
+    {N}:fair:expired    hash   turn id -> "<tenant>|<ms waited>", until its result is saved
+    {N}:fair:wake       list   at most one token: a turn arrived for an idle tenant, or a
+                               lease was given back; idle dispatchers block on it (BLPOP)
+
+None has a TTL: each is emptied by dispatch (turns), by expiry inside (leases), by a
+dispatcher (`wake`), or is one field per tenant (`vtime`, `buckets`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, cast
+
+from redis.asyncio import Redis
+from redis.exceptions import NoScriptError
+
+from breakers.rediskit import LuaScripts, hash_tag, text
+from budgets.shares import Share, Shares
+from worker.fleet.turnstore import TurnKeys
+
+__all__ = ["SCRIPTS", "DispatchRound", "FairKeys", "FairQueue", "TenantLoad", "enqueue_sync"]
+
+SCRIPTS = LuaScripts("worker.fleet")
+
+
+@dataclass(frozen=True, slots=True)
+class FairKeys:
+    """The fair queue's keys under one namespace."""
+
+    namespace: str = "relevo"
+
+    def key(self, name: str) -> str:
+        return f"{hash_tag(self.namespace)}:fair:{name}"
+
+    def common(self) -> list[str]:
+        """KEYS[1..8] of every script (lib.lua)."""
+        names = ("pending", "msgs", "index", "ready", "parked", "vtime", "clock", "queued")
+        return [self.key(n) for n in names]
+
+    def index(self) -> str:
+        return self.key("index")
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchRound:
+    """What one round did: turns moved (tenant, ms waited), tenants held (tenant, limit),
+    how many turns it found past their queue deadline, the ms until the first parked
+    tenant is looked at again (None: none parked), and whether a round run at once would
+    find more to move."""
+
+    moved: list[tuple[str, int]]
+    held: list[tuple[str, str]]
+    expired: int
+    next_ms: int | None = None
+    again: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TenantLoad:
+    """A tenant's turns waiting in the fair queue and running under a lease, and its share
+    (`own`: set for it; else the default)."""
+
+    tenant: str
+    queued: int
+    in_flight: int
+    share: Share
+    own: bool
+
+
+def _pairs(items: object) -> list[tuple[str, str]]:
+    return [cast(tuple[str, str], tuple(text(i).split("|", 1))) for i in cast(list[Any], items)]
+
+
+def enqueue_sync(
+    client: Any,
+    namespace: str,
+    *,
+    tenant: str,
+    turn_id: str,
+    deadline_ms: int,
+    input_tokens: int,
+    message: str,
+) -> bool:
+    """Queue a broker message for its tenant, on a blocking client (the broker channel's);
+    False when the turn is queued already."""
+    fair = FairKeys(namespace)
+    keys = [*fair.common(), fair.key("seq"), fair.key("wake")]
+    args = ["", tenant, turn_id, deadline_ms, input_tokens, message]
+    try:
+        return bool(client.evalsha(SCRIPTS.sha("enqueue"), len(keys), *keys, *args))
+    except NoScriptError:
+        return bool(client.eval(SCRIPTS.bodies["enqueue"], len(keys), *keys, *args))
+
+
+class FairQueue:
+    """Dispatch rounds, lease releases and the tenants' load, on the broker's Redis."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        *,
+        namespace: str = "relevo",
+        queue: str = "relevo",
+        default: Share | None = None,
+        lease_s: float = 300.0,
+        blocking: Redis | None = None,
+    ) -> None:
+        """`queue`: the broker's queue the workers consume; `default`: the share of a tenant
+        with none of its own; `lease_s`: how long a dead worker's lease holds; `blocking`:
+        the client `wait` blocks on (its reads must outlast the wait), else `redis`."""
+        self.redis = redis
+        self.blocking = blocking or redis
+        self.keys = FairKeys(namespace)
+        self.shares = Shares(redis, namespace=namespace)
+        self.queue = queue
+        self.default = default or Share()
+        self.lease_ms = int(lease_s * 1000)
+        # The KEYS of each script, in order (a test's processes send them too).
+        self.dispatch_keys = [
+            *self.keys.common(),
+            *(self.keys.key(n) for n in ("leases", "inflight", "buckets", "expired")),
+            self.shares.key,
+            TurnKeys(namespace).sent,
+            queue,
+        ]
+        self.release_keys = [*self.keys.common(), self.keys.key("leases")]
+        self.release_keys += [self.keys.key("inflight"), self.keys.key("wake")]
+
+    async def _call(self, name: str, keys: list[str], args: list[str | int]) -> Any:
+        try:
+            return await self.redis.evalsha(SCRIPTS.sha(name), len(keys), *keys, "", *args)
+        except NoScriptError:
+            return await self.redis.eval(SCRIPTS.bodies[name], len(keys), *keys, "", *args)
+
+    async def dispatch(self, *, most: int, depth: int, drain: bool = False) -> DispatchRound:
+        """Move up to `most` turns while the broker's queue holds fewer than `depth`;
+        `drain` (the kill switch is on): every tenant's turns, no limit checked."""
+        args: list[str | int] = [most, depth, self.lease_ms, self.default.packed(), int(drain)]
+        moved, held, expired, next_ms, again = await self._call(
+            "dispatch", self.dispatch_keys, args
+        )
+        waits = [(tenant, int(ms)) for tenant, ms in _pairs(moved)]
+        parked = None if int(next_ms) < 0 else int(next_ms)
+        return DispatchRound(waits, _pairs(held), int(expired), parked, bool(again))
+
+    async def wait(self, timeout_s: float) -> bool:
+        """Block until a turn arrives for an idle tenant or a lease is given back (True),
+        or `timeout_s` passes (False)."""
+        return await self.blocking.blpop([self.keys.key("wake")], timeout=timeout_s) is not None
+
+    async def release(self, tenant: str, turn_id: str) -> bool:
+        """Give back the lease of a concluded turn; False if it held none."""
+        return bool(await self._call("release", self.release_keys, [tenant, turn_id]))
+
+    async def expired(self, count: int = 100) -> list[tuple[str, str, int]]:
+        """Turns found past their queue deadline: (turn id, tenant, ms waited)."""
+        _, found = await self.redis.hscan(self.keys.key("expired"), 0, count=count)
+        out = []
+        for turn_id, value in cast(dict[bytes | str, bytes | str], found).items():
+            tenant, waited = text(value).split("|", 1)
+            out.append((text(turn_id), tenant, int(waited)))
+        return out
+
+    async def forget_expired(self, *turn_ids: str) -> None:
+        await self.redis.hdel(self.keys.key("expired"), *turn_ids)
+
+    async def load(self) -> list[TenantLoad]:
+        """Every tenant with turns queued or running, or a share of its own, by name."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hgetall(self.keys.key("queued"))
+        pipe.hgetall(self.keys.key("inflight"))
+        pipe.hgetall(self.shares.key)
+        queued, running, shares = await pipe.execute()
+        counts: dict[str, list[int]] = {text(t): [0, 0] for t in shares}
+        for at, raw in enumerate((queued, running)):
+            for tenant, n in raw.items():
+                counts.setdefault(text(tenant), [0, 0])[at] = int(n)
+        own = {text(t): Share.unpacked(text(v)) for t, v in shares.items()}
+        return [
+            TenantLoad(t, q, r, own.get(t, self.default), t in own)
+            for t, (q, r) in sorted(counts.items())
+        ]

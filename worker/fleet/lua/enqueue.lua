@@ -1,0 +1,26 @@
+-- enqueue.lua: put a turn at the end of its tenant's queue (a producer, through the broker).
+--
+-- KEYS[1..8]  as lib.lua          KEYS[9]  seq string (the queue's sequence number)
+-- KEYS[10] wake list: a token the idle dispatchers block on
+-- ARGV[1]  clock (clock.lua)     ARGV[2]  tenant       ARGV[3]  turn id
+-- ARGV[4]  queue deadline (ms from now)                ARGV[5]  input tokens (estimate)
+-- ARGV[6]  the broker message, as the broker would have queued it
+--
+-- Returns 1 when queued, 0 when that turn id is queued already (a re-send while it waits).
+
+local now = now_ms()
+local tenant, turn = ARGV[2], ARGV[3]
+if redis.call('HEXISTS', INDEX, turn) == 1 then
+  return 0
+end
+local member = tenant .. '|' .. string.format('%016d', redis.call('INCR', KEYS[9]))
+redis.call('ZADD', PENDING, 0, member)
+redis.call('HSET', MSGS, member,
+  turn .. '|' .. int(now) .. '|' .. int(now + tonumber(ARGV[4])) .. '|' .. ARGV[5] .. '|' .. ARGV[6])
+redis.call('HSET', INDEX, turn, member)
+redis.call('HINCRBY', QUEUED, tenant, 1)
+if not redis.call('ZSCORE', READY, tenant) and not redis.call('ZSCORE', PARKED, tenant) then
+  activate(tenant)
+  wake(KEYS[10])
+end
+return 1
