@@ -639,6 +639,9 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="RELEVO_",
         env_nested_delimiter="__",
+        # An empty variable is an unset one, as everywhere relevo reads its environment
+        # (worker/environment.py).
+        env_ignore_empty=True,
         frozen=True,
         extra="forbid",
         use_attribute_docstrings=True,

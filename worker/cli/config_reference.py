@@ -33,14 +33,16 @@ INTRO = """\
 One TOML file, read once and validated at start-up: a bad key fails with a message
 naming it. `examples/chain.toml` is a complete, commented example (OpenAI with Azure
 failover, Anthropic, Gemini) holding every key below, the optional sections at their
-defaults; `examples/simulated.toml` points at `relevo simulate`.
+defaults; `examples/simulated.toml` points at `relevo simulate`. Commands take the file
+as `--config FILE`, or from the `RELEVO_CONFIG` variable.
 
-Environment variables override the file: `RELEVO_` and the key's path joined by `__`,
-as the last column shows (`RELEVO_TURN_DEADLINE_S=30`,
+Environment variables override the file: `RELEVO_` and the key's path joined by `__`
+(`RELEVO_TURN_DEADLINE_S=30`,
 `RELEVO_PROVIDERS__OPENAI__BASE_URL=http://127.0.0.1:8900/v1`), lists and tables as
-JSON. A provider's name is part of its variables, so name providers with letters,
-digits and `_` to override them; a model's slug holds a `/`, so `[models]` is set in the
-file only. Amounts are dollars in the file and integer micro-dollars everywhere else.
+JSON; a variable set to the empty string counts as unset. A provider's name is part of
+its variables, so name providers with letters, digits and `_` to override them; a
+model's slug holds a `/`, so `[models]` is set in the file only. Amounts are dollars in
+the file and integer micro-dollars everywhere else.
 
 This page is written by `python -m worker.cli.config_reference` from the settings
 models (`worker/settings.py`); each meaning is the field's docstring there.
