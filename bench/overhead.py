@@ -202,7 +202,7 @@ async def memory_child(
     for mode in modes.split(","):
         sim.set_faults(kit.PRIMARY)
         # Tracemalloc slows every allocation: give relevo's store its longest timeout so a
-        # Redis pool wait is not mistaken for an outage (see docs/benchmarks.md).
+        # Redis pool wait is not mistaken for an outage (see docs/design/benchmarks.md).
         async with contender(name, sim_url, redis_url, redis_timeout_s=5.0) as turn:
             await drive(turn, 20, 10)
             sim.set_faults(kit.PRIMARY, Fault(latency_s=parked_s))

@@ -63,7 +63,8 @@ Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # A field's docstring is its description: docs/configuration.md is generated from them.
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
 
 class ProviderSettings(_Section):
@@ -77,18 +78,30 @@ class ProviderSettings(_Section):
     """
 
     kind: Literal["openai", "anthropic", "gemini", "bedrock", "vertex"]
-    # `openai` only: Chat Completions (`chat`) or the Responses API (`responses`).
+    """The API it speaks: `openai` (also Azure OpenAI, vLLM, Ollama), `anthropic`, `gemini`,
+    `bedrock` (AWS Bedrock's Converse API) or `vertex` (Google Vertex AI)."""
     api: Literal["chat", "responses"] = "chat"
-    # Required, except where the region gives the endpoint (bedrock, vertex).
+    """`openai` only: Chat Completions (`chat`, the default) or the Responses API
+    (`responses`)."""
     base_url: str = Field(default="", pattern=r"^$|^https?://")
+    """The API root (`openai`: up to and including `/v1`). Required, except for `bedrock` and
+    `vertex`, whose region gives the endpoint (set it for a proxy or the simulator)."""
     api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    """The environment variable holding the API key (neither this nor `api_key_file`: a
+    keyless local server)."""
     api_key_file: Path | None = None
+    """A mounted file holding the API key, instead of `api_key_env`."""
     azure_api_version: str | None = None
+    """Set for Azure OpenAI: deployment URLs and the `api-key` header."""
     first_byte_timeout_s: float = Field(default=15.0, gt=0)
+    """No content by then: the next provider or model."""
     total_timeout_s: float = Field(default=120.0, gt=0)
+    """The whole answer by then."""
     region: str | None = Field(default=None, pattern=r"^[a-z0-9-]{1,32}$")
-    # `vertex`: the Google Cloud project that is billed (its id, not its number or name).
+    """`bedrock`: the AWS region requests are signed for (`us-east-1`); `vertex`: the Vertex
+    AI location (`us-east5`, `europe-west1`, `global`)."""
     project: str | None = Field(default=None, pattern=r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
+    """`vertex`: the Google Cloud project that is billed (its id, not its number or name)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -189,43 +202,55 @@ class Serving(_Section):
     """A provider that serves a model, under that provider's own model id."""
 
     provider: Name
+    """A provider under `[providers]`."""
     # Model ids become parts of Redis keys (cooldowns): the breakers' key alphabet.
     model_id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/@-]{0,127}$")
+    """The model's id on that provider (an Azure deployment's name, a Bedrock inference
+    profile, `claude-sonnet-4@20250514` on Vertex AI)."""
 
 
 class ModelSettings(_Section):
     """A model of the chain: who serves it, what it can do, what it costs."""
 
     vendor: Name
+    """The company behind the model: its vendor breaker covers every model it makes."""
     serve: tuple[Serving, ...] = Field(min_length=1)
+    """`[{provider, model_id}, …]`: the providers that serve it, in failover order."""
     context_window: int = Field(gt=0)
+    """Its window, in tokens: a turn too long for it gets a trimmed history, or skips it."""
     tools: Literal["full", "read_only", "none"] = "full"
+    """The tools it may call: all, the read-only ones (no side effects), or none."""
     degrade_to_read_only: bool = False
+    """Run it without the tools it cannot take (the result says so) instead of skipping it."""
     input_usd_per_mtok: Decimal = Field(ge=0, default=Decimal(0))
+    """Its input price, in dollars per million tokens (held as integer micro-dollars)."""
     output_usd_per_mtok: Decimal = Field(ge=0, default=Decimal(0))
-    # Unset, cache writes cost what the vendor bills over the input price by default
-    # (`CACHE_WRITE_FACTOR`: Anthropic's 5-minute cache is 1.25x; its 1-hour cache, 2x,
-    # needs this set).
+    """Its output price, in dollars per million tokens."""
     cache_write_usd_per_mtok: Decimal | None = Field(ge=0, default=None)
-    # Unset, cache reads cost the input price: never less than a provider bills for them
-    # (all three discount reads), so a missing price over-charges, never under-charges.
+    """The prompt-cache write price; unset, what the vendor bills over the input price
+    (1.25x for Anthropic's 5-minute cache; its 1-hour cache, 2x, needs this set)."""
+    # Never less than a provider bills for reads (all three discount them), so a missing
+    # price over-charges, never under-charges.
     cache_read_usd_per_mtok: Decimal | None = Field(ge=0, default=None)
-    # Anthropic extended thinking: tokens the model may think before answering (sent only
-    # when below the turn's max_tokens, as the API requires; the API's minimum is 1024).
+    """The prompt-cache read price; unset, the input price."""
+    # Sent only when below the turn's max_tokens, as the API requires.
     thinking_budget_tokens: int | None = Field(default=None, ge=1024)
-    # What the model takes as input beside text: a turn with an image or a PDF skips a
-    # model that does not list it (text only unless configured: never dropped silently).
+    """Claude's extended thinking, on Anthropic, Bedrock and Vertex AI: the tokens the model
+    may think before answering (at least 1024)."""
+    # Text only unless configured: nothing is ever dropped silently to make a model fit.
     inputs: tuple[Literal["text", "image", "pdf"], ...] = ("text",)
-    # How many times its vendor's image formula the model bills an image (OpenAI's mini
-    # and nano models bill images at a multiple; docs/budgets.md lists them). Unset, the
-    # largest multiple its vendor documents, so the input estimate stays an upper bound.
+    """What it takes beside text: a turn with an image or a PDF skips a model without it."""
+    # The largest multiple keeps the input estimate an upper bound.
     image_token_multiplier: Decimal | None = Field(default=None, gt=0, le=100)
-    # Whether it answers in a given JSON schema (`response_format`); unset, such turns
-    # skip it.
+    """How many times its vendor's image formula it bills an image (gpt-4o-mini 33.34,
+    gpt-4.1-mini 1.62; 1 for GPT-4o, GPT-4.1, GPT-5); unset, the largest its vendor
+    documents."""
     structured_output: bool = False
-    # Whether it is a reasoning model: it takes a `reasoning_effort` (else not sent to
-    # it), and OpenAI's reasoning models refuse the sampling fields (not sent to them).
+    """Whether it answers in a given JSON schema (`response_format`); if not, such turns
+    skip it."""
+    # OpenAI's reasoning models refuse the sampling fields: they are not sent to them.
     reasoning: bool = False
+    """Whether it is a reasoning model: only those are sent a turn's `reasoning_effort`."""
 
     @property
     def input_micros_per_mtok(self) -> int:
@@ -269,47 +294,63 @@ class HedgingSettings(_Section):
     started beside it; the first to send content answers (docs/hedging.md)."""
 
     enabled: bool = False
-    # The delay is this percentile of the model-on-provider's first-byte latency...
+    """Hedged attempts on or off."""
     percentile: float = Field(default=95.0, gt=0, lt=100)
-    # ...once it has this many samples in the window; `fallback_s` until then.
+    """The hedge delay: this percentile of the model-on-provider's first-byte latency,
+    fleet-wide..."""
     min_samples: int = Field(default=50, ge=1)
+    """...once it has this many samples in the window; `fallback_s` until then."""
     fallback_s: float = Field(default=1.0, gt=0, le=120)
+    """The hedge delay while too few samples are known."""
     floor_s: float = Field(default=0.05, ge=0, le=60)
-    # Samples older than two windows are forgotten.
+    """The shortest hedge delay."""
     window_s: float = Field(default=300.0, ge=1, le=86_400)
-    # Hedges per normal attempt, fleet-wide (a token bucket), and the bucket's size.
+    """Latency samples older than two windows are forgotten."""
     budget_share: float = Field(default=0.05, ge=0, le=1)
+    """The fleet's hedge budget: each normal attempt refills a token bucket by this share
+    of a hedge."""
     burst: int = Field(default=10, ge=1, le=10_000)
-    # How often a process re-reads the fleet's latency evidence.
+    """The most hedges that bucket holds."""
     refresh_s: float = Field(default=5.0, gt=0, le=3600)
+    """How often a process re-reads the fleet's latency evidence."""
 
 
 class ChainSettings(_Section):
     """The ordered models a turn may use: the primary first."""
 
     models: tuple[ModelSlug, ...] = Field(min_length=2, max_length=3)
+    """Two or three model slugs (each under `[models]`), the primary first."""
     hedging: HedgingSettings = HedgingSettings()
+    """Hedged attempts (docs/hedging.md)."""
 
 
 class RetrySettings(_Section):
     """The per-model retry: at most one, short, jittered."""
 
     retries_per_model: int = Field(default=1, ge=0, le=1)
+    """Retries of the same model on the same provider before moving on: 0 or 1."""
     base_delay_s: float = Field(default=0.2, ge=0, le=5)
+    """A retry waits between half and all of this."""
     retry_after_cap_s: float = Field(default=5.0, ge=0, le=60)
+    """The longest wait a 429's hint may ask for and still be waited out (within the
+    turn's deadline); a longer one moves on."""
 
 
 class DegradationSettings(_Section):
     """What a turn does when money, not health, stops it."""
 
     action: Literal["message", "handoff", "read_only", "cheaper_model"] = "message"
+    """What a money-stopped turn does: answer `message`, go on the hand-off stream, run
+    read-only, or be answered by `cheaper_model` (docs/budgets.md)."""
     message: str = Field(
         default="The assistant is unavailable right now; a person will follow up.",
         max_length=2000,
     )
-    # With "cheaper_model": the model (under [models], in the chain or not) that answers a
-    # turn the tenant's budget refused. A provider's quota never moves a turn to it.
+    """The reply of a degraded turn."""
     cheaper_model: ModelSlug | None = None
+    """With `action = "cheaper_model"`: the model under `[models]` (in the chain or not)
+    that answers, in one call, a turn the tenant's budget refused; never used for a
+    provider's quota."""
 
     @model_validator(mode="after")
     def _cheaper_model_named(self) -> DegradationSettings:
@@ -321,22 +362,26 @@ class DegradationSettings(_Section):
 class RedisSettings(_Section):
     """The shared store: breakers, cooldowns, kill switch, budgets (and Celery's broker)."""
 
-    # One server, or Sentinel's way: "sentinel://h1:26379;sentinel://h2:26379/0".
     url: str = Field(
         default="redis://127.0.0.1:6379/0", pattern=r"^(redis|rediss|unix|sentinel)://"
     )
-    # The primary's name that the sentinels watch (with a sentinel:// URL only).
+    """The shared store, also Celery's broker and results: one server (`rediss://` and
+    `user:password@` work), or Sentinel's way, `sentinel://h1:26379;sentinel://h2:26379/0`."""
     sentinel_master: Name | None = None
-    # Where the shared state lives (breakers, budgets, kill switch, cooldowns) when not at
-    # `url`, e.g. a Redis Cluster: "redis+cluster://h1:7000". The broker, the results and
-    # the turn store stay at `url` (Celery cannot use Cluster).
+    """With a `sentinel://` URL: the primary's name the sentinels watch."""
+    # Celery cannot use Cluster, hence a second URL.
     shared_url: str | None = Field(default=None, pattern=r"^rediss?(\+cluster)?://")
+    """The breakers, cooldowns, kill switch and budgets on another store, e.g. a Redis
+    Cluster (`redis+cluster://h1:7000`); the broker, results and turn store stay at `url`."""
     namespace: Name = "relevo"
-    # The control path's budget: a slow store must not add seconds to a turn.
+    """The prefix of every key relevo writes."""
+    # A slow store must not add seconds to a turn.
     timeout_s: float = Field(default=0.25, gt=0, le=5)
-    # How often a worker that lost the store asks whether it answers again (and
-    # retries the results and spend it could not write).
+    """The control path gives up on the store after this long (the turn goes on, on the
+    worker's local view)."""
     rejoin_check_s: float = Field(default=1.0, gt=0, le=60)
+    """How often a worker that lost the store asks whether it answers again, and resends
+    the results and spend it could not write."""
 
     @model_validator(mode="after")
     def _sentinel(self) -> RedisSettings:
@@ -384,16 +429,27 @@ class BreakerSettings(_Section):
     """
 
     window_s: float = _POLICY.window_s
+    """The sliding window over which a breaker's failure rate is counted."""
     min_calls_in_window: int = _POLICY.min_calls_in_window
+    """Below this many calls in the window, the rate never opens a breaker."""
     failure_rate_threshold: float = _POLICY.failure_rate_threshold
+    """A breaker opens when this share of the window's calls failed."""
     consecutive_failures_threshold: int = _POLICY.consecutive_failures_threshold
+    """...or when this many calls in a row failed."""
     break_s: float = _POLICY.break_s
+    """How long an opened breaker stays open before one probe is let through."""
     max_break_s: float = _POLICY.max_break_s
+    """The longest break, which grows (with jitter) while probes fail."""
     probe_ttl_s: float = _POLICY.probe_ttl_s
+    """How long a probe slot lives if its holder dies."""
     default_cooldown_s: float = _COOLDOWNS.default_cooldown_s
+    """How long an (account, model) pair cools down after a 429 without a wait hint."""
     exhausted_ttl_s: float = _COOLDOWNS.exhausted_ttl_s
-    # A model the provider answers 404 for (retired, deployment deleted) is skipped this long.
+    """How long an exhausted account is skipped when the provider does not say when its
+    quota resets."""
     model_gone_s: float = _COOLDOWNS.gone_s
+    """How long a model the provider answers 404 for (retired, deployment deleted) is
+    skipped fleet-wide."""
 
     @model_validator(mode="after")
     def _valid_for_breakers(self) -> BreakerSettings:
@@ -430,33 +486,42 @@ class BreakerSettings(_Section):
 class BudgetSettings(_Section):
     """Per-tenant spend limits, in dollars here and integer micro-dollars in Redis."""
 
-    # A tenant with no limits set: "default" gives it the default budget, "reject"
-    # degrades its turns (reason unknown_tenant).
     unknown_tenants: Literal["default", "reject"] = "default"
+    """A tenant with no limits set: `default` gives it the default limits below, `reject`
+    degrades its turns (reason `unknown_tenant`)."""
     default_daily_usd: Decimal = Field(default=Decimal(10), ge=0)
+    """The daily limit of a tenant with none set (`relevo budgets set` sets one)."""
     default_monthly_usd: Decimal = Field(default=Decimal(200), ge=0)
+    """The monthly limit of a tenant with none set."""
     default_fallback_cap_usd: Decimal | None = Field(default=None, ge=0)
-    # How far past a limit worst cases may run (spend never passes limit + overdraft);
-    # 0 admits an attempt only when its worst case fits. Per tenant: `relevo budgets set`.
+    """The daily cap on fallback spend of a tenant with none set; unset, no cap."""
     default_overdraft_usd: Decimal = Field(default=Decimal(0), ge=0)
-    # An attempt reserves this percentile of the output tokens its model has answered
-    # with (fleet-wide, the last `evidence_samples`), and every `max_tokens` until
-    # `evidence_min_samples` answers are known. None reserves `max_tokens` always.
+    """How far worst cases may run past a limit while reservations hold expected costs;
+    spend never passes limit + overdraft (0: an attempt starts only when its worst case
+    fits). Per tenant: `relevo budgets set --overdraft`."""
     reserve_percentile: float | None = Field(default=99.0, gt=0, le=100)
+    """Reservations hold this percentile of the output tokens the model has answered with,
+    fleet-wide; unset, every `max_tokens`."""
     evidence_samples: int = Field(default=1000, ge=1, le=100_000)
+    """How many of the model's latest answers that percentile is taken over."""
     evidence_min_samples: int = Field(default=50, ge=1)
+    """Until this many answers are known, reservations hold `max_tokens`."""
     evidence_refresh_s: float = Field(default=30.0, gt=0)
-    # The input estimate bounds the public tokenizers (docs/budgets.md); reservations pad
-    # it by this much for those that are not public, so that a worst case stays one.
+    """How often a process re-reads that evidence."""
+    # The estimate bounds the public tokenizers (docs/budgets.md); the margin covers those
+    # that are not public, so that a worst case stays one.
     input_margin_pct: int = Field(default=20, ge=0, le=400)
-    # A turn refused because attempts in flight hold the budget waits this long (within
-    # its deadline) for them to settle before it degrades with tenant_budget_held.
+    """Reservations pad the input estimate by this many percent."""
     held_wait_s: float = Field(default=30.0, ge=0, le=3600)
-    # A reservation a dead worker held is reclaimed after this long, and charged.
+    """How long a turn refused because attempts in flight hold the budget waits (within its
+    deadline) for them to settle before it degrades with `tenant_budget_held`."""
     hold_ttl_s: float = Field(default=600.0, gt=0, le=86400)
-    # While Redis is away, what one worker process lets a tenant spend before its turns
-    # degrade (reason budget_store_unreachable); it is settled when Redis answers.
+    """A dead worker's reservation is reclaimed after this long, and charged at what it
+    reserved (its call may have been billed)."""
     offline_allowance_usd: Decimal = Field(default=Decimal(1), ge=0)
+    """While Redis is away, what one worker process lets a tenant start calls worth (each
+    counted at its worst case while it runs) before its turns degrade
+    (`budget_store_unreachable`); settled when Redis answers."""
 
     def offline_allowance_micros(self) -> int:
         return _to_micros(self.offline_allowance_usd)
@@ -478,39 +543,51 @@ class WorkerSettings(_Section):
     """The Celery fleet: how a node runs turns and how no turn is lost."""
 
     queue: Name = "relevo"
+    """The Celery queue turns are sent to and workers take them from."""
     processes: int = Field(default=2, ge=1, le=64)
+    """Worker processes `relevo worker` starts on a node (one per core)."""
     threads: int = Field(default=500, ge=1, le=5000)
-    # A turn a dead worker held goes back to the queue after this long; None means
-    # twice the turn deadline plus a minute, so a live turn is never handed out twice.
+    """Turns each process runs at once (Celery's threads pool, one event loop)."""
+    # Longer than a turn can run, so a live turn is never handed out twice.
     visibility_timeout_s: float | None = Field(default=None, gt=0)
-    # How often a worker looks for such turns.
+    """A turn a dead worker held goes back to the queue after this long; unset, twice the
+    turn deadline plus a minute."""
     restore_interval_s: float = Field(default=10.0, gt=0)
-    # How often a worker re-sends turns the broker lost (sent, unanswered and unclaimed
-    # for longer than the visibility timeout plus restore_interval_s; docs/deploy.md).
+    """How often a worker looks for such turns."""
     sweep_interval_s: float = Field(default=30.0, gt=0)
+    """How often a worker re-sends turns the broker lost: sent, but neither claimed nor
+    answered after the visibility timeout plus `restore_interval_s` (docs/deploy.md)."""
     result_ttl_s: int = Field(default=86_400, ge=60)
+    """How long a turn's result is kept (`relevo result`)."""
 
 
 class FairnessSettings(_Section):
     """Weighted fair dispatch across tenants, and the share of a tenant nobody configured
     (`relevo tenants set` gives one its own; docs/fairness.md)."""
 
-    # Off: producers publish straight to the broker's queue, first in first out.
     enabled: bool = True
-    # Turns the broker's queue may hold that no worker has taken yet: enough that a worker
-    # that frees a thread finds one, few enough that a tenant arriving waits behind few.
+    """Weighted fair dispatch; off, producers publish straight to the broker's queue, first
+    in first out."""
     queue_depth: int = Field(default=8, ge=1, le=10_000)
-    # Rounds run when a turn arrives or a lease is given back; an idle dispatcher looks
-    # anyway this often (a safety net: a dead worker's leases run out on it).
+    """Turns the broker's queue may hold that no worker has taken yet: enough that a worker
+    that frees a thread finds one, few enough that a tenant arriving waits behind few."""
     interval_s: float = Field(default=1.0, ge=0.01, le=60)
-    # Most turns one round moves (one Lua step holds Redis that long).
+    """Rounds run when a turn arrives or a lease is given back; an idle dispatcher looks
+    anyway this often (a safety net: a dead worker's leases run out on it)."""
     batch: int = Field(default=32, ge=1, le=1000)
+    """The most turns one round moves (one Lua step holds Redis that long)."""
     default_max_in_flight: int | None = Field(default=None, ge=1)
+    """Turns of a tenant with no share of its own running at once, fleet-wide (unset: no
+    limit)."""
     default_turns_per_minute: int | None = Field(default=None, ge=1)
+    """Turns such a tenant may start a minute (a token bucket; unset: no limit)."""
     default_input_tokens_per_minute: int | None = Field(default=None, ge=1)
+    """Input tokens (estimated) such a tenant may send a minute (unset: no limit)."""
     default_weight: int = Field(default=1, ge=1, le=budgets.MAX_WEIGHT)
+    """Such a tenant's share of a saturated fleet, against the others' weights."""
 
     def default_share(self) -> budgets.Share:
+        """The share of a tenant that has none of its own."""
         return budgets.Share(
             self.default_max_in_flight,
             self.default_turns_per_minute,
@@ -523,71 +600,90 @@ class LimitsSettings(_Section):
     """How big one turn may be: checked at enqueue and again on the worker."""
 
     max_request_bytes: int = Field(default=16 * 1024 * 1024, ge=1024, le=64 * 1024 * 1024)
+    """The largest turn request, as UTF-8 JSON."""
     max_messages: int = Field(default=500, ge=1, le=100_000)
+    """The most messages in a turn."""
     max_tools: int = Field(default=128, ge=0, le=10_000)
-    # A message's text (its text parts together).
+    """The most tools in a turn."""
     max_message_chars: int = Field(default=256 * 1024, ge=1)
-    # Images and documents: how many in a turn, and each one's size once decoded.
+    """The longest message text (its text parts together)."""
     max_attachments: int = Field(default=20, ge=0, le=1000)
+    """The most images and documents in a turn."""
     max_attachment_bytes: int = Field(default=10 * 1024 * 1024, ge=1024, le=64 * 1024 * 1024)
+    """The largest image or document, once decoded."""
 
 
 class ObservabilitySettings(_Section):
     """Logs, the metrics endpoint, the fleet fallback-rate alert and traces."""
 
-    # 0 turns the endpoint off.
     metrics_port: int = Field(default=9464, ge=0, le=65535)
+    """The port of `relevo worker`'s Prometheus endpoint (0: off)."""
     # Every interface: Prometheus scrapes the node from elsewhere.
     metrics_addr: str = "0.0.0.0"  # noqa: S104
+    """The address that endpoint listens on."""
     fallback_alert_threshold: float = Field(default=0.10, gt=0, lt=1)
+    """The fallback-rate warning: above this share of turns with `step` >= 1..."""
     fallback_window_s: float = Field(default=300.0, gt=0, le=86_400)
-    # Below this many turns in the window the rate is noise (1 of 2 is not 50 %).
+    """...over this window..."""
+    # 1 of 2 is not 50 %.
     fallback_min_turns: int = Field(default=20, ge=1)
-    # None: JSON unless the output is a terminal.
+    """...once at least this many turns are in it."""
     log_json: bool | None = None
+    """JSON log lines; unset, JSON unless the output is a terminal."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
-    # OpenTelemetry traces (`pip install 'relevo[otel]'`, `worker.observability.tracing`).
+    """relevo's own lines at this level and above; Celery's, kombu's and redis-py's join the
+    same stream, each with its `logger` name (warnings and above; everything at `debug`)."""
     tracing: bool = False
-    # The collector's OTLP/HTTP URL (/v1/traces is added); None: the OTEL_EXPORTER_OTLP_*
-    # variables, else http://localhost:4318. Unused when the process has its own provider.
+    """OpenTelemetry spans (`pip install 'relevo[otel]'`; docs/observability.md)."""
+    # Unused when the process has set up its own tracer provider.
     otlp_endpoint: str | None = Field(default=None, pattern=r"^https?://")
+    """The collector's OTLP/HTTP URL (`/v1/traces` is added); unset, the
+    `OTEL_EXPORTER_OTLP_*` variables, else `http://localhost:4318`."""
 
 
 class ConsoleSettings(_Section):
     """`relevo console`: where it listens, who may log in, how each role reaches Redis."""
 
-    # Loopback: put a TLS-terminating proxy in front to serve it further.
     host: str = "127.0.0.1"
+    """Where the console listens: loopback; put a TLS-terminating proxy in front to serve
+    it further."""
     port: int = Field(default=8800, ge=0, le=65535)
-    # Lines of "NAME ROLE TOKEN" (a mounted secret); RELEVO_CONSOLE_TOKENS holds the same.
+    """The console's port."""
     tokens_file: Path | None = None
-    # Each role's Redis user (deploy/redis/users.acl.in); None: [redis] url.
+    """A file of `NAME ROLE TOKEN` lines (a mounted secret); `RELEVO_CONSOLE_TOKENS`
+    holds the same."""
     viewer_redis_url: str | None = Field(default=None, pattern=r"^(redis|rediss|unix)://")
+    """The viewer role's Redis user (deploy/redis/users.acl.in); unset, `[redis] url`."""
     operator_redis_url: str | None = Field(default=None, pattern=r"^(redis|rediss|unix)://")
+    """The operator role's Redis user; unset, `[redis] url`."""
     poll_interval_s: float = Field(default=2.0, ge=0.5, le=60)
+    """How often the pages read the fleet again."""
     session_ttl_s: float = Field(default=8 * 3600, gt=0, le=7 * 86_400)
-    # A token's next login past this ends its own oldest session.
+    """How long a login lasts."""
     sessions_per_token: int = Field(default=20, ge=1, le=1000)
-    # Login attempts a minute from one client address, and logins of one token.
+    """Sessions one token may hold; its next login past this ends its own oldest one."""
     logins_per_minute: int = Field(default=20, ge=1, le=10_000)
-    # The names browsers reach the console by (Host header), e.g. the TLS proxy's
-    # public name; empty: the loopback names and `host`.
+    """Login attempts a minute from one client address, and logins of one token."""
     hosts: tuple[Annotated[str, Field(pattern=r"^[A-Za-z0-9.:\[\]-]{1,253}$")], ...] = ()
-    # Addresses or networks (CIDR) of the proxies whose X-Forwarded-Proto/-For/-Host
-    # are believed; anyone else's are ignored.
+    """The names browsers reach the console by (Host header), e.g. the TLS proxy's public
+    name; empty: the loopback names and `host`."""
     trusted_proxies: tuple[IPvAnyNetwork, ...] = ()
+    """Addresses or networks (CIDR) of the proxies whose X-Forwarded-Proto/-For/-Host are
+    believed; anyone else's are ignored."""
 
 
 class HttpSettings(_Section):
     """How the worker reaches providers: the egress proxy and the CAs it trusts."""
 
-    # HTTPS_PROXY, HTTP_PROXY and NO_PROXY (any case), as curl reads them; and
-    # SSL_CERT_FILE / SSL_CERT_DIR for the CAs, when `ca_bundle` is not set.
     trust_env: bool = True
-    # One proxy for every provider, over the environment's (NO_PROXY does not apply to it).
+    """Honour `HTTPS_PROXY`, `HTTP_PROXY` and `NO_PROXY` (any case, as curl reads them), and
+    `SSL_CERT_FILE` / `SSL_CERT_DIR` when `ca_bundle` is not set, for calls to providers."""
     proxy_url: str | None = Field(default=None, pattern=r"^https?://[^\s]+$")
-    # A PEM file of the CAs to trust instead of the system's (a company's TLS-inspecting proxy).
+    """One egress proxy for every provider, over the environment's (`NO_PROXY` does not
+    apply to it): `http://user:password@proxy:3128`, the password redacted like a key."""
     ca_bundle: Path | None = None
+    """A PEM file of the CAs to trust instead of the system's (a TLS-inspecting proxy, a
+    private endpoint)."""
 
     @field_validator("ca_bundle")
     @classmethod
@@ -603,14 +699,22 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="RELEVO_",
         env_nested_delimiter="__",
+        # An empty variable is an unset one, as everywhere relevo reads its environment
+        # (worker/environment.py).
+        env_ignore_empty=True,
         frozen=True,
         extra="forbid",
+        use_attribute_docstrings=True,
     )
 
     turn_deadline_s: float = Field(default=60.0, gt=0, le=3600)
+    """The longest any turn may take; a request's `deadline_s` may be shorter."""
     chain: ChainSettings
+    """The models a turn may use, in order."""
     providers: dict[Name, ProviderSettings] = Field(min_length=1)
+    """The provider endpoints and accounts, by a name of your choice."""
     models: dict[ModelSlug, ModelSettings] = Field(min_length=2)
+    """The models, by slug (`vendor/model`)."""
     retry: RetrySettings = RetrySettings()
     degradation: DegradationSettings = DegradationSettings()
     redis: RedisSettings = RedisSettings()

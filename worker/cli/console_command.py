@@ -7,7 +7,7 @@ import argparse
 from pydantic import ValidationError
 
 from worker.cli.common import EXIT_OK, EXIT_USAGE
-from worker.cli.parsing import Commands, add_command
+from worker.cli.parsing import Commands, add_command, add_config_option
 from worker.errors import ConfigError
 from worker.settings import ConsoleSettings
 
@@ -46,7 +46,7 @@ def register(commands: Commands) -> None:
         'one "NAME ROLE TOKEN" a line (ROLE viewer or operator). Pages say so while Redis '
         "does not answer, and recover when it does. Ctrl-C stops it.",
     )
-    console.add_argument("--config", required=True, metavar="FILE", help="configuration (TOML)")
+    add_config_option(console, "configuration (TOML)")
     console.add_argument("--host", help="address to listen on (default [console] host)")
     console.add_argument("--port", type=int, help="port (default [console] port)")
     console.set_defaults(func=_serve)

@@ -28,7 +28,7 @@ from worker.cli.common import (
     read_input,
     redis_trouble,
 )
-from worker.cli.parsing import Commands, add_command, positive_seconds
+from worker.cli.parsing import Commands, add_command, add_config_option, positive_seconds
 from worker.fleet.errors import FleetUnavailable
 from worker.fleet.operator_config import load_config
 from worker.settings import RedisSettings
@@ -54,9 +54,7 @@ def register(commands: Commands) -> None:
         "result later: the turn stays queued.",
         notes={EXIT_OK: "queued (without --wait), or the turn answered ok"},
     )
-    enqueue.add_argument(
-        "--config", required=True, metavar="FILE", help="chain configuration (TOML)"
-    )
+    add_config_option(enqueue, "chain configuration (TOML)")
     enqueue.add_argument("--input", default="-", help="turn request JSON file, or - for stdin")
     enqueue.add_argument("--wait", action="store_true", help="wait and print the result")
     enqueue.add_argument(

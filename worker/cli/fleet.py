@@ -1,7 +1,7 @@
 """`relevo worker`: run this node's Celery worker processes, and end them with it;
 `relevo exporter`: serve the fleet's state from Redis to Prometheus, once per fleet.
 
-relevo worker --config FILE [--processes N] [--threads N] [--metrics-port P]
+relevo worker --config FILE [--processes N] [--threads N] [--metrics-port P] [--log-level L]
 relevo exporter --config FILE [--port P]
 """
 
@@ -18,18 +18,19 @@ from pathlib import Path
 from types import FrameType
 
 from worker.cli.common import EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
-from worker.cli.parsing import Commands, add_command, positive_int
+from worker.cli.parsing import Commands, add_command, add_config_option, positive_int
+from worker.environment import CONFIG_VARIABLE, variable
 from worker.fleet.exporter import serve_fleet_metrics, serve_metrics
 from worker.fleet.operator_config import load_config
 from worker.fleet.startup import PARENT_ENV
 
-__all__ = ["EXPORTER_PORT", "celery_command", "register"]
+__all__ = ["EXPORTER_PORT", "celery_command", "child_env", "register"]
 
 EXPORTER_PORT = 9465
 
 
 def register(commands: Commands) -> None:
-    """Add `worker` to the `relevo` parser."""
+    """Add `worker` and `exporter` to the `relevo` parser."""
     node = add_command(
         commands,
         "worker",
@@ -38,10 +39,9 @@ def register(commands: Commands) -> None:
         details="One Celery worker process per --processes, each on the threads pool; one "
         "process ending stops the others. Any other exit status is a worker process's own.",
     )
-    node.add_argument("--config", required=True, metavar="FILE", help="chain configuration (TOML)")
+    add_config_option(node, "chain configuration (TOML)")
     node.add_argument("--processes", type=positive_int, help="worker processes (default: config)")
     node.add_argument("--threads", type=positive_int, help="threads per process (default: config)")
-    node.add_argument("--loglevel", default="WARNING", help="Celery's log level")
     node.add_argument(
         "--metrics-port",
         type=int,
@@ -57,7 +57,7 @@ def register(commands: Commands) -> None:
         "from Redis at each scrape. Worker nodes serve only their own metrics: one reader "
         "for the fleet, however many nodes. Exit 6: the port could not be bound.",
     )
-    exporter.add_argument("--config", required=True, metavar="FILE", help="chain configuration")
+    add_config_option(exporter, "chain configuration (TOML)")
     exporter.add_argument(
         "--port", type=int, default=EXPORTER_PORT, help=f"(default: {EXPORTER_PORT})"
     )
@@ -81,13 +81,23 @@ def _worker(args: argparse.Namespace) -> int:
     threads = args.threads or settings.worker.threads
     port = settings.observability.metrics_port if args.metrics_port is None else args.metrics_port
     with serve_metrics(settings, port) as metrics_env:
-        env = {
-            **os.environ,
-            "RELEVO_CONFIG": str(config),
-            PARENT_ENV: str(os.getpid()),  # the children end when this process does
-            **metrics_env,
-        }
-        return _run_children(settings.worker.queue, processes, threads, args.loglevel, env)
+        env = child_env(config, args.log_level, metrics_env)
+        level = args.log_level or settings.observability.log_level
+        return _run_children(settings.worker.queue, processes, threads, level.upper(), env)
+
+
+def child_env(config: Path, log_level: str | None, extra: dict[str, str]) -> dict[str, str]:
+    """The environment of this node's worker processes: the configuration by
+    `RELEVO_CONFIG`, and `--log-level`, when given, over the configuration's."""
+    env = {
+        **os.environ,
+        CONFIG_VARIABLE: str(config),
+        PARENT_ENV: str(os.getpid()),  # the children end when this process does
+        **extra,
+    }
+    if log_level is not None:
+        env[variable("observability", "log_level")] = log_level
+    return env
 
 
 def _exporter(args: argparse.Namespace) -> int:

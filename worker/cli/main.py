@@ -23,6 +23,7 @@ import textwrap
 from collections.abc import Callable, Sequence
 from importlib import metadata
 
+from worker import environment
 from worker.cli import (
     breakers,
     budgets,
@@ -50,7 +51,15 @@ from worker.cli.common import (
     OutputClosed,
     read_input,
 )
-from worker.cli.parsing import LOG_LEVELS, SHARED_DEFAULTS, Commands, add_command, exit_epilog
+from worker.cli.parsing import (
+    CONFIG_HELP,
+    LOG_LEVELS,
+    SHARED_DEFAULTS,
+    Commands,
+    add_command,
+    add_config_option,
+    exit_epilog,
+)
 from worker.fleet.operator_config import load_config
 from worker.settings import Settings
 from worker.turn.intake import checked_turn
@@ -58,6 +67,8 @@ from worker.types import TurnRequest, TurnResult
 
 __all__ = ["build_parser", "main"]
 
+# The demo's own chain, when neither --config nor RELEVO_CONFIG names another.
+DEMO_CONFIG = "examples/demo.toml"
 _ABOUT = (
     "relevo keeps AI agents answering when their model provider doesn't: Celery workers "
     "run each agent turn through a short fallback chain of models, with fleet-wide circuit "
@@ -125,7 +136,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
     lost = run_demo(
         redis_url=args.redis,
-        config=args.config,
+        config=args.config or DEMO_CONFIG,
         rate=args.rate,
         concurrency=args.concurrency,
         as_json=args.json,
@@ -144,7 +155,7 @@ def _add_local_commands(commands: Commands) -> None:
         details="The result is JSON on stdout; with --stream the content goes to stderr "
         "as it arrives. No Redis: no shared breakers or budgets.",
     )
-    turn.add_argument("--config", required=True, metavar="FILE", help="chain configuration")
+    add_config_option(turn, "chain configuration")
     turn.add_argument("--input", default="-", help="turn request JSON file, or - for stdin")
     turn.add_argument("--stream", action="store_true", help="stream content to stderr")
     turn.set_defaults(func=_cmd_turn)
@@ -172,13 +183,16 @@ def _add_local_commands(commands: Commands) -> None:
     )
     demo.add_argument(
         "--config",
-        default="examples/demo.toml",
+        default=argparse.SUPPRESS,
         metavar="FILE",
-        help="with --redis: the configuration the worker runs with too",
+        help=f"with --redis: the configuration the worker runs with too ({CONFIG_HELP}, "
+        f"else {DEMO_CONFIG})",
     )
     demo.add_argument("--rate", type=float, default=15.0, help="turns sent per second")
     demo.add_argument("--concurrency", type=int, default=16, help="turns in flight at most")
-    demo.add_argument("--json", action="store_true", help="print the summary as JSON")
+    demo.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help="print the summary as JSON"
+    )
     demo.add_argument(
         "--console",
         nargs="?",
@@ -245,7 +259,10 @@ def _run(argv: Sequence[str] | None) -> int:
     from worker.observability.logs import configure_logging
 
     args = build_parser().parse_args(argv)
-    configure_logging(level=args.log_level)
+    configure_logging(level=args.log_level or "info")
+    args.config = environment.config_path(args.config)
+    if args.needs_config and args.config is None:
+        return _fail(f"{args.command}: --config FILE is needed (or RELEVO_CONFIG)", EXIT_USAGE)
     func: Callable[[argparse.Namespace], int] = args.func
     try:
         return func(args)

@@ -12,15 +12,17 @@ import argparse
 import math
 import textwrap
 from collections.abc import Iterable, Mapping
-from typing import TypeAlias
+from typing import TypeAlias, get_args
 
 from worker.cli.common import EXIT_MEANINGS
+from worker.settings import ObservabilitySettings
 
 __all__ = [
     "LOG_LEVELS",
     "SHARED_DEFAULTS",
     "Commands",
     "add_command",
+    "add_config_option",
     "add_redis_options",
     "exit_epilog",
     "positive_int",
@@ -29,8 +31,12 @@ __all__ = [
 
 # The `relevo` parser's subcommands, as argparse types them (not subscriptable at run time).
 Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
-LOG_LEVELS = ("debug", "info", "warning")
-SHARED_DEFAULTS = {"config": None, "json": False, "log_level": "info"}
+# What `[observability] log_level` accepts, and nothing else.
+LOG_LEVELS: tuple[str, ...] = get_args(ObservabilitySettings.model_fields["log_level"].annotation)
+# `log_level` None: not given (`relevo worker` then leaves the configuration's);
+# `needs_config`: the command cannot run without a configuration file.
+SHARED_DEFAULTS = {"config": None, "json": False, "log_level": None, "needs_config": False}
+CONFIG_HELP = "else RELEVO_CONFIG"
 _WIDTH = 78
 
 
@@ -75,13 +81,22 @@ def exit_epilog(codes: Iterable[int], notes: Mapping[int, str] | None = None) ->
     return "\n".join(lines)
 
 
+def add_config_option(parser: argparse.ArgumentParser, what: str) -> None:
+    """`--config FILE`, which the command needs: given, or named by `RELEVO_CONFIG`."""
+    parser.add_argument(
+        "--config", metavar="FILE", default=argparse.SUPPRESS, help=f"{what} ({CONFIG_HELP})"
+    )
+    parser.set_defaults(needs_config=True)
+
+
 def add_redis_options(parser: argparse.ArgumentParser, *, json: bool = True) -> None:
     """`--config FILE` (where Redis is) and, for commands that show something, `--json`."""
     parser.add_argument(
         "--config",
         metavar="FILE",
         default=argparse.SUPPRESS,
-        help="TOML file whose [redis] section says where Redis is (else RELEVO_REDIS__*)",
+        help="TOML file whose [redis] section says where Redis is (else RELEVO_CONFIG, "
+        "else RELEVO_REDIS__*)",
     )
     if json:
         parser.add_argument(

@@ -25,7 +25,7 @@ from worker.cli.common import (
     operator_redis,
     write_out,
 )
-from worker.cli.parsing import Commands, add_command, positive_int
+from worker.cli.parsing import Commands, add_command, add_config_option, positive_int
 from worker.fleet.operator_config import load_config
 from worker.fleet.replay import CONCURRENCY, ReplaySummary, replay_fleet
 
@@ -113,9 +113,7 @@ def register(commands: Commands) -> None:
             EXIT_REFUSED: "the kill switch is on (or came back on during the replay)",
         },
     )
-    replay.add_argument(
-        "--config", required=True, metavar="FILE", help="chain configuration (TOML)"
-    )
+    add_config_option(replay, "chain configuration (TOML)")
     replay.add_argument("--limit", type=positive_int, metavar="N", help="replay at most N turns")
     replay.add_argument(
         "--concurrency",

@@ -10,7 +10,6 @@ configuration.
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 from collections.abc import Callable
@@ -20,6 +19,7 @@ import structlog
 from celery import Celery, Task
 from celery.signals import celeryd_init, worker_ready
 
+from worker import environment
 from worker.errors import ConfigError
 from worker.fleet.broker import TASK_NAME, celery_app
 from worker.fleet.enqueue import send_turn
@@ -109,14 +109,14 @@ def _lazy_runner(settings: Settings | None) -> Callable[[], TurnRunner]:
 
 
 def _settings_from_env() -> Settings:
-    path = os.environ.get("RELEVO_CONFIG")
-    if not path:
+    path = environment.config_path()
+    if path is None:
         raise RuntimeError("RELEVO_CONFIG must name the chain configuration (TOML) to run turns")
     return load_settings(path)
 
 
 def _app_from_env() -> Celery:
-    path = os.environ.get("RELEVO_CONFIG")
+    path = environment.config_path()
     # The producers that import this module (a web app) hold no provider keys: a worker
     # started from it checks them as it starts (`starting`).
     settings = load_settings(path, require_secrets=False) if path else None

@@ -7,7 +7,6 @@ what a worker does as it starts. Producers and workers configure the app here, o
 
 from __future__ import annotations
 
-import os
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -16,6 +15,7 @@ from celery import Celery
 from kombu.transport import redis as kombu_redis
 from kombu.utils.json import dumps
 
+from worker import environment
 from worker.fleet.fairqueue import enqueue_sync
 from worker.fleet.results import result_backend
 from worker.observability import tracing
@@ -188,8 +188,5 @@ def _broker_transport(url: str) -> type[kombu_redis.Transport] | None:
 
 
 def _redis_from_env() -> RedisSettings:
-    return RedisSettings(
-        url=os.environ.get("RELEVO_REDIS__URL", RedisSettings().url),
-        namespace=os.environ.get("RELEVO_REDIS__NAMESPACE", RedisSettings().namespace),
-        sentinel_master=os.environ.get("RELEVO_REDIS__SENTINEL_MASTER") or None,
-    )
+    keys = ("url", "namespace", "sentinel_master")
+    return RedisSettings.model_validate(environment.section_overrides("redis", keys))

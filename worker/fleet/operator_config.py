@@ -8,7 +8,6 @@ the few other sections a command asks for, each on its own, so a file with nothi
 
 from __future__ import annotations
 
-import os
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 import breakers
 import budgets
 from budgets.keys import check_namespace
+from worker import environment
 from worker.errors import ConfigError
 from worker.settings import RedisSettings, Settings, load_settings
 
@@ -101,20 +101,13 @@ def _problem(path: str | None, name: str, error: Any, overrides: Mapping[str, st
     else:
         field = str(error["loc"][0])
     if field in overrides:
-        return f"{_env_name(name, field)}: not a valid value ({message})"
+        return f"{environment.variable(name, field)}: not a valid value ({message})"
     prefix = "" if path is None else f"{path}: "
     return f"{prefix}{name}.{field}: {message}"
 
 
 def _env_overrides(name: str, model: type[BaseModel]) -> dict[str, str]:
-    # Case-insensitive, as pydantic-settings reads them for workers; an empty one is unset.
-    env = {key.upper(): value for key, value in os.environ.items() if value}
-    found = {field: env.get(_env_name(name, field)) for field in model.model_fields}
-    return {field: value for field, value in found.items() if value is not None}
-
-
-def _env_name(section: str, field: str) -> str:
-    return f"RELEVO_{section}__{field}".upper()
+    return environment.section_overrides(name, model.model_fields)
 
 
 def _naming(path: str | Path, message: str) -> str:
