@@ -167,7 +167,7 @@ MESSAGES = st.one_of(
 )
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(MESSAGES, min_size=1, max_size=6), st.lists(TOOLS, max_size=3))
 def test_a_whole_request_is_bounded_with_its_framing(
     messages: list[Message], tools: list[Tool]
@@ -227,7 +227,7 @@ def render_turn(request: TurnRequest) -> str:
     return "\n".join(lines)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(turns())
 def test_a_whole_turn_with_parts_and_options_is_bounded(request: TurnRequest) -> None:
     fit = fit_turn(request, WIDE)
