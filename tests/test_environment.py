@@ -11,10 +11,10 @@ from typing import get_args
 
 import pytest
 
-from worker import environment
 from worker.cli.fleet import child_env
 from worker.cli.main import build_parser, main
 from worker.cli.parsing import LOG_LEVELS
+from worker.fleet import environment
 from worker.fleet.broker import _redis_from_env
 from worker.fleet.operator_config import redis_settings
 from worker.settings import ObservabilitySettings, RedisSettings, load_settings

@@ -15,10 +15,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("worker", "breakers", "budgets")
-FOUNDATION = {"worker.types", "worker.errors", "worker.settings", "worker.environment"}
+FOUNDATION = {"worker.types", "worker.errors", "worker.settings"}
 
 # What each room may import besides itself and the foundation (worker/types.py,
-# errors.py, settings.py, environment.py): surfaces on top, then fleet, turn, guard and adapters,
+# errors.py, settings.py): surfaces on top, then fleet, turn, guard and adapters,
 # observability at the bottom.
 MAY_IMPORT: dict[str, set[str]] = {
     "worker": {"worker.turn", "worker.guard", "worker.adapters"},  # the public surface

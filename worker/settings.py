@@ -700,7 +700,7 @@ class Settings(BaseSettings):
         env_prefix="RELEVO_",
         env_nested_delimiter="__",
         # An empty variable is an unset one, as everywhere relevo reads its environment
-        # (worker/environment.py).
+        # (worker/fleet/environment.py).
         env_ignore_empty=True,
         frozen=True,
         extra="forbid",

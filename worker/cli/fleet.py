@@ -19,7 +19,7 @@ from types import FrameType
 
 from worker.cli.common import EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
 from worker.cli.parsing import Commands, add_command, add_config_option, positive_int
-from worker.environment import CONFIG_VARIABLE, variable
+from worker.fleet.environment import CONFIG_VARIABLE, variable
 from worker.fleet.exporter import serve_fleet_metrics, serve_metrics
 from worker.fleet.operator_config import load_config
 from worker.fleet.startup import PARENT_ENV

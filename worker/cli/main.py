@@ -23,7 +23,6 @@ import textwrap
 from collections.abc import Callable, Sequence
 from importlib import metadata
 
-from worker import environment
 from worker.cli import (
     breakers,
     budgets,
@@ -60,6 +59,7 @@ from worker.cli.parsing import (
     add_config_option,
     exit_epilog,
 )
+from worker.fleet import environment
 from worker.fleet.operator_config import load_config
 from worker.settings import Settings
 from worker.turn.intake import checked_turn

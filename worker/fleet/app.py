@@ -19,8 +19,8 @@ import structlog
 from celery import Celery, Task
 from celery.signals import celeryd_init, worker_ready
 
-from worker import environment
 from worker.errors import ConfigError
+from worker.fleet import environment
 from worker.fleet.broker import TASK_NAME, celery_app
 from worker.fleet.enqueue import send_turn
 from worker.fleet.results import TurnResults

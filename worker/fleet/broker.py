@@ -15,7 +15,7 @@ from celery import Celery
 from kombu.transport import redis as kombu_redis
 from kombu.utils.json import dumps
 
-from worker import environment
+from worker.fleet import environment
 from worker.fleet.fairqueue import enqueue_sync
 from worker.fleet.results import result_backend
 from worker.observability import tracing

@@ -19,8 +19,8 @@ from pydantic import BaseModel, ValidationError
 import breakers
 import budgets
 from budgets.keys import check_namespace
-from worker import environment
 from worker.errors import ConfigError
+from worker.fleet import environment
 from worker.settings import RedisSettings, Settings, load_settings
 
 __all__ = ["OperatorConfig", "load_config", "operator_config", "redis_settings"]
