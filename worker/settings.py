@@ -37,6 +37,7 @@ from worker.errors import ConfigError
 
 __all__ = [
     "BreakerSettings",
+    "BrokerSettings",
     "BudgetSettings",
     "ChainSettings",
     "ConsoleSettings",
@@ -418,6 +419,20 @@ class RedisSettings(_Section):
         )
 
 
+class BrokerSettings(_Section):
+    """Celery's broker, when it is not the Redis at `[redis] url` (docs/deploy.md)."""
+
+    url: str | None = Field(default=None, pattern=r"^amqps?://")
+    """RabbitMQ (`amqp://user:password@host:5672/vhost`, `amqps://` for TLS): the fleet's
+    queue becomes a quorum queue, every publish waits for the broker's confirm. Unset: the
+    Redis at `[redis] url`. Results, the turn store and the fair queue stay in Redis."""
+
+    @property
+    def rabbitmq(self) -> bool:
+        """True when the broker is RabbitMQ."""
+        return self.url is not None
+
+
 _POLICY = breakers.Policy()
 _COOLDOWNS = breakers.CooldownPolicy()
 
@@ -718,6 +733,7 @@ class Settings(BaseSettings):
     retry: RetrySettings = RetrySettings()
     degradation: DegradationSettings = DegradationSettings()
     redis: RedisSettings = RedisSettings()
+    broker: BrokerSettings = BrokerSettings()
     breakers: BreakerSettings = BreakerSettings()
     budgets: BudgetSettings = BudgetSettings()
     worker: WorkerSettings = WorkerSettings()

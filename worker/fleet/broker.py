@@ -1,4 +1,4 @@
-"""The fleet's Celery app as Redis sees it: broker transport, result backend, settings.
+"""The fleet's Celery app: broker transport (Redis, or RabbitMQ), result backend, settings.
 
 `celery_app(settings)` is an app with no task of its own: enough to publish a turn by
 its task's name (`worker.fleet.enqueue`). `worker.fleet.app.make_app` adds the task and
@@ -7,6 +7,8 @@ what a worker does as it starts. Producers and workers configure the app here, o
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -16,10 +18,11 @@ from kombu.transport import redis as kombu_redis
 from kombu.utils.json import dumps
 
 from worker.fleet import environment
-from worker.fleet.fairqueue import enqueue_sync
+from worker.fleet.fairqueue import DEADLINE_HEADER, TENANT_HEADER, TOKENS_HEADER, enqueue_sync
+from worker.fleet.rabbitmq import rabbitmq_conf
 from worker.fleet.results import result_backend
 from worker.observability import tracing
-from worker.settings import FairnessSettings, RedisSettings, Settings
+from worker.settings import BrokerSettings, FairnessSettings, RedisSettings, Settings
 
 __all__ = [
     "DEADLINE_HEADER",
@@ -28,21 +31,19 @@ __all__ = [
     "TENANT_HEADER",
     "TOKENS_HEADER",
     "celery_app",
+    "store_client",
 ]
 
 # The one task every turn is published to (`worker.fleet.app.RunTurn`).
 TASK_NAME = "relevo.run_turn"
-# What the fair queue needs of a turn, in its message's headers (`send_turn`); a message
-# without them (an older producer's) goes straight to the broker's queue.
-TENANT_HEADER = "relevo_tenant"
-DEADLINE_HEADER = "relevo_queue_deadline_ms"
-TOKENS_HEADER = "relevo_input_tokens"
 # The broker transport options that turn the fair queue on, and name the fleet's queue.
 FAIR_NAMESPACE = "relevo_fair_namespace"
 FAIR_QUEUE = "relevo_fair_queue"
 # A producer gives up on a broker that does not answer within this, or the store's own
 # timeout if longer (kombu's default: 6 s of retries, then the caller's traceback).
 SEND_TIMEOUT_S = 2.0
+# How long a cold shutdown waits for the turns under way (docs/deploy.md, "Shutting down").
+SOFT_SHUTDOWN_S = 10.0
 # After a failed publish or result read: two quick tries more, not Celery's defaults
 # (the result store's retries alone last about 20 s).
 _QUICK_RETRY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
@@ -51,29 +52,32 @@ _QUICK_RETRY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "in
 def celery_app(settings: Settings | None = None) -> Celery:
     """A Celery app on the fleet `settings` describe (or the environment), with no task."""
     redis = settings.redis if settings else _redis_from_env()
-    app = Celery("relevo", broker=redis.url, backend=redis.url, set_as_current=False)
+    broker = settings.broker if settings else _broker_from_env()
+    broker_url = broker.url or redis.url
+    app = Celery("relevo", broker=broker_url, backend=redis.url, set_as_current=False)
     app.backend_cls = result_backend(redis.url)
-    visibility_s = settings.visibility_timeout_s if settings else 2 * 3600 + 60
-    restore_s = settings.worker.restore_interval_s if settings else 10.0
-    transport: dict[str, Any] = {
-        "visibility_timeout": visibility_s,
-        "unacked_restore_interval": restore_s,
-        "unacked_restore_throttle": 1,
-    }
     queue = settings.worker.queue if settings else "relevo"
     fairness = settings.fairness if settings else FairnessSettings()
-    if fairness.enabled:
-        # The channel queues this app's turns for their tenants (`_Channel._put`).
-        transport[FAIR_NAMESPACE] = redis.namespace
-        transport[FAIR_QUEUE] = queue
     send_timeout_s = max(redis.timeout_s, SEND_TIMEOUT_S)
-    # Without a read timeout, a publish to a broker that hangs (or vanished without closing
-    # the connection) waits for ever.
-    transport["socket_connect_timeout"] = transport["socket_timeout"] = send_timeout_s
     results: dict[str, Any] = {"retry_policy": _QUICK_RETRY}
     if redis.sentinel_master is not None:
-        # Celery reads the same sentinel:// URL; the primary's name comes apart.
-        transport["master_name"] = results["master_name"] = redis.sentinel_master
+        results["master_name"] = redis.sentinel_master
+    if broker.url is not None:
+        fair_namespace = redis.namespace if fairness.enabled else None
+        app.conf.update(
+            rabbitmq_conf(
+                app,
+                broker.url,
+                queue,
+                fair_namespace=fair_namespace,
+                send_timeout_s=send_timeout_s,
+            )
+        )
+    else:
+        app.conf.update(
+            broker_transport_options=_redis_transport(settings, redis, queue, send_timeout_s),
+            broker_transport=_broker_transport(redis.url),
+        )
     app.conf.update(
         # JSON only: with pickle, anyone who can write to the broker runs code on workers.
         task_serializer="json",
@@ -83,16 +87,20 @@ def celery_app(settings: Settings | None = None) -> Celery:
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
-        broker_transport_options=transport,
+        # A lost broker connection leaves the turns running: each saves its result, and the
+        # delivery the broker hands out again finds it (docs/deploy.md, "Shutting down").
+        worker_cancel_long_running_tasks_on_connection_loss=False,
+        # A cold shutdown (a second Ctrl-C, SIGQUIT) lets the turns about to end save their
+        # results first: a turn cut short runs again, its provider calls paid twice.
+        worker_soft_shutdown_timeout=SOFT_SHUTDOWN_S,
         result_backend_transport_options=results,
         task_publish_retry_policy=_QUICK_RETRY,
+        task_default_queue=queue,
         # The result store's client too (Celery's default read timeout: 120 s).
         redis_socket_connect_timeout=send_timeout_s,
         redis_socket_timeout=send_timeout_s,
         broker_connection_retry_on_startup=True,
-        broker_transport=_broker_transport(redis.url),
         result_expires=settings.worker.result_ttl_s if settings else 86_400,
-        task_default_queue=queue,
         worker_hijack_root_logger=False,
         worker_send_task_events=False,
         # Where `send_turn` records the turns it sends (`TurnKeys.sent`), and how long.
@@ -104,6 +112,43 @@ def celery_app(settings: Settings | None = None) -> Celery:
     if settings is not None and tracing.configure_tracing(settings.observability):
         tracing.trace_celery(TASK_NAME)
     return app
+
+
+def _redis_transport(
+    settings: Settings | None, redis: RedisSettings, queue: str, send_timeout_s: float
+) -> dict[str, Any]:
+    """kombu's Redis transport options: redelivery after the visibility timeout, the fair
+    queue, timeouts."""
+    visibility_s = settings.visibility_timeout_s if settings else 2 * 3600 + 60
+    restore_s = settings.worker.restore_interval_s if settings else 10.0
+    transport: dict[str, Any] = {
+        "visibility_timeout": visibility_s,
+        "unacked_restore_interval": restore_s,
+        "unacked_restore_throttle": 1,
+    }
+    fairness = settings.fairness if settings else FairnessSettings()
+    if fairness.enabled:
+        # The channel queues this app's turns for their tenants (`_Channel._put`).
+        transport[FAIR_NAMESPACE] = redis.namespace
+        transport[FAIR_QUEUE] = queue
+    # Without a read timeout, a publish to a broker that hangs (or vanished without closing
+    # the connection) waits for ever.
+    transport["socket_connect_timeout"] = transport["socket_timeout"] = send_timeout_s
+    if redis.sentinel_master is not None:
+        # Celery reads the same sentinel:// URL; the primary's name comes apart.
+        transport["master_name"] = redis.sentinel_master
+    return transport
+
+
+@contextmanager
+def store_client(app: Celery, channel: Any) -> Iterator[Any]:
+    """A blocking client on the fleet's Redis: the broker channel's own when the broker is
+    Redis (one server, the connection the publish then uses), else the result store's."""
+    if isinstance(channel, kombu_redis.Channel):
+        with channel.conn_or_acquire() as client:
+            yield client
+    else:
+        yield app.backend.client
 
 
 class _Channel(kombu_redis.Channel):
@@ -185,6 +230,10 @@ _TRANSPORTS: dict[str, type[kombu_redis.Transport]] = {
 def _broker_transport(url: str) -> type[kombu_redis.Transport] | None:
     """kombu's Redis transport with our channel, for the URLs that transport serves."""
     return _TRANSPORTS.get(urlsplit(url).scheme)
+
+
+def _broker_from_env() -> BrokerSettings:
+    return BrokerSettings.model_validate(environment.section_overrides("broker", ("url",)))
 
 
 def _redis_from_env() -> RedisSettings:

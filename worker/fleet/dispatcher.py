@@ -8,7 +8,9 @@ back), until the first parked tenant's wait is over, or `[fairness] interval_s` 
 (a safety net: leases a dead worker left run out on it). While the kill switch is on, the
 rounds drain: every queued turn goes on to the workers, limits unchecked, and each worker
 rejects and holds it as it always has (`relevo replay-held`). A turn found past its queue
-deadline is concluded here: `failed`, reason `queue_deadline`.
+deadline is concluded here: `failed`, reason `queue_deadline`. With RabbitMQ as the broker
+a round moves turns to the outbox in Redis, and the dispatcher publishes them on
+(`worker.fleet.rabbitmq`), counting the turns ready in RabbitMQ against the queue depth.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import structlog
 from breakers import KillSwitchState
 from worker.errors import STORE_DOWN
 from worker.fleet.fairqueue import DispatchRound, FairQueue
+from worker.fleet.rabbitmq import RabbitQueue
 from worker.fleet.turnstore import TurnStore
 from worker.observability.metrics import TurnMetrics
 from worker.settings import FairnessSettings
@@ -51,14 +54,17 @@ class Dispatcher:
         killed: Callable[[], Awaitable[KillSwitchState | None]],
         primary_model: str,
         metrics: TurnMetrics | None = None,
+        rabbit: RabbitQueue | None = None,
     ) -> None:
-        """`killed`: the kill switch as this process sees it (None: off)."""
+        """`killed`: the kill switch as this process sees it (None: off); `rabbit`: the
+        broker's queue when it is RabbitMQ (the fair queue's `queue` is then the outbox)."""
         self.fair = fair
         self.store = store
         self.settings = settings
         self.killed = killed
         self.primary_model = primary_model
         self.metrics = metrics
+        self.rabbit = rabbit
         self._held_logged: dict[tuple[str, str], float] = {}
         self._rounds = 0
         self._was_killed = False
@@ -92,9 +98,13 @@ class Dispatcher:
             log.warning("dispatch.draining_for_kill_switch", reason=kill.reason)
         self._was_killed = kill is not None
         self._rounds += 1
-        done = await self.fair.dispatch(
-            most=self.settings.batch, depth=self.settings.queue_depth, drain=kill is not None
-        )
+        depth = self.settings.queue_depth
+        if self.rabbit is not None:
+            depth -= await self.rabbit.ready()
+        most = self.settings.batch
+        done = await self.fair.dispatch(most=most, depth=depth, drain=kill is not None)
+        if self.rabbit is not None:
+            await self.rabbit.forward(self.fair.redis, self.fair.queue, most)
         self._observe(done)
         if done.expired or self._rounds % _EXPIRED_EVERY == 0:
             await self.conclude_expired()

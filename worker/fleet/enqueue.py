@@ -31,7 +31,6 @@ from typing import Any
 
 from celery import Celery
 from celery.result import AsyncResult
-from kombu.transport import redis as kombu_redis
 from pydantic import TypeAdapter, ValidationError
 from redis.asyncio import Redis
 
@@ -42,6 +41,7 @@ from worker.fleet.broker import (
     TENANT_HEADER,
     TOKENS_HEADER,
     celery_app,
+    store_client,
 )
 from worker.fleet.errors import fleet_errors
 from worker.fleet.handles import AsyncTurnHandle, TurnHandle
@@ -63,9 +63,10 @@ def send_turn(app: Celery, turn: TurnRequest, *, ignore_result: bool = False) ->
     """Record the turn as sent, then publish it through Celery's `send_task` (its publish
     signals fire).
 
-    The record (`TurnKeys.sent`, `TurnKeys.payloads`) is written first, on the broker
-    connection the publish then uses: a turn the broker loses afterwards is re-sent by
-    the workers' sweeper (`worker.fleet.sweeper`) instead of vanishing.
+    The record (`TurnKeys.sent`, `TurnKeys.payloads`) is written first, in the fleet's
+    Redis (on the broker connection the publish then uses, when Redis is the broker): a
+    turn the broker loses afterwards is re-sent by the workers' sweeper
+    (`worker.fleet.sweeper`) instead of vanishing.
     `ignore_result`: Celery neither stores the task's return value nor subscribes this
     process to it; the turn store still holds the result (what `Producer` reads).
     `FleetUnavailable` if the broker does not answer within `broker.SEND_TIMEOUT_S` (or the
@@ -77,10 +78,8 @@ def send_turn(app: Celery, turn: TurnRequest, *, ignore_result: bool = False) ->
         producer.connection.ensure_connection(
             max_retries=1, interval_start=0, timeout=app.conf.relevo_send_timeout_s
         )
-        channel = producer.channel
-        if isinstance(channel, kombu_redis.Channel):
-            with channel.conn_or_acquire() as client:
-                _record_sent(client, app, turn.turn_id, json.dumps(payload))
+        with store_client(app, producer.channel) as client:
+            _record_sent(client, app, turn.turn_id, json.dumps(payload))
         return app.send_task(
             TASK_NAME,
             args=[payload],

@@ -42,9 +42,24 @@ from breakers.rediskit import LuaScripts, hash_tag, text
 from budgets.shares import Share, Shares
 from worker.fleet.turnstore import TurnKeys
 
-__all__ = ["SCRIPTS", "DispatchRound", "FairKeys", "FairQueue", "TenantLoad", "enqueue_sync"]
+__all__ = [
+    "DEADLINE_HEADER",
+    "SCRIPTS",
+    "TENANT_HEADER",
+    "TOKENS_HEADER",
+    "DispatchRound",
+    "FairKeys",
+    "FairQueue",
+    "TenantLoad",
+    "enqueue_sync",
+]
 
 SCRIPTS = LuaScripts("worker.fleet")
+# What the fair queue needs of a turn, in its message's headers (`send_turn`); a message
+# without them (an older producer's) goes straight to the broker's queue.
+TENANT_HEADER = "relevo_tenant"
+DEADLINE_HEADER = "relevo_queue_deadline_ms"
+TOKENS_HEADER = "relevo_input_tokens"
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ from worker.errors import STORE_DOWN, InputError
 from worker.fleet.dispatcher import Dispatcher
 from worker.fleet.fairqueue import FairQueue
 from worker.fleet.heartbeat import BEAT_EVERY_S, Heartbeat, beat
+from worker.fleet.rabbitmq import RabbitQueue, outbox_key
 from worker.fleet.sweeper import Sweeper
 from worker.fleet.turnstore import TurnStore
 from worker.guard.autopipeline import AutoPipeline
@@ -144,10 +145,13 @@ class TurnRunner:
         self._client: httpx.AsyncClient | None = None
         self._sweeping: concurrent.futures.Future[None] | None = None
         self._dispatching: concurrent.futures.Future[None] | None = None
+        rabbit = settings.broker.url
+        self.rabbit = None if rabbit is None else RabbitQueue(rabbit, settings.worker.queue)
         self.fair = FairQueue(
             self.store.redis,
             namespace=settings.redis.namespace,
-            queue=settings.worker.queue,
+            # With RabbitMQ, dispatch moves turns to the outbox, where the dispatcher takes them.
+            queue=settings.worker.queue if rabbit is None else outbox_key(settings.redis.namespace),
             default=settings.fairness.default_share(),
             # A dead worker's lease runs out once its turn could no longer be running.
             lease_s=settings.turn_deadline_s + 2 * _MARGIN_S + settings.worker.restore_interval_s,
@@ -221,6 +225,7 @@ class TurnRunner:
             killed=self._kill_switch,
             primary_model=self.settings.chain.models[0],
             metrics=self.metrics,
+            rabbit=self.rabbit,
         )
         self._dispatching = asyncio.run_coroutine_threadsafe(
             dispatcher.run_forever(), self.loop.loop
@@ -248,6 +253,8 @@ class TurnRunner:
         if self._client is not None:
             await self._client.aclose()
         await self.fair.blocking.aclose()
+        if self.rabbit is not None:
+            await asyncio.to_thread(self.rabbit.close)
         await self.guard.aclose()
         if self.store.redis is not self.guard.redis:
             await self.store.pipes.redis.aclose()
