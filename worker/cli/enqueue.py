@@ -108,4 +108,8 @@ def _unavailable(where: RedisSettings, hint: str = "") -> Iterator[None]:
     try:
         yield
     except FleetUnavailable as exc:
+        if exc.rabbitmq:
+            fix = "the user and password in" if exc.refused else "--config or"
+            message = f"{exc}; check {fix} [broker] url (RELEVO_BROKER__URL){hint}"
+            raise OperatorError(message, EXIT_UNAVAILABLE) from None
         raise redis_trouble(where, exc, hint) from None

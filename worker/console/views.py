@@ -25,8 +25,14 @@ from worker.fleet.audit import AuditEntry, AuditTrail
 from worker.fleet.fairqueue import FairQueue, TenantLoad
 from worker.fleet.heartbeat import Heartbeat, Node, nodes, read_heartbeats
 from worker.fleet.operations import OperatorFleet, budget_reports
+from worker.fleet.rabbitmq import queue_depth
 from worker.fleet.turnstore import TurnKeys
-from worker.settings import FairnessSettings, ObservabilitySettings, WorkerSettings
+from worker.settings import (
+    BrokerSettings,
+    FairnessSettings,
+    ObservabilitySettings,
+    WorkerSettings,
+)
 from worker.types import Status, TurnResult
 
 __all__ = [
@@ -114,7 +120,10 @@ def _worker(fleet: OperatorFleet) -> WorkerSettings:
     return fleet.config.section("worker", WorkerSettings)
 
 
-async def _queued(client: Redis, queue: str) -> int | None:
+async def _queued(fleet: OperatorFleet, client: Redis, queue: str) -> int | None:
+    broker = fleet.config.section("broker", BrokerSettings)
+    if broker.url is not None:
+        return await queue_depth(broker.url, queue)
     # A viewer user made before the queue was readable to it: the page says so.
     try:
         return int(await client.llen(queue))
@@ -149,7 +158,7 @@ async def fleet_view(fleet: OperatorFleet, client: Redis) -> FleetView:
             read_recent(client, _keys(fleet), _worker(fleet).result_ttl_s),
             AuditTrail(client, namespace=namespace).latest(),
         ),
-        asyncio.gather(read_heartbeats(client, _keys(fleet)), _queued(client, queue)),
+        asyncio.gather(read_heartbeats(client, _keys(fleet)), _queued(fleet, client, queue)),
     )
     kept, recent = recent, recent.since(int((time.time() - watch.fallback_window_s) * 1000))
     finished = [r for r in recent.results if r.step is not None]

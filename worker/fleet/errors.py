@@ -1,13 +1,13 @@
 """What sending a turn and reading what became of it raise (beside `InputError`).
 
     RelevoError (worker.errors)
-    ├── FleetUnavailable    the fleet's Redis (broker or turn store) did not answer, or
-    │                       refused this client; names which one
+    ├── FleetUnavailable    the fleet's Redis (broker or turn store) or its RabbitMQ broker
+    │                       did not answer, or refused this client; names which one
     ├── TurnTimeout         no result (or no end of its stream) in time; also a TimeoutError
     └── StreamRestarted     the turn runs again: the text read so far is void
 
-`fleet_errors` is the one place where kombu's, Celery's and redis-py's failures of the
-fleet's Redis become `FleetUnavailable`, for every producer call.
+`fleet_errors` is the one place where kombu's, Celery's, py-amqp's and redis-py's failures
+of the fleet's Redis or broker become `FleetUnavailable`, for every producer call.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from amqp.exceptions import AccessRefused
 from kombu.exceptions import OperationalError
 from redis.asyncio import Redis
 
@@ -32,7 +33,8 @@ __all__ = [
 
 
 class FleetUnavailable(RelevoError):
-    """The fleet's Redis at `url` did not answer, or refused this client (`refused`).
+    """The fleet's Redis (or RabbitMQ, `rabbitmq`) at `url` did not answer, or refused this
+    client (`refused`).
 
     A turn being sent may or may not have gone out: sending it again with the same turn
     id is safe, the fleet runs a turn id once.
@@ -41,8 +43,10 @@ class FleetUnavailable(RelevoError):
     def __init__(self, url: str, error: BaseException) -> None:
         self.url = url
         self.refused = _refused(error)
+        self.rabbitmq = url.startswith("amqp")
         what = "refused this client" if self.refused else "did not answer"
-        super().__init__(f"the fleet's Redis at {url} {what} ({type(error).__name__})")
+        server = "RabbitMQ" if self.rabbitmq else "Redis"
+        super().__init__(f"the fleet's {server} at {url} {what} ({type(error).__name__})")
 
 
 class TurnTimeout(RelevoError, TimeoutError):
@@ -110,7 +114,7 @@ def _from_store(exc: BaseException) -> bool:
 
 def _refused(exc: BaseException | None) -> bool:
     while exc is not None:
-        if isinstance(exc, STORE_REFUSED):
+        if isinstance(exc, (*STORE_REFUSED, AccessRefused)):
             return True
         exc = exc.__cause__
     return False

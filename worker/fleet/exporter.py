@@ -22,12 +22,14 @@ import structlog
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
+from redis.asyncio import Redis
 
 import breakers
 import budgets
 from worker.errors import STORE_DOWN
 from worker.fleet.fairqueue import FairQueue, TenantLoad
 from worker.fleet.operations import budget_reports
+from worker.fleet.rabbitmq import queue_depth
 from worker.guard.stores import breaker_store, budget_ledger
 from worker.observability.metrics import (
     BREAKER_STATE,
@@ -64,7 +66,7 @@ class _Fleet:
     kill_switch: bool
     budgets: list[budgets.BudgetReport]
     held: int
-    queued: int
+    queued: int | None
     loads: list[TenantLoad]
 
 
@@ -98,8 +100,9 @@ class FleetCollector:
         queue = GaugeMetricFamily(
             QUEUE_DEPTH, "Turns waiting in the broker's queue", labels=["queue"]
         )
-        queue.add_metric([self.settings.worker.queue], fleet.queued)
-        yield queue
+        if fleet.queued is not None:
+            queue.add_metric([self.settings.worker.queue], fleet.queued)
+            yield queue
         yield from _budget_families(fleet.budgets)
         queued = GaugeMetricFamily(
             TENANT_QUEUED, "Turns waiting in the fair queue", labels=["tenant"]
@@ -125,12 +128,21 @@ class FleetCollector:
                 killed = await breakers.KillSwitch(client, namespace=where.namespace).status()
                 reports = await budget_reports(budget_ledger(self.settings, client))
                 held = await breakers.HeldTurns(client, namespace=where.namespace).count()
-                queued = await broker.llen(self.settings.worker.queue)
+                queued = await _queue_depth(self.settings, broker)
                 loads = await FairQueue(broker, namespace=where.namespace).load()
         finally:
             await client.aclose()
             await broker.aclose()
-        return _Fleet(report.scopes, killed is not None, reports, held, int(queued), loads)
+        return _Fleet(report.scopes, killed is not None, reports, held, queued, loads)
+
+
+async def _queue_depth(settings: Settings, broker: Redis) -> int | None:
+    """Turns waiting in the broker's queue: the Redis list's length, or RabbitMQ's count
+    (None: RabbitMQ did not answer, and the gauge is left out)."""
+    queue = settings.worker.queue
+    if settings.broker.url is None:
+        return int(await broker.llen(queue))
+    return await queue_depth(settings.broker.url, queue)
 
 
 def _budget_families(reports: list[budgets.BudgetReport]) -> Iterator[Metric]:

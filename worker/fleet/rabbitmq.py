@@ -43,7 +43,7 @@ from worker.fleet.fairqueue import (
     enqueue_sync,
 )
 
-__all__ = ["RabbitQueue", "outbox_key", "rabbitmq_conf"]
+__all__ = ["BROKER_DOWN", "RabbitQueue", "outbox_key", "queue_depth", "rabbitmq_conf"]
 
 log = structlog.get_logger("relevo.rabbitmq")
 # What can go wrong between here and RabbitMQ: the socket, the protocol, a confirm not come.
@@ -263,10 +263,14 @@ class RabbitQueue:
             connection.release()  # type: ignore[no-untyped-call]
 
 
-async def queue_depth(url: str, queue: str, *, timeout_s: float = 2.0) -> int:
-    """How many turns wait in the fleet's queue on the RabbitMQ at `url` (one connection)."""
+async def queue_depth(url: str, queue: str, *, timeout_s: float = 2.0) -> int | None:
+    """How many turns wait in the fleet's queue on the RabbitMQ at `url`, on a connection of
+    its own; None when the broker does not answer or refuses this client."""
     rabbit = RabbitQueue(url, queue, timeout_s=timeout_s)
     try:
-        return await rabbit.ready()
+        return await asyncio.to_thread(rabbit.ready_sync)
+    except BROKER_DOWN as exc:
+        log.warning("broker.queue_unreadable", error=type(exc).__name__)
+        return None
     finally:
         await asyncio.to_thread(rabbit.close)

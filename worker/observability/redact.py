@@ -181,8 +181,8 @@ def _placeholder(key: str) -> str | None:
 
 def provider_secrets(settings: Settings) -> list[str]:
     """The API keys of every configured provider that has one where the config says, and
-    the egress proxy's password."""
+    the egress proxy's and the RabbitMQ broker's passwords."""
     keys = [provider.api_key() for provider in settings.providers.values()]
-    if settings.http.proxy_url is not None:
-        keys.append(urlsplit(settings.http.proxy_url).password)
+    urls = (settings.http.proxy_url, settings.broker.url)
+    keys.extend(urlsplit(url).password for url in urls if url is not None)
     return [key for key in keys if key]
