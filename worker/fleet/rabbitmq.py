@@ -32,6 +32,7 @@ import structlog
 from celery import Celery
 from kombu.connection import Connection
 from kombu.entity import Exchange, Queue
+from kombu.exceptions import OperationalError
 from kombu.transport import pyamqp
 from redis.asyncio import Redis
 
@@ -49,6 +50,7 @@ log = structlog.get_logger("relevo.rabbitmq")
 # What can go wrong between here and RabbitMQ: the socket, the protocol, a confirm not come.
 BROKER_DOWN: tuple[type[BaseException], ...] = (
     OSError,
+    OperationalError,
     amqp.exceptions.AMQPError,
     *pyamqp.Transport.connection_errors,
     *pyamqp.Transport.channel_errors,
@@ -251,9 +253,13 @@ class RabbitQueue:
         raws: list[bytes | str] | None = await redis.rpop(outbox, most)  # type: ignore[assignment]
         if not raws:
             return 0
-        sent = await asyncio.to_thread(self.publish_sync, raws)
-        if sent < len(raws):
-            await redis.rpush(outbox, *reversed(raws[sent:]))
+        sent = 0
+        try:
+            sent = await asyncio.to_thread(self.publish_sync, raws)
+        finally:
+            # Whatever went wrong, the turns not published are not dropped here.
+            if sent < len(raws):
+                await redis.rpush(outbox, *reversed(raws[sent:]))
         return sent
 
     def close(self) -> None:
