@@ -1,8 +1,9 @@
-"""Chaos: four faults of the store and of a worker, against real processes, and what each cost.
+"""Chaos: faults of the store, the broker and a worker, against real processes, and what each cost.
 
 Each fault gets a fresh rig: a private `redis-server` (no persistence) on a free port,
 `relevo simulate` (the primary answers after `--latency-s`, so turns are in flight when the
-fault lands), and two `relevo worker` nodes (1 process x 50 threads each, `rejoin_check_s`
+fault lands), and two `relevo worker` nodes (1 process x 50 threads each; rabbitmq_restart:
+one node of 2 processes, as two nodes on one host would share Celery node names; `rejoin_check_s`
 1, `visibility_timeout_s` 30) whose JSON logs are kept in a temporary directory. The
 configuration is examples/simulated.toml pointed at them. This process enqueues turns
 (examples/turn.json, tenant acme, a fresh turn id each) at `--rate` per second for
@@ -18,16 +19,25 @@ the producer stops, every turn enqueued is waited for (at most `--drain-s`).
   enqueue completed after the kill are waited for: the old server took the rest with it.
 - worker_kill: one `relevo worker` parent killed alone (SIGKILL). Its Celery child should
   end within 10 s (PR_SET_PDEATHSIG), and every turn should still be answered.
+- redis_restart: the broker restarted when it is Redis (the default): redis-server, with
+  its append-only file (`appendfsync everysec`, as deploy/redis/redis.conf), stopped with
+  SIGTERM (it writes the file and exits) and started again on it after 1 s. Redis is the
+  store too: results, breakers and budgets go away with it for that time.
+- rabbitmq_restart: the broker restarted when it is RabbitMQ: the rig gets a private
+  RabbitMQ node (tests/rabbitkit.py; needs root and rabbitmq-server) and `[broker] url`;
+  `rabbitmqctl stop_app`, 1 s, `start_app`. Redis stays up.
 
 Per fault (`<fault>_<figure>`): turns enqueued, answered (ok or degraded), retrievable (a
 stored result), lost (enqueued - retrievable); the simulator's provider calls beside the
 turns answered; the spend the ledger recorded (acme, today) beside the sum of the stored
-results' cost_micros; the kill switch after the fault; and, from the workers' logs, each
+results' cost_micros; the kill switch after the fault; and, from the workers' logs, the
+turns the sweeper sent again (`turn.resent`: the turn record at work) and each
 `breakers.fleet_view_rejoined`: its `lost_s`, and how long after the fault's end it came.
 
     .venv/bin/python bench/chaos.py            # ~2 min: 20 s of turns per fault
     .venv/bin/python bench/chaos.py --quick    # ~70 s: 10 s of turns per fault
     .venv/bin/python bench/chaos.py --faults debug_sleep,worker_kill --keep
+    .venv/bin/python bench/chaos.py --faults redis_restart,rabbitmq_restart   # both brokers
 
 Output: `FIGURE <name> <value> <unit>` lines on stdout; progress on stderr. Only 127.0.0.1
 is spoken to; the simulated providers need no API key, and none is printed.
@@ -57,6 +67,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # tests.rabbitkit
 
 import kit
 import redis as redis_sync
@@ -64,14 +75,23 @@ from redis.asyncio import Redis
 
 import breakers
 import budgets
+from tests.rabbitkit import PrivateRabbit, private_rabbit_missing
 from worker.fleet import TurnStore, enqueue_turn, make_app
+from worker.fleet.rabbitmq import RabbitQueue
 from worker.settings import Settings, load_settings
 from worker.simulator import Fault, SimulatorClient
 from worker.types import Status, TurnResult
 
 T = TypeVar("T")
 
-FAULTS = ("debug_sleep", "redis_sigstop", "empty_restart", "worker_kill")
+FAULTS = (
+    "debug_sleep",
+    "redis_sigstop",
+    "empty_restart",
+    "worker_kill",
+    "redis_restart",
+    "rabbitmq_restart",
+)
 TENANT = "acme"
 PRIMARY = "claude-sim"  # the simulator's model id of the chain's primary
 RELEVO = str(Path(sys.executable).with_name("relevo"))
@@ -153,7 +173,9 @@ def wait_for(check: Callable[[], bool], what: str, timeout_s: float = 60.0) -> N
 # --- the rig -----------------------------------------------------------------------------------
 
 
-def _config(sim_url: str, redis_port: int, namespace: str) -> str:
+def _config(
+    sim_url: str, redis_port: int, namespace: str, broker_url: str | None, processes: int
+) -> str:
     base = (kit.ROOT / "examples" / "simulated.toml").read_text()
     if EXAMPLE_SIM not in base:
         raise SystemExit(f"examples/simulated.toml no longer points at {EXAMPLE_SIM}")
@@ -161,6 +183,7 @@ def _config(sim_url: str, redis_port: int, namespace: str) -> str:
         raise SystemExit("examples/simulated.toml no longer sets turn_deadline_s = 30")
     # The turns' own deadline (examples/turn.json), under the visibility timeout of 30 s.
     base = base.replace("\nturn_deadline_s = 30\n", "\nturn_deadline_s = 20\n")
+    broker = f'[broker]\nurl = "{broker_url}"\n' if broker_url else ""
     extra = f"""
 [redis]
 url = "redis://{kit.HOST}:{redis_port}/0"
@@ -169,11 +192,12 @@ rejoin_check_s = 1
 
 [worker]
 queue = "{namespace}"
-processes = 1
+processes = {processes}
 threads = 50
 visibility_timeout_s = 30
 restore_interval_s = 2
 
+{broker}
 [budgets]
 default_daily_usd = 1000
 default_monthly_usd = 10000
@@ -206,8 +230,9 @@ class Rig:
         self.redis_port, sim_port = kit.free_port(), kit.free_port()
         self.sim_url = f"http://{kit.HOST}:{sim_port}"
         self.config = self.dir / "chain.toml"
-        self.config.write_text(_config(self.sim_url, self.redis_port, self.namespace))
-        self.settings: Settings = load_settings(self.config)
+        # The broker's restart: Redis keeps its append-only file, or RabbitMQ is the broker.
+        self.persistent = fault == "redis_restart"
+        self.rabbit = PrivateRabbit() if fault == "rabbitmq_restart" else None
         self.latency_s = latency_s
         self.nodes: list[Node] = []
         self._stack = contextlib.ExitStack()
@@ -217,6 +242,15 @@ class Rig:
 
     def __enter__(self) -> Rig:
         try:
+            if self.rabbit is not None:
+                self._stack.enter_context(self.rabbit)
+            broker = None if self.rabbit is None else self.rabbit.url
+            # Celery's remote-control queue is exclusive on RabbitMQ: two nodes on one host
+            # would share node names (relevo-0@host), so one node runs both processes.
+            self.names, processes = (("a",), 2) if self.rabbit else (("a", "b"), 1)
+            config = _config(self.sim_url, self.redis_port, self.namespace, broker, processes)
+            self.config.write_text(config)
+            self.settings: Settings = load_settings(self.config)
             self.start_redis()
             sim = _spawn(self._sim_cmd, self.dir / "simulator.log")
             self._stack.callback(stop, sim)
@@ -224,9 +258,9 @@ class Rig:
             self._stack.callback(self.sim.close)
             wait_for(self.sim.healthy, "the simulator")
             self.sim.set_faults(PRIMARY, Fault(latency_s=self.latency_s))
-            for name in ("a", "b"):
+            for name in self.names:
                 self.nodes.append(self._start_node(name))
-            wait_for(lambda: self.consumers() >= len(self.nodes), "the workers' consumers")
+            wait_for(lambda: self.consumers() >= 2, "the workers' consumers")
             for node in self.nodes:
                 node.children = children_of(node.proc.pid)
         except BaseException:
@@ -248,7 +282,8 @@ class Rig:
             raise SystemExit("redis-server is not installed")
         cmd = [binary, "--port", str(self.redis_port), "--bind", kit.HOST, "--save", ""]
         # Its own directory: no dump.rdb of anyone else's is read at start.
-        cmd += ["--appendonly", "no", "--dir", str(self.dir), "--maxclients", "10000"]
+        aof = ["--appendonly", "yes", "--appendfsync", "everysec"] if self.persistent else []
+        cmd += ["--appendonly", "no", *aof, "--dir", str(self.dir), "--maxclients", "10000"]
         if _redis_major(binary) >= 7:
             cmd += ["--enable-debug-command", "local"]  # DEBUG is refused by default since 7
         self.redis = _spawn(cmd, self.dir / "redis.log")
@@ -260,7 +295,18 @@ class Rig:
         )
 
     def consumers(self) -> int:
-        """Connections waiting in BRPOP: one per Celery worker process that consumes."""
+        """Connections waiting in BRPOP (or RabbitMQ's consumers): one per Celery worker
+        process that consumes."""
+        if self.rabbit is not None:
+            from amqp.exceptions import NotFound
+            from kombu.connection import Connection
+
+            with Connection(self.rabbit.url) as connection:
+                try:
+                    declared = connection.channel().queue_declare(self.namespace, passive=True)
+                except NotFound:  # no worker has declared it yet
+                    return 0
+                return int(declared.consumer_count)
         with contextlib.closing(self.sync_redis()) as client:
             return sum(1 for c in client.client_list() if c.get("cmd") == "brpop")
 
@@ -470,11 +516,41 @@ def worker_kill(rig: Rig, producer: Producer, run: Run, args: argparse.Namespace
     kit.say(f"# {run.fault}: parent {node.proc.pid} killed; {left} of its children still alive")
 
 
+def redis_restart(rig: Rig, producer: Producer, run: Run, args: argparse.Namespace) -> None:
+    assert rig.redis is not None
+    producer.at(args.fault_at_s)
+    run.begin(rig)
+    rig.redis.terminate()  # SIGTERM: Redis writes its append-only file and exits
+    rig.redis.wait(timeout=30)
+    time.sleep(DOWN_S)
+    rig.start_redis()
+    run.end = time.time()
+    with contextlib.closing(rig.sync_redis()) as client:
+        run.figure("keys_after_restart", int(client.dbsize()), "keys")
+
+
+def rabbitmq_restart(rig: Rig, producer: Producer, run: Run, args: argparse.Namespace) -> None:
+    assert rig.rabbit is not None
+    producer.at(args.fault_at_s)
+    run.begin(rig)
+    try:
+        rig.rabbit.stop_app()
+        time.sleep(DOWN_S)
+    finally:
+        rig.rabbit.start_app()
+    run.end = time.time()
+    run.figure(
+        "ready_after_restart", RabbitQueue(rig.rabbit.url, rig.namespace).ready_sync(), "turns"
+    )
+
+
 INJECT: dict[str, Inject] = {
     "debug_sleep": debug_sleep,
     "redis_sigstop": redis_sigstop,
     "empty_restart": empty_restart,
     "worker_kill": worker_kill,
+    "redis_restart": redis_restart,
+    "rabbitmq_restart": rabbitmq_restart,
 }
 
 
@@ -638,6 +714,8 @@ def log_figures(rig: Rig, run: Run, fig: Figure) -> None:
         killed = rig.nodes[0].name
         finished = [e for e in completed if e["node"] == killed and _when(e) >= run.end]
         fig("killed_node_turns_finished_after_kill", len(finished), "turns")
+    resent = [e for e in events if e.get("event") == "turn.resent"]
+    fig("turns_resent_by_sweeper", len(resent), "turns")
     fig("worker_nodes_alive_at_end", sum(1 for n in rig.nodes if n.proc.poll() is None), "nodes")
     for node in rig.nodes:
         if node.proc.returncode is not None:
@@ -690,6 +768,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     unknown = set(args.faults) - set(FAULTS)
     if unknown:
         parser.error(f"unknown faults: {', '.join(sorted(unknown))}")
+    missing = private_rabbit_missing()
+    if "rabbitmq_restart" in args.faults and missing is not None:
+        parser.error(f"rabbitmq_restart: {missing}")
     if args.fault_at_s + max(STOP_S, args.hold_s + DOWN_S) + 1 >= args.duration_s:
         parser.error("--duration-s is too short for the faults to land and end inside it")
     return args
