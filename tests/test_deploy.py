@@ -41,7 +41,7 @@ from worker.fleet.enqueue import enqueue_turn
 from worker.fleet.operations import operator_fleet
 from worker.guard.redis_guard import open_guard
 from worker.observability.metrics import METRIC_NAMES
-from worker.settings import ObservabilitySettings, load_settings
+from worker.settings import BrokerSettings, ObservabilitySettings, load_settings
 from worker.simulator import Simulator
 from worker.types import Status
 
@@ -156,6 +156,7 @@ def test_deploy_holds_every_promised_file() -> None:
     assert {rel(p) for p in YAML_FILES} >= {
         "docker-compose.yml",
         "docker-compose.sentinel.yml",
+        "docker-compose.rabbitmq.yml",
         "prometheus/prometheus.yml",
         "prometheus/rules.yml",
         "kubernetes/worker.yaml",
@@ -333,6 +334,33 @@ def test_compose_workers_use_the_redis_password_and_the_chain() -> None:
     example = (DEPLOY / ".env.example").read_text()
     for var in (*key_vars, "REDIS_RELEVO_PASSWORD", "REDIS_PRODUCER_PASSWORD"):
         assert f"\n{var}=\n" in example
+
+
+def test_compose_rabbitmq_layer_points_every_celery_client_at_rabbitmq() -> None:
+    """The workers, the exporter (the queue's depth) and Flower use RabbitMQ's URL, with a
+    password compose refuses to start without; Redis stays the store."""
+    (doc,) = load_yaml("docker-compose.rabbitmq.yml")
+    services = doc["services"]
+    rabbit = services["rabbitmq"]
+    assert rabbit["image"].startswith("rabbitmq:3.")
+    assert ":?" in rabbit["environment"]["RABBITMQ_DEFAULT_PASS"]
+    assert "rabbitmq-data:/var/lib/rabbitmq" in rabbit["volumes"]
+    assert "rabbitmq-data" in doc["volumes"]
+    assert rabbit["healthcheck"]["test"][1] == "rabbitmq-diagnostics"
+    assert all(p.startswith("127.0.0.1:") for p in rabbit["ports"])
+    clients = {*worker_services(), "exporter"}
+    assert clients <= set(services)
+    for name in clients:
+        url = services[name]["environment"]["RELEVO_BROKER__URL"]
+        assert url.startswith("amqp://relevo:${RABBITMQ_RELEVO_PASSWORD:?")
+        assert url.endswith("@rabbitmq:5672//")
+        assert services[name]["depends_on"]["rabbitmq"]["condition"] == "service_healthy"
+        assert services[name]["depends_on"]["redis"]["condition"] == "service_healthy"
+        assert "RELEVO_REDIS__URL" in compose()[name]["environment"]  # the store stays
+        filled = url.replace("${RABBITMQ_RELEVO_PASSWORD:?set it in deploy/.env}", "pw")
+        assert BrokerSettings(url=filled).rabbitmq
+    assert services["flower"]["environment"]["CELERY_BROKER_URL"] == url
+    assert "\nRABBITMQ_RELEVO_PASSWORD=\n" in (DEPLOY / ".env.example").read_text()
 
 
 def test_prometheus_loads_the_rules_and_scrapes_every_worker() -> None:
