@@ -196,6 +196,7 @@ OPTIONAL_SECTIONS = (
     "retry",
     "degradation",
     "redis",
+    "broker",
     "worker",
     "breakers",
     "budgets",

@@ -361,13 +361,15 @@ class DegradationSettings(_Section):
 
 
 class RedisSettings(_Section):
-    """The shared store: breakers, cooldowns, kill switch, budgets (and Celery's broker)."""
+    """The shared store: breakers, cooldowns, kill switch, budgets, results (and Celery's
+    broker unless `[broker] url` is set)."""
 
     url: str = Field(
         default="redis://127.0.0.1:6379/0", pattern=r"^(redis|rediss|unix|sentinel)://"
     )
-    """The shared store, also Celery's broker and results: one server (`rediss://` and
-    `user:password@` work), or Sentinel's way, `sentinel://h1:26379;sentinel://h2:26379/0`."""
+    """The shared store, also Celery's results and, unless `[broker] url` is set, its
+    broker: one server (`rediss://` and `user:password@` work), or Sentinel's way,
+    `sentinel://h1:26379;sentinel://h2:26379/0`."""
     sentinel_master: Name | None = None
     """With a `sentinel://` URL: the primary's name the sentinels watch."""
     # Celery cannot use Cluster, hence a second URL.
@@ -565,8 +567,9 @@ class WorkerSettings(_Section):
     """Turns each process runs at once (Celery's threads pool, one event loop)."""
     # Longer than a turn can run, so a live turn is never handed out twice.
     visibility_timeout_s: float | None = Field(default=None, gt=0)
-    """A turn a dead worker held goes back to the queue after this long; unset, twice the
-    turn deadline plus a minute."""
+    """A turn a dead worker held goes back to the Redis broker's queue after this long
+    (RabbitMQ gives it back at once); unset, twice the turn deadline plus a minute. Also
+    how old a turn record is before the sweeper re-sends it."""
     restore_interval_s: float = Field(default=10.0, gt=0)
     """How often a worker looks for such turns."""
     sweep_interval_s: float = Field(default=30.0, gt=0)

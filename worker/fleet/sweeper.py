@@ -10,8 +10,11 @@ whatever it still holds) is dropped when the turn has a result, left alone while
 turn is claimed (running) or waits in the fair queue (`worker.fleet.fairqueue`: the
 dispatch step restarts its record's clock), and otherwise re-sent with the same turn id.
 A turn delivered twice runs once (the runner's claim and stored result), so re-sending
-a slow one is safe. One process sweeps at a time (a lock for one interval); records older
-than the result TTL are dropped.
+a slow one is safe. With RabbitMQ as the broker (`worker.fleet.rabbitmq`), a confirmed
+publish is not lost by the broker; the records still bring back a turn taken from the
+fair queue's outbox by a dispatcher that died before publishing it, and one whose
+publish failed after its record was written. One process sweeps at a time (a lock for
+one interval); records older than the result TTL are dropped.
 """
 
 from __future__ import annotations
