@@ -170,6 +170,23 @@ def _fresh(sim: Simulator) -> None:
     sim.reset()
 
 
+@pytest.fixture
+def own_config(
+    amqp_url: str, redis_url: str, sim: Simulator, tmp_path: Path, namespace: str
+) -> Iterator[Path]:
+    """A configuration on the machine's RabbitMQ with this test's own queue, deleted after."""
+    yield write_config(
+        tmp_path / "c.toml", sim=sim.url, redis_url=redis_url, broker=amqp_url, namespace=namespace
+    )
+    delete_queues(amqp_url, namespace)
+
+
+def fifo(config: Path) -> Settings:
+    """The configuration's settings with fair dispatch off: turns go straight to RabbitMQ."""
+    settings = load_settings(config, require_secrets=False)
+    return settings.model_copy(update={"fairness": FairnessSettings(enabled=False)})
+
+
 def request(tenant: str = "acme", deadline_s: float = 5, **fields: object) -> TurnRequest:
     return TurnRequest.model_validate(
         {
@@ -187,14 +204,10 @@ def relevo(*args: str) -> int:
 
 
 def test_the_fleets_queue_is_a_quorum_queue_and_publishes_are_confirmed(
-    amqp_url: str, redis_url: str, sim: Simulator, tmp_path: Path, namespace: str
+    amqp_url: str, own_config: Path, namespace: str
 ) -> None:
     """The app's settings, and what RabbitMQ holds once a turn is sent."""
-    config = write_config(
-        tmp_path / "c.toml", sim=sim.url, redis_url=redis_url, broker=amqp_url, namespace=namespace
-    )
-    settings = load_settings(config, require_secrets=False)
-    app = make_app(settings.model_copy(update={"fairness": FairnessSettings(enabled=False)}))
+    app = make_app(fifo(own_config))
     (queue,) = app.conf.task_queues
     assert (queue.name, queue.queue_arguments) == (namespace, {"x-queue-type": "quorum"})
     assert queue.exchange.type == "topic"  # native delayed delivery binds only topic exchanges
@@ -216,7 +229,6 @@ def test_the_fleets_queue_is_a_quorum_queue_and_publishes_are_confirmed(
                 )
     finally:
         app.close()
-        delete_queues(amqp_url, namespace)
 
 
 def test_a_broker_that_does_not_answer_names_rabbitmq_without_its_password(
@@ -291,15 +303,9 @@ def test_the_kill_switch_holds_turns_and_replay_held_answers_them(
     assert sim.calls() == 3
 
 
-def test_the_exporter_reads_the_queue_depth_from_rabbitmq(
-    amqp_url: str, redis_url: str, sim: Simulator, tmp_path: Path, namespace: str
-) -> None:
+def test_the_exporter_reads_the_queue_depth_from_rabbitmq(own_config: Path, namespace: str) -> None:
     """Turns sent to a queue no worker consumes: the gauge counts them on the broker."""
-    config = write_config(
-        tmp_path / "c.toml", sim=sim.url, redis_url=redis_url, broker=amqp_url, namespace=namespace
-    )
-    settings = load_settings(config, require_secrets=False)
-    settings = settings.model_copy(update={"fairness": FairnessSettings(enabled=False)})
+    settings = fifo(own_config)
     app = make_app(settings)
     try:
         for _ in range(3):
@@ -313,18 +319,14 @@ def test_the_exporter_reads_the_queue_depth_from_rabbitmq(
         assert depth == {(namespace,): 3}
     finally:
         app.close()
-        delete_queues(amqp_url, namespace)
 
 
 def test_a_turn_lost_between_the_outbox_and_rabbitmq_is_resent_by_the_sweeper(
-    amqp_url: str, redis_url: str, sim: Simulator, tmp_path: Path, namespace: str
+    own_config: Path, redis_url: str, sim: Simulator, tmp_path: Path, namespace: str
 ) -> None:
     """A dispatcher that took a turn from the outbox and died before publishing it: the
     turn's record is still there, and a worker's sweeper sends it again."""
-    config = write_config(
-        tmp_path / "c.toml", sim=sim.url, redis_url=redis_url, broker=amqp_url, namespace=namespace
-    )
-    fleet = Fleet(config, tmp_path / "workers.log")
+    fleet = Fleet(own_config, tmp_path / "workers.log")
     app = make_app(fleet.settings)
     try:
         handle = enqueue_turn(request(), app=app)
@@ -343,14 +345,14 @@ def test_a_turn_lost_between_the_outbox_and_rabbitmq_is_resent_by_the_sweeper(
         assert message is not None
         assert handle.turn_id.encode() in message  # the lost turn's message
         fleet.start("sweeper")
-        fleet.wait_consuming(amqp_url, 1)
+        assert fleet.settings.broker.url is not None
+        fleet.wait_consuming(fleet.settings.broker.url, 1)
         result = handle.get(timeout_s=DUE_S + 30)
         assert (result.status, result.turn_id) == (Status.OK, handle.turn_id)
         assert sim.calls() == 1
     finally:
         app.close()
         fleet.stop()
-        delete_queues(amqp_url, namespace)
 
 
 @pytest.mark.slow
@@ -377,8 +379,7 @@ def test_a_broker_restart_mid_run_loses_no_turn_and_answers_each_once(
         )
         # A busy machine's Redis answering past the default 0.25 s is not what this tests.
         fleet = Fleet(config, tmp_path / "workers.log", env={"RELEVO_REDIS__TIMEOUT_S": "2"})
-        direct = fleet.settings.model_copy(update={"fairness": FairnessSettings(enabled=False)})
-        senders = Senders([make_app(fleet.settings), make_app(direct)], lanes=4)
+        senders = Senders([make_app(fleet.settings), make_app(fifo(config))], lanes=4)
         try:
             fleet.start("a", threads=50)
             fleet.start("b", threads=50)
