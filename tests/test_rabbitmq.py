@@ -28,6 +28,7 @@ from redis.asyncio import Redis
 
 from tests.chainkit import KEY, worker_config
 from tests.conftest import skip_unless_ci
+from tests.netkit import free_port
 from tests.rabbitkit import PrivateRabbit, delete_queues, machine_url, private_rabbit_missing
 from worker.cli.main import main
 from worker.fleet import Producer
@@ -234,8 +235,6 @@ def test_the_fleets_queue_is_a_quorum_queue_and_publishes_are_confirmed(
 def test_a_broker_that_does_not_answer_names_rabbitmq_without_its_password(
     redis_url: str, sim: Simulator, tmp_path: Path, namespace: str
 ) -> None:
-    from tests.netkit import free_port
-
     url = f"amqp://guest:hunter2-not-here@127.0.0.1:{free_port()}//"
     config = write_config(
         tmp_path / "c.toml", sim=sim.url, redis_url=redis_url, broker=url, namespace=namespace
@@ -249,6 +248,25 @@ def test_a_broker_that_does_not_answer_names_rabbitmq_without_its_password(
     assert "hunter2" not in str(failed.value)
     assert failed.value.rabbitmq
     assert not failed.value.refused
+
+
+def test_a_redis_that_does_not_answer_is_named_not_the_broker(
+    amqp_url: str, sim: Simulator, tmp_path: Path, namespace: str
+) -> None:
+    """RabbitMQ answers, the Redis that keeps the turn's record does not: the error says so."""
+    redis_url = f"redis://127.0.0.1:{free_port()}/0"
+    config = write_config(
+        tmp_path / "c.toml", sim=sim.url, redis_url=redis_url, broker=amqp_url, namespace=namespace
+    )
+    app = make_app(load_settings(config, require_secrets=False))
+    try:
+        with pytest.raises(FleetUnavailable) as failed:
+            enqueue_turn(request(), app=app)
+    finally:
+        app.close()
+        delete_queues(amqp_url, namespace)
+    assert str(failed.value).startswith(f"the fleet's Redis at {redis_url} did not answer")
+    assert not failed.value.rabbitmq
 
 
 def test_turns_of_several_tenants_run_once_each_through_worker_processes(

@@ -18,6 +18,7 @@ from kombu.transport import redis as kombu_redis
 from kombu.utils.json import dumps
 
 from worker.fleet import environment
+from worker.fleet.errors import fleet_errors
 from worker.fleet.fairqueue import DEADLINE_HEADER, TENANT_HEADER, TOKENS_HEADER, enqueue_sync
 from worker.fleet.rabbitmq import rabbitmq_conf
 from worker.fleet.results import result_backend
@@ -143,12 +144,15 @@ def _redis_transport(
 @contextmanager
 def store_client(app: Celery, channel: Any) -> Iterator[Any]:
     """A blocking client on the fleet's Redis: the broker channel's own when the broker is
-    Redis (one server, the connection the publish then uses), else the result store's."""
+    Redis (one server, the connection the publish then uses), else the result store's,
+    whose failures name that Redis (`FleetUnavailable`), not the broker."""
     if isinstance(channel, kombu_redis.Channel):
         with channel.conn_or_acquire() as client:
             yield client
     else:
-        yield app.backend.client
+        backend = app.backend
+        with fleet_errors(backend.url):
+            yield backend.client
 
 
 class _Channel(kombu_redis.Channel):

@@ -36,6 +36,7 @@ from kombu.exceptions import OperationalError
 from kombu.transport import pyamqp
 from redis.asyncio import Redis
 
+from worker.fleet.errors import fleet_errors
 from worker.fleet.fairqueue import (
     DEADLINE_HEADER,
     TENANT_HEADER,
@@ -133,15 +134,17 @@ class _Channel(pyamqp.Channel):
         app = fair.app()
         if app is None:
             return False
-        enqueue_sync(
-            app.backend.client,
-            fair.namespace,
-            tenant=tenant,
-            turn_id=headers["id"],
-            deadline_ms=int(headers[DEADLINE_HEADER]),
-            input_tokens=int(headers[TOKENS_HEADER]),
-            message=_envelope(msg, exchange, routing_key),
-        )
+        backend = app.backend
+        with fleet_errors(backend.url):  # the fair queue's Redis failed, not RabbitMQ
+            enqueue_sync(
+                backend.client,
+                fair.namespace,
+                tenant=tenant,
+                turn_id=headers["id"],
+                deadline_ms=int(headers[DEADLINE_HEADER]),
+                input_tokens=int(headers[TOKENS_HEADER]),
+                message=_envelope(msg, exchange, routing_key),
+            )
         return True
 
 
