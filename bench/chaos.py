@@ -26,13 +26,21 @@ the producer stops, every turn enqueued is waited for (at most `--drain-s`).
 - rabbitmq_restart: the broker restarted when it is RabbitMQ: the rig gets a private
   RabbitMQ node (tests/rabbitkit.py; needs root and rabbitmq-server) and `[broker] url`;
   `rabbitmqctl stop_app`, 1 s, `start_app`. Redis stays up.
+- mixed_versions: a fleet being upgraded. Node a runs the previous release (0.1.0: its
+  wheel in tests/releases, unpacked, on this interpreter; tests/releasekit.py), node b this
+  checkout, and every other turn is enqueued by a producer of the previous release
+  (tests/releases/client.py). At the fault node a is upgraded: SIGTERM to `relevo worker`
+  (it finishes its turns), then it starts again on this checkout.
 
 Per fault (`<fault>_<figure>`): turns enqueued, answered (ok or degraded), retrievable (a
 stored result), lost (enqueued - retrievable); the simulator's provider calls beside the
 turns answered; the spend the ledger recorded (acme, today) beside the sum of the stored
-results' cost_micros; the kill switch after the fault; and, from the workers' logs, the
-turns the sweeper sent again (`turn.resent`: the turn record at work) and each
-`breakers.fleet_view_rejoined`: its `lost_s`, and how long after the fault's end it came.
+results' cost_micros; the kill switch after the fault; and, from the workers' logs, turns
+run twice, the turns the sweeper sent again (`turn.resent`: the turn record at work) and
+each `breakers.fleet_view_rejoined`: its `lost_s`, and how long after the fault's end it
+came. mixed_versions adds the turns each release ran and enqueued, and whether the
+previous release's processes ran the wheel's code (`python -v` says where each module
+came from).
 
     .venv/bin/python bench/chaos.py            # ~2 min: 20 s of turns per fault
     .venv/bin/python bench/chaos.py --quick    # ~70 s: 10 s of turns per fault
@@ -75,6 +83,7 @@ from redis.asyncio import Redis
 
 import breakers
 import budgets
+from tests import releasekit
 from tests.rabbitkit import PrivateRabbit, private_rabbit_missing
 from worker.fleet import TurnStore, enqueue_turn, make_app
 from worker.fleet.rabbitmq import RabbitQueue
@@ -84,11 +93,13 @@ from worker.types import Status, TurnResult
 
 T = TypeVar("T")
 
+MIXED = "mixed_versions"
 FAULTS = (
     "debug_sleep",
     "redis_sigstop",
     "empty_restart",
     "worker_kill",
+    MIXED,
     "redis_restart",
     "rabbitmq_restart",
 )
@@ -112,10 +123,17 @@ def _env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("RELEVO_")}
 
 
-def _spawn(cmd: Sequence[str], out: Path, err: Path | None = None) -> subprocess.Popen[bytes]:
+def _spawn(
+    cmd: Sequence[str], out: Path, err: Path | None = None, *, release: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """Start `cmd` in a session of its own; with `release`, on that release's code (from a
+    working directory outside the checkout, which `python -m` would look in first)."""
+    env, cwd = _env(), kit.ROOT
+    if release is not None:
+        env, cwd = releasekit.env(release, verbose=True), release.parent
     with open(out, "ab") as stdout, open(err or out, "ab") as stderr:
         return subprocess.Popen(
-            cmd, cwd=kit.ROOT, stdout=stdout, stderr=stderr, env=_env(), start_new_session=True
+            cmd, cwd=cwd, stdout=stdout, stderr=stderr, env=env, start_new_session=True
         )
 
 
@@ -237,6 +255,9 @@ class Rig:
         self.nodes: list[Node] = []
         self._stack = contextlib.ExitStack()
         self.redis: subprocess.Popen[bytes] | None = None
+        # mixed_versions: node a and half the producer run the previous release.
+        self.previous = releasekit.unpack(self.dir / "previous") if fault == MIXED else None
+        self.upgraded_at = math.inf  # when the previous release's node had stopped
         sim_cmd = [RELEVO, "--log-level", "warning", "simulate", "--port", str(sim_port)]
         self._sim_cmd = sim_cmd
 
@@ -259,7 +280,7 @@ class Rig:
             wait_for(self.sim.healthy, "the simulator")
             self.sim.set_faults(PRIMARY, Fault(latency_s=self.latency_s))
             for name in self.names:
-                self.nodes.append(self._start_node(name))
+                self.nodes.append(self._start_node(name, self.previous if name == "a" else None))
             wait_for(lambda: self.consumers() >= 2, "the workers' consumers")
             for node in self.nodes:
                 node.children = children_of(node.proc.pid)
@@ -310,11 +331,26 @@ class Rig:
         with contextlib.closing(self.sync_redis()) as client:
             return sum(1 for c in client.client_list() if c.get("cmd") == "brpop")
 
-    def _start_node(self, name: str) -> Node:
+    def _start_node(self, name: str, release: Path | None = None) -> Node:
         log = self.dir / f"worker-{name}.log"
         cmd = [RELEVO, "worker", "--config", str(self.config), "--metrics-port", "0"]
-        proc = _spawn(cmd, self.dir / f"worker-{name}.out", log)
+        proc = _spawn(cmd, self.dir / f"worker-{name}.out", log, release=release)
         return Node(name, proc, log)
+
+    def upgrade(self, node: Node) -> Node:
+        """Stop `node` as an operator would (SIGTERM to `relevo worker`, which finishes its
+        turns), then start it again on this checkout; the node that replaces it."""
+        node.proc.terminate()
+        until = time.monotonic() + 60
+        while _group_alive(node.proc.pid) and time.monotonic() < until:
+            time.sleep(0.05)
+        stop(node.proc)  # whatever did not end in time
+        self.upgraded_at = time.time()
+        fresh = self._start_node(node.name)
+        self.nodes[self.nodes.index(node)] = fresh
+        wait_for(lambda: self.consumers() >= len(self.nodes), "the upgraded node's consumer")
+        fresh.children = children_of(fresh.proc.pid)
+        return fresh
 
     def relevo(self, *args: str, timeout_s: float = 120.0) -> subprocess.CompletedProcess[str]:
         """Run an operator command of `relevo` on this rig's configuration."""
@@ -381,15 +417,74 @@ def _redis_major(binary: str) -> int:
 # --- the producer ------------------------------------------------------------------------------
 
 
-class Producer(threading.Thread):
-    """Enqueues turns at `rate` per second for `duration_s`; never bursts to catch up."""
+class PreviousProducer:
+    """tests/releases/client.py on the previous release's code: enqueues each turn it is
+    handed with that release's `enqueue_turn`, and says when it did."""
 
-    def __init__(self, settings: Settings, rate: float, duration_s: float) -> None:
+    def __init__(self, rig: Rig) -> None:
+        assert rig.previous is not None
+        with open(rig.dir / "previous-producer.log", "ab") as err:
+            self.proc = subprocess.Popen(
+                releasekit.client("enqueue", rig.config),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+                cwd=rig.dir,  # outside the checkout
+                env=releasekit.env(rig.previous),
+            )
+        self.previous = rig.previous
+        self.imported: dict[str, Any] = {}
+        self.sent: list[tuple[str, float]] = []
+        self.failed: list[tuple[str, str]] = []
+        self._reader = threading.Thread(target=self._read, name="previous-producer", daemon=True)
+        self._reader.start()
+
+    def send(self, turn: dict[str, Any]) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(turn) + "\n")
+        self.proc.stdin.flush()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            said = json.loads(line)
+            if not self.imported:
+                self.imported = said
+            elif "sent_at" in said:
+                self.sent.append((said["turn_id"], said["sent_at"]))
+            else:
+                self.failed.append((said["turn_id"], said["error"].split(":", 1)[0]))
+
+    def own_code(self) -> bool:
+        """Whether it imported `worker`, `breakers` and `budgets` from the previous release."""
+        files = self.imported.get("modules", {}).values()
+        return bool(files) and all(Path(f).is_relative_to(self.previous) for f in files)
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+        self._reader.join(timeout=10)
+
+
+class Producer(threading.Thread):
+    """Enqueues turns at `rate` per second for `duration_s`; never bursts to catch up. With
+    `previous`, every other turn is enqueued by that producer of the previous release."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        rate: float,
+        duration_s: float,
+        previous: PreviousProducer | None = None,
+    ) -> None:
         super().__init__(name="chaos-producer", daemon=True)
         self.app = make_app(settings)
         self.limits = settings.limits
         self.interval_s = 1.0 / rate
         self.duration_s = duration_s
+        self.previous = previous
         self.sent: list[tuple[str, float]] = []  # turn id, time.time() its enqueue returned
         self.failed: list[tuple[str, str]] = []  # turn id, the exception's type
         self.t0 = time.monotonic()
@@ -400,22 +495,35 @@ class Producer(threading.Thread):
 
     def run(self) -> None:
         self.t0 = next_at = time.monotonic()
+        count = 0
         while (now := time.monotonic()) < self.t0 + self.duration_s:
             if next_at > now:
                 time.sleep(next_at - now)
-            turn_id = uuid.uuid4().hex
-            try:
-                enqueue_turn({**TURN, "turn_id": turn_id}, app=self.app, limits=self.limits)
-            except Exception as exc:  # the broker is away: counted, and the producer goes on
-                self.failed.append((turn_id, type(exc).__name__))
+            turn = {**TURN, "turn_id": uuid.uuid4().hex}
+            count += 1
+            if self.previous is not None and count % 2:
+                self.previous.send(turn)  # it says when it sent the turn
             else:
-                self.sent.append((turn_id, time.time()))
+                self._enqueue(turn)
             next_at += self.interval_s
             next_at = max(next_at, time.monotonic() - self.interval_s)
 
+    def _enqueue(self, turn: dict[str, Any]) -> None:
+        try:
+            enqueue_turn(turn, app=self.app, limits=self.limits)
+        except Exception as exc:  # the broker is away: counted, and the producer goes on
+            self.failed.append((turn["turn_id"], type(exc).__name__))
+        else:
+            self.sent.append((turn["turn_id"], time.time()))
+
     def close(self) -> None:
+        """After `join`: the app closed, the previous producer's turns counted in."""
         with contextlib.suppress(Exception):
             self.app.close()
+        if self.previous is not None:
+            self.previous.close()
+            self.sent = sorted(self.sent + self.previous.sent, key=lambda sent: sent[1])
+            self.failed += self.previous.failed
 
 
 # --- one fault ---------------------------------------------------------------------------------
@@ -516,6 +624,17 @@ def worker_kill(rig: Rig, producer: Producer, run: Run, args: argparse.Namespace
     kit.say(f"# {run.fault}: parent {node.proc.pid} killed; {left} of its children still alive")
 
 
+def mixed_versions(rig: Rig, producer: Producer, run: Run, args: argparse.Namespace) -> None:
+    previous = rig.nodes[0]
+    producer.at(args.fault_at_s)
+    run.begin(rig)
+    rig.upgrade(previous)
+    run.end = time.time()
+    code = previous.proc.returncode
+    run.figure("previous_node_exit_code", -1 if code is None else code, "code")  # -1: running
+    kit.say(f"# {run.fault}: node {previous.name} stopped on 0.1.0 and started on this checkout")
+
+
 def redis_restart(rig: Rig, producer: Producer, run: Run, args: argparse.Namespace) -> None:
     assert rig.redis is not None
     producer.at(args.fault_at_s)
@@ -549,6 +668,7 @@ INJECT: dict[str, Inject] = {
     "redis_sigstop": redis_sigstop,
     "empty_restart": empty_restart,
     "worker_kill": worker_kill,
+    MIXED: mixed_versions,
     "redis_restart": redis_restart,
     "rabbitmq_restart": rabbitmq_restart,
 }
@@ -621,7 +741,10 @@ def one_fault(fault: str, root: Path, args: argparse.Namespace) -> None:
     started = time.monotonic()
     kit.say(f"# {fault}: starting the rig")
     with Rig(fault, root, args.latency_s) as rig:
-        producer = Producer(rig.settings, args.rate, args.duration_s)
+        previous = PreviousProducer(rig) if rig.previous is not None else None
+        if previous is not None:
+            wait_for(lambda: bool(previous.imported), "the previous release's producer")
+        producer = Producer(rig.settings, args.rate, args.duration_s, previous)
         run = Run(fault)
         producer.start()
         kit.say(f"# {fault}: producing {args.rate:g} turns/s for {args.duration_s:g} s")
@@ -654,6 +777,8 @@ def report(rig: Rig, producer: Producer, run: Run) -> None:
     for what, value, unit in run.figures:
         fig(what, value, unit)
     log_figures(rig, run, fig)
+    if run.fault == MIXED:
+        release_figures(rig, producer, fig)
 
 
 def turn_figures(rig: Rig, producer: Producer, run: Run, fig: Figure) -> None:
@@ -727,7 +852,11 @@ def log_figures(rig: Rig, run: Run, fig: Figure) -> None:
     kinds = Counter(
         f"{e.get('level')}:{e.get('event')}"
         for e in events
-        if e.get("level") in ("warning", "error", "critical") and e.get("event")
+        if e.get("level") in ("warning", "error", "critical")
+        and e.get("event")
+        # Not `python -v` (mixed_versions' previous node), which Celery logs once it
+        # has redirected stderr.
+        and not str(e["event"]).startswith(("# ", "import "))
     )
     fig("fleet_view_lost_events", kinds["warning:breakers.fleet_view_lost"], "events")
     fig("store_reset_events", kinds["error:breakers.store_reset"], "events")
@@ -742,6 +871,23 @@ def log_figures(rig: Rig, run: Run, fig: Figure) -> None:
             f"{_when(e) - run.end:+.3f} s after the fault's end"
         )
     kit.say(f"#   worker warnings/errors {dict(kinds)}")
+
+
+def release_figures(rig: Rig, producer: Producer, fig: Figure) -> None:
+    """mixed_versions: what each release enqueued and ran, and that the previous release's
+    processes ran the wheel's code (`python -v` in the node's log, the producer's imports)."""
+    assert rig.previous is not None
+    assert producer.previous is not None
+    fig("enqueued_by_previous_producer", len(producer.previous.sent), "turns")
+    fig("previous_producer_ran_wheel_code", int(producer.previous.own_code()), "bool")
+    node = rig.nodes[0]
+    code = releasekit.code_origins(node.log.read_text(errors="replace"))
+    own = bool(releasekit.ours(code, rig.previous)) and not releasekit.ours(code, kit.ROOT)
+    fig("previous_node_ran_wheel_code", int(own), "bool")
+    completed = [e for e in log_events(rig.nodes) if e.get("event") == "turn.completed"]
+    before = sum(1 for e in completed if e["node"] == node.name and _when(e) < rig.upgraded_at)
+    fig("turns_run_by_previous_release", before, "turns")
+    fig("turns_run_by_current_release", len(completed) - before, "turns")
 
 
 # --- the command -------------------------------------------------------------------------------

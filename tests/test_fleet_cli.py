@@ -89,7 +89,18 @@ def test_a_turn_run_twice_by_a_runner_calls_the_model_once(
 def test_enqueue_wait_through_relevo_worker(config: Path, sim: Simulator, tmp_path: Path) -> None:
     env = {**os.environ, "RELEVO_TEST_KEY": KEY}
     node = subprocess.Popen(
-        [*RELEVO, "worker", "--config", str(config), "--processes", "2", "--threads", "8"],
+        [
+            *RELEVO,
+            "worker",
+            "--config",
+            str(config),
+            "--processes",
+            "2",
+            "--threads",
+            "8",
+            "--metrics-port",
+            "0",
+        ],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -153,7 +164,18 @@ def test_worker_processes_end_when_relevo_worker_is_killed(config: Path) -> None
     """A parent killed alone (SIGKILL) leaves no Celery child consuming under PID 1."""
     env = {**os.environ, "RELEVO_TEST_KEY": KEY}
     node = subprocess.Popen(
-        [*RELEVO, "worker", "--config", str(config), "--processes", "2", "--threads", "4"],
+        [
+            *RELEVO,
+            "worker",
+            "--config",
+            str(config),
+            "--processes",
+            "2",
+            "--threads",
+            "4",
+            "--metrics-port",
+            "0",
+        ],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
