@@ -201,6 +201,69 @@ async def test_a_provider_that_cannot_carry_the_turn_is_skipped_for_the_next(
     assert result.effective_model == "anthropic/beta"
 
 
+GIF = ImagePart(media_type="image/gif", data=base64.b64encode(b"GIF89a" + b"\0" * 40).decode())
+
+
+async def test_an_image_format_gemini_does_not_take_skips_it_for_the_backup(
+    sim: Simulator,
+) -> None:
+    """Gemini takes no GIF: capability fit skips it (the adapter would refuse the call,
+    and a refusal there fails the turn with no fallback); the OpenAI backup answers."""
+    everything = {"inputs": ["text", "image", "pdf"], "structured_output": True}
+    config = settings(
+        sim.url,
+        ("google/gamma", "openai/alpha"),
+        models={
+            "google/gamma": {**_model("google", "gg", "gamma"), **everything},
+            "openai/alpha": {**_model("openai", "oa", "alpha"), **everything},
+        },
+    )
+    result = await run(config, turn(GIF))
+    skipped = result.attempts[0]
+    assert (skipped.model, skipped.outcome, skipped.error_class) == (
+        "google/gamma",
+        AttemptOutcome.SKIPPED,
+        INCAPABLE,
+    )
+    assert "an image/gif image" in (skipped.detail or "")
+    assert result.status is Status.OK
+    assert result.effective_model == "openai/alpha"
+    assert (sim.calls("gamma"), sim.calls("alpha")) == (0, 1)
+
+
+@pytest.mark.parametrize(
+    ("kind", "model_id", "part", "cannot"),
+    [
+        ("gemini", "gemini-2.5-flash", GIF, "an image/gif image"),
+        ("vertex", "gemini-2.5-flash", GIF, "an image/gif image"),
+        ("gemini", "m", ImagePart(url="https://example.com/cat.gif"), "an image/gif image"),
+        ("vertex", "m", ImagePart(url="https://example.com/cat.bmp"), "an image/bmp image"),
+        ("vertex", "m", ImagePart(url="https://example.com/cat"), "an image by URL that names"),
+    ],
+)
+def test_an_image_a_wire_would_refuse_to_send_makes_it_unfit(
+    kind: str, model_id: str, part: ImagePart, cannot: str
+) -> None:
+    unfit = wire_unfit(turn(part), kind, model_id)
+    assert unfit is not None
+    assert cannot in unfit.detail
+
+
+@pytest.mark.parametrize(
+    ("kind", "model_id", "part"),
+    [
+        ("gemini", "m", ImagePart(url="https://example.com/cat")),  # mimeType is optional
+        ("vertex", "m", ImagePart(url="https://example.com/cat", media_type="image/png")),
+        ("vertex", "m", ImagePart(url="https://example.com/cat.webp?size=2")),
+        ("vertex", "claude-sonnet-4-5@20250929", GIF),  # Claude takes GIF
+        ("openai", "m", GIF),
+        ("bedrock", "m", GIF),
+    ],
+)
+def test_an_image_the_wire_takes_fits(kind: str, model_id: str, part: ImagePart) -> None:
+    assert wire_unfit(turn(part), kind, model_id) is None
+
+
 def test_bad_parts_are_input_errors_naming_the_field() -> None:
     from worker.errors import InputError
     from worker.types import parse_turn_request

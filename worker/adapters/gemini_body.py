@@ -11,13 +11,12 @@ See docs/providers.md for the table.
 from __future__ import annotations
 
 import json
-import mimetypes
 import re
 from typing import Any
-from urllib.parse import urlsplit
 
 from worker.adapters.base import ProviderCall
 from worker.adapters.body import Verbatim
+from worker.adapters.wire_limits import GEMINI_IMAGE_TYPES, image_type
 from worker.errors import InvalidRequest
 from worker.types import (
     DocumentPart,
@@ -39,8 +38,6 @@ SKIP_SIGNATURE = "skip_thought_signature_validator"
 # Google's own mapping of an OpenAI reasoning effort to a Gemini 2.5 thinking budget
 # ("OpenAI compatibility", Gemini API docs); each fits every 2.5 model's range.
 _BUDGETS = {"low": 1024, "medium": 8192, "high": 24576}
-# "Image understanding" (both APIs): PNG, JPEG, WEBP, HEIC, HEIF; no GIF.
-_IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/webp", "image/heic", "image/heif"})
 _GENERATION = re.compile(r"^gemini-(\d+)")
 _INT32 = 2**32
 
@@ -182,10 +179,13 @@ def _part(part: TextPart | ImagePart | DocumentPart, *, vertex: bool) -> dict[st
 
 
 def _attachment(part: ImagePart | DocumentPart, *, vertex: bool) -> dict[str, Any]:
-    """`inlineData` for base64, `fileData` for a URL the provider fetches."""
+    """`inlineData` for base64, `fileData` for a URL the provider fetches.
+
+    Capability fit skips a wire for an image type it does not take, or an untyped image
+    URL on Vertex (`wire_limits`): the refusals here are a backstop."""
     if part.data is not None:
         return {"inlineData": _inline(part, part.data)}
-    mime = _url_type(part)
+    mime = _typed(part.media_type if isinstance(part, DocumentPart) else image_type(part))
     if mime is None and vertex:
         raise InvalidRequest(
             "an image given by URL needs its media_type on Vertex AI (fileData.mimeType); "
@@ -200,15 +200,8 @@ def _inline(part: ImagePart | DocumentPart, data: str) -> dict[str, str]:
     return {"mimeType": _typed(part.media_type) or "", "data": Verbatim(data)}
 
 
-def _url_type(part: ImagePart | DocumentPart) -> str | None:
-    if part.media_type is not None:
-        return _typed(part.media_type)
-    guessed, _ = mimetypes.guess_type(urlsplit(part.url or "").path)
-    return _typed(guessed) if guessed and guessed.startswith("image/") else None
-
-
 def _typed(mime: str | None) -> str | None:
-    if mime is None or mime == "application/pdf" or mime in _IMAGE_TYPES:
+    if mime is None or mime == "application/pdf" or mime in GEMINI_IMAGE_TYPES:
         return mime
     raise InvalidRequest(f"Gemini does not take {mime} images (PNG, JPEG, WEBP, HEIC, HEIF)")
 

@@ -2,21 +2,31 @@
 
 A model may take images and PDFs (`[models] inputs`) and still be served by an API that
 cannot carry a given one: no URL source, no attachment inside a tool result, a size or
-count cap of its own; or a field value the API has no room for (a `tool_choice` of
-"none", a temperature over its range). Capability fit reads this table before any call
-and skips such a provider (`incapable`, naming what it cannot carry), so nothing is
-dropped to make a call fit, and a request the API would refuse (413, 400) is never sent.
+count cap of its own, an image format it does not take; or a field value the API has no
+room for (a `tool_choice` of "none", a temperature over its range). Capability fit reads
+this table before any call and skips such a provider (`incapable`, naming what it cannot
+carry), so nothing is dropped to make a call fit, and a request the API would refuse
+(413, 400), or the adapter would refuse to build, is never sent.
 """
 
 from __future__ import annotations
 
+import mimetypes
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from urllib.parse import urlsplit
 
-__all__ = ["WIRE_LIMITS", "WireLimits", "limits_for"]
+from worker.types import ImagePart
+
+__all__ = ["GEMINI_IMAGE_TYPES", "WIRE_LIMITS", "WireLimits", "image_type", "limits_for"]
 
 _MB = 1024 * 1024
+
+# "Image understanding" (Gemini API and Vertex AI): PNG, JPEG, WEBP, HEIC, HEIF; no GIF.
+GEMINI_IMAGE_TYPES = frozenset(
+    {"image/png", "image/jpeg", "image/webp", "image/heic", "image/heif"}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +36,8 @@ class WireLimits:
     image_url: bool = True  # an image given by URL (the provider fetches it)
     document_url: bool = True  # a document given by URL
     tool_result_attachments: bool = True  # images and documents inside a tool result
+    image_types: frozenset[str] | None = None  # the image formats it takes; None: all relevo's
+    image_url_typed: bool = False  # an image by URL must say its type (`image_type`)
     max_image_bytes: int | None = None  # one image, decoded
     max_images: int | None = None  # in one request
     max_document_bytes: int | None = None  # one document, decoded
@@ -74,6 +86,7 @@ WIRE_LIMITS: Mapping[str, WireLimits] = MappingProxyType(
         # be safe); public https URLs the API fetches; 3,600 images a request; media in
         # tool results (inside the functionResponse on Gemini 3, after it before).
         "gemini": WireLimits(
+            image_types=GEMINI_IMAGE_TYPES,
             max_image_bytes=100 * _MB * 3 // 4,
             max_images=3600,
             max_document_bytes=50 * _MB * 3 // 4,
@@ -85,6 +98,8 @@ WIRE_LIMITS: Mapping[str, WireLimits] = MappingProxyType(
         # checkable here: relevo never fetches). Anthropic's (rawPredict) takes base64
         # sources only, and Claude's own limits.
         "vertex:google": WireLimits(
+            image_types=GEMINI_IMAGE_TYPES,
+            image_url_typed=True,  # fileData.mimeType is required
             max_image_bytes=7 * _MB * 3 // 4,
             max_images=900,
             max_document_bytes=50 * _MB * 3 // 4,
@@ -126,3 +141,12 @@ def limits_for(kind: str, model_id: str) -> WireLimits | None:
         # As the Vertex adapter chooses its publisher: Claude ids are Anthropic's.
         kind = "vertex:anthropic" if model_id.startswith("claude-") else "vertex:google"
     return WIRE_LIMITS.get(kind)
+
+
+def image_type(part: ImagePart) -> str | None:
+    """An image's media type: its `media_type`, or for one by URL the image type its URL's
+    path names (`.png`); None when neither says (relevo never fetches the URL to look)."""
+    if part.media_type is not None or part.url is None:
+        return part.media_type
+    guessed, _ = mimetypes.guess_type(urlsplit(part.url).path)
+    return guessed if guessed is not None and guessed.startswith("image/") else None

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from worker.adapters.wire_limits import WireLimits, limits_for
+from worker.adapters.wire_limits import WireLimits, image_type, limits_for
 from worker.settings import ModelSettings
 from worker.turn.media import MediaRule, media_rule
 from worker.turn.tokens import (
@@ -139,6 +139,8 @@ def _attachment_problems(request: TurnRequest, limits: WireLimits) -> list[str]:
                 problems.append(f"{what} in a tool result")
             if part.url is not None and not (limits.image_url if image else limits.document_url):
                 problems.append(f"{what} by URL")
+            elif isinstance(part, ImagePart):
+                problems += _image_type_problem(part, limits)
             cap = limits.max_image_bytes if image else limits.max_document_bytes
             size = part.size_bytes
             if size is not None and cap is not None and size > cap:
@@ -148,6 +150,15 @@ def _attachment_problems(request: TurnRequest, limits: WireLimits) -> list[str]:
     if limits.max_documents is not None and documents > limits.max_documents:
         problems.append(f"{documents} documents (at most {limits.max_documents})")
     return problems
+
+
+def _image_type_problem(part: ImagePart, limits: WireLimits) -> list[str]:
+    mime = image_type(part)
+    if mime is None:
+        return ["an image by URL that names no type"] if limits.image_url_typed else []
+    if limits.image_types is not None and mime not in limits.image_types:
+        return [f"an {mime} image"]
+    return []
 
 
 def _lacking(request: TurnRequest, model: ModelSettings) -> Unfit | None:
