@@ -3,9 +3,10 @@ configuration, Claude's thinking and structured output, as the Bedrock Runtime A
 reference (ConverseRequest and the shapes it names) documents them.
 
 What Converse has no field for is either not sent (`seed`, `parallel_tool_calls`: the
-API has none) or refused here as `InvalidRequest` naming it (`tool_choice: "none"`, a
-temperature above 1, a document with no text beside it): nothing is dropped to make
-a request fit. `docs/providers.md` has the whole table.
+API has none) or makes Bedrock unfit for the turn (`tool_choice: "none"`, a temperature
+above 1, a document with no text beside it): capability fit skips it (`wire_limits`), and
+the `InvalidRequest` raised here is a backstop. Nothing is dropped to make a request fit.
+`docs/providers.md` has the whole table.
 """
 
 from __future__ import annotations
