@@ -8,6 +8,10 @@ attachments is skipped the same way; a turn no model can take fails at once, unc
 from __future__ import annotations
 
 import base64
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -262,6 +266,61 @@ def test_an_image_a_wire_would_refuse_to_send_makes_it_unfit(
 )
 def test_an_image_the_wire_takes_fits(kind: str, model_id: str, part: ImagePart) -> None:
     assert wire_unfit(turn(part), kind, model_id) is None
+
+
+@contextmanager
+def listening() -> Iterator[tuple[int, list[object]]]:
+    """A TCP port on 127.0.0.1 and the connections made to it (any at all, TLS or not)."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.05)
+    accepted: list[object] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                conn, peer = server.accept()
+            except TimeoutError:
+                continue
+            accepted.append(peer)
+            conn.close()
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield server.getsockname()[1], accepted
+    finally:
+        stop.set()
+        thread.join()
+        server.close()
+
+
+async def test_relevo_never_fetches_an_attachment_given_by_url(sim: Simulator) -> None:
+    """Fit, the estimate for each vendor and a whole turn over real HTTP with an image and
+    a PDF by URL: the host the URLs name sees no connection; the provider gets the URLs."""
+    from tests.test_fit import model
+
+    with listening() as (port, accepted):
+        image_url, pdf_url = f"https://127.0.0.1:{port}/cat.png", f"https://127.0.0.1:{port}/a.pdf"
+        request = turn(ImagePart(url=image_url), DocumentPart(url=pdf_url))
+        everything = {"inputs": ["text", "image", "pdf"]}
+        for vendor in ("openai", "anthropic", "google", "other"):
+            assert isinstance(fit_turn(request, model(vendor=vendor, **everything)), Fit)
+        config = settings(
+            sim.url,
+            ("anthropic/beta", "openai/alpha"),
+            models={"anthropic/beta": {**_model("anthropic", "an", "beta"), **everything}},
+        )
+        result = await run(config, request)
+        assert result.status is Status.OK
+        # Connections are accepted in order: once this one is in, any fetch before it is.
+        with socket.create_connection(("127.0.0.1", port)) as control:
+            while not accepted:
+                threading.Event().wait(0.01)
+            assert accepted == [control.getsockname()]
+    content = sim.requests("beta")[-1].body["messages"][-1]["content"]
+    sources = [block["source"] for block in content if "source" in block]
+    assert sources == [{"type": "url", "url": image_url}, {"type": "url", "url": pdf_url}]
 
 
 def test_bad_parts_are_input_errors_naming_the_field() -> None:
