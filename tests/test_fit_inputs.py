@@ -374,6 +374,37 @@ def test_bad_parts_are_input_errors_naming_the_field() -> None:
 
 
 @pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [
+        ("temperature", 3, "less than or equal to 2"),
+        ("temperature", -0.5, "greater than or equal to 0"),
+        ("top_p", 0, "greater than 0"),
+        ("top_p", 1.5, "less than or equal to 1"),
+        ("stop", ["a", "b", "c", "d", "e"], "at most 4 items"),
+        ("stop", [], "at least 1 item"),
+        ("seed", 2**64, "less than 9223372036854775808"),
+        ("seed", 1.5, "valid integer"),
+        ("reasoning_effort", "max", "'low', 'medium' or 'high'"),
+        ("parallel_tool_calls", "maybe", "valid boolean"),
+        ("tool_choice", "sometimes", "'auto', 'none' or 'required'"),
+        ("response_format", {"type": "xml"}, "'json_schema', 'json_object'"),
+    ],
+)
+def test_a_bad_option_is_an_input_error_naming_its_field(field: str, value: Any, says: str) -> None:
+    from worker.errors import InputError
+    from worker.types import parse_turn_request
+
+    payload = {"tenant_id": "acme", "messages": [{"role": "user", "content": "hi"}]}
+    if field == "parallel_tool_calls":
+        payload["tools"] = [{"name": "lookup_order"}]  # set without tools is its own error
+    with pytest.raises(InputError) as raised:
+        parse_turn_request({**payload, field: value})
+    message = str(raised.value)
+    assert message.startswith((f"{field}:", f"{field}.")), message
+    assert says in message
+
+
+@pytest.mark.parametrize(
     ("kind", "model_id", "fields", "cannot"),
     [
         ("anthropic", "claude-x", {"temperature": 1.5}, "a temperature over 1"),
