@@ -68,7 +68,8 @@ async def test_each_method_answers_locally_and_its_writes_land_when_redis_answer
     assert admission.view.of(ALPHA) is Availability.AVAILABLE
     assert admission.refusal is Refusal.BUDGET_UNREACHABLE  # no offline allowance
     assert await guard.reserve(charge(2)) is Refusal.BUDGET_UNREACHABLE
-    assert await guard.acquire_probe(ALPHA, "turn-1:0") in (True, False)
+    # The local breakers are closed: the call may go, and no probe slot is taken anywhere.
+    assert await guard.acquire_probe(ALPHA, "turn-1:0") is True
     # A 529 for the call reserved while Redis answered: no provider billed it.
     await guard.conclude(Conclusion(ALPHA, charge(0), Signal.MODEL_FAILURE))
     await guard.hold("turn-held", '{"turn_id": "turn-held"}')
@@ -84,6 +85,7 @@ async def test_each_method_answers_locally_and_its_writes_land_when_redis_answer
     report = await guard.ledger.report("acme")
     assert report.reserved_micros == 0  # released, not left to be reclaimed and charged
     assert report.day.spent_micros == 0
+    assert [key async for key in guard.redis.scan_iter(match="*:probe:*")] == []
 
 
 async def test_calls_admitted_offline_count_at_their_worst_until_they_end(
