@@ -127,7 +127,8 @@ REDIS_FIXTURES = frozenset(
 
 @pytest.fixture(scope="module")
 def acl_redis() -> Iterator[int]:
-    """A private redis-server: user `full` may do anything, `noscripts` may not run Lua."""
+    """A private redis-server: user `full` may do anything, `noscripts` may not run Lua,
+    `elsewhere` has no key but its own (`elsewhere:*`)."""
     binary = shutil.which("redis-server")
     if binary is None:
         skip_unless_ci("no redis-server binary")
@@ -138,6 +139,7 @@ def acl_redis() -> Iterator[int]:
             *("--user", "default", "off"),
             *("--user", "full", "on", ">secret", "~*", "+@all"),
             *("--user", "noscripts", "on", ">secret", "~*", "+@all", "-@scripting"),
+            *("--user", "elsewhere", "on", ">secret", "~elsewhere:*", "+@all"),
         ],
         stdout=subprocess.DEVNULL,
     )

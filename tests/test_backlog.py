@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoPermissionError
 
 from worker.guard.backlog import Backlog
 
@@ -44,4 +45,34 @@ async def test_a_full_backlog_refuses_and_counts() -> None:
     backlog.add("result:a", "result", never)
     backlog.add("result:b", "result", never)
     assert (len(backlog), backlog.dropped) == (1, 1)
+    await backlog.aclose()
+
+
+async def test_a_refused_write_is_kept_and_the_writes_after_it_land() -> None:
+    """Redis refusing one write (an ACL denying it) keeps it, first in line, and holds
+    up none of the writes after it."""
+    landed: list[str] = []
+    refused = True
+
+    def write(name: str) -> Callable[[], Awaitable[None]]:
+        async def send() -> None:
+            if refused and name == "held":
+                raise NoPermissionError("this user has no permissions to run the 'xadd' command")
+            landed.append(name)
+
+        return send
+
+    backlog = Backlog(retry_every_s=3600)
+    backlog.add("hold:t1", "hold", write("held"))
+    backlog.add("spend:acme:t2:0", "spend", write("spend"), micros=70, tenant="acme")
+    assert not await backlog.flush()
+    assert (len(backlog), landed) == (1, ["spend"])
+    assert not await backlog.flush()  # refused again: still kept
+    assert len(backlog) == 1
+    backlog.add("spend:acme:t3:0", "spend", write("spend 2"), micros=30, tenant="acme")
+    assert backlog.pending_micros("acme") == 30
+    refused = False
+    assert await backlog.flush()
+    assert landed == ["spend", "held", "spend 2"]  # the refused write first in line
+    assert backlog.pending_micros("acme") == 0
     await backlog.aclose()

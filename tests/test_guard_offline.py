@@ -107,23 +107,31 @@ async def test_calls_admitted_offline_count_at_their_worst_until_they_end(
     assert (await guard.ledger.report("acme")).day.spent_micros == 500
 
 
-@pytest.mark.parametrize(
-    "method", ["admit", "reserve", "acquire_probe", "conclude", "hold", "handoff"]
+# A wrong password (AuthenticationError), and a user whose ACL has none of the
+# namespace's keys (NOPERM on every command and script).
+REFUSED = pytest.mark.parametrize(
+    "credentials", ["full:wrong", "elsewhere:secret"], ids=["bad-password", "acl-denied"]
 )
+
+
+def refused_guard(sim: Simulator, port: int, credentials: str, namespace: str) -> RedisGuard:
+    url = f"redis://{credentials}@127.0.0.1:{port}/0"
+    return open_guard(settings(sim.url, redis={"url": url, "namespace": namespace}))
+
+
+@REFUSED
+@pytest.mark.parametrize("method", ["admit", "reserve", "acquire_probe", "conclude"])
 async def test_every_method_fails_closed_when_redis_refuses_the_worker(
-    sim: Simulator, namespace: str, acl_redis: int, method: str
+    sim: Simulator, namespace: str, acl_redis: int, method: str, credentials: str
 ) -> None:
     from worker.errors import StoreForbidden
 
-    url = f"redis://full:wrong@127.0.0.1:{acl_redis}/0"
-    guard = open_guard(settings(sim.url, redis={"url": url, "namespace": namespace}))
+    guard = refused_guard(sim, acl_redis, credentials, namespace)
     calls = {
         "admit": lambda: guard.admit([ALPHA], charge(0)),
         "reserve": lambda: guard.reserve(charge(0)),
         "acquire_probe": lambda: guard.acquire_probe(ALPHA, "turn-1:0"),
         "conclude": lambda: guard.conclude(Conclusion(ALPHA, charge(0), Signal.SUCCESS, 10)),
-        "hold": lambda: guard.hold("turn-1", "{}"),
-        "handoff": lambda: guard.handoff("acme", "turn-1", "tenant_budget_exhausted", "{}"),
     }
     try:
         with pytest.raises(StoreForbidden) as raised:
@@ -131,4 +139,22 @@ async def test_every_method_fails_closed_when_redis_refuses_the_worker(
     finally:
         await guard.aclose()
     assert "wrong" not in str(raised.value)
+    assert "secret" not in str(raised.value)
     assert len(guard.backlog) == 0  # refused, not kept: a person must fix the credentials
+
+
+@REFUSED
+async def test_a_held_turn_or_hand_off_redis_refuses_is_kept_not_dropped(
+    sim: Simulator, namespace: str, acl_redis: int, credentials: str
+) -> None:
+    """The turn behind them ran nothing; its record waits for the grant to be fixed
+    (tests/test_guard_forbidden.py: it lands once it is)."""
+    guard = refused_guard(sim, acl_redis, credentials, namespace)
+    try:
+        await guard.hold("turn-1", "{}")
+        await guard.handoff("acme", "turn-2", "tenant_budget_exhausted", "{}")
+        assert len(guard.backlog) == 2
+        assert not await guard.backlog.flush()  # still refused: still kept
+        assert len(guard.backlog) == 2
+    finally:
+        await guard.aclose()

@@ -6,7 +6,8 @@ a call nobody billed released), the held turn or the hand-off written when Redis
 again. A write kept here is idempotent (a result saved under its turn id, a charge
 settled or released under its charge id), or harmless twice (a turn held twice is
 replayed once; a hand-off written twice is listed twice), so a write that did land
-before its reply was lost may be sent again.
+before its reply was lost may be sent again. A write Redis refuses (an ACL that denies
+it) is kept too, and retried until a person fixes the grant.
 
 The retries run on a timer of their own, not on the next turn: a worker that rejoins
 the fleet while idle settles its backlog within `retry_every_s`.
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from worker.errors import STORE_DOWN
+from worker.errors import STORE_DOWN, STORE_REFUSED
 
 __all__ = ["Backlog"]
 
@@ -97,23 +98,37 @@ class Backlog:
 
     async def flush(self) -> bool:
         """Send every kept write once, oldest first; stop at the first the store misses.
+        A write the store refuses (ACL, password) stays, first in line, until a person
+        fixes the grant; the writes after it go on.
 
         True when the backlog is empty.
         """
-        while self._items:
-            key = next(iter(self._items))
-            item = self._items[key]
-            try:
-                async with asyncio.timeout(self.timeout_s):
-                    await item.write()
-            except STORE_DOWN:
-                return False
-            # A write added again under this key meanwhile is a newer one: keep it.
-            if self._items.get(key) is item:
-                del self._items[key]
-                self._forget(item)
-            log.info("backlog.written", kind=item.kind, key=key, micros=item.micros)
-        return True
+        refused: dict[str, _Item] = {}
+        try:
+            while self._items:
+                key = next(iter(self._items))
+                item = self._items[key]
+                try:
+                    async with asyncio.timeout(self.timeout_s):
+                        await item.write()
+                except STORE_REFUSED:  # before STORE_DOWN, which takes in every RedisError
+                    refused[key] = self._items.pop(key)
+                    continue
+                except STORE_DOWN:
+                    return False
+                # A write added again under this key meanwhile is a newer one: keep it.
+                if self._items.get(key) is item:
+                    del self._items[key]
+                    self._forget(item)
+                log.info("backlog.written", kind=item.kind, key=key, micros=item.micros)
+            return not refused
+        finally:
+            if refused:
+                # One line a try, however many: the grant is what a person must fix.
+                kinds = sorted({item.kind for item in refused.values()})
+                log.error("backlog.refused", writes=len(refused), kinds=kinds)
+                # A write added again under a refused key meanwhile is newer: it wins.
+                self._items = {**refused, **self._items}
 
     async def _retry(self) -> None:
         while True:

@@ -7,8 +7,9 @@ settlement. Turns that reach the guard in the same loop iteration share those
 round trips (`worker.guard.autopipeline`); every budget script goes out that one way.
 
 The store's failures are translated in one place, `_StoreErrors`: Redis refusing the
-worker (password, ACL) is `StoreForbidden`, and the turn fails closed; Redis slow or gone
-is `StoreUnreachable`, which each method answers locally. Breakers answer from this
+worker (password, ACL) is `StoreForbidden`, and the turn fails closed (a held turn or a
+hand-off it refuses to write is kept, below); Redis slow or gone is `StoreUnreachable`,
+which each method answers locally. Breakers answer from this
 process's own (`breakers.ResilientBreakers`); a tenant may start calls worth its offline
 allowance, counted at their worst case while they run; and every write the store missed
 (a settlement, a release, a held turn, a hand-off) waits in the backlog until it lands.
@@ -273,7 +274,9 @@ class RedisGuard:
     async def _write_or_keep(
         self, key: str, kind: str, write: Callable[[], Any], *, turn_id: str
     ) -> None:
-        """Write now, or (Redis away) keep the write in the backlog until it lands."""
+        """Write now, or (Redis away, or refusing the write) keep it in the backlog until
+        it lands. A refusal is a person's to fix, and the turn has run nothing: its record,
+        held for replay or handed to people, is kept meanwhile, never dropped."""
         if self.circuits.fleet_view:
             try:
                 with _STORE_ERRORS:
@@ -281,6 +284,8 @@ class RedisGuard:
                 return
             except StoreUnreachable as exc:
                 log.warning(f"guard.{kind}_kept", turn_id=turn_id, error=str(exc))
+            except StoreForbidden as exc:
+                log.error("guard.write_refused", kind=kind, turn_id=turn_id, error=str(exc))
         self.backlog.add(key, kind, write)
 
     def _journal(self, charge: Charge, cost: int | None) -> None:
