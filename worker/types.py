@@ -409,10 +409,10 @@ class Attempt(_Frozen):
     detail: str | None = None
     latency_ms: int = 0
     retry_index: int = 0
-    # What the attempt was charged: its cost when answered, its reservation when the
-    # provider may have billed a call that failed, its prompt when it lost a hedged race;
-    # None when nothing was charged. The attempts' charges add up to the turn's cost.
     charged_micros: int | None = None
+    """What the attempt was charged: its cost when answered, its reservation when the
+    provider may have billed a call that failed, its prompt when it lost a hedged race;
+    None when nothing was charged. The attempts' charges add up to the turn's cost."""
     # When the attempt ended, in ms since the turn began (it began `latency_ms` before),
     # and when its first content streamed, in ms since it began: a timeline of the turn.
     ended_ms: int = 0
