@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+import redis
 from celery.result import AsyncResult
 
 from tests.chainkit import worker_config
@@ -158,3 +159,46 @@ def test_relevo_kill_switch_names_the_shared_store_that_failed(
     err = capsys.readouterr().err
     assert err.startswith(f"relevo: Redis at {dead} did not answer")
     assert "RELEVO_REDIS__SHARED_URL" in err
+
+
+@pytest.mark.parametrize(
+    ("setting", "why"),
+    [
+        (("maxmemory", "1"), "OOM: its memory is full: maxmemory with noeviction"),
+        (("min-replicas-to-write", "1"), "NOREPLICAS: fewer replicas in sync than"),
+    ],
+    ids=["full", "no-replicas"],
+)
+def test_a_redis_that_refuses_writes_is_said_to_refuse_them(
+    private_redis: tuple[str, Any],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    setting: tuple[str, str],
+    why: str,
+) -> None:
+    """A full Redis (noeviction) or one short of replicas answers every write with an
+    error: the producer and the operator are told it refused the write, and why, not
+    that it did not answer; the password stays out of both."""
+    from worker.cli.main import main
+
+    url, _ = private_redis
+    admin = redis.Redis.from_url(url)
+    admin.config_set("maxmemory-policy", "noeviction")
+    admin.config_set(*setting)
+    admin.config_set("requirepass", "hunter2")
+    admin.close()
+    address = url.removeprefix("redis://").removesuffix("/0")
+    secret_url = f"redis://:hunter2@{address}/0"
+    app = make_app(settings_on(secret_url))
+    try:
+        with pytest.raises(FleetUnavailable) as sent:
+            enqueue_turn(TURN, app=app)
+    finally:
+        app.close()
+    refused = f"the fleet's Redis at redis://:***@{address}/0 refused the write ({why}"
+    assert str(sent.value).startswith(refused), str(sent.value)
+    monkeypatch.setenv("RELEVO_REDIS__URL", secret_url)
+    assert main(["kill-switch", "on", "--reason", "INC-1", "--who", "alice"]) == 6
+    err = capsys.readouterr().err
+    assert f"Redis at redis://:***@{address}/0 refused the write ({why}" in err
+    assert "hunter2" not in str(sent.value) + err

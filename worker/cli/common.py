@@ -27,7 +27,7 @@ from rich.console import Console
 import breakers
 import budgets
 from worker.errors import STORE_DOWN, STORE_REFUSED, ConfigError, InputError
-from worker.fleet.errors import FleetUnavailable
+from worker.fleet.errors import FleetUnavailable, write_refusal
 from worker.fleet.operations import check_text
 from worker.observability.redact import redact_url
 from worker.settings import RedisSettings
@@ -153,6 +153,9 @@ def redis_trouble(
             f"check the user and password in the URL and its ACL permissions{hint}",
             EXIT_UNAVAILABLE,
         )
+    why = write_refusal(exc)
+    if why is not None:
+        return OperatorError(f"Redis at {url} refused the write ({why}){hint}", EXIT_UNAVAILABLE)
     return OperatorError(
         f"Redis at {url} did not answer ({type(_cause(exc)).__name__}); "
         f"check --config or {setting}{hint}",

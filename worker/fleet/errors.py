@@ -2,7 +2,8 @@
 
     RelevoError (worker.errors)
     ├── FleetUnavailable    the fleet's Redis (broker or turn store) or its RabbitMQ broker
-    │                       did not answer, or refused this client; names which one
+    │                       did not answer, refused this client or refused the write;
+    │                       names which one
     ├── TurnTimeout         no result (or no end of its stream) in time; also a TimeoutError
     └── StreamRestarted     the turn runs again: the text read so far is void
 
@@ -12,12 +13,14 @@ of the fleet's Redis or broker become `FleetUnavailable`, for every producer cal
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from types import MappingProxyType
 
 from amqp.exceptions import AccessRefused
 from kombu.exceptions import OperationalError
 from redis.asyncio import Redis
+from redis.exceptions import OutOfMemoryError, ReadOnlyError, ResponseError
 
 from worker.errors import STORE_DOWN, STORE_REFUSED, RelevoError
 from worker.observability.redact import redact_url
@@ -29,12 +32,28 @@ __all__ = [
     "check_timeout",
     "fleet_errors",
     "where",
+    "write_refusal",
 ]
+
+# Redis answered and refused a write for a state of its own, not for this client's rights:
+# by the reply's error code (redis-py strips the code of the two it has classes for).
+_WRITE_REFUSALS: Mapping[str, str] = MappingProxyType(
+    {
+        "OOM": "its memory is full: maxmemory with noeviction",
+        "NOREPLICAS": "fewer replicas in sync than min-replicas-to-write",
+        "READONLY": "it is a read-only replica",
+        "MISCONF": "it cannot save to disk",
+    }
+)
+_CODES: Mapping[type[ResponseError], str] = MappingProxyType(
+    {OutOfMemoryError: "OOM", ReadOnlyError: "READONLY"}
+)
 
 
 class FleetUnavailable(RelevoError):
-    """The fleet's Redis (or RabbitMQ, `rabbitmq`) at `url` did not answer, or refused this
-    client (`refused`).
+    """The fleet's Redis (or RabbitMQ, `rabbitmq`) at `url` did not answer, refused this
+    client (`refused`), or refused the write for a state of its own (a full memory:
+    `write_refusal`).
 
     A turn being sent may or may not have gone out: sending it again with the same turn
     id is safe, the fleet runs a turn id once.
@@ -44,9 +63,15 @@ class FleetUnavailable(RelevoError):
         self.url = url
         self.refused = _refused(error)
         self.rabbitmq = url.startswith("amqp")
-        what = "refused this client" if self.refused else "did not answer"
+        why = write_refusal(error)
+        if self.refused:
+            what = f"refused this client ({type(error).__name__})"
+        elif why is not None:
+            what = f"refused the write ({why})"
+        else:
+            what = f"did not answer ({type(error).__name__})"
         server = "RabbitMQ" if self.rabbitmq else "Redis"
-        super().__init__(f"the fleet's {server} at {url} {what} ({type(error).__name__})")
+        super().__init__(f"the fleet's {server} at {url} {what}")
 
 
 class TurnTimeout(RelevoError, TimeoutError):
@@ -110,6 +135,21 @@ def check_timeout(timeout_s: float | None) -> None:
 def _from_store(exc: BaseException) -> bool:
     cause = exc.__cause__
     return cause is not None and (isinstance(cause, STORE_DOWN) or _from_store(cause))
+
+
+def write_refusal(exc: BaseException | None) -> str | None:
+    """Why Redis refused a write for a state of its own (`OOM: its memory is full...`),
+    from `exc` or what it was raised from; None for any other failure. Never the server's
+    own words: the code, and what it means."""
+    while exc is not None:
+        if isinstance(exc, ResponseError):
+            # In a pipeline, redis-py puts the command before the reply's words.
+            reply = str(exc).rsplit(" of pipeline caused error: ", 1)[-1]
+            code = _CODES.get(type(exc)) or reply.split(" ", 1)[0]
+            if code in _WRITE_REFUSALS:
+                return f"{code}: {_WRITE_REFUSALS[code]}"
+        exc = exc.__cause__
+    return None
 
 
 def _refused(exc: BaseException | None) -> bool:
