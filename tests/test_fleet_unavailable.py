@@ -164,7 +164,7 @@ def test_relevo_kill_switch_names_the_shared_store_that_failed(
 @pytest.mark.parametrize(
     ("setting", "why"),
     [
-        (("maxmemory", "1"), "OOM: its memory is full: maxmemory with noeviction"),
+        (("maxmemory", "1"), "OOM: its memory is full (maxmemory)"),
         (("min-replicas-to-write", "1"), "NOREPLICAS: fewer replicas in sync than"),
     ],
     ids=["full", "no-replicas"],

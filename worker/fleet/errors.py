@@ -39,7 +39,7 @@ __all__ = [
 # by the reply's error code (redis-py strips the code of the two it has classes for).
 _WRITE_REFUSALS: Mapping[str, str] = MappingProxyType(
     {
-        "OOM": "its memory is full: maxmemory with noeviction",
+        "OOM": "its memory is full (maxmemory)",
         "NOREPLICAS": "fewer replicas in sync than min-replicas-to-write",
         "READONLY": "it is a read-only replica",
         "MISCONF": "it cannot save to disk",

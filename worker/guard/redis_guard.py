@@ -9,10 +9,10 @@ round trips (`worker.guard.autopipeline`); every budget script goes out that one
 The store's failures are translated in one place, `_StoreErrors`: Redis refusing the
 worker (password, ACL) is `StoreForbidden`, and the turn fails closed (a held turn or a
 hand-off it refuses to write is kept, below); Redis slow or gone is `StoreUnreachable`,
-which each method answers locally. Breakers answer from this
-process's own (`breakers.ResilientBreakers`); a tenant may start calls worth its offline
-allowance, counted at their worst case while they run; and every write the store missed
-(a settlement, a release, a held turn, a hand-off) waits in the backlog until it lands.
+which each method answers locally. Breakers answer from this process's own
+(`breakers.ResilientBreakers`); a tenant may start calls worth its offline allowance,
+counted at their worst case while they run; and every write the store missed (a
+settlement, a release, a held turn, a hand-off) waits in the backlog until it lands.
 A turn never fails because the shared store is down.
 """
 
