@@ -349,8 +349,9 @@ def _scrape(port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
 
 
 def _request(tenant: str, i: int) -> TurnRequest:
+    # A deadline a worker started on a busy machine still meets: these tests count, not time.
     return TurnRequest(
-        tenant_id=tenant, messages=(Message(role="user", content=f"question {i}"),), deadline_s=10
+        tenant_id=tenant, messages=(Message(role="user", content=f"question {i}"),), deadline_s=30
     )
 
 
