@@ -40,13 +40,15 @@ class FleetUnavailable(RelevoError):
     id is safe, the fleet runs a turn id once.
     """
 
-    def __init__(self, url: str, error: BaseException) -> None:
+    def __init__(self, url: str, error: BaseException, *, during: str | None = None) -> None:
+        """`during`: what was being done, when the caller knows (it ends the message)."""
         self.url = url
         self.refused = _refused(error)
         self.rabbitmq = url.startswith("amqp")
         what = "refused this client" if self.refused else "did not answer"
         server = "RabbitMQ" if self.rabbitmq else "Redis"
-        super().__init__(f"the fleet's {server} at {url} {what} ({type(error).__name__})")
+        message = f"the fleet's {server} at {url} {what} ({type(error).__name__})"
+        super().__init__(f"{message} {during}" if during else message)
 
 
 class TurnTimeout(RelevoError, TimeoutError):
@@ -79,8 +81,9 @@ _WRAPPERS: tuple[type[BaseException], ...] = (OperationalError, RuntimeError)
 
 
 @contextmanager
-def fleet_errors(url: str) -> Iterator[None]:
-    """Raise `FleetUnavailable` (naming `url`) for a failure of the Redis at `url`."""
+def fleet_errors(url: str, *, during: str | None = None) -> Iterator[None]:
+    """Raise `FleetUnavailable` (naming `url`, and `during` if given) for a failure of the
+    Redis at `url`."""
     try:
         yield
     except RelevoError:
@@ -88,7 +91,7 @@ def fleet_errors(url: str) -> Iterator[None]:
     except (*STORE_DOWN, *_WRAPPERS) as exc:
         if isinstance(exc, RuntimeError) and not _from_store(exc):
             raise
-        raise FleetUnavailable(redact_url(url), exc) from exc
+        raise FleetUnavailable(redact_url(url), exc, during=during) from exc
 
 
 def where(client: Redis) -> str:
