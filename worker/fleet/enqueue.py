@@ -192,8 +192,8 @@ class Producer:
 
         enqueue     InputError (not a valid turn: nothing sent); FleetUnavailable
         turn        InputError (not a turn id)
-        handle.peek, .running                FleetUnavailable
-        handle.result                        TurnTimeout, FleetUnavailable, ValueError
+        handle.peek, .running, .known        FleetUnavailable
+        handle.result     UnknownTurn (at once), TurnTimeout, FleetUnavailable, ValueError
         handle.events                        the same
         handle.stream                        the same, and StreamRestarted
 

@@ -4,6 +4,7 @@
     ├── FleetUnavailable    the fleet's Redis (broker or turn store) or its RabbitMQ broker
     │                       did not answer, or refused this client; names which one
     ├── TurnTimeout         no result (or no end of its stream) in time; also a TimeoutError
+    ├── UnknownTurn         nothing says a turn with that id was sent; also a LookupError
     └── StreamRestarted     the turn runs again: the text read so far is void
 
 `fleet_errors` is the one place where kombu's, Celery's, py-amqp's and redis-py's failures
@@ -26,6 +27,7 @@ __all__ = [
     "FleetUnavailable",
     "StreamRestarted",
     "TurnTimeout",
+    "UnknownTurn",
     "check_timeout",
     "fleet_errors",
     "where",
@@ -52,15 +54,30 @@ class FleetUnavailable(RelevoError):
 
 
 class TurnTimeout(RelevoError, TimeoutError):
-    """No result for the turn in time: still queued or running, lost, or never sent."""
+    """No result for the turn in time: still queued or running, or lost."""
 
     def __init__(self, turn_id: str, waited_s: float) -> None:
         super().__init__(
-            f"turn {turn_id!r}: no result after {waited_s:g} s "
-            "(still queued or running, or unknown)"
+            f"turn {turn_id!r}: no result after {waited_s:g} s (still queued or running)"
         )
         self.turn_id = turn_id
         self.waited_s = waited_s
+
+
+class UnknownTurn(RelevoError, LookupError):
+    """Nothing in the turn store knows the turn id: no record of it being sent (queued),
+    no claim (running), no stream and no result.
+
+    Either no one sent a turn with that id, or it finished longer ago than the results are
+    kept (`worker.result_ttl_s`) and its result expired with its other traces.
+    """
+
+    def __init__(self, turn_id: str) -> None:
+        super().__init__(
+            f"unknown turn {turn_id!r}: no turn with that id is queued, running or finished "
+            "(never sent, or its result expired)"
+        )
+        self.turn_id = turn_id
 
 
 class StreamRestarted(RelevoError):

@@ -24,6 +24,8 @@ marker goes with the result (`worker.fleet.streams`).
 
 A producer records each turn in `sent` and `payloads` before it publishes it (`send_turn`);
 saving the result removes the record. `worker.fleet.sweeper` re-sends what stays unanswered.
+So a turn id is known while any of its record, claim, stream or result is there
+(`ask_known`): readers answer an id nobody sent (or whose result expired) at once.
 Saving also records the turn among the fleet's recent ones (`recent`): the fleet-wide
 fallback rate and each tenant's degraded turns are read from them.
 """
@@ -44,7 +46,7 @@ from worker.fleet.streams import START, StreamReader
 from worker.guard.autopipeline import AutoPipeline
 from worker.types import TurnResult
 
-__all__ = ["RECENT_TURNS", "TurnKeys", "TurnStore"]
+__all__ = ["RECENT_TURNS", "TurnKeys", "TurnStore", "ask_known", "known_from"]
 
 _CHUNK_MAXLEN = 10_000
 RECENT_TURNS = 1000
@@ -106,6 +108,20 @@ class TurnKeys:
         return f"{{{self.namespace}}}:worker:{process}"
 
 
+def ask_known(pipe: Any, keys: TurnKeys, turn_id: str) -> None:
+    """Queue on `pipe` (sync or async) the two commands `known_from` reads: the turn's sent
+    record, then whether its result, claim or stream exists. In this order, no turn slips
+    between them: a save writes the result before it drops the record."""
+    pipe.zscore(keys.sent, turn_id)
+    pipe.exists(keys.result(turn_id), keys.claim(turn_id), keys.chunks(turn_id))
+
+
+def known_from(replies: list[Any]) -> bool:
+    """Whether the replies to `ask_known` know the turn (queued, running or finished)."""
+    recorded, found = replies
+    return recorded is not None or int(found) > 0
+
+
 class TurnStore:
     """Results, claims and content streams of turns, on Redis."""
 
@@ -131,6 +147,13 @@ class TurnStore:
         """The turn's saved result, if it finished."""
         raw = await self.redis.get(self.keys.result(turn_id))
         return None if raw is None else TurnResult.model_validate_json(raw)
+
+    async def known(self, turn_id: str) -> bool:
+        """Whether the turn was sent and its traces are kept: recorded as sent (queued),
+        claimed (running), streaming or finished (`ask_known`). One round trip."""
+        slot = self.pipes.open()
+        ask_known(slot.pipe, self.keys, turn_id)
+        return known_from(_raised(await slot.send()))
 
     async def claim(self, turn_id: str, holder: str, ttl_s: float) -> bool | TurnResult:
         """Take the right to run the turn now (True), unless it already ran (its result)
