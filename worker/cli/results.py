@@ -188,15 +188,19 @@ async def _follow(stream: _Follow, idle_s: float) -> _End:
     loop = asyncio.get_running_loop()
     quiet_since, first = loop.time(), True
     while (left := idle_s - (loop.time() - quiet_since)) > 0:
+        before = stream.last
         # Asked before each wait, so a turn that already ended ends the tail at once.
         stored, known = await stream.known()
         if stored:
-            # The end marker, if the turn streamed, was written before its result.
-            return _End.STREAM if await stream.drain() else _End.RESULT
+            # The end marker, if the turn streamed, was written before its result; a held
+            # turn's replay streams after its "rejected" result: read on while it runs.
+            if await stream.drain():
+                return _End.STREAM
+            if not stream.reader.running:
+                return _End.RESULT
         if first and not known:
             return _End.UNKNOWN
         first = False
-        before = stream.last
         if await stream.read(max(1, min(_READ_MS, round(left * 1000)))):
             return _End.STREAM
         if stream.last != before:

@@ -148,7 +148,9 @@ class AsyncTurnHandle:
 
         It ends at the stream's end marker, or once the turn's result is stored (a turn
         that did not stream, or whose stream was cut short), after what the stream holds
-        by then: the worker ends a stream no later than it stores the result.
+        by then: the worker ends a stream no later than it stores the result. A held turn
+        being replayed streams over its stored "rejected" result: while its run has not
+        ended, the stream is read on.
         `UnknownTurn` at once if nothing knows the turn id, `TurnTimeout` if neither
         happened in `timeout_s`.
         """
@@ -178,7 +180,8 @@ class AsyncTurnHandle:
                     events = await reader.drain()
                 for event in events:
                     yield event
-                return
+                if not reader.running:
+                    return
             if loop.time() >= until:
                 raise TurnTimeout(self.turn_id, timeout_s)
 
