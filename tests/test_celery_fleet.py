@@ -16,6 +16,7 @@ import redis
 
 import budgets
 from tests.chainkit import KEY, worker_config
+from tests.test_async_producer import celery_worker
 from worker.cli.main import main
 from worker.fleet import Producer, StreamRestarted
 from worker.fleet.app import TASK_NAME, make_app
@@ -296,38 +297,26 @@ def test_a_lost_broker_connection_leaves_the_running_turn_to_its_one_answer(
     pinned = ("worker_cancel_long_running_tasks_on_connection_loss", "worker_soft_shutdown_timeout")
     assert [app.conf.changes.get(key) for key in pinned] == [False, 0]
     client = redis.Redis.from_url(url)
-    worker = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "celery", "-A", "worker.fleet.app", "worker"),
-            *("-P", "threads", "-c", "4", "-Q", namespace, "-n", f"lost-{namespace}@%h"),
-            *("--without-gossip", "--without-mingle", "--without-heartbeat"),
-            *("--loglevel", "WARNING"),
-        ],
-        env={**os.environ, "RELEVO_CONFIG": str(config), "RELEVO_TEST_KEY": KEY},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
     try:
-        sim.set_faults("alpha", Fault(latency_s=1.5, times=1))
-        handle = enqueue_turn(request(deadline_s=30), app=app)
-        deadline = time.monotonic() + 30
-        while sim.calls("alpha") < 1:
-            assert time.monotonic() < deadline, "the turn never started"
-            time.sleep(0.02)
-        consumers = [c["id"] for c in client.client_list() if c.get("cmd") == "brpop"]
-        assert consumers
-        for consumer in consumers:  # a private server: only this worker's
-            client.client_kill_filter(_id=consumer)
-        result = handle.get(timeout_s=60)
-        assert (result.status, result.step) == (Status.OK, 0)  # the call under way answered
-        # Put back and taken again: nothing left queued or unacknowledged.
-        while client.llen(namespace) or client.hlen("unacked"):
-            assert time.monotonic() < deadline, "the delivery put back was never consumed"
-            time.sleep(0.05)
-        time.sleep(0.5)
-        assert (sim.calls("alpha"), sim.calls("beta")) == (1, 0)
+        with celery_worker(config, threads=4):
+            sim.set_faults("alpha", Fault(latency_s=1.5, times=1))
+            handle = enqueue_turn(request(deadline_s=30), app=app)
+            deadline = time.monotonic() + 30
+            while sim.calls("alpha") < 1:
+                assert time.monotonic() < deadline, "the turn never started"
+                time.sleep(0.02)
+            consumers = [c["id"] for c in client.client_list() if c.get("cmd") == "brpop"]
+            assert consumers
+            for consumer in consumers:  # a private server: only this worker's
+                client.client_kill_filter(_id=consumer)
+            result = handle.get(timeout_s=60)
+            assert (result.status, result.step) == (Status.OK, 0)  # the call under way answered
+            # Put back and taken again: nothing left queued or unacknowledged.
+            while client.llen(namespace) or client.hlen("unacked"):
+                assert time.monotonic() < deadline, "the delivery put back was never consumed"
+                time.sleep(0.05)
+            time.sleep(0.5)
+            assert (sim.calls("alpha"), sim.calls("beta")) == (1, 0)
     finally:
         client.close()
-        worker.terminate()
-        worker.wait(timeout=15)
         app.close()

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -39,6 +39,7 @@ from breakers import (
 )
 from tests.chainkit import turn
 from tests.netkit import free_port
+from tests.test_async_producer import celery_worker as worker_process
 from worker.adapters import make_client
 from worker.cli.main import main
 from worker.fleet import AsyncTurnHandle, Producer, StreamEvent
@@ -400,6 +401,26 @@ def hold_on_runner(
     return {t.turn_id: t.payload for t in held}
 
 
+@asynccontextmanager
+async def replaying(
+    config: Path,
+    client: Redis,
+    namespace: str,
+    emit: Callable[[dict[str, Any]], None],
+    **options: Any,
+) -> AsyncIterator[asyncio.Task[ReplaySummary]]:
+    """`replay_held` of the held turns through `config`'s chain, as a task on this loop."""
+    settings = load_settings(config)
+    delivery = Delivery(TurnStore(client, namespace=namespace))
+    async with make_client() as http:
+        chain = Chain.from_settings(settings, http, guard=open_guard(settings, client))
+        held = breakers.HeldTurns(client, namespace=namespace)
+        switch = breakers.KillSwitch(client, namespace=namespace)
+        yield asyncio.create_task(
+            replay_held(held, switch, chain_runner(chain, delivery), emit, **options)
+        )
+
+
 async def until(done: Callable[[], bool], timeout_s: float = 20.0) -> None:
     async with asyncio.timeout(timeout_s):
         while not done():  # noqa: ASYNC110 - the simulator's counts are not awaitable
@@ -558,30 +579,17 @@ def test_an_interrupted_replay_holds_its_unfinished_turns_again_and_a_rerun_ends
     summary = ReplaySummary()
 
     async def interrupted() -> int:
-        settings = load_settings(config)
         client = breakers.connect(redis_url, timeout_s=2.0)
-        held = breakers.HeldTurns(client, namespace=ns)
-        switch = breakers.KillSwitch(client, namespace=ns)
-        delivery = Delivery(TurnStore(client, namespace=ns))
         try:
-            async with make_client() as http:
-                chain = Chain.from_settings(settings, http, guard=open_guard(settings, client))
-                replay = asyncio.create_task(
-                    replay_held(
-                        held,
-                        switch,
-                        chain_runner(chain, delivery),
-                        lines.append,
-                        concurrency=4,
-                        summary=summary,
-                    )
-                )
+            async with replaying(
+                config, client, ns, lines.append, concurrency=4, summary=summary
+            ) as replay:
                 # Two replayed, four in flight (all of the rest: none is left in the stream).
                 await until(lambda: summary.replayed == 2 and sim.calls("claude-sim") == 6)
                 replay.cancel()
                 with pytest.raises(asyncio.CancelledError):
                     await replay
-            return await held.count()
+            return await breakers.HeldTurns(client, namespace=ns).count()
         finally:
             await client.aclose()
 
@@ -620,22 +628,10 @@ def test_an_interrupted_replay_leaves_a_streaming_turn_s_readers_on_its_rejectio
     sim.set_faults("claude-sim", Fault(tokens=20, stall_after_tokens=2, stall_after_s=30))
 
     async def interrupted() -> tuple[list[StreamEvent], list[StreamEvent], TurnResult]:
-        settings = load_settings(config)
         client = breakers.connect(redis_url, timeout_s=2.0)
-        held = breakers.HeldTurns(client, namespace=ns)
-        store = TurnStore(client, namespace=ns)
-        reader = AsyncTurnHandle(turn_id, store)
+        reader = AsyncTurnHandle(turn_id, TurnStore(client, namespace=ns))
         try:
-            async with make_client() as http:
-                chain = Chain.from_settings(settings, http, guard=open_guard(settings, client))
-                replay = asyncio.create_task(
-                    replay_held(
-                        held,
-                        breakers.KillSwitch(client, namespace=ns),
-                        chain_runner(chain, Delivery(store)),
-                        lambda line: None,
-                    )
-                )
+            async with replaying(config, client, ns, lambda line: None) as replay:
                 await replay_running(client, ns, turn_id, lambda: not replay.done())
                 live: list[StreamEvent] = []
                 async for event in reader.events(timeout_s=20):
@@ -707,7 +703,7 @@ def test_a_held_streaming_turn_streams_its_text_when_replayed(
     Every reader's text is the stored result's. Without it: no text at all, ever."""
     settings = load_settings(config, require_secrets=False)
     assert relevo("kill-switch", "on", "--reason", "incident 44") == 0
-    with fleet_worker(config):
+    with worker_process(config, threads=4):
         turn_id = asyncio.run(held_streaming_turn(settings))
     assert relevo("kill-switch", "off") == 0
     capsys.readouterr()
@@ -750,32 +746,6 @@ def test_a_held_streaming_turn_streams_its_text_when_replayed(
     # A reader after the replay: the whole text, then the end.
     assert relevo(*tail) == 0
     assert capsys.readouterr().out == text + "\n"
-
-
-@contextmanager
-def fleet_worker(config: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """A real `celery worker` process (threads pool) on `config`'s queue."""
-    queue = load_settings(config, require_secrets=False).worker.queue
-    proc = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "celery", "-A", "worker.fleet.app", "worker"),
-            *("-P", "threads", "-c", "4", "-Q", queue, "-n", f"held-{queue}@%h"),
-            *("--without-gossip", "--without-mingle", "--without-heartbeat"),
-            *("--loglevel", "WARNING"),
-        ],
-        env={**os.environ, "RELEVO_CONFIG": str(config)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        yield proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 async def held_streaming_turn(settings: Settings) -> str:
