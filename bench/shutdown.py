@@ -173,9 +173,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--latency-s", type=float, default=3.0, help="the turn's call")
     parser.add_argument("--soft-s", type=float, default=10.0, help="sigquit_soft's timeout")
+    parser.add_argument("--cases", default=",".join(CASES), help="which, comma-separated")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp, kit.rig(None) as rig:
-        for case in CASES:
+        for case in args.cases.split(","):
             kit.say(f"{case} ...")
             run_case(worker_command(case, rig, Path(tmp), args), rig, args)
 
