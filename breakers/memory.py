@@ -12,6 +12,11 @@ period plus the store's timeout (`fresh_s`). It serves twice:
   away or came back empty. The store refuses the restore once a person turned the switch
   off in the new epoch, and past `2 * fresh_s` after the epoch's birth (by then every
   process that was looking has had its turn; a later one was cut off and knows less).
+  A restore Redis does not answer (it went away again) is tried again, with jittered
+  backoff up to `fresh_s`, until the store answers or the process stops; each failure is
+  logged once (`breakers.kill_switch_restore_failed`). Meanwhile checks see the switch
+  being restored, so no turn runs, and the window is stretched by the time spent
+  retrying: the restore was decided in time, only its answer is late.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
+import random
+import time
 from collections.abc import Callable
 
 import structlog
@@ -33,6 +40,8 @@ __all__ = ["FleetMemory"]
 
 # What reading or making the epoch, or restoring the switch, may meet: Redis gone again.
 _EPOCH_UNREAD: tuple[type[BaseException], ...] = (*STORE_ERRORS, StoreUnavailableError)
+# The first wait before a restore is tried again; each wait doubles, up to `fresh_s`.
+_RETRY_FIRST_S = 0.05
 log = structlog.get_logger("relevo.breakers")
 
 
@@ -51,7 +60,7 @@ class FleetMemory:
         # When the first question asked after the last look went unanswered, if one did.
         self._unanswered: float | None = None
         self._epoch: str | None = None
-        self._restore: asyncio.Future[KillSwitchState | None] | None = None
+        self._restore: _Restore | None = None  # the current epoch's, if any
 
     def lost(self, asked_at: float) -> None:
         """A question asked at `asked_at` got no answer: the store was last seen before."""
@@ -73,12 +82,10 @@ class FleetMemory:
                 epoch = await self.fleet.start_epoch()
             if self._epoch is not None and epoch != self._epoch:
                 self._epoch = epoch  # before any await: one process notices a reset once
-                age_s = self._look_age_s(asked_at)
-                reset = self._store_was_reset(state, epoch, self.kill, age_s)
-                self._restore = asyncio.ensure_future(reset)
+                self._store_was_reset(state, epoch, self.kill, self._look_age_s(asked_at))
             unrestored = state.kill_switch is None and not state.epoch_off_by
             if self._restore is not None and unrestored and state.epoch in ("", self._epoch):
-                restored = await asyncio.shield(self._restore)
+                restored = await self._restored()
                 if restored is not None:
                     state = dataclasses.replace(state, kill_switch=restored)
         except _EPOCH_UNREAD as exc:
@@ -97,11 +104,11 @@ class FleetMemory:
         until = asked_at if self._unanswered is None else self._unanswered
         return max(0.0, until - self.seen_at)
 
-    async def _store_was_reset(
+    def _store_was_reset(
         self, state: FleetState, epoch: str, last: KillSwitchState | None, age_s: float
-    ) -> KillSwitchState | None:
-        """Count and log the reset; the kill switch turned back on, if the last look
-        showed it on and was current."""
+    ) -> None:
+        """Count and log the reset; turn the kill switch back on if the last look showed
+        it on and was current (`_restore_until_answered`, in the background)."""
         seen = last if age_s <= self.fresh_s else None
         self._on_reset()
         restore = seen is not None and state.kill_switch is None and not state.epoch_off_by
@@ -112,7 +119,65 @@ class FleetMemory:
             look_age_s=round(age_s, 3) if math.isfinite(age_s) else None,
             restoring=restore,
         )
+        self.close()  # an earlier epoch's restore: this reset supersedes it
         if not restore or seen is None:
+            return
+        tried = asyncio.get_running_loop().create_future()
+        task = asyncio.ensure_future(self._restore_until_answered(seen, epoch, tried))
+        self._restore = _Restore(seen, tried, task)
+
+    async def _restored(self) -> KillSwitchState | None:
+        """The restore's answer; while the store has not given one (a try failed), the
+        switch being restored: no turn runs before the store says otherwise."""
+        restore = self._restore
+        if restore is None:
             return None
+        await asyncio.shield(restore.tried)  # one round trip at most, as any check
+        if restore.task.done() and not restore.task.cancelled():
+            return restore.task.result()
+        return restore.seen
+
+    async def _restore_until_answered(
+        self, seen: KillSwitchState, epoch: str, tried: asyncio.Future[None]
+    ) -> KillSwitchState | None:
+        """`KillSwitch.restore` until the store answers, with jittered backoff."""
         switch = KillSwitch(self.fleet.redis, namespace=self.fleet.keys.namespace)
-        return await switch.restore(seen, epoch, within_s=2 * self.fresh_s)
+        started = time.monotonic()
+        attempt = 0
+        try:
+            while True:
+                attempt += 1
+                late_by_s = time.monotonic() - started
+                try:
+                    return await switch.restore(seen, epoch, within_s=2 * self.fresh_s + late_by_s)
+                except Exception as exc:  # Redis away again (or worse): try again, say so once
+                    wait_s = min(self.fresh_s, _RETRY_FIRST_S * 2 ** (attempt - 1))
+                    wait_s *= random.uniform(0.5, 1.0)
+                    log.warning(
+                        "breakers.kill_switch_restore_failed",
+                        attempt=attempt,
+                        error=type(exc).__name__,
+                        retry_in_s=round(wait_s, 3),
+                        who=seen.who,
+                    )
+                if not tried.done():
+                    tried.set_result(None)
+                await asyncio.sleep(wait_s)
+        finally:
+            if not tried.done():
+                tried.set_result(None)
+
+    def close(self) -> None:
+        """Stop a restore under way (the process stops, or the store was reset again)."""
+        if self._restore is not None:
+            self._restore.task.cancel()
+        self._restore = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Restore:
+    """A restore under way: the switch it puts back, the end of its first try, its task."""
+
+    seen: KillSwitchState
+    tried: asyncio.Future[None]
+    task: asyncio.Task[KillSwitchState | None]

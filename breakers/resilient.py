@@ -273,6 +273,7 @@ class ResilientBreakers:
         self._closed = True
         if self._watching is not None:
             self._watching.cancel()
+        self.memory.close()
 
 
 def _same(value: T) -> T:

@@ -52,7 +52,14 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from worker.errors import ConfigError, InputError
-from worker.fleet import AsyncTurnHandle, FleetUnavailable, Producer, StreamEvent, TurnTimeout
+from worker.fleet import (
+    AsyncTurnHandle,
+    FleetUnavailable,
+    Producer,
+    StreamEvent,
+    TurnTimeout,
+    UnknownTurn,
+)
 from worker.settings import Settings, load_settings
 from worker.types import TurnResult
 
@@ -192,7 +199,7 @@ class TurnsApi:
                     # JSON keeps newlines and carriage returns of the text inside one data line.
                     yield _event("text", json.dumps(event.text, ensure_ascii=False), event.id)
             found = await handle.result(timeout_s=self.stream_timeout_s)
-        except TurnTimeout as exc:
+        except (TurnTimeout, UnknownTurn) as exc:  # unknown: its result expired meanwhile
             yield _event("error", json.dumps({"error": str(exc)}))
             return
         except FleetUnavailable:

@@ -11,18 +11,20 @@ import threading
 import time
 import tomllib
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
+from celery.exceptions import TimeoutError as CeleryTimeout
+from celery.result import AsyncResult
 from celery.signals import before_task_publish
 
 from tests.chainkit import KEY, worker_config
 from worker.errors import InputError, RelevoError
-from worker.fleet import AsyncTurnHandle, Producer, TurnTimeout
+from worker.fleet import AsyncTurnHandle, Producer, TurnHandle, TurnTimeout, UnknownTurn
 from worker.fleet.turnstore import TurnStore
 from worker.settings import LimitsSettings, Settings, load_settings
 from worker.simulator import Fault, Simulator
@@ -108,6 +110,11 @@ def lone_settings(sim: Simulator, redis_url: str, namespace: str) -> Settings:
 async def lone(lone_settings: Settings) -> AsyncIterator[Producer]:
     async with Producer.from_settings(lone_settings) as made:
         yield made
+        # What was sent stays queued: leave the shared Redis as it was.
+        pattern = f"{{{lone_settings.redis.namespace}}}:*"
+        await made.redis.delete(lone_settings.worker.queue)
+        async for key in made.redis.scan_iter(match=pattern):
+            await made.redis.delete(key)
 
 
 async def test_validation_errors_raise_before_anything_is_sent(
@@ -161,18 +168,54 @@ async def test_publishing_goes_through_send_task_in_the_callers_context(
     client.close()
 
 
-async def test_the_result_of_an_unknown_turn_times_out_quickly_naming_it(lone: Producer) -> None:
+async def test_an_id_nobody_sent_is_an_unknown_turn_at_once(lone: Producer) -> None:
+    """Every reader answers at once, not after its timeout: nothing knows the id."""
     handle = lone.turn("never-sent")
+    readers: dict[str, Callable[[], Awaitable[object]]] = {
+        "result": lambda: handle.result(timeout_s=60),
+        "stream": lambda: anext(handle.stream(timeout_s=60)),
+        "events": lambda: anext(handle.events(timeout_s=60)),
+        # Celery's result backend, as `enqueue_turn`'s handle waits on it.
+        "get": lambda: asyncio.to_thread(
+            TurnHandle("never-sent", AsyncResult("never-sent", app=lone.app)).get, 60
+        ),
+    }
+    for what, read in readers.items():
+        started = time.monotonic()
+        with pytest.raises(UnknownTurn, match="'never-sent'") as raised:
+            await read()
+        assert time.monotonic() - started < 0.5, what
+        assert isinstance(raised.value, RelevoError)
+        assert isinstance(raised.value, LookupError)
+        assert raised.value.turn_id == "never-sent"
+
+
+async def test_a_queued_turn_no_worker_takes_waits_out_its_timeout(lone: Producer) -> None:
+    sent = await lone.enqueue(request())
+    handle = lone.turn(sent.turn_id)  # as another process finds it
     started = time.monotonic()
-    with pytest.raises(TurnTimeout, match="'never-sent'") as raised:
+    with pytest.raises(TurnTimeout, match=sent.turn_id) as raised:
         await handle.result(timeout_s=0.3)
     assert 0.3 <= time.monotonic() - started < 1.0
-    assert isinstance(raised.value, RelevoError)
     assert isinstance(raised.value, TimeoutError)
-    assert raised.value.turn_id == "never-sent"
-    with pytest.raises(TurnTimeout, match="'never-sent'"):
+    with pytest.raises(TurnTimeout):
         _ = [text async for text in handle.stream(timeout_s=0.3)]
-    assert time.monotonic() - started < 2.0
+    waiting = TurnHandle(sent.turn_id, AsyncResult(sent.turn_id, app=lone.app))
+    with pytest.raises(CeleryTimeout):
+        await asyncio.to_thread(waiting.get, 0.3)
+    assert time.monotonic() - started < 3.0
+
+
+async def test_a_finished_turn_whose_result_expired_is_unknown(lone: Producer) -> None:
+    """Saving the result drops the sent record; once the result expires too, nothing
+    tells the turn from one never sent."""
+    store = TurnStore(lone.redis, namespace=lone.store.keys.namespace, ttl_s=1)
+    sent = await lone.enqueue(request())
+    await store.save(finished(sent.turn_id))
+    assert (await lone.turn(sent.turn_id).result(timeout_s=5)).status is Status.OK
+    await asyncio.sleep(1.1)
+    with pytest.raises(UnknownTurn):
+        await lone.turn(sent.turn_id).result(timeout_s=5)
 
 
 async def test_a_stream_waits_within_a_short_read_timeout(
@@ -181,9 +224,12 @@ async def test_a_stream_waits_within_a_short_read_timeout(
     """On a client with the control path's read timeout (0.25 s), a wait for text is
     shorter than that: the stream times out as a turn, not as a Redis read."""
     client = lone_settings.redis.connect()
+    quiet = await lone.enqueue(request())
     try:
-        handle = Producer(lone.app, client, namespace=lone_settings.redis.namespace).turn("quiet")
-        with pytest.raises(TurnTimeout, match="'quiet'"):
+        handle = Producer(lone.app, client, namespace=lone_settings.redis.namespace).turn(
+            quiet.turn_id
+        )
+        with pytest.raises(TurnTimeout, match=quiet.turn_id):
             _ = [text async for text in handle.stream(timeout_s=0.8)]
     finally:
         await client.aclose()
@@ -204,7 +250,7 @@ async def test_a_stream_ends_once_a_result_is_stored_whether_or_not_it_streamed(
     lone: Producer,
 ) -> None:
     store = TurnStore(lone.redis, namespace=lone.store.keys.namespace)
-    silent = lone.turn(f"silent-{uuid.uuid4().hex}")
+    silent = lone.turn((await lone.enqueue(request())).turn_id)  # queued, then answered
     reader = asyncio.create_task(_texts(silent))
     await asyncio.sleep(0.3)
     assert not reader.done()  # no text, no result: still waiting

@@ -13,7 +13,9 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import pytest
-from structlog.testing import capture_logs
+import structlog
+from structlog.testing import LogCapture, capture_logs
+from structlog.typing import EventDict
 
 from breakers import FleetBreakers, KillSwitch, ResilientBreakers, connect
 from tests.netkit import free_port
@@ -199,3 +201,43 @@ async def test_a_worker_cut_off_when_the_switch_went_off_restores_nothing_when_b
         assert [e["why"] for e in refused] == ["late"]
     finally:
         await proxy.stop()
+
+
+async def test_a_restore_redis_does_not_answer_is_tried_again_until_it_lands(
+    store: Store,
+) -> None:
+    """The store comes back empty, and goes away again (paused) just as the worker restores
+    the switch: the restore is tried again with backoff, each failure logged once, until
+    Redis answers, longer after the reset than the restore window. Meanwhile no check sees
+    the switch off. Without it: one failed try, and the fleet ran turns on an empty store."""
+    captured = LogCapture()
+
+    def pause_at_the_reset(logger: object, name: str, event: EventDict) -> EventDict:
+        if event["event"] == "breakers.store_reset":
+            store.proc.send_signal(signal.SIGSTOP)  # before the restore's first try
+        return event
+
+    structlog.configure(processors=[pause_at_the_reset, captured])
+    async with store.worker() as worker:
+        await store.switch.on("alice", "incident 11")
+        worker.watch()
+        await until(lambda: worker.memory.kill is not None)
+        await store.restart_empty()
+        failed = "breakers.kill_switch_restore_failed"
+        await until(lambda: failed in [e["event"] for e in captured.entries])
+        paused_at = time.monotonic()
+        assert (await worker.check([SCOPE])).kill_switch is not None
+        await asyncio.sleep(2 * (LOOK_S + TIMEOUT_S) + 0.3)  # past the restore window
+        store.proc.send_signal(signal.SIGCONT)
+        reason = await status_until_on(store.switch)
+        assert time.monotonic() - paused_at > 2 * (LOOK_S + TIMEOUT_S)
+        assert reason == "incident 11 [restored: the store lost its data]"
+        assert (await worker.check([SCOPE])).kill_switch is not None
+        assert worker.resets == 1
+    failures = [e for e in captured.entries if e["event"] == failed]
+    assert len(failures) >= 2
+    assert [e["attempt"] for e in failures] == list(range(1, len(failures) + 1))
+    assert all(e["error"] == "StoreUnavailableError" and e["who"] == "alice" for e in failures)
+    assert all(0 < e["retry_in_s"] <= LOOK_S + TIMEOUT_S for e in failures)
+    restored = [e for e in captured.entries if e["event"] == "breakers.kill_switch_restored"]
+    assert len(restored) == 1

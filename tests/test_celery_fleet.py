@@ -16,6 +16,7 @@ import redis
 
 import budgets
 from tests.chainkit import KEY, worker_config
+from tests.test_async_producer import celery_worker
 from worker.cli.main import main
 from worker.fleet import Producer, StreamRestarted
 from worker.fleet.app import TASK_NAME, make_app
@@ -217,21 +218,20 @@ def test_a_stream_run_again_after_its_worker_died_reads_as_the_rerun_alone(
     alone. Without a fresh stream per run, they got the first run's text, then the rerun's."""
     doomed = start_worker("doomed")
     settings = load_settings(config, require_secrets=False)
-    # The first call drips its 40 pieces over 4 s; the rerun's call streams at once.
-    sim.set_faults("alpha", Fault(tokens=40, token_interval_s=0.1, times=1), Fault(tokens=40))
+    # The first call drips its 40 pieces over 10 s (a tail process starts meanwhile, however
+    # loaded the machine); the rerun's call streams at once.
+    sim.set_faults("alpha", Fault(tokens=40, token_interval_s=0.25, times=1), Fault(tokens=40))
     turn = request(tenant_id="rerun", stream=True)
-    # `relevo tail` from before the turn is sent until its end.
-    live = subprocess.Popen(
-        [*RELEVO, "tail", turn.turn_id, "--config", str(config)],
-        env={**os.environ, "RELEVO_TEST_KEY": KEY},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
 
-    async def scenario() -> tuple[str, list[str], int]:
+    async def scenario() -> tuple[str, list[str], int, tuple[int | None, bytes, bytes]]:
         async with Producer.from_settings(settings) as producer:
             handle = await producer.enqueue(turn)
+            # `relevo tail` from as soon as the turn is sent (before: an unknown turn) to its end.
+            pipe = asyncio.subprocess.PIPE
+            live = await asyncio.create_subprocess_exec(
+                *RELEVO, "tail", turn.turn_id, "--config", str(config), stdout=pipe, stderr=pipe
+            )
+            assert live.stdout is not None
             pieces: list[str] = []
             restarts = 0
 
@@ -251,6 +251,7 @@ def test_a_stream_run_again_after_its_worker_died_reads_as_the_rerun_alone(
             while len(pieces) < 8:
                 assert time.monotonic() < deadline, "the first run never streamed"
                 await asyncio.sleep(0.02)
+            printed = await asyncio.wait_for(live.stdout.read(1), 20)  # the first run's text
             doomed.send_signal(signal.SIGKILL)
             await asyncio.to_thread(doomed.wait)
             shown_before = "".join(pieces)
@@ -263,16 +264,59 @@ def test_a_stream_run_again_after_its_worker_died_reads_as_the_rerun_alone(
             assert result.reply.text.startswith(shown_before)
             # Connected after the rerun: the rerun's text alone, and no restart.
             again = [text async for text in producer.turn(handle.turn_id).stream(timeout_s=10)]
-            return result.reply.text, ["".join(pieces), "".join(again)], restarts
+            rest, err = await asyncio.wait_for(live.communicate(), 30)
+            tailed = (live.returncode, printed + rest, err)
+            return result.reply.text, ["".join(pieces), "".join(again)], restarts, tailed
 
-    text, read, restarts = asyncio.run(scenario())
+    text, read, restarts, (tail_exit, tail_out, tail_err) = asyncio.run(scenario())
     assert read == [text, text]
     assert restarts == 1
     assert sim.calls("alpha") == 2  # the killed run's call, and the rerun's
-    live_tail, err = live.communicate(timeout=30)
-    assert live.returncode == 0, err
+    live_tail, err = tail_out.decode(), tail_err.decode()
+    assert tail_exit == 0, err
     assert "runs again" in err
     # `relevo tail` cannot take printed text back: the rerun's starts on a line of its own.
     assert live_tail.endswith("\n" + text + "\n")
     assert main(["tail", turn.turn_id, "--config", str(config)]) == 0
     assert capsys.readouterr().out == text + "\n"
+
+
+def test_a_lost_broker_connection_leaves_the_running_turn_to_its_one_answer(
+    private_redis: tuple[str, subprocess.Popen[bytes]],
+    sim: Simulator,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    """The worker's broker connection killed mid-call: the call under way answers the turn,
+    once, and the delivery kombu puts back as it reconnects is answered from the turn store
+    (no model called again). Celery is told not to cancel the turn: under the threads pool
+    it cannot, and Celery 6 would try by default (pinned in `celery_app`)."""
+    url, _ = private_redis
+    config = write_config(tmp_path / "chain.toml", sim=sim.url, redis_url=url, namespace=namespace)
+    app = make_app(load_settings(config, require_secrets=False))
+    pinned = ("worker_cancel_long_running_tasks_on_connection_loss", "worker_soft_shutdown_timeout")
+    assert [app.conf.changes.get(key) for key in pinned] == [False, 0]
+    client = redis.Redis.from_url(url)
+    try:
+        with celery_worker(config, threads=4):
+            sim.set_faults("alpha", Fault(latency_s=1.5, times=1))
+            handle = enqueue_turn(request(deadline_s=30), app=app)
+            deadline = time.monotonic() + 30
+            while sim.calls("alpha") < 1:
+                assert time.monotonic() < deadline, "the turn never started"
+                time.sleep(0.02)
+            consumers = [c["id"] for c in client.client_list() if c.get("cmd") == "brpop"]
+            assert consumers
+            for consumer in consumers:  # a private server: only this worker's
+                client.client_kill_filter(_id=consumer)
+            result = handle.get(timeout_s=60)
+            assert (result.status, result.step) == (Status.OK, 0)  # the call under way answered
+            # Put back and taken again: nothing left queued or unacknowledged.
+            while client.llen(namespace) or client.hlen("unacked"):
+                assert time.monotonic() < deadline, "the delivery put back was never consumed"
+                time.sleep(0.05)
+            time.sleep(0.5)
+            assert (sim.calls("alpha"), sim.calls("beta")) == (1, 0)
+    finally:
+        client.close()
+        app.close()

@@ -25,7 +25,8 @@ from breakers import BreakerState
 from tests.netkit import free_port
 from worker.cli import common
 from worker.cli.main import build_parser, main
-from worker.fleet.turnstore import TurnStore
+from worker.fleet.errors import UnknownTurn
+from worker.fleet.turnstore import TurnKeys, TurnStore
 from worker.types import Status, TurnResult
 
 ROOT = Path(__file__).parent.parent
@@ -176,7 +177,7 @@ def test_operator_commands_need_only_the_redis_section(
     assert relevo("result", "never-ran", "--config", config) == 2
     err = capsys.readouterr().err
     assert "Field required" not in err
-    assert one_line(err) == "relevo: no result for turn 'never-ran' (unknown, or not finished)"
+    assert one_line(err) == f"relevo: {UnknownTurn('never-ran')}"
 
 
 @pytest.mark.parametrize(
@@ -331,14 +332,41 @@ def test_tail_of_a_finished_turn_that_did_not_stream_ends_at_once(
     )
 
 
-def test_tail_of_an_unknown_turn_says_so_and_exits_2(
+def test_tail_and_result_of_an_id_nobody_sent_say_so_at_once_and_exit_2(
     redis_url: str, namespace: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     config = str(redis_only(tmp_path / "ops.toml", redis_url, namespace))
-    assert relevo("tail", "no-such-turn", "--config", config, "--idle-timeout", "0.5") == 2
-    notice, error = capsys.readouterr().err.strip().splitlines()
-    assert notice.startswith("relevo: warning: nothing is known of turn 'no-such-turn' yet")
-    assert error.startswith("relevo: no turn 'no-such-turn': no worker claimed, streamed or")
+    started = time.monotonic()
+    assert relevo("tail", "no-such-turn", "--config", config) == 2  # idle timeout: 60 s
+    assert time.monotonic() - started < 2.0
+    assert one_line(capsys.readouterr().err) == (
+        "relevo: unknown turn 'no-such-turn': no turn with that id is queued, running or "
+        "finished (never sent, or its result expired)"
+    )
+    assert relevo("result", "no-such-turn", "--config", config) == 2
+    assert one_line(capsys.readouterr().err).startswith("relevo: unknown turn 'no-such-turn'")
+
+
+def test_tail_and_result_of_a_queued_turn_wait_for_it(
+    redis_url: str, namespace: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Recorded as sent, no worker has it yet: `tail` waits out --idle-timeout (exit 8),
+    `result` says it has not finished (exit 8)."""
+    config = str(redis_only(tmp_path / "ops.toml", redis_url, namespace))
+    client = sync_redis.Redis.from_url(redis_url)
+    client.zadd(TurnKeys(namespace).sent, {"queued-turn": int(time.time() * 1000)})
+    client.close()
+    started = time.monotonic()
+    assert relevo("tail", "queued-turn", "--config", config, "--idle-timeout", "0.5") == 8
+    assert time.monotonic() - started >= 0.5
+    assert one_line(capsys.readouterr().err).startswith(
+        "relevo: gave up on turn 'queued-turn': nothing new for 0.5s"
+    )
+    assert relevo("result", "queued-turn", "--config", config) == 8
+    assert one_line(capsys.readouterr().err) == (
+        "relevo: turn 'queued-turn' has not finished (queued or running); "
+        "`relevo tail queued-turn` follows it"
+    )
 
 
 def test_tail_gives_up_after_the_idle_timeout_with_exit_8(

@@ -65,7 +65,7 @@ def test_result_of_an_unknown_turn_is_a_clear_error(
     config: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["result", "never-ran", "--config", str(config)]) == 2
-    assert "no result for turn 'never-ran'" in capsys.readouterr().err
+    assert "unknown turn 'never-ran'" in capsys.readouterr().err
 
 
 def test_tail_prints_a_streaming_turns_content(

@@ -4,22 +4,30 @@ seconds, naming that Redis; operator commands name the store that failed."""
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
+import subprocess
+import threading
 import time
 import tomllib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
 import redis
 from celery.result import AsyncResult
 
-from tests.chainkit import worker_config
+from tests.chainkit import turn, worker_config
 from tests.netkit import free_port
+from tests.test_store_faults import restart_empty
 from worker.cli.common import OperatorError, operator_redis
 from worker.errors import RelevoError
 from worker.fleet import FleetUnavailable, Producer, TurnHandle, enqueue_turn, make_app
-from worker.fleet.broker import SEND_TIMEOUT_S
+from worker.fleet.broker import SEND_TIMEOUT_S, celery_app
+from worker.fleet.enqueue import send_turn
+from worker.fleet.fairqueue import FairKeys
+from worker.fleet.turnstore import TurnKeys
 from worker.settings import RedisSettings, Settings, load_settings
 
 TURN = {"tenant_id": "acme", "messages": [{"role": "user", "content": "hi"}]}
@@ -202,3 +210,85 @@ def test_a_redis_that_refuses_writes_is_said_to_refuse_them(
     err = capsys.readouterr().err
     assert f"Redis at redis://:***@{address}/0 refused the write ({why}" in err
     assert "hunter2" not in str(sent.value) + err
+
+
+# -- a Redis blip while a turn is recorded ---------------------------------------------
+
+
+@contextmanager
+def killed_then_back(proc: subprocess.Popen[bytes], url: str, after_s: float) -> Iterator[None]:
+    """The redis-server killed now, and a new, empty one on its port `after_s` later."""
+    proc.kill()
+    proc.wait(timeout=10)
+    back: list[subprocess.Popen[bytes]] = []
+    timer = threading.Timer(after_s, lambda: back.append(restart_empty(proc, url)))
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.join()
+        for server in back:
+            server.kill()
+            server.wait(timeout=10)
+
+
+@pytest.fixture
+def producer_app(
+    private_redis: tuple[str, subprocess.Popen[bytes]], namespace: str
+) -> Iterator[Any]:
+    """A producer's app on the private Redis, its broker connection already open."""
+    url, _ = private_redis
+    text = worker_config(sim="http://127.0.0.1:9", redis_url=url, namespace=namespace)
+    app = celery_app(load_settings(data=tomllib.loads(text), require_secrets=False))
+    # ignore_result: no subscription to a result channel outlives the server it was on.
+    send_turn(app, turn(), ignore_result=True)
+    try:
+        yield app
+    finally:
+        app.close()
+
+
+@pytest.mark.slow
+def test_a_blip_shorter_than_the_publish_retry_policy_costs_the_enqueue_a_moment(
+    private_redis: tuple[str, subprocess.Popen[bytes]], producer_app: Any, namespace: str
+) -> None:
+    """Redis restarted under the producer: the record's write is tried again as the publish
+    is, and the turn lands recorded and published. Without it: FleetUnavailable at once."""
+    url, proc = private_redis
+    # Wider than the fleet's own (two quick tries more), so a loaded machine's restart fits.
+    producer_app.conf.task_publish_retry_policy = {
+        "max_retries": 30,
+        "interval_start": 0.05,
+        "interval_step": 0.05,
+        "interval_max": 0.1,
+    }
+    with killed_then_back(proc, url, after_s=0.4):
+        started = time.monotonic()
+        sent = send_turn(producer_app, turn(), ignore_result=True)
+        assert time.monotonic() - started >= 0.3  # it waited out the blip
+        # A new, empty server, after the record's retries began: the record and the
+        # message are both on it, written after the blip.
+        client = redis.Redis.from_url(url)
+        assert client.zscore(TurnKeys(namespace).sent, sent.id) is not None
+        assert client.hexists(FairKeys(namespace).index(), sent.id)
+        client.close()
+
+
+@pytest.mark.slow
+def test_an_outage_longer_than_the_publish_retry_policy_fails_naming_the_record(
+    private_redis: tuple[str, subprocess.Popen[bytes]], producer_app: Any
+) -> None:
+    """As many tries as the publish gets (three: `task_publish_retry_policy`), then our own
+    error, saying nothing was published."""
+    url, proc = private_redis
+    proc.kill()
+    proc.wait(timeout=10)
+    started = time.monotonic()
+    with pytest.raises(FleetUnavailable) as failed:
+        send_turn(producer_app, turn(), ignore_result=True)
+    assert time.monotonic() - started < SEND_S
+    assert re.fullmatch(
+        re.escape(f"the fleet's Redis at {url} did not answer (ConnectionError) ")
+        + r"recording the turn \(3 tries in \d+\.\d s; it was not published\)",
+        str(failed.value),
+    )

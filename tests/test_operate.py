@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -39,14 +39,16 @@ from breakers import (
 )
 from tests.chainkit import turn
 from tests.netkit import free_port
+from tests.test_async_producer import celery_worker as worker_process
 from worker.adapters import make_client
 from worker.cli.main import main
+from worker.fleet import AsyncTurnHandle, Producer, StreamEvent
 from worker.fleet.app import make_app
 from worker.fleet.enqueue import TurnHandle, enqueue_turn
 from worker.fleet.replay import Delivery, Replayed, ReplaySummary, chain_runner, replay_held
 from worker.fleet.runner import TurnRunner
 from worker.fleet.testing import InProcessWorker
-from worker.fleet.turnstore import TurnStore
+from worker.fleet.turnstore import TurnKeys, TurnStore
 from worker.guard.redis_guard import open_guard
 from worker.settings import Settings, load_settings
 from worker.simulator import Fault, Simulator
@@ -377,13 +379,19 @@ def run_turns(config: Path, count: int) -> list[TurnResult]:
     return asyncio.run(go())
 
 
-def hold_on_runner(config: Path, url: str, namespace: str, count: int) -> dict[str, str]:
+def hold_on_runner(
+    config: Path, url: str, namespace: str, count: int, *, stream: bool = False
+) -> dict[str, str]:
     """Run `count` turns as a worker's task does, with the switch on: each is refused, held
     and its "rejected" result saved in the turn store. Their payloads by turn id."""
     on_redis(url, lambda c: breakers.KillSwitch(c, namespace=namespace).on("ops", "incident 42"))
-    runner = TurnRunner(load_settings(config))
+    settings = load_settings(config)
+    # A first look at the switch that times out on a loaded machine would see it off (the
+    # runner has no memory of it yet) and run the turn: give Redis the time it takes.
+    patient = settings.redis.model_copy(update={"timeout_s": 2.0})
+    runner = TurnRunner(settings.model_copy(update={"redis": patient}))
     try:
-        results = [runner.run(turn().model_dump(mode="json")) for _ in range(count)]
+        results = [runner.run(turn(stream=stream).model_dump(mode="json")) for _ in range(count)]
     finally:
         runner.close()
     assert {r["status"] for r in results} == {"rejected"}
@@ -391,6 +399,26 @@ def hold_on_runner(config: Path, url: str, namespace: str, count: int) -> dict[s
     held = on_redis(url, lambda c: breakers.HeldTurns(c, namespace=namespace).held())
     assert {t.turn_id for t in held} == {r["turn_id"] for r in results}
     return {t.turn_id: t.payload for t in held}
+
+
+@asynccontextmanager
+async def replaying(
+    config: Path,
+    client: Redis,
+    namespace: str,
+    emit: Callable[[dict[str, Any]], None],
+    **options: Any,
+) -> AsyncIterator[asyncio.Task[ReplaySummary]]:
+    """`replay_held` of the held turns through `config`'s chain, as a task on this loop."""
+    settings = load_settings(config)
+    delivery = Delivery(TurnStore(client, namespace=namespace))
+    async with make_client() as http:
+        chain = Chain.from_settings(settings, http, guard=open_guard(settings, client))
+        held = breakers.HeldTurns(client, namespace=namespace)
+        switch = breakers.KillSwitch(client, namespace=namespace)
+        yield asyncio.create_task(
+            replay_held(held, switch, chain_runner(chain, delivery), emit, **options)
+        )
 
 
 async def until(done: Callable[[], bool], timeout_s: float = 20.0) -> None:
@@ -404,6 +432,12 @@ def config(ns: str, redis_url: str, sim: Simulator, tmp_path: Path) -> Path:
     """The simulated chain on the real Redis under `ns`, with the simulator reset."""
     sim.reset()
     return write_config(tmp_path, sim.url, redis_url, ns)
+
+
+@pytest.fixture
+def patient_store(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker's Redis timeout a loaded machine meets (as `hold_on_runner` gives its runner)."""
+    monkeypatch.setenv("RELEVO_REDIS__TIMEOUT_S", "2")
 
 
 @pytest.fixture
@@ -545,30 +579,17 @@ def test_an_interrupted_replay_holds_its_unfinished_turns_again_and_a_rerun_ends
     summary = ReplaySummary()
 
     async def interrupted() -> int:
-        settings = load_settings(config)
         client = breakers.connect(redis_url, timeout_s=2.0)
-        held = breakers.HeldTurns(client, namespace=ns)
-        switch = breakers.KillSwitch(client, namespace=ns)
-        delivery = Delivery(TurnStore(client, namespace=ns))
         try:
-            async with make_client() as http:
-                chain = Chain.from_settings(settings, http, guard=open_guard(settings, client))
-                replay = asyncio.create_task(
-                    replay_held(
-                        held,
-                        switch,
-                        chain_runner(chain, delivery),
-                        lines.append,
-                        concurrency=4,
-                        summary=summary,
-                    )
-                )
+            async with replaying(
+                config, client, ns, lines.append, concurrency=4, summary=summary
+            ) as replay:
                 # Two replayed, four in flight (all of the rest: none is left in the stream).
                 await until(lambda: summary.replayed == 2 and sim.calls("claude-sim") == 6)
                 replay.cancel()
                 with pytest.raises(asyncio.CancelledError):
                     await replay
-            return await held.count()
+            return await breakers.HeldTurns(client, namespace=ns).count()
         finally:
             await client.aclose()
 
@@ -595,6 +616,41 @@ def test_an_interrupted_replay_holds_its_unfinished_turns_again_and_a_rerun_ends
     assert sim.calls("claude-sim", "ok") == 6  # each turn answered exactly once
     assert {stored(redis_url, ns, t).status for t in payloads} == {Status.OK}
     assert held_count(redis_url, ns) == 0
+
+
+@pytest.mark.usefixtures("patient_primary")
+def test_an_interrupted_replay_leaves_a_streaming_turn_s_readers_on_its_rejection(
+    ns: str, redis_url: str, sim: Simulator, config: Path
+) -> None:
+    """Its text so far is void: a reader that showed it is told to drop it, and every
+    reader ends (none waits on a run that will not finish) on the stored "rejected"."""
+    (turn_id,) = hold_on_runner(config, redis_url, ns, 1, stream=True)
+    sim.set_faults("claude-sim", Fault(tokens=20, stall_after_tokens=2, stall_after_s=30))
+
+    async def interrupted() -> tuple[list[StreamEvent], list[StreamEvent], TurnResult]:
+        client = breakers.connect(redis_url, timeout_s=2.0)
+        reader = AsyncTurnHandle(turn_id, TurnStore(client, namespace=ns))
+        try:
+            async with replaying(config, client, ns, lambda line: None) as replay:
+                await replay_running(client, ns, turn_id, lambda: not replay.done())
+                live: list[StreamEvent] = []
+                async for event in reader.events(timeout_s=20):
+                    live.append(event)
+                    if len(live) == 2:  # the two pieces sent before the stall
+                        replay.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await replay
+            later = [event async for event in reader.events(timeout_s=5)]
+            return live, later, await reader.result(timeout_s=5)
+        finally:
+            await client.aclose()
+
+    live, later, result = asyncio.run(interrupted())
+    assert [bool(e.text) for e in live] == [True, True, False]
+    assert live[-1].restart
+    assert later == []
+    assert result.status is Status.REJECTED
+    assert held_count(redis_url, ns) == 1
 
 
 @pytest.mark.usefixtures("patient_primary")
@@ -636,6 +692,88 @@ def test_ctrl_c_holds_the_turns_in_flight_again(
     assert {stored(redis_url, ns, t).status for t in payloads} == {Status.REJECTED}
 
 
+@pytest.mark.slow
+@pytest.mark.usefixtures("patient_store")
+def test_a_held_streaming_turn_streams_its_text_when_replayed(
+    ns: str, redis_url: str, sim: Simulator, config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Held by a worker process while the switch is on; `relevo replay-held` (a process of
+    its own) streams the turn's text as it runs, over the stored rejection, to `relevo tail`
+    and to a producer's `handle.stream()`, and a reader that comes later reads it whole.
+    Every reader's text is the stored result's. Without it: no text at all, ever."""
+    settings = load_settings(config, require_secrets=False)
+    assert relevo("kill-switch", "on", "--reason", "incident 44") == 0
+    with worker_process(config, threads=4):
+        turn_id = asyncio.run(held_streaming_turn(settings))
+    assert relevo("kill-switch", "off") == 0
+    capsys.readouterr()
+    sim.set_faults("claude-sim", Fault(tokens=12, token_interval_s=0.1))
+    tail = ["tail", turn_id, "--config", str(config), "--idle-timeout", "20"]
+
+    async def replay_and_read() -> tuple[list[tuple[float, str]], float, bytes, int]:
+        cli = [sys.executable, "-m", "worker.cli", "--log-level", "warning"]
+        replay = await asyncio.create_subprocess_exec(
+            *cli, "replay-held", "--config", str(config), stdout=asyncio.subprocess.PIPE
+        )
+        try:
+            async with Producer.from_settings(settings) as producer:
+                await replay_running(producer.redis, ns, turn_id, lambda: replay.returncode is None)
+                # Both start once the run has begun, the stored result still "rejected".
+                tailed = asyncio.create_task(asyncio.to_thread(relevo, *tail))
+                stream = producer.turn(turn_id).stream(timeout_s=30)
+                pieces = [(time.monotonic(), text) async for text in stream]
+            replayed_out, _ = await asyncio.wait_for(replay.communicate(), 60)
+            ended = time.monotonic()
+            assert replay.returncode == 0
+            return pieces, ended, replayed_out, await tailed
+        finally:
+            if replay.returncode is None:
+                replay.kill()
+                await replay.wait()
+
+    pieces, replay_ended, replayed_out, tail_exit = asyncio.run(replay_and_read())
+    line = json.loads(replayed_out)
+    text = line["reply"]["text"]
+    assert (line["turn_id"], line["status"]) == (turn_id, "ok")
+    assert len(pieces) > 1
+    assert pieces[0][0] < replay_ended  # as it came, not after
+    assert "".join(piece for _, piece in pieces) == text
+    assert (tail_exit, capsys.readouterr().out) == (0, text + "\n")
+    answer = stored(redis_url, ns, turn_id)
+    assert answer is not None
+    assert answer.reply is not None
+    assert answer.reply.text == text
+    # A reader after the replay: the whole text, then the end.
+    assert relevo(*tail) == 0
+    assert capsys.readouterr().out == text + "\n"
+
+
+async def held_streaming_turn(settings: Settings) -> str:
+    """Send a streaming turn; the worker, with the switch on, holds it: its id."""
+    async with Producer.from_settings(settings) as producer:
+        # Room in the queue for a worker that starts slowly on a loaded machine.
+        handle = await producer.enqueue(turn(stream=True, deadline_s=30))
+        result = await handle.result(timeout_s=60)
+    assert (result.status, result.reason) == (Status.REJECTED, "kill_switch")
+    return handle.turn_id
+
+
+async def replay_running(
+    redis: Redis, namespace: str, turn_id: str, replaying: Callable[[], bool]
+) -> None:
+    """Wait until the turn's stream begins with a replay's run (its text may follow):
+    before it, a reader meets the hold's ended stream and ends."""
+    key = TurnKeys(namespace).chunks(turn_id)
+    async with asyncio.timeout(30):
+        while True:
+            first = await redis.xrange(key, count=1)
+            holder = (first[0][1] or {}).get(b"run") if first else None
+            if isinstance(holder, bytes) and holder.startswith(b"replay@"):
+                return
+            assert replaying(), "the replay ended before its run began"
+            await asyncio.sleep(0.02)
+
+
 def test_a_result_that_cannot_be_stored_is_printed_counted_and_fails_the_command(
     ns: str,
     redis_url: str,
@@ -645,7 +783,7 @@ def test_a_result_that_cannot_be_stored_is_printed_counted_and_fails_the_command
 ) -> None:
     payloads = hold_on_runner(config, redis_url, ns, 2)
 
-    async def down(self: TurnStore, result: TurnResult) -> TurnResult:
+    async def down(self: TurnStore, result: TurnResult, *, end_stream: bool = False) -> TurnResult:
         raise RedisConnectionError("Redis went away")
 
     monkeypatch.setattr(TurnStore, "replace", down)

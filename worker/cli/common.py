@@ -27,7 +27,7 @@ from rich.console import Console
 import breakers
 import budgets
 from worker.errors import STORE_DOWN, STORE_REFUSED, ConfigError, InputError
-from worker.fleet.errors import FleetUnavailable, write_refusal
+from worker.fleet.errors import FleetUnavailable, UnknownTurn, write_refusal
 from worker.fleet.operations import check_text
 from worker.observability.redact import redact_url
 from worker.settings import RedisSettings
@@ -88,7 +88,8 @@ EXIT_MEANINGS: Mapping[int, str] = MappingProxyType(
         EXIT_REJECTED: "the turn was rejected",
         EXIT_UNAVAILABLE: "Redis did not answer, or refused this client",
         EXIT_REFUSED: "refused: the kill switch is on",
-        EXIT_TIMEOUT: "gave up waiting (the turn may still finish: relevo result ID)",
+        EXIT_TIMEOUT: "gave up waiting, or not finished yet (the turn may still finish: "
+        "relevo result ID)",
         EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
         EXIT_BROKEN_PIPE: "standard output was closed early (e.g. | head)",
     }
@@ -109,6 +110,7 @@ USAGE_ERRORS: tuple[type[Exception], ...] = (
     InputError,
     breakers.BreakersError,
     budgets.BudgetError,
+    UnknownTurn,
 )
 
 

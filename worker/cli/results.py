@@ -8,7 +8,8 @@ when the stream does, when the turn's result is stored without one (a turn that 
 stream, or whose stream was cut), or after `--idle-timeout` seconds with nothing new. A
 tail started after a turn began running again (its worker died) prints the new run's
 text alone; one that had printed the earlier run's says so on stderr and prints the new
-run's text from a new line.
+run's text from a new line. Both answer at once for a turn id nothing knows
+(`TurnStore.known`: never sent, or its result expired).
 """
 
 from __future__ import annotations
@@ -34,13 +35,13 @@ from worker.cli.common import (
     note,
     operator_command,
     operator_redis,
-    warn,
     write_out,
 )
 from worker.cli.parsing import Commands, add_command, add_redis_options, positive_seconds
+from worker.fleet.errors import UnknownTurn
 from worker.fleet.operator_config import redis_settings
 from worker.fleet.streams import StreamEvent, StreamReader
-from worker.fleet.turnstore import TurnKeys, TurnStore
+from worker.fleet.turnstore import TurnKeys, TurnStore, ask_known, known_from
 from worker.types import TurnResult
 
 __all__ = ["IDLE_TIMEOUT_S", "register"]
@@ -57,9 +58,20 @@ def register(commands: Commands) -> None:
         commands,
         "result",
         "print a finished turn's result",
-        exits=(EXIT_OK, EXIT_DEGRADED, EXIT_FAILED, EXIT_REJECTED, EXIT_USAGE, EXIT_UNAVAILABLE),
+        exits=(
+            EXIT_OK,
+            EXIT_DEGRADED,
+            EXIT_FAILED,
+            EXIT_REJECTED,
+            EXIT_USAGE,
+            EXIT_UNAVAILABLE,
+            EXIT_TIMEOUT,
+        ),
         details="Prints the result JSON and exits with the turn's status.",
-        notes={EXIT_USAGE: "bad usage, or no result for that turn id (unknown, or not finished)"},
+        notes={
+            EXIT_USAGE: "bad usage, or an unknown turn id (never sent, or its result expired)",
+            EXIT_TIMEOUT: "the turn has not finished yet (queued or running)",
+        },
     )
     result.add_argument("turn_id", metavar="TURN_ID")
     add_redis_options(result, json=False)
@@ -76,8 +88,8 @@ def register(commands: Commands) -> None:
         "text over on a new line, with a note on stderr.",
         notes={
             EXIT_OK: "the turn ended (its status: relevo result TURN_ID)",
-            EXIT_USAGE: "bad usage, or nothing is known of that turn id (mistyped, or "
-            "still waiting in the queue) after --idle-timeout",
+            EXIT_USAGE: "bad usage, or an unknown turn id (never sent, or its result "
+            "expired), at once",
             EXIT_TIMEOUT: "gave up: nothing new for --idle-timeout seconds (the turn may "
             "still finish: relevo result TURN_ID)",
         },
@@ -97,11 +109,17 @@ def register(commands: Commands) -> None:
 async def _result(args: Any) -> int:
     where = redis_settings(args.config)
     async with operator_redis(where) as redis:
-        found: TurnResult | None = await TurnStore(redis, namespace=where.namespace).result(
-            args.turn_id
-        )
+        store = TurnStore(redis, namespace=where.namespace)
+        found: TurnResult | None = await store.result(args.turn_id)
+        known = found is not None or await store.known(args.turn_id)
+    if not known:
+        raise UnknownTurn(args.turn_id)
     if found is None:
-        raise OperatorError(f"no result for turn {args.turn_id!r} (unknown, or not finished)")
+        raise OperatorError(
+            f"turn {args.turn_id!r} has not finished (queued or running); "
+            f"`relevo tail {args.turn_id}` follows it",
+            EXIT_TIMEOUT,
+        )
     print(found.to_json())
     return EXIT_BY_STATUS.get(found.status, EXIT_FAILED)
 
@@ -110,7 +128,7 @@ class _End(Enum):
     STREAM = "stream"  # the end marker: every piece of content was printed
     RESULT = "result"  # a result is stored and no end marker follows
     IDLE = "idle"  # nothing new for the idle timeout
-    UNKNOWN = "unknown"  # nothing at all under the turn id, for the idle timeout
+    UNKNOWN = "unknown"  # nothing knows the turn id (`TurnStore.known`)
 
 
 @dataclass
@@ -157,37 +175,37 @@ class _Follow:
             self.printed = True
 
     async def known(self) -> tuple[bool, bool]:
-        """(whether a result is stored, whether anything at all is under the turn id)."""
+        """(whether a result is stored, whether anything knows the turn id)."""
         pipe = self.redis.pipeline(transaction=False)
         pipe.exists(self.keys.result(self.turn_id))
-        pipe.exists(self.keys.claim(self.turn_id), self.keys.chunks(self.turn_id))
-        stored, others = await pipe.execute()
-        return bool(stored), bool(stored or others)
+        ask_known(pipe, self.keys, self.turn_id)
+        stored, *known = await pipe.execute()
+        return bool(stored), bool(stored) or known_from(known)
 
 
 async def _follow(stream: _Follow, idle_s: float) -> _End:
     """Print the turn's content until its stream or the turn ends, or `idle_s` of quiet."""
     loop = asyncio.get_running_loop()
-    quiet_since, seen, noted = loop.time(), False, False
+    quiet_since, first = loop.time(), True
     while (left := idle_s - (loop.time() - quiet_since)) > 0:
-        # Asked before each wait, so a turn that already ended ends the tail at once.
-        stored, exists = await stream.known()
-        if stored:
-            # The end marker, if the turn streamed, was written before its result.
-            return _End.STREAM if await stream.drain() else _End.RESULT
-        seen = seen or exists
-        if not seen and not noted:
-            noted = True
-            warn(
-                f"nothing is known of turn {stream.turn_id!r} yet (mistyped, or not started); "
-                f"waiting up to {idle_s:g}s"
-            )
         before = stream.last
+        # Asked before each wait, so a turn that already ended ends the tail at once.
+        stored, known = await stream.known()
+        if stored:
+            # The end marker, if the turn streamed, was written before its result; a held
+            # turn's replay streams after its "rejected" result: read on while it runs.
+            if await stream.drain():
+                return _End.STREAM
+            if not stream.reader.running:
+                return _End.RESULT
+        if first and not known:
+            return _End.UNKNOWN
+        first = False
         if await stream.read(max(1, min(_READ_MS, round(left * 1000)))):
             return _End.STREAM
         if stream.last != before:
-            quiet_since, seen = loop.time(), True
-    return _End.IDLE if seen else _End.UNKNOWN
+            quiet_since = loop.time()
+    return _End.IDLE
 
 
 async def _tail(args: argparse.Namespace) -> int:
@@ -202,10 +220,7 @@ async def _tail(args: argparse.Namespace) -> int:
         what = "its stream was cut short" if reader.printed else "it did not stream"
         note(f"turn {turn_id!r} ended ({what}); `relevo result {turn_id}` prints its result")
     elif end is _End.UNKNOWN:
-        raise OperatorError(
-            f"no turn {turn_id!r}: no worker claimed, streamed or stored anything under that "
-            f"id in {args.idle_timeout:g}s (mistyped, or still waiting in the queue)"
-        )
+        raise UnknownTurn(turn_id)
     elif end is _End.IDLE:
         raise OperatorError(
             f"gave up on turn {turn_id!r}: nothing new for {args.idle_timeout:g}s "

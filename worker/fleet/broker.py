@@ -43,8 +43,6 @@ FAIR_QUEUE = "relevo_fair_queue"
 # A producer gives up on a broker that does not answer within this, or the store's own
 # timeout if longer (kombu's default: 6 s of retries, then the caller's traceback).
 SEND_TIMEOUT_S = 2.0
-# How long a cold shutdown waits for the turns under way (docs/deploy.md, "Shutting down").
-SOFT_SHUTDOWN_S = 10.0
 # After a failed publish or result read: two quick tries more, not Celery's defaults
 # (the result store's retries alone last about 20 s).
 _QUICK_RETRY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
@@ -91,9 +89,10 @@ def celery_app(settings: Settings | None = None) -> Celery:
         # A lost broker connection leaves the turns running: each saves its result, and the
         # delivery the broker hands out again finds it (docs/deploy.md, "Shutting down").
         worker_cancel_long_running_tasks_on_connection_loss=False,
-        # A cold shutdown (a second Ctrl-C, SIGQUIT) lets the turns about to end save their
-        # results first: a turn cut short runs again, its provider calls paid twice.
-        worker_soft_shutdown_timeout=SOFT_SHUTDOWN_S,
+        # Off: under the threads pool a cold shutdown (a second Ctrl-C, SIGQUIT) already
+        # waits for the turns under way, and a soft one sleeps out its whole timeout first
+        # (docs/design/worker-pool.md, "Shutdown and a lost broker connection").
+        worker_soft_shutdown_timeout=0.0,
         result_backend_transport_options=results,
         task_publish_retry_policy=_QUICK_RETRY,
         task_default_queue=queue,

@@ -24,17 +24,20 @@ import contextvars
 import functools
 import json
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from types import TracebackType
 from typing import Any
 
+import redis
 from celery import Celery
 from celery.result import AsyncResult
+from kombu.utils.functional import retry_over_time
 from pydantic import TypeAdapter, ValidationError
 from redis.asyncio import Redis
 
-from worker.errors import InputError
+from worker.errors import STORE_REFUSED, InputError
 from worker.fleet.broker import (
     DEADLINE_HEADER,
     TASK_NAME,
@@ -43,9 +46,10 @@ from worker.fleet.broker import (
     celery_app,
     store_client,
 )
-from worker.fleet.errors import fleet_errors
+from worker.fleet.errors import FleetUnavailable, fleet_errors
 from worker.fleet.handles import AsyncTurnHandle, TurnHandle
 from worker.fleet.turnstore import TurnKeys, TurnStore
+from worker.observability.redact import redact_url
 from worker.settings import LimitsSettings, Settings
 from worker.turn.intake import checked_turn
 from worker.turn.tokens import estimate_tokens
@@ -57,6 +61,17 @@ _READ_TIMEOUT_S = 2.0
 # send_task takes well under a millisecond when the broker answers: a few threads suffice.
 _PUBLISH_THREADS = 4
 _TURN_ID: TypeAdapter[str] = TypeAdapter(TurnId)
+# What a Redis blip raises on the record's write (a client Redis refuses is no blip), or
+# `store_client` for it when the record goes to the result store (a RabbitMQ broker).
+_BLIPS: tuple[type[BaseException], ...] = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    OSError,
+    FleetUnavailable,
+)
+# kombu's `Connection.ensure` defaults, for what a publish retry policy leaves out.
+_ENSURE_DEFAULTS = {"max_retries": None, "interval_start": 1, "interval_step": 1, "interval_max": 1}
+_PUBLISHING = "publishing the turn (it is recorded: a worker sends it if it did not go out)"
 
 
 def send_turn(app: Celery, turn: TurnRequest, *, ignore_result: bool = False) -> AsyncResult:
@@ -66,11 +81,18 @@ def send_turn(app: Celery, turn: TurnRequest, *, ignore_result: bool = False) ->
     The record (`TurnKeys.sent`, `TurnKeys.payloads`) is written first, in the fleet's
     Redis (on the broker connection the publish then uses, when Redis is the broker): a
     turn the broker loses afterwards is re-sent by the workers' sweeper
-    (`worker.fleet.sweeper`) instead of vanishing.
+    (`worker.fleet.sweeper`) instead of vanishing, and readers tell a queued turn from an
+    id nobody sent by it. The write is retried as the publish is (`task_publish_retry_policy`),
+    so a Redis blip shorter than that costs a moment, not the turn.
     `ignore_result`: Celery neither stores the task's return value nor subscribes this
     process to it; the turn store still holds the result (what `Producer` reads).
+
     `FleetUnavailable` if the broker does not answer within `broker.SEND_TIMEOUT_S` (or the
-    store's timeout, if longer) or refuses this client.
+    store's timeout, if longer) or refuses this client; its message says which step failed.
+    Unrecorded, the turn was not published. Recorded but not published (the broker failed
+    after the record), the record stays: a worker's sweeper sends the turn once the record
+    is older than the visibility timeout plus a restore interval, as for a turn the broker
+    lost, and sending it again with the same turn id is safe.
     """
     payload = turn.model_dump(mode="json")
     with fleet_errors(app.conf.broker_url), app.producer_or_acquire() as producer:
@@ -78,17 +100,17 @@ def send_turn(app: Celery, turn: TurnRequest, *, ignore_result: bool = False) ->
         producer.connection.ensure_connection(
             max_retries=1, interval_start=0, timeout=app.conf.relevo_send_timeout_s
         )
-        with store_client(app, producer.channel) as client:
-            _record_sent(client, app, turn.turn_id, json.dumps(payload))
-        return app.send_task(
-            TASK_NAME,
-            args=[payload],
-            task_id=turn.turn_id,
-            headers=_fair_headers(turn),
-            # None, not False: the task's own setting decides, and the message is as before.
-            ignore_result=True if ignore_result else None,
-            producer=producer,
-        )
+        _record_sent(app, producer.channel, turn.turn_id, json.dumps(payload))
+        with fleet_errors(app.conf.broker_url, during=_PUBLISHING):
+            return app.send_task(
+                TASK_NAME,
+                args=[payload],
+                task_id=turn.turn_id,
+                headers=_fair_headers(turn),
+                # None, not False: the task's own setting decides, and the message is as before.
+                ignore_result=True if ignore_result else None,
+                producer=producer,
+            )
 
 
 def _fair_headers(turn: TurnRequest) -> dict[str, Any]:
@@ -101,17 +123,49 @@ def _fair_headers(turn: TurnRequest) -> dict[str, Any]:
     }
 
 
-def _record_sent(client: Any, app: Celery, turn_id: str, payload: str) -> None:
-    """One round trip: the turn's send time and payload, and the keys' expiry refreshed."""
+def _record_sent(app: Celery, channel: Any, turn_id: str, payload: str) -> None:
+    """One round trip: the turn's send time and payload, and the keys' expiry refreshed;
+    tried again after a connection error as the publish is, within the send timeout."""
     keys = TurnKeys(app.conf.get("relevo_namespace") or "relevo")
     expires = app.conf.result_expires or 86_400
     ttl_s = int(expires.total_seconds() if isinstance(expires, timedelta) else expires)
-    pipe = client.pipeline(transaction=False)
-    pipe.zadd(keys.sent, {turn_id: int(time.time() * 1000)})
-    pipe.hset(keys.payloads, turn_id, payload)
-    pipe.expire(keys.sent, ttl_s)
-    pipe.expire(keys.payloads, ttl_s)
-    pipe.execute()
+    policy = {**_ENSURE_DEFAULTS, **(app.conf.task_publish_retry_policy or {})}
+    tries, started = 0, time.monotonic()
+
+    def write() -> None:
+        nonlocal tries
+        tries += 1
+        with store_client(app, channel) as client:
+            pipe = client.pipeline(transaction=False)
+            pipe.zadd(keys.sent, {turn_id: int(time.time() * 1000)})
+            pipe.hset(keys.payloads, turn_id, payload)
+            pipe.expire(keys.sent, ttl_s)
+            pipe.expire(keys.payloads, ttl_s)
+            pipe.execute()
+
+    def again(exc: BaseException, intervals: Iterator[float], retries: int) -> float:
+        if isinstance(exc, STORE_REFUSED) or getattr(exc, "refused", False):
+            raise exc  # Redis answered and said no: no blip to wait out
+        return next(intervals)
+
+    try:
+        retry_over_time(  # type: ignore[no-untyped-call]
+            write,
+            _BLIPS,
+            errback=again,
+            max_retries=policy["max_retries"] if app.conf.task_publish_retry else 0,
+            interval_start=policy["interval_start"],
+            interval_step=policy["interval_step"],
+            interval_max=policy["interval_max"],
+            timeout=app.conf.relevo_send_timeout_s,
+        )
+    except _BLIPS as exc:
+        spent_s = time.monotonic() - started
+        attempts = f"{tries} {'try' if tries == 1 else 'tries'} in {spent_s:.1f} s"
+        during = f"recording the turn ({attempts}; it was not published)"
+        if isinstance(exc, FleetUnavailable):  # the result store's, named by `store_client`
+            raise FleetUnavailable(exc.url, exc.__cause__ or exc, during=during) from exc
+        raise FleetUnavailable(redact_url(app.conf.broker_url), exc, during=during) from exc
 
 
 def enqueue_turn(
@@ -138,8 +192,8 @@ class Producer:
 
         enqueue     InputError (not a valid turn: nothing sent); FleetUnavailable
         turn        InputError (not a turn id)
-        handle.peek, .running                FleetUnavailable
-        handle.result                        TurnTimeout, FleetUnavailable, ValueError
+        handle.peek, .running, .known        FleetUnavailable
+        handle.result     UnknownTurn (at once), TurnTimeout, FleetUnavailable, ValueError
         handle.events                        the same
         handle.stream                        the same, and StreamRestarted
 

@@ -5,6 +5,7 @@
     │                       did not answer, refused this client or refused the write;
     │                       names which one
     ├── TurnTimeout         no result (or no end of its stream) in time; also a TimeoutError
+    ├── UnknownTurn         nothing says a turn with that id was sent; also a LookupError
     └── StreamRestarted     the turn runs again: the text read so far is void
 
 `fleet_errors` is the one place where kombu's, Celery's, py-amqp's and redis-py's failures
@@ -29,6 +30,7 @@ __all__ = [
     "FleetUnavailable",
     "StreamRestarted",
     "TurnTimeout",
+    "UnknownTurn",
     "check_timeout",
     "fleet_errors",
     "where",
@@ -59,7 +61,8 @@ class FleetUnavailable(RelevoError):
     id is safe, the fleet runs a turn id once.
     """
 
-    def __init__(self, url: str, error: BaseException) -> None:
+    def __init__(self, url: str, error: BaseException, *, during: str | None = None) -> None:
+        """`during`: what was being done, when the caller knows (it ends the message)."""
         self.url = url
         self.refused = _refused(error)
         self.rabbitmq = url.startswith("amqp")
@@ -71,19 +74,35 @@ class FleetUnavailable(RelevoError):
         else:
             what = f"did not answer ({type(error).__name__})"
         server = "RabbitMQ" if self.rabbitmq else "Redis"
-        super().__init__(f"the fleet's {server} at {url} {what}")
+        message = f"the fleet's {server} at {url} {what}"
+        super().__init__(f"{message} {during}" if during else message)
 
 
 class TurnTimeout(RelevoError, TimeoutError):
-    """No result for the turn in time: still queued or running, lost, or never sent."""
+    """No result for the turn in time: still queued or running, or lost."""
 
     def __init__(self, turn_id: str, waited_s: float) -> None:
         super().__init__(
-            f"turn {turn_id!r}: no result after {waited_s:g} s "
-            "(still queued or running, or unknown)"
+            f"turn {turn_id!r}: no result after {waited_s:g} s (still queued or running)"
         )
         self.turn_id = turn_id
         self.waited_s = waited_s
+
+
+class UnknownTurn(RelevoError, LookupError):
+    """Nothing in the turn store knows the turn id: no record of it being sent (queued),
+    no claim (running), no stream and no result.
+
+    Either no one sent a turn with that id, or it finished longer ago than the results are
+    kept (`worker.result_ttl_s`) and its result expired with its other traces.
+    """
+
+    def __init__(self, turn_id: str) -> None:
+        super().__init__(
+            f"unknown turn {turn_id!r}: no turn with that id is queued, running or finished "
+            "(never sent, or its result expired)"
+        )
+        self.turn_id = turn_id
 
 
 class StreamRestarted(RelevoError):
@@ -104,8 +123,9 @@ _WRAPPERS: tuple[type[BaseException], ...] = (OperationalError, RuntimeError)
 
 
 @contextmanager
-def fleet_errors(url: str) -> Iterator[None]:
-    """Raise `FleetUnavailable` (naming `url`) for a failure of the Redis at `url`."""
+def fleet_errors(url: str, *, during: str | None = None) -> Iterator[None]:
+    """Raise `FleetUnavailable` (naming `url`, and `during` if given) for a failure of the
+    Redis at `url`."""
     try:
         yield
     except RelevoError:
@@ -113,7 +133,7 @@ def fleet_errors(url: str) -> Iterator[None]:
     except (*STORE_DOWN, *_WRAPPERS) as exc:
         if isinstance(exc, RuntimeError) and not _from_store(exc):
             raise
-        raise FleetUnavailable(redact_url(url), exc) from exc
+        raise FleetUnavailable(redact_url(url), exc, during=during) from exc
 
 
 def where(client: Redis) -> str:

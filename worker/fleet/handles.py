@@ -5,7 +5,8 @@
 waiter polls the turn's stored result on the producer's one redis.asyncio client, and
 the polls of all waiters in one loop iteration share one round trip (`AutoPipeline`).
 
-Redis commands used: GET on turn results and claims, XREAD on turn streams.
+Redis commands used: GET on turn results and claims, XREAD on turn streams, and ZSCORE
+and EXISTS once per wait to tell an unknown turn (`UnknownTurn`) from one still queued.
 """
 
 from __future__ import annotations
@@ -19,7 +20,15 @@ from typing import cast
 from celery.result import AsyncResult
 from redis.asyncio import Redis
 
-from worker.fleet.errors import StreamRestarted, TurnTimeout, check_timeout, fleet_errors, where
+from worker.fleet.errors import (
+    StreamRestarted,
+    TurnTimeout,
+    UnknownTurn,
+    check_timeout,
+    fleet_errors,
+    where,
+)
+from worker.fleet.results import TurnResults
 from worker.fleet.streams import StreamEvent, StreamReader
 from worker.fleet.turnstore import TurnStore
 from worker.types import TurnResult
@@ -44,14 +53,18 @@ class TurnHandle:
     def get(self, timeout_s: float | None = None) -> TurnResult:
         """Wait for the turn's result, up to `timeout_s` (None: as long as it takes).
 
-        Raises `celery.exceptions.TimeoutError` if none came in time (the turn may still
-        finish), `FleetUnavailable` if the fleet's Redis does not answer or refuses this
-        client, and `ValueError` for a negative `timeout_s`.
+        Raises `UnknownTurn` at once if nothing knows the turn id (never sent, or its
+        result expired), `celery.exceptions.TimeoutError` if no result came in time (the
+        turn may still finish), `FleetUnavailable` if the fleet's Redis does not answer or
+        refuses this client, and `ValueError` for a negative `timeout_s`.
         """
         check_timeout(timeout_s)
-        # The caller may itself run inside a worker (the embedded demo): waiting
-        # here is on purpose, not a task waiting on a subtask.
-        with fleet_errors(self.result.backend.url):
+        backend = self.result.backend
+        with fleet_errors(backend.url):
+            if isinstance(backend, TurnResults) and not backend.known(self.turn_id):
+                raise UnknownTurn(self.turn_id)
+            # The caller may itself run inside a worker (the embedded demo): waiting
+            # here is on purpose, not a task waiting on a subtask.
             raw = self.result.get(timeout=timeout_s, disable_sync_subtasks=False)
         return TurnResult.model_validate(raw)
 
@@ -89,16 +102,27 @@ class AsyncTurnHandle:
                 raise raw
         return raw
 
+    async def known(self) -> bool:
+        """Whether the turn is queued, running or finished (`TurnStore.known`)."""
+        with fleet_errors(where(self.store.redis)):
+            return await self.store.known(self.turn_id)
+
     async def result(self, timeout_s: float = DEFAULT_WAIT_S) -> TurnResult:
-        """Wait for the turn's result; `TurnTimeout` (naming the turn) if none in time."""
+        """Wait for the turn's result; `UnknownTurn` at once if nothing knows the turn id
+        (never sent, or its result expired), `TurnTimeout` (naming the turn) if no result
+        came in time."""
         check_timeout(timeout_s)
         loop = asyncio.get_running_loop()
         until = loop.time() + timeout_s
-        while (found := await self.peek()) is None:
+        found = await self.peek()
+        if found is None and not await self.known():
+            raise UnknownTurn(self.turn_id)
+        while found is None:
             left = until - loop.time()
             if left <= 0:
                 raise TurnTimeout(self.turn_id, timeout_s)
             await asyncio.sleep(min(_POLL_S, left))
+            found = await self.peek()
         return found
 
     async def stream(self, *, timeout_s: float = DEFAULT_WAIT_S) -> AsyncIterator[str]:
@@ -124,13 +148,18 @@ class AsyncTurnHandle:
 
         It ends at the stream's end marker, or once the turn's result is stored (a turn
         that did not stream, or whose stream was cut short), after what the stream holds
-        by then: the worker ends a stream no later than it stores the result.
-        `TurnTimeout` if neither happened in `timeout_s`.
+        by then: the worker ends a stream no later than it stores the result. A held turn
+        being replayed streams over its stored "rejected" result: while its run has not
+        ended, the stream is read on.
+        `UnknownTurn` at once if nothing knows the turn id, `TurnTimeout` if neither
+        happened in `timeout_s`.
         """
         check_timeout(timeout_s)
         if self.streaming is False:
             await self.result(timeout_s)
             return
+        if not await self.known():
+            raise UnknownTurn(self.turn_id)
         # Not `TurnStore.tail`, which waits for the end marker alone: a turn that never
         # streamed would keep it waiting for ever.
         redis = self.store.redis
@@ -151,7 +180,8 @@ class AsyncTurnHandle:
                     events = await reader.drain()
                 for event in events:
                     yield event
-                return
+                if not reader.running:
+                    return
             if loop.time() >= until:
                 raise TurnTimeout(self.turn_id, timeout_s)
 

@@ -8,6 +8,9 @@ switch is checked before each take. Each is handed to a `RunHeld`; `chain_runner
 it through the chain in this process and `Delivery` stores its result under the turn id
 wherever a reader looks: over the stored "rejected" result in the turn store (`relevo
 result`) and in Celery's result backend (`relevo enqueue --wait`, `TurnHandle.get`).
+A streaming turn streams its text as a worker's run does (`relevo tail`,
+`AsyncTurnHandle.stream`): its run starts the turn's stream over, and the stream ends
+with the result, or when the run is interrupted (the turn stays "rejected", held again).
 
 Interrupted (cancelled, Ctrl-C, a run raising), the replay holds every turn it took but
 did not finish again, so running it again resumes; a turn taken again whose stored
@@ -17,6 +20,9 @@ result is no longer "rejected" was replayed before and is not run again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import socket
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from enum import StrEnum
@@ -24,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import breakers
 from worker.errors import InputError
-from worker.types import Status, TurnResult, parse_turn_request
+from worker.types import Status, TurnRequest, TurnResult, parse_turn_request
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -100,19 +106,40 @@ class ReplaySummary:
 
 
 class Delivery:
-    """Where a replayed result goes: the turn store, which every reader reads."""
+    """Where a replayed result goes: the turn store, which every reader reads; and its
+    text, as it comes, for a streaming turn."""
 
     def __init__(self, store: TurnStore) -> None:
         self.store = store
+        # Names this process's runs in the turns' streams, as a worker's holder does.
+        self.holder = f"replay@{socket.gethostname()}:{os.getpid()}"
 
     async def replayed(self, turn_id: str) -> TurnResult | None:
         """The turn's stored result if a replay already ran it (stored, not "rejected")."""
         stored = await self.store.result(turn_id)
         return None if stored is None or stored.status is Status.REJECTED else stored
 
-    async def deliver(self, result: TurnResult) -> TurnResult:
-        """Store `result` for every reader; return the one that stands (an earlier replay's)."""
-        return await self.store.replace(result)
+    async def deliver(self, result: TurnResult, *, end_stream: bool = False) -> TurnResult:
+        """Store `result` for every reader (ending its stream first, with `end_stream`);
+        return the one that stands (an earlier replay's)."""
+        return await self.store.replace(result, end_stream=end_stream)
+
+    async def run(self, chain: Chain, request: TurnRequest) -> TurnResult:
+        """Run the turn through `chain`, its text streamed if it asked for that.
+
+        A run that ends without a result (interrupted) leaves the stream as the hold did:
+        started over and ended, so a reader drops what it showed and ends on "rejected".
+        """
+        if not request.stream:
+            return await chain.run(request)
+        try:
+            async with self.store.streaming(request.turn_id, self.holder) as on_text:
+                return await chain.run(request, on_text=on_text)
+        except BaseException:
+            with contextlib.suppress(Exception):  # Redis gone: the stream expires with its TTL
+                await self.store.start_stream(request.turn_id, self.holder)
+                await self.store.end_stream(request.turn_id)
+            raise
 
 
 def chain_runner(chain: Chain, delivery: Delivery) -> RunHeld:
@@ -124,16 +151,24 @@ def chain_runner(chain: Chain, delivery: Delivery) -> RunHeld:
         if before is not None:
             # Delivered again: a replay interrupted after the turn store may have missed Celery's.
             return await _delivered(delivery, before, ReplayOutcome.SKIPPED, turn)
-        return await _delivered(delivery, await chain.run(request), ReplayOutcome.REPLAYED, turn)
+        result = await delivery.run(chain, request)
+        return await _delivered(
+            delivery, result, ReplayOutcome.REPLAYED, turn, end_stream=request.stream
+        )
 
     return run
 
 
 async def _delivered(
-    delivery: Delivery, result: TurnResult, outcome: ReplayOutcome, turn: breakers.HeldTurn
+    delivery: Delivery,
+    result: TurnResult,
+    outcome: ReplayOutcome,
+    turn: breakers.HeldTurn,
+    *,
+    end_stream: bool = False,
 ) -> Replayed:
     try:
-        result = await delivery.deliver(result)
+        result = await delivery.deliver(result, end_stream=end_stream)
     except Exception as exc:  # whatever failed, the answer is printed and counted, not dropped
         line = result.model_dump(mode="json")
         line.update(

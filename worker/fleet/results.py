@@ -23,7 +23,7 @@ from celery import states
 from celery.backends import redis as celery_redis
 from celery.exceptions import BackendStoreError
 
-from worker.fleet.turnstore import TurnKeys
+from worker.fleet.turnstore import TurnKeys, ask_known, known_from
 
 __all__ = ["TurnResults", "result_backend"]
 
@@ -82,6 +82,15 @@ class TurnResults(celery_redis.RedisBackend):  # type: ignore[misc]
         except BackendStoreError as exc:
             raise BackendStoreError(str(exc), state=state, task_id=task_id) from exc
         return result
+
+    def known(self, task_id: str) -> bool:
+        """Whether a turn was sent under `task_id` and its traces are kept (as
+        `TurnStore.known`), or Celery holds a result of its own for it. One round trip."""
+        with self.client.pipeline(transaction=False) as pipe:
+            ask_known(pipe, self._turn_keys, task_id)
+            pipe.exists(self._celery_key(task_id))
+            *replies, celery = pipe.execute()
+        return bool(celery) or known_from(replies)
 
     def keep(self, task_id: str, result: dict[str, Any]) -> None:
         """Store a result the turn store does not hold under `task_id`."""

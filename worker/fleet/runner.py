@@ -346,24 +346,10 @@ class TurnRunner:
         chain = await self._get_chain()
         if not request.stream:
             return await chain.run(request)
-        # One publisher per turn keeps the chunks in order without slowing the stream.
-        chunks: asyncio.Queue[str | None] = asyncio.Queue()
-        publisher = asyncio.create_task(self._publish(request.turn_id, chunks))
-        try:
-            return await chain.run(request, on_text=chunks.put_nowait)
-        finally:
-            chunks.put_nowait(None)
-            await publisher
-
-    async def _publish(self, turn_id: str, chunks: asyncio.Queue[str | None]) -> None:
         # This run's text starts the stream over: a run before it (its worker died) left
         # text that is not the result's. The end marker goes with the result (`_save`).
-        try:
-            await self.store.start_stream(turn_id, self.holder)
-            while (text := await chunks.get()) is not None:
-                await self.store.publish(turn_id, text)
-        except STORE_DOWN as exc:
-            log.warning("turn.chunks_not_published", turn_id=turn_id, error=type(exc).__name__)
+        async with self.store.streaming(request.turn_id, self.holder) as on_text:
+            return await chain.run(request, on_text=on_text)
 
     async def _get_chain(self) -> Chain:
         # The HTTP client belongs to the loop it was made on: make it there, once.

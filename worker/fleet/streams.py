@@ -11,6 +11,9 @@ A turn runs again when its worker dies mid-run (redelivery), and the rerun's tex
 the result's. `StreamReader` follows the entries by id and hands out `StreamEvent`s:
 the text, and a restart when a run begins after text was handed out (the reader drops
 what it showed). A reader starting after the rerun began sees only the rerun's text.
+A held turn replayed (`relevo replay-held`) runs after its "rejected" result was
+stored: its run marker without an end yet (`StreamReader.running`) tells a reader
+that the stored result is about to be replaced.
 Entry ids survive a reconnect and a rerun: a reader resuming after an id of an earlier
 run meets the new run's marker (a restart) first, since ids only grow. The marker's
 empty `text` keeps a reader that does not know it (an older release) reading on.
@@ -58,6 +61,8 @@ class StreamReader:
         self.key = key
         self.last = after or "0-0"
         self.ended = False
+        # A run's marker was read and its end not yet: a result stored now is not its own.
+        self.running = False
         # Whether text went out since the run now read began: a resumed reader may have
         # shown some of an earlier run, so a new run's marker tells it to start over.
         self._shown = after is not None
@@ -73,12 +78,12 @@ class StreamReader:
             for entry_id, fields in entries:
                 self.last = text(entry_id)
                 if b"end" in fields:
-                    self.ended = True
+                    self.ended, self.running = True, False
                     return events
                 if b"run" in fields:
                     if self._shown:
                         events.append(StreamEvent(self.last, restart=True))
-                    self._shown = False
+                    self._shown, self.running = False, True
                 elif b"text" in fields:
                     events.append(StreamEvent(self.last, bytes(fields[b"text"]).decode()))
                     self._shown = True

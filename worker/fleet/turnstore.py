@@ -24,6 +24,8 @@ marker goes with the result (`worker.fleet.streams`).
 
 A producer records each turn in `sent` and `payloads` before it publishes it (`send_turn`);
 saving the result removes the record. `worker.fleet.sweeper` re-sends what stays unanswered.
+So a turn id is known while any of its record, claim, stream or result is there
+(`ask_known`): readers answer an id nobody sent (or whose result expired) at once.
 Saving also records the turn among the fleet's recent ones (`recent`): the fleet-wide
 fallback rate and each tenant's degraded turns are read from them.
 """
@@ -32,28 +34,38 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, cast
 
+import structlog
 from redis.asyncio import Redis
 
 from breakers.rediskit import text
+from worker.errors import STORE_DOWN
 from worker.fleet.errors import StreamRestarted
 from worker.fleet.streams import START, StreamReader
 from worker.guard.autopipeline import AutoPipeline
 from worker.types import TurnResult
 
-__all__ = ["RECENT_TURNS", "TurnKeys", "TurnStore"]
+__all__ = ["RECENT_TURNS", "TurnKeys", "TurnStore", "ask_known", "known_from"]
+
+log = structlog.get_logger("relevo.runner")
 
 _CHUNK_MAXLEN = 10_000
 RECENT_TURNS = 1000
 # Each process trims the record every this many saves: it holds at most RECENT_TURNS plus
 # this many per process, for a command less on nearly every save.
 _TRIM_EVERY = 100
-# KEYS[1] the result; ARGV[1] the new one, ARGV[2] its TTL. Reply: the result that stands
+# KEYS[1] the result, KEYS[2] (if given) the turn's stream, ended first; ARGV[1] the new
+# result, ARGV[2] its TTL, ARGV[3] the stream's length cap. Reply: the result that stands
 # (nil: ours). Only a missing or "rejected" result gives way: one that answered stands.
 _REPLACE = """
+if KEYS[2] then
+  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', 'end', '1')
+  redis.call('EXPIRE', KEYS[2], ARGV[2])
+end
 local standing = redis.call('GET', KEYS[1])
 if standing then
   local ok, saved = pcall(cjson.decode, standing)
@@ -106,6 +118,20 @@ class TurnKeys:
         return f"{{{self.namespace}}}:worker:{process}"
 
 
+def ask_known(pipe: Any, keys: TurnKeys, turn_id: str) -> None:
+    """Queue on `pipe` (sync or async) the two commands `known_from` reads: the turn's sent
+    record, then whether its result, claim or stream exists. In this order, no turn slips
+    between them: a save writes the result before it drops the record."""
+    pipe.zscore(keys.sent, turn_id)
+    pipe.exists(keys.result(turn_id), keys.claim(turn_id), keys.chunks(turn_id))
+
+
+def known_from(replies: list[Any]) -> bool:
+    """Whether the replies to `ask_known` know the turn (queued, running or finished)."""
+    recorded, found = replies
+    return recorded is not None or int(found) > 0
+
+
 class TurnStore:
     """Results, claims and content streams of turns, on Redis."""
 
@@ -131,6 +157,13 @@ class TurnStore:
         """The turn's saved result, if it finished."""
         raw = await self.redis.get(self.keys.result(turn_id))
         return None if raw is None else TurnResult.model_validate_json(raw)
+
+    async def known(self, turn_id: str) -> bool:
+        """Whether the turn was sent and its traces are kept: recorded as sent (queued),
+        claimed (running), streaming or finished (`ask_known`). One round trip."""
+        slot = self.pipes.open()
+        ask_known(slot.pipe, self.keys, turn_id)
+        return known_from(_raised(await slot.send()))
 
     async def claim(self, turn_id: str, holder: str, ttl_s: float) -> bool | TurnResult:
         """Take the right to run the turn now (True), unless it already ran (its result)
@@ -198,14 +231,17 @@ class TurnStore:
         pipe.zrem(self.keys.sent, *turn_ids)
         pipe.hdel(self.keys.payloads, *turn_ids)
 
-    async def replace(self, result: TurnResult) -> TurnResult:
+    async def replace(self, result: TurnResult, *, end_stream: bool = False) -> TurnResult:
         """Save the result over a "rejected" one (or none); return the one that stands.
 
         For replays of turns the kill switch refused: a result with any other status is
-        an answer (an earlier replay's), and stands.
+        an answer (an earlier replay's), and stands. `end_stream`: end the turn's stream
+        first, in the same script (as `save`).
         """
-        key, saved = self.keys.result(result.turn_id), result.model_dump_json()
-        standing = await self._replace(keys=[key], args=[saved, self.ttl_s])
+        turn_id = result.turn_id
+        keys = [self.keys.result(turn_id), *([self.keys.chunks(turn_id)] if end_stream else [])]
+        args: list[str | int] = [result.model_dump_json(), self.ttl_s, _CHUNK_MAXLEN]
+        standing = await self._replace(keys=keys, args=args)
         return result if standing is None else _parsed(standing)
 
     async def wait_result(self, turn_id: str, timeout_s: float) -> TurnResult | None:
@@ -224,6 +260,32 @@ class TurnStore:
                 return await self.result(turn_id)
             await asyncio.sleep(0.1)
         return None
+
+    @asynccontextmanager
+    async def streaming(self, turn_id: str, holder: str) -> AsyncIterator[Callable[[str], None]]:
+        """A run's text, published in order as it comes: call what this yields with each
+        piece (it never blocks the run). The run starts the stream over
+        (`start_stream`); what is still queued is published before the block ends. Redis
+        failing stops the publishing, not the run (logged); the end marker is the caller's
+        (it goes with the result)."""
+        chunks: asyncio.Queue[str | None] = asyncio.Queue()
+        publisher = asyncio.create_task(self._publish_all(turn_id, holder, chunks))
+        try:
+            yield chunks.put_nowait
+        finally:
+            chunks.put_nowait(None)
+            await publisher
+
+    async def _publish_all(
+        self, turn_id: str, holder: str, chunks: asyncio.Queue[str | None]
+    ) -> None:
+        # One publisher per run keeps the pieces in order without slowing the run.
+        try:
+            await self.start_stream(turn_id, holder)
+            while (piece := await chunks.get()) is not None:
+                await self.publish(turn_id, piece)
+        except STORE_DOWN as exc:
+            log.warning("turn.chunks_not_published", turn_id=turn_id, error=type(exc).__name__)
 
     async def start_stream(self, turn_id: str, holder: str) -> None:
         """Begin a run's text: what an earlier run of the turn streamed is dropped."""
