@@ -72,11 +72,13 @@ class Fleet:
         fair: bool,
         processes: int,
         concurrency: int,
+        gather_s: float,
     ) -> None:
         queue = f"fair-{fair}-{time.monotonic_ns()}"
         config = work / f"{queue}.toml"
         text = CONFIG.format(redis_url=url, queue=queue, sim=sim)
-        config.write_text(text + f"\n[fairness]\nenabled = {'true' if fair else 'false'}\n")
+        fairness = f"enabled = {'true' if fair else 'false'}\ngather_s = {gather_s}\n"
+        config.write_text(text + "\n[fairness]\n" + fairness)
         env = {**os.environ, "RELEVO_CONFIG": str(config), "PYTHONPATH": str(ROOT)}
         for i in range(processes):
             cmd = [
@@ -101,6 +103,7 @@ class Fleet:
                 "WARNING",
             ]
             stack.enter_context(started(cmd, work / "workers.log", env))
+        self.url = url
         self.redis = redis.Redis.from_url(url)
         stack.callback(self.redis.close)
         wait_for(
@@ -110,30 +113,45 @@ class Fleet:
         self.app = make_app(load_settings(config, require_secrets=False))
         self.keys = TurnKeys(NAMESPACE)
         self.sent: dict[str, tuple[str, float]] = {}
+        self.started: dict[str, tuple[str, float, float]] = {}
+        stop = threading.Event()
+        collector = threading.Thread(target=self._collect, args=(stop,), daemon=True)
+        collector.start()
+        stack.callback(collector.join)
+        stack.callback(stop.set)
 
     def send(self, tenant: str) -> None:
         request = turn(tenant)
         self.sent[request.turn_id] = (tenant, time.time())
         enqueue_turn(request, app=self.app)
 
-    def starts(self) -> dict[str, tuple[str, float, float]]:
-        """turn id -> (tenant, enqueued, started), for the turns that have a result."""
-        ids = list(self.sent)
-        out = {}
-        for at in range(0, len(ids), 500):
-            chunk = ids[at : at + 500]
-            raws = self.redis.mget([self.keys.result(i) for i in chunk])
-            saved = self.redis.zmscore(self.keys.recent, chunk)
-            for turn_id, raw, ms in zip(chunk, raws, saved, strict=True):
-                if raw is None or ms is None:
+    def _collect(self, stop: threading.Event) -> None:
+        """Reads each result as it is saved: the store keeps the newest 1,000 turns in its
+        recent set and a result for `result_ttl_s`, fewer than a full-size run's."""
+        client = redis.Redis.from_url(self.url)
+        since = 0.0
+        while not stop.wait(0.25):
+            fresh = client.zrangebyscore(self.keys.recent, since, "+inf", withscores=True)
+            ids = [i.decode() for i, _ in fresh if i.decode() not in self.started]
+            raws = client.mget([self.keys.result(i) for i in ids]) if ids else []
+            for (turn_id, ms), raw in zip(
+                ((i.decode(), ms) for i, ms in fresh if i.decode() in ids), raws, strict=True
+            ):
+                if raw is None or turn_id not in self.sent:
                     continue
                 latency_ms = float(raw.split(b'"latency_ms":')[1].split(b",")[0].rstrip(b"}"))
                 tenant, enqueued = self.sent[turn_id]
-                out[turn_id] = (tenant, enqueued, (ms - latency_ms) / 1000)
-        return out
+                self.started[turn_id] = (tenant, enqueued, (ms - latency_ms) / 1000)
+            if fresh:  # a second back: saves from several processes land out of order
+                since = max(ms for _, ms in fresh) - 1000
+        client.close()
+
+    def starts(self) -> dict[str, tuple[str, float, float]]:
+        """turn id -> (tenant, enqueued, started), for the turns that have a result."""
+        return dict(self.started)
 
     def done(self) -> int:
-        return int(self.redis.zcard(self.keys.recent))
+        return len(self.started)
 
 
 def set_share(client: redis.Redis, tenant: str, share: budgets.Share) -> None:
@@ -146,13 +164,25 @@ def cpu_s(client: redis.Redis) -> float:
     return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
 
 
-def script_s(client: redis.Redis) -> float:
-    """Time spent in scripts (EVALSHA, EVAL: the commands they call included), from INFO
-    commandstats: the fair queue's own cost, without the server's other work."""
+def commands(client: redis.Redis) -> dict[str, tuple[int, float]]:
+    """Calls and seconds per command from INFO commandstats (a script's own commands are
+    counted apart from its EVALSHA, whose time includes theirs)."""
     stats = client.info("commandstats")
-    return (
-        sum(float(stats.get(f"cmdstat_{c}", {}).get("usec", 0)) for c in ("evalsha", "eval")) / 1e6
-    )
+    return {
+        k.removeprefix("cmdstat_"): (int(v["calls"]), float(v["usec"]) / 1e6)
+        for k, v in stats.items()
+    }
+
+
+def per_turn(
+    before: dict[str, tuple[int, float]], after: dict[str, tuple[int, float]], turns: int
+) -> dict[str, tuple[float, float]]:
+    """Calls and microseconds per turn for each command, between two snapshots."""
+    out = {}
+    for name, (calls, secs) in after.items():
+        calls0, secs0 = before.get(name, (0, 0.0))
+        out[name] = ((calls - calls0) / turns, (secs - secs0) * 1e6 / turns)
+    return out
 
 
 @contextmanager
@@ -173,6 +203,7 @@ def fleet(
             fair=fair,
             processes=processes or args.processes,
             concurrency=args.concurrency,
+            gather_s=args.gather_s,
         )
     client = redis.Redis.from_url(url)
     client.flushdb()  # the private server only
@@ -203,19 +234,34 @@ def quiet(args: argparse.Namespace, rig: tuple[Path, str, str], fair: bool) -> N
 
 def alone(
     args: argparse.Namespace, rig: tuple[Path, str, str], fair: bool
-) -> tuple[float, float, float]:
-    """Turns per second, and Redis CPU and script time per turn."""
+) -> tuple[float, float, dict[str, tuple[float, float]]]:
+    """Turns per second, Redis CPU per turn, and each command's calls and time per turn."""
     with fleet(args, rig, fair=fair) as f:
-        cpu0, scripts0, t0 = cpu_s(f.redis), script_s(f.redis), time.time()
+        cpu0, stats0, t0 = cpu_s(f.redis), commands(f.redis), time.time()
         for _ in range(args.alone):
             f.send("noisy")
         while f.done() < args.alone and time.time() - t0 < 600:
             time.sleep(0.05)
         elapsed, cpu = time.time() - t0, cpu_s(f.redis) - cpu0
-        scripts = script_s(f.redis) - scripts0
+        stats = per_turn(stats0, commands(f.redis), args.alone)
     rate = args.alone / elapsed
     figure(f"fairness_alone_turns_per_s_{'fair' if fair else 'fifo'}", rate, "turns/s")
-    return rate, cpu / args.alone, scripts / args.alone
+    return rate, cpu / args.alone, stats
+
+
+def breakdown(fifo: dict[str, tuple[float, float]], fair: dict[str, tuple[float, float]]) -> float:
+    """Says on stderr which commands fair dispatch added per turn; returns the scripts'
+    (EVALSHA, EVAL) added time per turn in µs."""
+    rows = []
+    for name in sorted(set(fifo) | set(fair)):
+        calls = fair.get(name, (0, 0))[0] - fifo.get(name, (0, 0))[0]
+        usec = fair.get(name, (0, 0))[1] - fifo.get(name, (0, 0))[1]
+        if abs(calls) >= 0.05 or abs(usec) >= 0.5:
+            rows.append((usec, name, calls))
+    say("commands fair dispatch added per turn (fair minus FIFO; inside scripts too):")
+    for usec, name, calls in sorted(rows, reverse=True):
+        say(f"  {name:24} {calls:+7.2f} calls  {usec:+8.1f} us")
+    return sum(u for u, n, _ in rows if n in ("evalsha", "eval"))
 
 
 def served(
@@ -278,13 +324,16 @@ def main(args: argparse.Namespace) -> None:
         rig = (work, url, sim.url)
         only = set(args.only.split(",")) if args.only else None
         if not only or "alone" in only:
-            fifo_rate, fifo_cpu, fifo_scripts = alone(args, rig, fair=False)
-            fair_rate, fair_cpu, fair_scripts = alone(args, rig, fair=True)
+            fifo_rate, fifo_cpu, fifo_stats = alone(args, rig, fair=False)
+            fair_rate, fair_cpu, fair_stats = alone(args, rig, fair=True)
             figure("fairness_alone_fair_vs_fifo", fair_rate / fifo_rate, "ratio")
             figure("fairness_redis_cpu_per_turn_fifo", fifo_cpu * 1e6, "us")
             figure("fairness_redis_cpu_per_turn_fair", fair_cpu * 1e6, "us")
             figure("fairness_dispatch_redis_cpu_per_turn", (fair_cpu - fifo_cpu) * 1e6, "us")
-            figure("fairness_dispatch_script_per_turn", (fair_scripts - fifo_scripts) * 1e6, "us")
+            figure("fairness_dispatch_script_per_turn", breakdown(fifo_stats, fair_stats), "us")
+            scripts = sum(fair_stats.get(n, (0.0, 0.0))[0] for n in ("evalsha", "eval"))
+            scripts -= sum(fifo_stats.get(n, (0.0, 0.0))[0] for n in ("evalsha", "eval"))
+            figure("fairness_dispatch_scripts_per_turn", scripts, "calls")
         if not only or "quiet" in only:
             for fair in (False, True):
                 quiet(args, rig, fair)
@@ -323,6 +372,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--settle-s", type=float, default=10)
     p.add_argument("--window-s", type=float, default=60)
     p.add_argument("--capped", type=int, default=500)
+    p.add_argument("--gather-s", type=float, default=0.2, help="[fairness] gather_s")
     p.add_argument("--only", default="", help="alone,quiet,jain,weights,cap")
     return p.parse_args(argv)
 
