@@ -11,33 +11,13 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
 
 import pytest
 import redis
-from redis.asyncio import Redis
 
 from budgets import Share
 from tests.fairkit import Release010
 from worker.fleet.fairqueue import FairQueue, enqueue_sync
-
-
-@pytest.fixture
-def sync_client(redis_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_url)
-    yield client
-    client.close()
-
-
-@pytest.fixture
-async def fair(redis_url: str, namespace: str) -> AsyncIterator[FairQueue]:
-    client = Redis.from_url(redis_url)
-    fair = FairQueue(client, namespace=namespace, queue=f"{namespace}:q")
-    yield fair
-    names = ("pending", "msgs", "index", "seq", "ready", "parked", "vtime", "clock", "queued")
-    names += ("inflight", "leases", "buckets", "expired", "wake")
-    await client.delete(fair.queue, fair.shares.key, *(fair.keys.key(n) for n in names))
-    await client.aclose()
 
 
 def _put(

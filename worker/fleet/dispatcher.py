@@ -41,6 +41,9 @@ _HELD_LOG_EVERY_S = 10.0
 # Every this many rounds, a dispatcher also concludes expired turns another one left.
 _EXPIRED_EVERY = 30
 _SHORTEST_WAIT_S = 0.005
+# The most leases one round gives back (Lua's unpack takes some thousands at most): after
+# a long outage, the rest go in the rounds that follow at once.
+_MOST_RELEASED = 1000
 
 
 class Dispatcher:
@@ -149,7 +152,7 @@ class Dispatcher:
         now = time.monotonic()
         expire = now - self._expired_at >= self.settings.interval_s
         self._poked.clear()  # what it carries needs no round of its own
-        released = self._released[:]
+        released = self._released[:_MOST_RELEASED]
         done = await self.fair.dispatch(
             most=self.settings.batch,
             depth=self.settings.queue_depth,
@@ -158,6 +161,8 @@ class Dispatcher:
             released=released,
         )
         del self._released[: len(released)]
+        if self._released:
+            self._poked.set()
         if expire:
             self._expired_at = now
         self._observe(done)
@@ -168,9 +173,10 @@ class Dispatcher:
     async def close(self) -> None:
         """Give back the leases still held for the next round (a lease Redis missed runs
         out by itself)."""
-        if self._released:
-            await self.fair.dispatch(most=0, depth=0, expire=False, released=self._released)
-            self._released.clear()
+        while self._released:
+            released = self._released[:_MOST_RELEASED]
+            await self.fair.dispatch(most=0, depth=0, expire=False, released=released)
+            del self._released[: len(released)]
 
     def _observe(self, done: DispatchRound) -> None:
         if self.metrics is not None:
