@@ -9,14 +9,16 @@ runs on a fresh fleet, with `[fairness]` on (fair) or off (FIFO: the broker's on
   and p95 (start = the result's save time minus its run time; one host, one clock);
 - alone: the noisy tenant alone, `--alone` turns: turns per second, fair and FIFO, the
   Redis server's CPU per turn (INFO used_cpu_sys + used_cpu_user), fair minus FIFO, and
-  the time spent in scripts per turn (INFO commandstats), fair minus FIFO;
-- jain: `--tenants` equally weighted tenants, all saturating: Jain's index of the turns each
-  has served in the window;
+  what fair dispatch added per turn by command (INFO commandstats: scripts per turn,
+  and the commands they ran);
+- jain: `--tenants` equally weighted tenants, all saturating (each one's queue topped up
+  all along): Jain's index of the turns each started in the `--window-s` window after
+  `--settle-s`;
 - weights: three tenants of weights 1, 2 and 4, saturating: their shares of the window;
 - cap: a tenant with max_in_flight 5 on 3 worker processes, `--capped` turns: the most
   leases it held at once, sampled from Redis every 5 ms.
 
-    .venv/bin/python bench/fairness.py                  # full size, ~25 min
+    .venv/bin/python bench/fairness.py                  # full size, ~15 min
     .venv/bin/python bench/fairness.py --noisy 1000 --quiet-s 20 --alone 600 --window-s 20
 
 Output: `FIGURE <name> <value> <unit>` lines on stdout; progress on stderr.
@@ -265,21 +267,27 @@ def breakdown(fifo: dict[str, tuple[float, float]], fair: dict[str, tuple[float,
 
 
 def served(
-    args: argparse.Namespace,
-    rig: tuple[Path, str, str],
-    weights: dict[str, int],
-    per_tenant: int,
-    processes: int | None = None,
+    args: argparse.Namespace, rig: tuple[Path, str, str], weights: dict[str, int]
 ) -> Counter[str]:
-    """Turns each tenant started inside the window, all of them saturating."""
-    with fleet(args, rig, fair=True, processes=processes) as f:
+    """Turns each tenant started inside the window, all of them saturating: each tenant's
+    queue is topped up whenever it holds less than its share of 5 s of the fleet's turns
+    (enqueueing thousands at once takes this loaded machine longer than a window)."""
+    capacity = args.processes * args.concurrency
+    total = sum(weights.values())
+    low = {t: max(10, capacity * 5 * w // total) for t, w in weights.items()}
+    with fleet(args, rig, fair=True) as f:
         for tenant, weight in weights.items():
             set_share(f.redis, tenant, budgets.Share(weight=weight))
-        for _ in range(per_tenant):
-            for tenant in weights:
+        for tenant in weights:
+            for _ in range(2 * low[tenant]):
                 f.send(tenant)
         start = time.time() + args.settle_s
-        time.sleep(args.settle_s + args.window_s + 2)
+        while time.time() < start + args.window_s + 2:
+            queued = f.redis.hgetall(f"{{{NAMESPACE}}}:fair:queued")
+            for tenant in weights:
+                for _ in range(2 * low[tenant] - int(queued.get(tenant.encode(), 0))):
+                    f.send(tenant)
+            time.sleep(0.5)
         counts: Counter[str] = Counter(
             tenant for tenant, _, s in f.starts().values() if start <= s < start + args.window_s
         )
@@ -337,15 +345,13 @@ def main(args: argparse.Namespace) -> None:
         if not only or "quiet" in only:
             for fair in (False, True):
                 quiet(args, rig, fair)
-        capacity = args.processes * args.concurrency
         if not only or "jain" in only:
             tenants = {f"t{i:03d}": 1 for i in range(args.tenants)}
-            per = max(5, int(capacity * (args.settle_s + args.window_s + 5) / len(tenants)))
-            counts = served(args, rig, tenants, per)
+            counts = served(args, rig, tenants)
             figure("fairness_jain_index", jain([counts[t] for t in tenants]), "index")
+            figure("fairness_jain_turns_per_tenant", sum(counts.values()) / len(tenants), "turns")
         if not only or "weights" in only:
-            per = int(capacity * (args.settle_s + args.window_s + 5))
-            counts = served(args, rig, {"w1": 1, "w2": 2, "w4": 4}, per)
+            counts = served(args, rig, {"w1": 1, "w2": 2, "w4": 4})
             total = sum(counts.values()) or 1
             for tenant, weight in (("w1", 1), ("w2", 2), ("w4", 4)):
                 figure(f"fairness_weight_{weight}_share", counts[tenant] / total, "share")
