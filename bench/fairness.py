@@ -74,12 +74,14 @@ class Fleet:
         fair: bool,
         processes: int,
         concurrency: int,
-        gather_s: float,
+        gather_s: float | None,
     ) -> None:
         queue = f"fair-{fair}-{time.monotonic_ns()}"
         config = work / f"{queue}.toml"
         text = CONFIG.format(redis_url=url, queue=queue, sim=sim)
-        fairness = f"enabled = {'true' if fair else 'false'}\ngather_s = {gather_s}\n"
+        fairness = f"enabled = {'true' if fair else 'false'}\n"
+        if gather_s is not None:
+            fairness += f"gather_s = {gather_s}\n"
         config.write_text(text + "\n[fairness]\n" + fairness)
         env = {**os.environ, "RELEVO_CONFIG": str(config), "PYTHONPATH": str(ROOT)}
         for i in range(processes):
@@ -378,7 +380,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--settle-s", type=float, default=10)
     p.add_argument("--window-s", type=float, default=60)
     p.add_argument("--capped", type=int, default=500)
-    p.add_argument("--gather-s", type=float, default=0.2, help="[fairness] gather_s")
+    p.add_argument("--gather-s", type=float, help="[fairness] gather_s (unset: its default)")
     p.add_argument("--only", default="", help="alone,quiet,jain,weights,cap")
     return p.parse_args(argv)
 
