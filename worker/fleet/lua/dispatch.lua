@@ -129,9 +129,9 @@ local function park(tenant, v, wake_at, limit)
   first = math.min(first or wake_at, wake_at)
 end
 
--- Takes up to `want` of the tenant's oldest turns, while its input tokens allow. Returns
--- how many it moved, the virtual time after them, and the limit that stopped it with the
--- ms it may go on at (nil: none did).
+-- Takes up to `want` of the tenant's oldest turns, while its input tokens allow; those
+-- past their deadline go to `expired`. Leaves the tenant ready at its new virtual time,
+-- parked, or idle. Returns how many turns it moved and how many it looked at.
 local function visit(tenant, v, weight, want, turns, tokens, tpm, itpm)
   local members = redis.call('ZRANGEBYLEX', PENDING, '[' .. tenant .. '|', '(' .. tenant .. '|\255', 'LIMIT', 0, want)
   if not members[1] then
