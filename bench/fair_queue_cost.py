@@ -3,23 +3,25 @@
 Both on one private redis-server, in turns, each replaying what a saturated fleet sends
 the fair queue, one command at a time as producers and workers do; FIFO (the producer's
 LPUSH) replayed alongside as the floor. A turn's message is the one the broker channel
-queues for `examples/turn.json`-sized turns (a real one, made by `enqueue_turn`).
+queues for a one-line turn (a real one, made by `enqueue_turn`).
 
 - 0.1.0: `enqueue.lua` per turn; a worker's turn concludes: `release.lua`, whose wake
   token a dispatcher takes (`BLPOP`) to run `dispatch.lua`, which finds room for one turn.
 - this release: `enqueue.lua` per turn; a dispatcher's round (`dispatch.lua`) runs once
   `--per-round` turns of its process concluded: it gives their leases back and moves as
-  many turns. How many a round carries in a fleet is what `[fairness] gather_s` gathers:
-  bench/fairness.py prints it (`fairness_turns_per_round`).
+  many turns (leases a dead worker left are looked for once a second, not here). How
+  many a round carries in a fleet is what `[fairness] gather_s` gathers: bench/fairness.py
+  prints the scripts a turn (`fairness_dispatch_scripts_per_turn`: 1 + rounds per turn).
 - FIFO: `LPUSH` per turn, the broker's queue.
 - multi (enqueue only, for reference): a `MULTI` of four plain commands, what an enqueue
   with no script would cost on a layout 0.1.0 cannot read (a list per tenant): the most
   that giving up rolling upgrades of the fair queue could save at the producer.
 
-The workers' `RPOP` from the broker's queue is sent in every mode and left out of the
-figures. Scenarios: `alone` (one tenant), `many` (`--tenants` tenants, each visit one
-turn). Redis's CPU (INFO `used_cpu_sys` + `used_cpu_user`) per turn, per step, the median
-of `--repeat` runs; the time inside scripts per step from INFO commandstats.
+Scenarios: `alone` (one tenant), `many` (`--tenants` tenants, each visit one turn). The
+server's CPU (INFO `used_cpu_sys` + `used_cpu_user`) per turn in each phase (`enqueue`;
+`dispatch`: the workers' `RPOP`s and the rounds; 0.1.0's `release`: its scripts and
+wake-ups; FIFO's `take`: the `RPOP`s), the median of `--repeat` runs; `_added` is the
+total less FIFO's. Each phase's commands per turn (INFO commandstats) go to stderr.
 
     .venv/bin/python bench/fair_queue_cost.py                # ~1 min
     .venv/bin/python bench/fair_queue_cost.py --turns 2000 --repeat 5
@@ -194,7 +196,7 @@ class Replay:
         for done in range(1, turns + 1):
             concluded.append(self.take())
             if len(concluded) == per_round or done == turns:
-                round_ = self.fair.dispatch(most=32, depth=DEPTH, released=concluded)
+                round_ = self.fair.dispatch(most=32, depth=DEPTH, released=concluded, expire=False)
                 self._await(round_)
                 concluded = []
 

@@ -34,7 +34,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
@@ -236,9 +236,12 @@ def quiet(args: argparse.Namespace, rig: tuple[Path, str, str], fair: bool) -> N
     figure(f"fairness_quiet_started_{label}", len(waits) / len(wanted), "share")
 
 
+Stats = dict[str, tuple[float, float]]  # command -> (calls, µs) per turn
+
+
 def alone(
     args: argparse.Namespace, rig: tuple[Path, str, str], fair: bool
-) -> tuple[float, float, dict[str, tuple[float, float]]]:
+) -> tuple[float, float, Stats]:
     """Turns per second, Redis CPU per turn, and each command's calls and time per turn."""
     with fleet(args, rig, fair=fair) as f:
         cpu0, stats0, t0 = cpu_s(f.redis), commands(f.redis), time.time()
@@ -266,6 +269,28 @@ def breakdown(fifo: dict[str, tuple[float, float]], fair: dict[str, tuple[float,
     for usec, name, calls in sorted(rows, reverse=True):
         say(f"  {name:24} {calls:+7.2f} calls  {usec:+8.1f} us")
     return sum(u for u, n, _ in rows if n in ("evalsha", "eval"))
+
+
+def throughput(args: argparse.Namespace, rig: tuple[Path, str, str]) -> None:
+    """The noisy tenant alone, FIFO then fair, `--repeat` times: the medians, and the
+    commands fair dispatch added in the last pair."""
+    runs = [(alone(args, rig, False), alone(args, rig, True)) for _ in range(args.repeat)]
+
+    def median(
+        of: Callable[[tuple[float, float, Stats], tuple[float, float, Stats]], float],
+    ) -> float:
+        return statistics.median(of(fifo, fair) for fifo, fair in runs)
+
+    figure("fairness_alone_fair_vs_fifo", median(lambda o, f: f[0] / o[0]), "ratio")
+    figure("fairness_redis_cpu_per_turn_fifo", median(lambda o, _: o[1]) * 1e6, "us")
+    figure("fairness_redis_cpu_per_turn_fair", median(lambda _, f: f[1]) * 1e6, "us")
+    added = median(lambda o, f: f[1] - o[1]) * 1e6
+    figure("fairness_dispatch_redis_cpu_per_turn", added, "us")
+    (_, _, fifo_stats), (_, _, fair_stats) = runs[-1]
+    figure("fairness_dispatch_script_per_turn", breakdown(fifo_stats, fair_stats), "us")
+    scripts = sum(fair_stats.get(n, (0.0, 0.0))[0] for n in ("evalsha", "eval"))
+    scripts -= sum(fifo_stats.get(n, (0.0, 0.0))[0] for n in ("evalsha", "eval"))
+    figure("fairness_dispatch_scripts_per_turn", scripts, "calls")
 
 
 def served(
@@ -334,16 +359,7 @@ def main(args: argparse.Namespace) -> None:
         rig = (work, url, sim.url)
         only = set(args.only.split(",")) if args.only else None
         if not only or "alone" in only:
-            fifo_rate, fifo_cpu, fifo_stats = alone(args, rig, fair=False)
-            fair_rate, fair_cpu, fair_stats = alone(args, rig, fair=True)
-            figure("fairness_alone_fair_vs_fifo", fair_rate / fifo_rate, "ratio")
-            figure("fairness_redis_cpu_per_turn_fifo", fifo_cpu * 1e6, "us")
-            figure("fairness_redis_cpu_per_turn_fair", fair_cpu * 1e6, "us")
-            figure("fairness_dispatch_redis_cpu_per_turn", (fair_cpu - fifo_cpu) * 1e6, "us")
-            figure("fairness_dispatch_script_per_turn", breakdown(fifo_stats, fair_stats), "us")
-            scripts = sum(fair_stats.get(n, (0.0, 0.0))[0] for n in ("evalsha", "eval"))
-            scripts -= sum(fifo_stats.get(n, (0.0, 0.0))[0] for n in ("evalsha", "eval"))
-            figure("fairness_dispatch_scripts_per_turn", scripts, "calls")
+            throughput(args, rig)
         if not only or "quiet" in only:
             for fair in (False, True):
                 quiet(args, rig, fair)
@@ -376,6 +392,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--quiet", type=int, default=10)
     p.add_argument("--quiet-s", type=float, default=60)
     p.add_argument("--alone", type=int, default=2000)
+    p.add_argument("--repeat", type=int, default=3, help="alone: FIFO and fair runs, medians")
     p.add_argument("--tenants", type=int, default=100)
     p.add_argument("--settle-s", type=float, default=10)
     p.add_argument("--window-s", type=float, default=60)
