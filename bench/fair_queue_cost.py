@@ -17,14 +17,15 @@ queues for a one-line turn (a real one, made by `enqueue_turn`).
   with no script would cost on a layout 0.1.0 cannot read (a list per tenant): the most
   that giving up rolling upgrades of the fair queue could save at the producer.
 
-Scenarios: `alone` (one tenant), `many` (`--tenants` tenants, each visit one turn). The
-server's CPU (INFO `used_cpu_sys` + `used_cpu_user`) per turn in each phase (`enqueue`;
-`dispatch`: the workers' `RPOP`s and the rounds; 0.1.0's `release`: its scripts and
-wake-ups; FIFO's `take`: the `RPOP`s), the median of `--repeat` runs; `_added` is the
-total less FIFO's. Each phase's commands per turn (INFO commandstats) go to stderr.
+First, what a round trip alone costs the server (a `PING`). Scenarios: `alone` (one
+tenant), `many` (`--tenants` tenants, each visit one turn). The server's CPU (INFO
+`used_cpu_sys` + `used_cpu_user`) per turn in each phase (`enqueue`; `dispatch`: the
+workers' `RPOP`s and the rounds; 0.1.0's `release`: its scripts and wake-ups; FIFO's
+`take`: the `RPOP`s), the median of `--repeat` runs; `_added` is the total less FIFO's.
+Each phase's commands per turn (INFO commandstats) go to stderr.
 
     .venv/bin/python bench/fair_queue_cost.py                # ~1 min
-    .venv/bin/python bench/fair_queue_cost.py --turns 2000 --repeat 5
+    .venv/bin/python bench/fair_queue_cost.py --turns 1000 --repeat 9
 
 Output: `FIGURE <name> <value> <unit>` lines on stdout; progress on stderr.
 """
@@ -215,6 +216,9 @@ def main(args: argparse.Namespace) -> None:
         message = real_message(url, work)
         say(f"a turn's message: {len(message)} bytes")
         client = redis.Redis.from_url(url)
+        meter = Meter(client)
+        meter.phase("round_trip", 2000, lambda: [client.ping() for _ in range(2000)])
+        figure("fair_cost_round_trip", meter.cpu["round_trip"] * 1e6, "us")
         for attempt in range(args.repeat):
             for scenario, (tenants, per_tenant) in scenarios.items():
                 for mode in modes:
