@@ -9,14 +9,16 @@ runs on a fresh fleet, with `[fairness]` on (fair) or off (FIFO: the broker's on
   and p95 (start = the result's save time minus its run time; one host, one clock);
 - alone: the noisy tenant alone, `--alone` turns: turns per second, fair and FIFO, the
   Redis server's CPU per turn (INFO used_cpu_sys + used_cpu_user), fair minus FIFO, and
-  the time spent in scripts per turn (INFO commandstats), fair minus FIFO;
-- jain: `--tenants` equally weighted tenants, all saturating: Jain's index of the turns each
-  has served in the window;
+  what fair dispatch added per turn by command (INFO commandstats: scripts per turn,
+  and the commands they ran);
+- jain: `--tenants` equally weighted tenants, all saturating (each one's queue topped up
+  all along): Jain's index of the turns each started in the `--window-s` window after
+  `--settle-s`;
 - weights: three tenants of weights 1, 2 and 4, saturating: their shares of the window;
 - cap: a tenant with max_in_flight 5 on 3 worker processes, `--capped` turns: the most
   leases it held at once, sampled from Redis every 5 ms.
 
-    .venv/bin/python bench/fairness.py                  # full size, ~25 min
+    .venv/bin/python bench/fairness.py                  # full size, ~15 min
     .venv/bin/python bench/fairness.py --noisy 1000 --quiet-s 20 --alone 600 --window-s 20
 
 Output: `FIGURE <name> <value> <unit>` lines on stdout; progress on stderr.
@@ -32,7 +34,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
@@ -72,11 +74,15 @@ class Fleet:
         fair: bool,
         processes: int,
         concurrency: int,
+        gather_s: float | None,
     ) -> None:
         queue = f"fair-{fair}-{time.monotonic_ns()}"
         config = work / f"{queue}.toml"
         text = CONFIG.format(redis_url=url, queue=queue, sim=sim)
-        config.write_text(text + f"\n[fairness]\nenabled = {'true' if fair else 'false'}\n")
+        fairness = f"enabled = {'true' if fair else 'false'}\n"
+        if gather_s is not None:
+            fairness += f"gather_s = {gather_s}\n"
+        config.write_text(text + "\n[fairness]\n" + fairness)
         env = {**os.environ, "RELEVO_CONFIG": str(config), "PYTHONPATH": str(ROOT)}
         for i in range(processes):
             cmd = [
@@ -101,6 +107,7 @@ class Fleet:
                 "WARNING",
             ]
             stack.enter_context(started(cmd, work / "workers.log", env))
+        self.url = url
         self.redis = redis.Redis.from_url(url)
         stack.callback(self.redis.close)
         wait_for(
@@ -110,30 +117,45 @@ class Fleet:
         self.app = make_app(load_settings(config, require_secrets=False))
         self.keys = TurnKeys(NAMESPACE)
         self.sent: dict[str, tuple[str, float]] = {}
+        self.started: dict[str, tuple[str, float, float]] = {}
+        stop = threading.Event()
+        collector = threading.Thread(target=self._collect, args=(stop,), daemon=True)
+        collector.start()
+        stack.callback(collector.join)
+        stack.callback(stop.set)
 
     def send(self, tenant: str) -> None:
         request = turn(tenant)
         self.sent[request.turn_id] = (tenant, time.time())
         enqueue_turn(request, app=self.app)
 
-    def starts(self) -> dict[str, tuple[str, float, float]]:
-        """turn id -> (tenant, enqueued, started), for the turns that have a result."""
-        ids = list(self.sent)
-        out = {}
-        for at in range(0, len(ids), 500):
-            chunk = ids[at : at + 500]
-            raws = self.redis.mget([self.keys.result(i) for i in chunk])
-            saved = self.redis.zmscore(self.keys.recent, chunk)
-            for turn_id, raw, ms in zip(chunk, raws, saved, strict=True):
-                if raw is None or ms is None:
+    def _collect(self, stop: threading.Event) -> None:
+        """Reads each result as it is saved: the store keeps the newest 1,000 turns in its
+        recent set and a result for `result_ttl_s`, fewer than a full-size run's."""
+        client = redis.Redis.from_url(self.url)
+        since = 0.0
+        while not stop.wait(0.25):
+            fresh = client.zrangebyscore(self.keys.recent, since, "+inf", withscores=True)
+            ids = [i.decode() for i, _ in fresh if i.decode() not in self.started]
+            raws = client.mget([self.keys.result(i) for i in ids]) if ids else []
+            for (turn_id, ms), raw in zip(
+                ((i.decode(), ms) for i, ms in fresh if i.decode() in ids), raws, strict=True
+            ):
+                if raw is None or turn_id not in self.sent:
                     continue
                 latency_ms = float(raw.split(b'"latency_ms":')[1].split(b",")[0].rstrip(b"}"))
                 tenant, enqueued = self.sent[turn_id]
-                out[turn_id] = (tenant, enqueued, (ms - latency_ms) / 1000)
-        return out
+                self.started[turn_id] = (tenant, enqueued, (ms - latency_ms) / 1000)
+            if fresh:  # a second back: saves from several processes land out of order
+                since = max(ms for _, ms in fresh) - 1000
+        client.close()
+
+    def starts(self) -> dict[str, tuple[str, float, float]]:
+        """turn id -> (tenant, enqueued, started), for the turns that have a result."""
+        return dict(self.started)
 
     def done(self) -> int:
-        return int(self.redis.zcard(self.keys.recent))
+        return len(self.started)
 
 
 def set_share(client: redis.Redis, tenant: str, share: budgets.Share) -> None:
@@ -146,13 +168,25 @@ def cpu_s(client: redis.Redis) -> float:
     return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
 
 
-def script_s(client: redis.Redis) -> float:
-    """Time spent in scripts (EVALSHA, EVAL: the commands they call included), from INFO
-    commandstats: the fair queue's own cost, without the server's other work."""
+def commands(client: redis.Redis) -> dict[str, tuple[int, float]]:
+    """Calls and seconds per command from INFO commandstats (a script's own commands are
+    counted apart from its EVALSHA, whose time includes theirs)."""
     stats = client.info("commandstats")
-    return (
-        sum(float(stats.get(f"cmdstat_{c}", {}).get("usec", 0)) for c in ("evalsha", "eval")) / 1e6
-    )
+    return {
+        k.removeprefix("cmdstat_"): (int(v["calls"]), float(v["usec"]) / 1e6)
+        for k, v in stats.items()
+    }
+
+
+def per_turn(
+    before: dict[str, tuple[int, float]], after: dict[str, tuple[int, float]], turns: int
+) -> dict[str, tuple[float, float]]:
+    """Calls and microseconds per turn for each command, between two snapshots."""
+    out = {}
+    for name, (calls, secs) in after.items():
+        calls0, secs0 = before.get(name, (0, 0.0))
+        out[name] = ((calls - calls0) / turns, (secs - secs0) * 1e6 / turns)
+    return out
 
 
 @contextmanager
@@ -173,6 +207,7 @@ def fleet(
             fair=fair,
             processes=processes or args.processes,
             concurrency=args.concurrency,
+            gather_s=args.gather_s,
         )
     client = redis.Redis.from_url(url)
     client.flushdb()  # the private server only
@@ -201,39 +236,85 @@ def quiet(args: argparse.Namespace, rig: tuple[Path, str, str], fair: bool) -> N
     figure(f"fairness_quiet_started_{label}", len(waits) / len(wanted), "share")
 
 
+Stats = dict[str, tuple[float, float]]  # command -> (calls, µs) per turn
+
+
 def alone(
     args: argparse.Namespace, rig: tuple[Path, str, str], fair: bool
-) -> tuple[float, float, float]:
-    """Turns per second, and Redis CPU and script time per turn."""
+) -> tuple[float, float, Stats]:
+    """Turns per second, Redis CPU per turn, and each command's calls and time per turn."""
     with fleet(args, rig, fair=fair) as f:
-        cpu0, scripts0, t0 = cpu_s(f.redis), script_s(f.redis), time.time()
+        cpu0, stats0, t0 = cpu_s(f.redis), commands(f.redis), time.time()
         for _ in range(args.alone):
             f.send("noisy")
         while f.done() < args.alone and time.time() - t0 < 600:
             time.sleep(0.05)
         elapsed, cpu = time.time() - t0, cpu_s(f.redis) - cpu0
-        scripts = script_s(f.redis) - scripts0
+        stats = per_turn(stats0, commands(f.redis), args.alone)
     rate = args.alone / elapsed
     figure(f"fairness_alone_turns_per_s_{'fair' if fair else 'fifo'}", rate, "turns/s")
-    return rate, cpu / args.alone, scripts / args.alone
+    return rate, cpu / args.alone, stats
+
+
+def breakdown(fifo: dict[str, tuple[float, float]], fair: dict[str, tuple[float, float]]) -> float:
+    """Says on stderr which commands fair dispatch added per turn; returns the scripts'
+    (EVALSHA, EVAL) added time per turn in µs."""
+    rows = []
+    for name in sorted(set(fifo) | set(fair)):
+        calls = fair.get(name, (0, 0))[0] - fifo.get(name, (0, 0))[0]
+        usec = fair.get(name, (0, 0))[1] - fifo.get(name, (0, 0))[1]
+        if abs(calls) >= 0.05 or abs(usec) >= 0.5:
+            rows.append((usec, name, calls))
+    say("commands fair dispatch added per turn (fair minus FIFO; inside scripts too):")
+    for usec, name, calls in sorted(rows, reverse=True):
+        say(f"  {name:24} {calls:+7.2f} calls  {usec:+8.1f} us")
+    return sum(u for u, n, _ in rows if n in ("evalsha", "eval"))
+
+
+def throughput(args: argparse.Namespace, rig: tuple[Path, str, str]) -> None:
+    """The noisy tenant alone, FIFO then fair, `--repeat` times: the medians, and the
+    commands fair dispatch added in the last pair."""
+    runs = [(alone(args, rig, False), alone(args, rig, True)) for _ in range(args.repeat)]
+
+    def median(
+        of: Callable[[tuple[float, float, Stats], tuple[float, float, Stats]], float],
+    ) -> float:
+        return statistics.median(of(fifo, fair) for fifo, fair in runs)
+
+    figure("fairness_alone_fair_vs_fifo", median(lambda o, f: f[0] / o[0]), "ratio")
+    figure("fairness_redis_cpu_per_turn_fifo", median(lambda o, _: o[1]) * 1e6, "us")
+    figure("fairness_redis_cpu_per_turn_fair", median(lambda _, f: f[1]) * 1e6, "us")
+    added = median(lambda o, f: f[1] - o[1]) * 1e6
+    figure("fairness_dispatch_redis_cpu_per_turn", added, "us")
+    (_, _, fifo_stats), (_, _, fair_stats) = runs[-1]
+    figure("fairness_dispatch_script_per_turn", breakdown(fifo_stats, fair_stats), "us")
+    scripts = sum(fair_stats.get(n, (0.0, 0.0))[0] for n in ("evalsha", "eval"))
+    scripts -= sum(fifo_stats.get(n, (0.0, 0.0))[0] for n in ("evalsha", "eval"))
+    figure("fairness_dispatch_scripts_per_turn", scripts, "calls")
 
 
 def served(
-    args: argparse.Namespace,
-    rig: tuple[Path, str, str],
-    weights: dict[str, int],
-    per_tenant: int,
-    processes: int | None = None,
+    args: argparse.Namespace, rig: tuple[Path, str, str], weights: dict[str, int]
 ) -> Counter[str]:
-    """Turns each tenant started inside the window, all of them saturating."""
-    with fleet(args, rig, fair=True, processes=processes) as f:
+    """Turns each tenant started inside the window, all of them saturating: each tenant's
+    queue is topped up whenever it holds less than its share of 5 s of the fleet's turns
+    (enqueueing thousands at once takes this loaded machine longer than a window)."""
+    capacity = args.processes * args.concurrency
+    total = sum(weights.values())
+    low = {t: max(10, capacity * 5 * w // total) for t, w in weights.items()}
+    with fleet(args, rig, fair=True) as f:
         for tenant, weight in weights.items():
             set_share(f.redis, tenant, budgets.Share(weight=weight))
-        for _ in range(per_tenant):
-            for tenant in weights:
+        for tenant in weights:
+            for _ in range(2 * low[tenant]):
                 f.send(tenant)
         start = time.time() + args.settle_s
-        time.sleep(args.settle_s + args.window_s + 2)
+        while time.time() < start + args.window_s + 2:
+            queued = f.redis.hgetall(f"{{{NAMESPACE}}}:fair:queued")
+            for tenant in weights:
+                for _ in range(2 * low[tenant] - int(queued.get(tenant.encode(), 0))):
+                    f.send(tenant)
+            time.sleep(0.5)
         counts: Counter[str] = Counter(
             tenant for tenant, _, s in f.starts().values() if start <= s < start + args.window_s
         )
@@ -278,25 +359,17 @@ def main(args: argparse.Namespace) -> None:
         rig = (work, url, sim.url)
         only = set(args.only.split(",")) if args.only else None
         if not only or "alone" in only:
-            fifo_rate, fifo_cpu, fifo_scripts = alone(args, rig, fair=False)
-            fair_rate, fair_cpu, fair_scripts = alone(args, rig, fair=True)
-            figure("fairness_alone_fair_vs_fifo", fair_rate / fifo_rate, "ratio")
-            figure("fairness_redis_cpu_per_turn_fifo", fifo_cpu * 1e6, "us")
-            figure("fairness_redis_cpu_per_turn_fair", fair_cpu * 1e6, "us")
-            figure("fairness_dispatch_redis_cpu_per_turn", (fair_cpu - fifo_cpu) * 1e6, "us")
-            figure("fairness_dispatch_script_per_turn", (fair_scripts - fifo_scripts) * 1e6, "us")
+            throughput(args, rig)
         if not only or "quiet" in only:
             for fair in (False, True):
                 quiet(args, rig, fair)
-        capacity = args.processes * args.concurrency
         if not only or "jain" in only:
             tenants = {f"t{i:03d}": 1 for i in range(args.tenants)}
-            per = max(5, int(capacity * (args.settle_s + args.window_s + 5) / len(tenants)))
-            counts = served(args, rig, tenants, per)
+            counts = served(args, rig, tenants)
             figure("fairness_jain_index", jain([counts[t] for t in tenants]), "index")
+            figure("fairness_jain_turns_per_tenant", sum(counts.values()) / len(tenants), "turns")
         if not only or "weights" in only:
-            per = int(capacity * (args.settle_s + args.window_s + 5))
-            counts = served(args, rig, {"w1": 1, "w2": 2, "w4": 4}, per)
+            counts = served(args, rig, {"w1": 1, "w2": 2, "w4": 4})
             total = sum(counts.values()) or 1
             for tenant, weight in (("w1", 1), ("w2", 2), ("w4", 4)):
                 figure(f"fairness_weight_{weight}_share", counts[tenant] / total, "share")
@@ -319,10 +392,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--quiet", type=int, default=10)
     p.add_argument("--quiet-s", type=float, default=60)
     p.add_argument("--alone", type=int, default=2000)
+    p.add_argument("--repeat", type=int, default=3, help="alone: FIFO and fair runs, medians")
     p.add_argument("--tenants", type=int, default=100)
     p.add_argument("--settle-s", type=float, default=10)
     p.add_argument("--window-s", type=float, default=60)
     p.add_argument("--capped", type=int, default=500)
+    p.add_argument("--gather-s", type=float, help="[fairness] gather_s (unset: its default)")
     p.add_argument("--only", default="", help="alone,quiet,jain,weights,cap")
     return p.parse_args(argv)
 

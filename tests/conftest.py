@@ -24,6 +24,7 @@ import structlog
 from tests.netkit import free_port
 
 if TYPE_CHECKING:
+    from worker.fleet.fairqueue import FairQueue
     from worker.simulator import Simulator
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -206,6 +207,29 @@ def sim() -> Iterator[Simulator]:
 def namespace() -> str:
     """A key prefix no other test uses, so tests share one Redis without flushing it."""
     return f"relevo-test-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def sync_client(redis_url: str) -> Iterator[redis.Redis]:
+    """A blocking client on the session's Redis (as the broker channel's is)."""
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+async def fair(redis_url: str, namespace: str) -> AsyncIterator[FairQueue]:
+    """A fair queue of the test's own, its broker's queue `<namespace>:q`; its keys are
+    deleted afterwards."""
+    from redis.asyncio import Redis
+
+    from worker.fleet.fairqueue import FairQueue
+
+    client = Redis.from_url(redis_url)
+    yield FairQueue(client, namespace=namespace, queue=f"{namespace}:q")
+    keys = [k async for k in client.scan_iter(match=f"{{{namespace}}}:*", count=1000)]
+    await client.delete(f"{namespace}:q", *keys)
+    await client.aclose()
 
 
 @pytest.fixture(autouse=True)

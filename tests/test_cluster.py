@@ -8,21 +8,27 @@ tenant's); a slot a script's keys did not share would fail with CROSSSLOT here.
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 from pathlib import Path
 
 import pytest
+import redis
 from redis.asyncio.cluster import RedisCluster
+from redis.cluster import RedisCluster as SyncCluster
 
 from breakers import FleetBreakers, KillSwitch, ResilientBreakers, connect
 from breakers.keys import Keys
-from budgets import Ledger
+from budgets import Ledger, Share
 from tests import clusterkit
 from tests import test_breakers_fleet as fleet
 from tests import test_budgets_redis as budget_fleet
+from tests.chainkit import KEY, settings, turn
 from tests.conftest import skip_unless_ci
 from worker.adapters import make_client
 from worker.demo.run import demo_settings
+from worker.fleet.fairqueue import FairQueue, enqueue_sync
+from worker.fleet.runner import TurnRunner
 from worker.guard.redis_guard import open_guard
 from worker.settings import BreakerSettings, RedisSettings
 from worker.simulator import Fault, Simulator
@@ -146,3 +152,97 @@ async def test_a_stale_on_rejects_nothing_when_the_namespace_s_primary_dies(
         await client.aclose()
         await operator.aclose()
         cluster.stop()
+
+
+async def test_each_fair_queue_script_touches_one_slot_on_a_cluster(
+    redis_cluster: str, namespace: str
+) -> None:
+    """Enqueue, a round with leases given back, a release and the load, run on the cluster:
+    every key is under the namespace's tag (the broker's queue too, here: on the broker's
+    server it needs none, docs/fairness.md)."""
+    client = clusterkit.client(redis_cluster)
+    sync = SyncCluster.from_url(redis_cluster.replace("+cluster://", "://", 1))
+    fair = FairQueue(client, namespace=namespace, queue=f"{{{namespace}}}:q")
+    try:
+        await fair.shares.set("capped", Share(max_in_flight=1))
+        for tenant, turn in (("capped", "c1"), ("capped", "c2"), ("other", "o1")):
+            assert enqueue_sync(
+                sync,
+                namespace,
+                tenant=tenant,
+                turn_id=turn,
+                deadline_ms=60_000,
+                input_tokens=1,
+                message=f"m:{tenant}:{turn}",
+            )
+        first = await fair.dispatch(most=10, depth=10)
+        assert sorted(t for t, _ in first.moved) == ["capped", "other"]
+        assert first.held == [("capped", "max_in_flight")]
+        second = await fair.dispatch(most=10, depth=10, released=[("capped", "c1")])
+        assert [t for t, _ in second.moved] == ["capped"]
+        assert await fair.release("capped", "c2")
+        assert {x.tenant: (x.queued, x.in_flight) for x in await fair.load()} == {
+            "capped": (0, 0),
+            "other": (0, 1),
+        }
+    finally:
+        await budget_fleet.clean(client, namespace)
+        await client.aclose()
+        sync.close()
+
+
+def test_fair_dispatch_with_the_shared_state_on_a_cluster(
+    sim: Simulator, redis_url: str, redis_cluster: str, namespace: str
+) -> None:
+    """A worker whose breakers, budgets and kill switch are on a cluster dispatches from
+    the fair queue on the broker's Redis: a tenant capped at 2 gets a third turn once a
+    turn it ran concludes (its lease given back through the dispatcher's round); with the
+    switch turned on over the cluster, its queued turns drain past the cap."""
+    os.environ.setdefault("RELEVO_TEST_KEY", KEY)
+    where = {"url": redis_url, "shared_url": redis_cluster, "namespace": namespace}
+    config = settings(sim.url, redis=where, fairness={"queue_depth": 10})
+    runner = TurnRunner(config)
+    broker = redis.Redis.from_url(redis_url)
+    shared = clusterkit.client(redis_cluster)
+    queue = config.worker.queue
+
+    def put(n: int) -> list[TurnRequest]:
+        requests = [turn().model_copy(update={"tenant_id": "capped"}) for _ in range(n)]
+        for request in requests:
+            enqueue_sync(
+                broker,
+                namespace,
+                tenant="capped",
+                turn_id=request.turn_id,
+                deadline_ms=60_000,
+                input_tokens=10,
+                message=request.model_dump_json(),
+            )
+        return requests
+
+    def taken(timeout_s: float) -> TurnRequest | None:
+        raw = broker.brpop([queue], timeout=timeout_s)
+        return None if raw is None else TurnRequest.model_validate_json(raw[1])
+
+    try:
+        runner.loop.run(runner.fair.shares.set("capped", Share(max_in_flight=2)))
+        put(4)
+        runner.start_dispatcher()
+        first = [taken(5), taken(5)]
+        assert None not in first
+        assert taken(0.5) is None  # two running: the cap holds
+        assert runner.run(first[0].model_dump(mode="json"))["status"] == "ok"  # type: ignore[union-attr]
+        assert taken(5) is not None  # its lease given back: the third goes
+        runner.loop.run(KillSwitch(shared, namespace=namespace).on("alice", "drill"))
+        assert taken(5) is not None  # the fourth: drained, past the cap
+        put(3)
+        assert all(taken(5) is not None for _ in range(3))  # drained, past the cap
+        running = int(broker.hget(runner.fair.keys.key("inflight"), "capped") or 0)
+        assert running == 6  # every lease still counted
+    finally:
+        runner.loop.run(KillSwitch(shared, namespace=namespace).off("alice"))
+        runner.loop.run(budget_fleet.clean(shared, namespace))
+        runner.loop.run(shared.aclose())
+        runner.close()
+        broker.delete(queue, *broker.scan_iter(match=f"{{{namespace}}}:*"))
+        broker.close()

@@ -14,12 +14,10 @@ import random
 import signal
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
 from multiprocessing.synchronize import Event
 
 import pytest
 import redis
-from redis.asyncio import Redis
 
 from breakers import KillSwitchState
 from budgets import InvalidAmountError, Share
@@ -31,23 +29,6 @@ from worker.types import Status
 
 # Fork: the children run a few Redis commands, no event loop; spawning re-imports Celery.
 FORK = multiprocessing.get_context("fork")
-
-
-@pytest.fixture
-def sync_client(redis_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_url)
-    yield client
-    client.close()
-
-
-@pytest.fixture
-async def fair(redis_url: str, namespace: str) -> AsyncIterator[FairQueue]:
-    client = Redis.from_url(redis_url)
-    yield FairQueue(client, namespace=namespace, queue=f"{namespace}:q")
-    keys = [k async for k in client.scan_iter(match=f"*{namespace}*")]
-    if keys:
-        await client.delete(*keys)
-    await client.aclose()
 
 
 def put(
@@ -253,6 +234,45 @@ async def test_a_turn_or_a_lease_given_back_wakes_an_idle_dispatcher(
     assert await fair.wait(0.05)
     assert await fair.release("acme", "w1")
     assert await fair.wait(0.05)  # the lease given back
+
+
+async def test_a_lease_handed_to_the_dispatcher_goes_back_in_its_next_round(
+    sync_client: redis.Redis, fair: FairQueue
+) -> None:
+    """A tenant capped at one turn gets its second as soon as its first's lease is handed
+    over (no gathering while a tenant is parked); a lease handed over with none parked goes
+    back once gathered; one still held at close goes back then."""
+    await fair.shares.set("capped", Share(max_in_flight=1))
+    for turn in ("c1", "c2", "c3"):
+        put(sync_client, fair, "capped", turn)
+    store = TurnStore(fair.redis, namespace=fair.keys.namespace)
+    settings = FairnessSettings(queue_depth=10, interval_s=30, gather_s=0.3)
+    dispatcher = Dispatcher(fair, store, settings, killed=_never_killed, primary_model="alpha/a")
+    running = asyncio.create_task(dispatcher.run_forever())
+    inflight = fair.keys.key("inflight")
+    try:
+        assert await fair.redis.brpop([fair.queue], timeout=2) is not None
+        assert await fair.redis.brpop([fair.queue], timeout=0.3) is None  # capped
+        started = time.monotonic()
+        dispatcher.give_back("capped", "c1")
+        assert await fair.redis.brpop([fair.queue], timeout=2) is not None
+        assert time.monotonic() - started < settings.gather_s
+        dispatcher.give_back("capped", "c2")  # c3 goes next; nothing parked after it
+        assert await fair.redis.brpop([fair.queue], timeout=2) is not None
+        dispatcher.give_back("capped", "c3")
+        deadline = time.monotonic() + 2
+        while await fair.redis.hget(inflight, "capped") is not None:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.02)
+    finally:
+        running.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running
+    put(sync_client, fair, "capped", "c4")
+    await fair.dispatch(most=1, depth=10)
+    dispatcher.give_back("capped", "c4")
+    await dispatcher.close()
+    assert await fair.redis.hget(inflight, "capped") is None
 
 
 async def _never_killed() -> KillSwitchState | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -23,10 +24,11 @@ import pytest
 
 import breakers
 import budgets
-from tests.chainkit import KEY, worker_config
+from tests.chainkit import KEY, settings, worker_config
 from tests.conftest import skip_unless_ci
 from tests.sentinelkit import MASTER, Topology
 from worker.fleet import enqueue_turn, make_app
+from worker.fleet.fairqueue import FairQueue
 from worker.fleet.turnstore import TurnStore
 from worker.settings import RedisSettings, load_settings
 from worker.simulator import Fault, Simulator
@@ -187,3 +189,49 @@ def test_a_failover_mid_run_loses_no_turn(
     assert abs(spent - costs) <= costs // 100
     assert switch is not None
     assert switch.who == "alice"
+
+
+def test_the_fair_queue_through_sentinel_survives_a_failover(
+    sentinel_topology: Topology, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A producer's turns enter the fair queue through the sentinels; the primary dies with
+    some dispatched; a dispatcher on the promoted replica moves the rest, none twice."""
+    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
+    where = store_of(sentinel_topology, namespace)
+    config = settings("http://127.0.0.1:9", redis=where.model_dump())
+    app = make_app(config)
+    sent = [
+        TurnRequest(tenant_id=f"t{i % 2}", messages=(Message(role="user", content="hi"),))
+        for i in range(12)
+    ]
+    for request in sent:
+        enqueue_turn(request, app=app)
+
+    async def go() -> list[str]:
+        fair = FairQueue(
+            where.connect(timeout_s=2.0), namespace=namespace, queue=config.worker.queue
+        )
+        taken: list[str] = []
+
+        async def take(most: int) -> None:
+            await fair.dispatch(most=most, depth=most)
+            while (raw := await fair.redis.rpop(fair.queue)) is not None:
+                taken.append(json.loads(raw)["headers"]["id"])
+
+        try:
+            await take(5)
+            await fair.redis.execute_command("WAIT", 1, 2000)  # on the replica before the kill
+            sentinel_topology.wait_for_failover(sentinel_topology.kill_primary())
+            deadline = time.monotonic() + 15
+            while True:
+                try:
+                    await take(20)
+                    return taken
+                except breakers.STORE_ERRORS:
+                    assert time.monotonic() < deadline, "the new primary never answered"
+                    await asyncio.sleep(0.5)
+        finally:
+            await fair.redis.aclose()
+
+    taken = asyncio.run(go())
+    assert sorted(taken) == sorted(r.turn_id for r in sent)

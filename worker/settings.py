@@ -590,10 +590,16 @@ class FairnessSettings(_Section):
     """Turns the broker's queue may hold that no worker has taken yet: enough that a worker
     that frees a thread finds one, few enough that a tenant arriving waits behind few."""
     interval_s: float = Field(default=1.0, ge=0.01, le=60)
-    """Rounds run when a turn arrives or a lease is given back; an idle dispatcher looks
-    anyway this often (a safety net: a dead worker's leases run out on it)."""
+    """Rounds run when a turn arrives for an idle tenant or a lease is given back; an idle
+    dispatcher looks anyway this often (a safety net: a dead worker's leases run out on
+    it)."""
     batch: int = Field(default=32, ge=1, le=1000)
     """The most turns one round moves (one Lua step holds Redis that long)."""
+    gather_s: float = Field(default=0.2, ge=0, le=1.0)
+    """Leases a worker process gives back wait for its next round, which starts this long
+    after the first at most (sooner once half `queue_depth` have come, or at once while a
+    tenant is parked): under load, one round moves several turns (less Redis CPU per
+    turn); 0: a round per lease given back."""
     default_max_in_flight: int | None = Field(default=None, ge=1)
     """Turns of a tenant with no share of its own running at once, fleet-wide (unset: no
     limit)."""

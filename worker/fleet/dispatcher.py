@@ -2,20 +2,25 @@
 
 A round is one Lua step (`FairQueue.dispatch`); any number of processes run rounds at
 once, each atomic on the server. Rounds are driven by events: a round that stopped with
-more to move is followed at once by the next; otherwise the dispatcher blocks on the fair
-queue's wake token (pushed when a turn arrives for an idle tenant or a lease is given
-back), until the first parked tenant's wait is over, or `[fairness] interval_s` at most
-(a safety net: leases a dead worker left run out on it). While the kill switch is on, the
-rounds drain: every queued turn goes on to the workers, limits unchecked, and each worker
-rejects and holds it as it always has (`relevo replay-held`). A turn found past its queue
-deadline is concluded here: `failed`, reason `queue_deadline`. With RabbitMQ as the broker
-a round moves turns to the outbox in Redis, and the dispatcher publishes them on
-(`worker.fleet.rabbitmq`), counting the turns ready in RabbitMQ against the queue depth.
+more to move is followed at once by the next; otherwise the dispatcher waits for a wake
+token (pushed when a turn arrives for an idle tenant), a lease its own process gives back
+(`give_back`), the first parked tenant's wait to be over, or `[fairness] interval_s` at
+most (a safety net: leases a dead worker left run out on it). Leases given back wait for
+the next round, which carries them: while no tenant is parked, a round gathers them for
+up to `[fairness] gather_s` (or until half a queue's depth have concluded), so that under
+load one round moves several turns and gives back several leases. While the kill switch
+is on, the rounds drain: every queued turn goes on to the workers, limits unchecked, and
+each worker rejects and holds it as it always has (`relevo replay-held`). A turn found
+past its queue deadline is concluded here: `failed`, reason `queue_deadline`. With
+RabbitMQ as the broker a round moves turns to the outbox in Redis, and the dispatcher
+publishes them on (`worker.fleet.rabbitmq`), counting the turns ready in RabbitMQ against
+the queue depth.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -40,6 +45,9 @@ _HELD_LOG_EVERY_S = 10.0
 # Every this many rounds, a dispatcher also concludes expired turns another one left.
 _EXPIRED_EVERY = 30
 _SHORTEST_WAIT_S = 0.005
+# The most leases one round gives back (Lua's unpack takes some thousands at most): after
+# a long outage, the rest go in the rounds that follow at once.
+_MOST_RELEASED = 1000
 
 
 class Dispatcher:
@@ -68,47 +76,120 @@ class Dispatcher:
         self._held_logged: dict[tuple[str, str], float] = {}
         self._rounds = 0
         self._was_killed = False
+        self._released: list[tuple[str, str]] = []
+        self._poked = asyncio.Event()
+        self._woken = False
+        self._expired_at = -float("inf")
+
+    def give_back(self, tenant: str, turn_id: str) -> None:
+        """The lease of a turn this process concluded: given back by the next round (call
+        on the dispatcher's loop)."""
+        self._released.append((tenant, turn_id))
+        self._poked.set()
 
     async def run_forever(self) -> None:
+        watching = asyncio.create_task(self._watch())
+        try:
+            while True:
+                try:
+                    done = await self.round()
+                    if not done.again:
+                        await self._idle(done)
+                except STORE_DOWN as exc:
+                    log.warning("dispatch.store_unreachable", error=type(exc).__name__)
+                    await asyncio.sleep(1.0)
+                except Exception:  # the dispatcher must outlive any one bad round
+                    log.exception("dispatch.failed")
+                    await asyncio.sleep(self.settings.interval_s)
+        finally:
+            # Its blocking read ends with it: a token pushed afterwards waits for others.
+            watching.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watching
+
+    async def _watch(self) -> None:
+        """Wake tokens, on the dispatcher's own blocking connection: each starts a round."""
         while True:
             try:
-                done = await self.round()
-                if done.again:
-                    continue
-                await self.fair.wait(self._idle_s(done))
-            except STORE_DOWN as exc:
-                log.warning("dispatch.store_unreachable", error=type(exc).__name__)
+                if await self.fair.wait(self.settings.interval_s):
+                    self._woken = True
+                    self._poked.set()
+            except STORE_DOWN:
                 await asyncio.sleep(1.0)
-            except Exception:  # the dispatcher must outlive any one bad round
-                log.exception("dispatch.failed")
+            except Exception:
+                log.exception("dispatch.watch_failed")
                 await asyncio.sleep(self.settings.interval_s)
 
+    async def _idle(self, done: DispatchRound) -> None:
+        """Until something calls for a round; leases given back alone, while no tenant is
+        parked (none waits for them), gather for a moment first."""
+        await self._wait_poke(self._idle_s(done))
+        if self._released and not self._woken and done.next_ms is None:
+            until = time.monotonic() + self.settings.gather_s
+            enough = max(1, self.settings.queue_depth // 2)
+            while len(self._released) < enough and not self._woken:
+                left = until - time.monotonic()
+                if left <= 0:
+                    break
+                await self._wait_poke(left)
+        self._woken = False
+
+    async def _wait_poke(self, timeout_s: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                await self._poked.wait()
+        self._poked.clear()
+
     def _idle_s(self, done: DispatchRound) -> float:
-        """How long to wait for a wake token: until the first parked tenant may go on, at
-        most the safety net (spread, so that idle processes do not look all at once)."""
+        """How long to wait for a reason to look: until the first parked tenant may go on,
+        at most the safety net (spread, so that idle processes do not look all at once)."""
         idle_s = self.settings.interval_s * random.uniform(0.8, 1.0)
         if done.next_ms is not None:
             idle_s = min(idle_s, done.next_ms / 1000)
-        return max(idle_s, _SHORTEST_WAIT_S)  # BLPOP's 0 would block for ever
+        return max(idle_s, _SHORTEST_WAIT_S)
 
     async def round(self) -> DispatchRound:
-        """One round: normal, or draining while the kill switch is on."""
+        """One round: normal, or draining while the kill switch is on; it gives back the
+        leases handed to it, which stay with it if the round fails."""
         kill = await self.killed()
         if kill is not None and not self._was_killed:
             log.warning("dispatch.draining_for_kill_switch", reason=kill.reason)
         self._was_killed = kill is not None
         self._rounds += 1
+        now = time.monotonic()
+        expire = now - self._expired_at >= self.settings.interval_s
+        self._poked.clear()  # what it carries needs no round of its own
+        released = self._released[:_MOST_RELEASED]
         depth = self.settings.queue_depth
         if self.rabbit is not None:
             depth -= await self.rabbit.ready()
         most = self.settings.batch
-        done = await self.fair.dispatch(most=most, depth=depth, drain=kill is not None)
+        done = await self.fair.dispatch(
+            most=most,
+            depth=depth,
+            drain=kill is not None,
+            expire=expire,
+            released=released,
+        )
+        del self._released[: len(released)]
+        if self._released:
+            self._poked.set()
+        if expire:
+            self._expired_at = now
         if self.rabbit is not None:
             await self.rabbit.forward(self.fair.redis, self.fair.queue, most)
         self._observe(done)
         if done.expired or self._rounds % _EXPIRED_EVERY == 0:
             await self.conclude_expired()
         return done
+
+    async def close(self) -> None:
+        """Give back the leases still held for the next round (a lease Redis missed runs
+        out by itself)."""
+        while self._released:
+            released = self._released[:_MOST_RELEASED]
+            await self.fair.dispatch(most=0, depth=0, expire=False, released=released)
+            del self._released[: len(released)]
 
     def _observe(self, done: DispatchRound) -> None:
         if self.metrics is not None:

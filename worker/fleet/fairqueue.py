@@ -32,6 +32,7 @@ dispatcher (`wake`), or is one field per tenant (`vtime`, `buckets`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -92,6 +93,14 @@ class DispatchRound:
     expired: int
     next_ms: int | None = None
     again: bool = False
+
+    @classmethod
+    def from_reply(cls, reply: Any) -> DispatchRound:
+        """The round `dispatch.lua` answered (release 0.1.0's answers the same)."""
+        moved, held, expired, next_ms, again = reply
+        waits = [(tenant, int(ms)) for tenant, ms in _pairs(moved)]
+        parked = None if int(next_ms) < 0 else int(next_ms)
+        return cls(waits, _pairs(held), int(expired), parked, bool(again))
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,16 +180,22 @@ class FairQueue:
         except NoScriptError:
             return await self.redis.eval(SCRIPTS.bodies[name], len(keys), *keys, "", *args)
 
-    async def dispatch(self, *, most: int, depth: int, drain: bool = False) -> DispatchRound:
+    async def dispatch(
+        self,
+        *,
+        most: int,
+        depth: int,
+        drain: bool = False,
+        expire: bool = True,
+        released: Sequence[tuple[str, str]] = (),
+    ) -> DispatchRound:
         """Move up to `most` turns while the broker's queue holds fewer than `depth`;
-        `drain` (the kill switch is on): every tenant's turns, no limit checked."""
+        `drain` (the kill switch is on): every tenant's turns, no limit checked; `expire`:
+        let leases a dead worker left run out; `released`: (tenant, turn id) of concluded
+        turns whose leases are given back first."""
         args: list[str | int] = [most, depth, self.lease_ms, self.default.packed(), int(drain)]
-        moved, held, expired, next_ms, again = await self._call(
-            "dispatch", self.dispatch_keys, args
-        )
-        waits = [(tenant, int(ms)) for tenant, ms in _pairs(moved)]
-        parked = None if int(next_ms) < 0 else int(next_ms)
-        return DispatchRound(waits, _pairs(held), int(expired), parked, bool(again))
+        args += [int(expire), *(f"{tenant}|{turn}" for tenant, turn in released)]
+        return DispatchRound.from_reply(await self._call("dispatch", self.dispatch_keys, args))
 
     async def wait(self, timeout_s: float) -> bool:
         """Block until a turn arrives for an idle tenant or a lease is given back (True),
@@ -188,7 +203,8 @@ class FairQueue:
         return await self.blocking.blpop([self.keys.key("wake")], timeout=timeout_s) is not None
 
     async def release(self, tenant: str, turn_id: str) -> bool:
-        """Give back the lease of a concluded turn; False if it held none."""
+        """Give back the lease of a concluded turn now; False if it held none. A process
+        with a dispatcher hands it the lease instead (`Dispatcher.give_back`)."""
         return bool(await self._call("release", self.release_keys, [tenant, turn_id]))
 
     async def expired(self, count: int = 100) -> list[tuple[str, str, int]]:

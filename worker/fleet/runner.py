@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import os
 import socket
 import threading
@@ -147,6 +148,7 @@ class TurnRunner:
         self._dispatching: concurrent.futures.Future[None] | None = None
         rabbit = settings.broker.url
         self.rabbit = None if rabbit is None else RabbitQueue(rabbit, settings.worker.queue)
+        self._dispatcher: Dispatcher | None = None
         self.fair = FairQueue(
             self.store.redis,
             namespace=settings.redis.namespace,
@@ -227,6 +229,7 @@ class TurnRunner:
             metrics=self.metrics,
             rabbit=self.rabbit,
         )
+        self._dispatcher = dispatcher
         self._dispatching = asyncio.run_coroutine_threadsafe(
             dispatcher.run_forever(), self.loop.loop
         )
@@ -250,6 +253,10 @@ class TurnRunner:
         for task in (self._sweeping, self._dispatching):
             if task is not None:
                 task.cancel()
+        if self._dispatcher is not None:
+            with contextlib.suppress(*_FORGET_ERRORS):
+                async with asyncio.timeout(self.settings.redis.timeout_s * 4):
+                    await self._dispatcher.close()
         if self._client is not None:
             await self._client.aclose()
         await self.fair.blocking.aclose()
@@ -312,7 +319,14 @@ class TurnRunner:
         return await self._save(await self._run(request), end_stream=request.stream)
 
     async def _release(self, request: TurnRequest) -> None:
-        """Give the tenant's lease back (a lease Redis missed runs out by itself)."""
+        """Give the tenant's lease back: to this process's dispatcher, whose next round
+        carries it, or else at once (a lease Redis missed runs out by itself). With
+        `[fairness]` off no dispatcher takes leases, so none is given back."""
+        if self._dispatcher is not None:
+            self._dispatcher.give_back(request.tenant_id, request.turn_id)
+            return
+        if not self.settings.fairness.enabled:
+            return
         try:
             await self.fair.release(request.tenant_id, request.turn_id)
         except STORE_DOWN as exc:

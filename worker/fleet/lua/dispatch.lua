@@ -1,6 +1,7 @@
--- dispatch.lua: one dispatch round. Moves the next turn of the least-served tenant whose
--- limits allow it into the broker's queue, again and again, while that queue is shorter
--- than the depth asked for.
+-- dispatch.lua: one dispatch round. Gives back the leases of the turns its process saw
+-- conclude, then moves the next turns of the least-served tenant whose limits allow it
+-- into the broker's queue, again and again, while that queue is shorter than the depth
+-- asked for.
 --
 -- KEYS[1..8]  as lib.lua
 -- KEYS[9]  leases zset  "<tenant>|<turn>" -> lease expiry ms
@@ -16,12 +17,20 @@
 -- ARGV[6]  '1' while the kill switch is on: every tenant is served, no limit checked and
 --          no bucket paid, so that the workers reject and hold each turn at once (a lease
 --          is still taken: a turn the switch let through in between counts)
+-- ARGV[7]  '1': let the leases a dead worker left run out (a second apart is often enough)
+-- ARGV[8..] "<tenant>|<turn>" of turns concluded since the process's last round: their
+--          leases are given back first, as release.lua does
 --
 -- Returns {moved, held, expired, next, again}: moved is "<tenant>|<ms waited>" per turn
 -- moved, held is "<tenant>|<limit>" per tenant a limit parked this round, expired the
 -- count of turns found past their deadline, next the ms until the first parked tenant is
 -- looked at again (-1: none parked), again 1 when a round run at once would find more to
 -- move (it stopped at `most` or at its looks, not for want of room or turns).
+--
+-- The cost is per visit, not per turn: a visit takes as many of the tenant's oldest turns
+-- as its limits allow before the next tenant's virtual time comes (a tenant alone: the
+-- whole room), each key written once for all of them. The order is start-time fair
+-- queueing's, as if each turn were a visit of its own.
 
 local LEASES, INFLIGHT, BUCKETS, EXPIRED, SHARES, SENT, QUEUE =
   KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15]
@@ -29,19 +38,65 @@ local now = now_ms()
 local most, depth, lease_ms = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local drain = ARGV[6] == '1'
 
+-- Tenants a limit parked: the first one's time says when to look again.
+local first = redis.call('ZRANGE', PARKED, 0, 0, 'WITHSCORES')[2]
+first = first and tonumber(first)
+-- Changes to the leases each tenant holds, written once at the end of the round.
+local running = {}
+
+-- A lease given back: one of its tenant's turns may start now, if a limit parked it
+-- (score 0: due at once; XX: a tenant not parked stays as it is).
+local function given_back(tenant, n)
+  running[tenant] = (running[tenant] or 0) - n
+  if first and redis.call('ZADD', PARKED, 'XX', 'CH', 0, tenant) == 1 then
+    first = 0
+  end
+end
+
+-- Leases given back: counted once per lease held, whatever the list repeats.
+if #ARGV > 7 then
+  local given, seen = {}, {}
+  for i = 8, #ARGV do
+    if not seen[ARGV[i]] then
+      seen[ARGV[i]] = true
+      given[#given + 1] = ARGV[i]
+    end
+  end
+  local held = redis.call('ZMSCORE', LEASES, unpack(given))
+  local gone, per = {}, {}
+  for i, m in ipairs(given) do
+    if held[i] then
+      gone[#gone + 1] = m
+      local tenant = string.match(m, '^([^|]*)|')
+      per[tenant] = (per[tenant] or 0) + 1
+    end
+  end
+  if gone[1] then
+    redis.call('ZREM', LEASES, unpack(gone))
+    for tenant, n in pairs(per) do
+      given_back(tenant, n)
+    end
+  end
+end
 -- Leases a dead worker left run out.
-for _, m in ipairs(redis.call('ZRANGEBYSCORE', LEASES, '-inf', now, 'LIMIT', 0, 100)) do
-  local tenant = string.match(m, '^([^|]*)|')
-  redis.call('ZREM', LEASES, m)
-  if redis.call('HINCRBY', INFLIGHT, tenant, -1) <= 0 then
-    redis.call('HDEL', INFLIGHT, tenant)
+if ARGV[7] == '1' then
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', LEASES, '-inf', now, 'LIMIT', 0, 100)) do
+    redis.call('ZREM', LEASES, m)
+    given_back(string.match(m, '^([^|]*)|'), 1)
   end
 end
 -- Tenants whose wait is over (every one, while draining) are dispatched again.
-local due = drain and '+inf' or now
-for _, tenant in ipairs(redis.call('ZRANGEBYSCORE', PARKED, '-inf', due, 'LIMIT', 0, 100)) do
-  redis.call('ZREM', PARKED, tenant)
-  activate(tenant)
+local served_at = nil
+if first and (drain or first <= now) then
+  local clock = num(redis.call('GET', CLOCK))
+  local due = drain and '+inf' or now
+  local woken = redis.call('ZRANGEBYSCORE', PARKED, '-inf', due, 'LIMIT', 0, 100)
+  redis.call('ZREM', PARKED, unpack(woken))
+  for _, tenant in ipairs(woken) do
+    activate(tenant, clock)
+  end
+  first = redis.call('ZRANGE', PARKED, 0, 0, 'WITHSCORES')[2]
+  first = first and tonumber(first)
 end
 
 local function share(tenant)
@@ -64,76 +119,146 @@ local function buckets(tenant, tpm, itpm)
   return turns, tokens
 end
 
-local function park(tenant, v, wake, limit, held)
+local moved, held, expired = {}, {}, 0
+
+local function park(tenant, v, wake_at, limit)
   redis.call('ZREM', READY, tenant)
   redis.call('HSET', VTIME, tenant, v)
-  redis.call('ZADD', PARKED, wake, tenant)
+  redis.call('ZADD', PARKED, wake_at, tenant)
   held[#held + 1] = tenant .. '|' .. limit
+  first = math.min(first or wake_at, wake_at)
+end
+
+-- Takes up to `want` of the tenant's oldest turns, while its input tokens allow; those
+-- past their deadline go to `expired`. Leaves the tenant ready at its new virtual time,
+-- parked, or idle. Returns how many turns it moved and how many it looked at.
+local function visit(tenant, v, weight, want, turns, tokens, tpm, itpm)
+  local members = redis.call('ZRANGEBYLEX', PENDING, '[' .. tenant .. '|', '(' .. tenant .. '|\255', 'LIMIT', 0, want)
+  if not members[1] then
+    -- Nothing queued (an entry lost to an operator's hand): the tenant is idle.
+    redis.call('ZREM', READY, tenant)
+    redis.call('HSET', VTIME, tenant, v)
+    redis.call('HDEL', QUEUED, tenant)
+    return 0, 0
+  end
+  local entries = redis.call('HMGET', MSGS, unpack(members))
+  local gone, turn_ids, out, sent, leases, late = {}, {}, {}, {}, {}, {}
+  local served, tag, after, stop, stop_at = 0, v, v, nil, nil
+  for i, member in ipairs(members) do
+    local entry = entries[i]
+    if not entry then
+      gone[#gone + 1] = member
+    else
+      local turn, enqueued, deadline, need, message =
+        string.match(entry, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
+      enqueued, deadline, need = tonumber(enqueued), tonumber(deadline), tonumber(need)
+      if deadline <= now then
+        gone[#gone + 1] = member
+        turn_ids[#turn_ids + 1] = turn
+        late[#late + 1] = turn
+        late[#late + 1] = tenant .. '|' .. int(now - enqueued)
+      elseif itpm and tokens < math.min(need, itpm) then
+        local short = math.min(need, itpm) - tokens
+        stop, stop_at = 'input_tokens_per_minute', now + math.ceil(short * 60000 / itpm)
+        break
+      else
+        gone[#gone + 1] = member
+        turn_ids[#turn_ids + 1] = turn
+        out[#out + 1] = message
+        sent[#sent + 1] = now
+        sent[#sent + 1] = turn
+        leases[#leases + 1] = now + lease_ms
+        leases[#leases + 1] = tenant .. '|' .. turn
+        moved[#moved + 1] = tenant .. '|' .. int(now - enqueued)
+        if tpm then turns = turns - 1 end
+        if itpm then tokens = tokens - need end
+        served, tag, after = served + 1, after, after + 1 / weight
+      end
+    end
+  end
+  local left = 1
+  if gone[1] then
+    redis.call('ZREM', PENDING, unpack(gone))
+    redis.call('HDEL', MSGS, unpack(gone))
+    if turn_ids[1] then
+      redis.call('HDEL', INDEX, unpack(turn_ids))
+    end
+    left = redis.call('HINCRBY', QUEUED, tenant, -#gone)
+    if left <= 0 then
+      redis.call('HDEL', QUEUED, tenant)
+    end
+  end
+  if late[1] then
+    redis.call('HSET', EXPIRED, unpack(late))
+    expired = expired + #late / 2
+  end
+  if served > 0 then
+    redis.call('LPUSH', QUEUE, unpack(out))
+    redis.call('ZADD', SENT, 'XX', unpack(sent))
+    redis.call('ZADD', LEASES, unpack(leases))
+    running[tenant] = (running[tenant] or 0) + served
+    if tpm or itpm then
+      redis.call('HSET', BUCKETS, tenant, (turns or '') .. '|' .. (tokens or '') .. '|' .. int(now))
+    end
+    -- Start-time fair queueing: the clock is the start tag of the last turn served.
+    served_at = tag
+  end
+  if stop then
+    park(tenant, after, stop_at, stop)
+  elseif left <= 0 then
+    redis.call('ZREM', READY, tenant)
+    redis.call('HSET', VTIME, tenant, after)
+  elseif served > 0 then
+    redis.call('ZADD', READY, after, tenant)
+  end
+  return served, #members
 end
 
 local free = depth - redis.call('LLEN', QUEUE)
 local room = math.min(most, free)
-local moved, held, expired = {}, {}, 0
 local looks = room + 200
 while room > 0 and looks > 0 do
   looks = looks - 1
-  local top = redis.call('ZRANGE', READY, 0, 0, 'WITHSCORES')
+  local top = redis.call('ZRANGE', READY, 0, 1, 'WITHSCORES')
   if not top[1] then break end
   local tenant, v = top[1], tonumber(top[2])
-  local member, entry = head(tenant)
-  if not member then
-    -- Nothing queued (an entry lost to an operator's hand): the tenant is idle.
-    redis.call('ZREM', READY, tenant)
-    redis.call('HSET', VTIME, tenant, v)
+  local mif, tpm, itpm, weight = share(tenant)
+  if drain then
+    mif, tpm, itpm = nil, nil, nil
+  end
+  -- As many turns as come before the next tenant's: while the start tag stays below its
+  -- virtual time (on a tie, the lower name first, as the ready set orders them).
+  local want, tag, step = 1, v + 1 / weight, 1 / weight
+  local bound, rival = top[4] and tonumber(top[4]), top[3]
+  while want < room and (not bound or tag < bound or (tag == bound and tenant < rival)) do
+    want, tag = want + 1, tag + step
+  end
+  local turns, tokens
+  if tpm or itpm then
+    turns, tokens = buckets(tenant, tpm, itpm)
+  end
+  local held_now = mif and num(redis.call('HGET', INFLIGHT, tenant)) + (running[tenant] or 0)
+  if mif and held_now >= mif then
+    -- Looked at again when one of its turns concludes (a lease given back), or in a second.
+    park(tenant, v, now + 1000, 'max_in_flight')
+  elseif tpm and turns < 1 then
+    park(tenant, v, now + math.ceil((1 - turns) * 60000 / tpm), 'turns_per_minute')
   else
-    local turn, enqueued, deadline, need, message =
-      string.match(entry, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
-    enqueued, deadline, need = tonumber(enqueued), tonumber(deadline), tonumber(need)
-    if deadline <= now then
-      unqueue(tenant, member, turn)
-      redis.call('HSET', EXPIRED, turn, tenant .. '|' .. int(now - enqueued))
-      expired = expired + 1
-    else
-      local mif, tpm, itpm, weight = share(tenant)
-      if drain then
-        mif, tpm, itpm = nil, nil, nil
-      end
-      local turns, tokens = buckets(tenant, tpm, itpm)
-      if mif and num(redis.call('HGET', INFLIGHT, tenant)) >= mif then
-        -- Looked at again when one of its turns concludes (release.lua), or in a second.
-        park(tenant, v, now + 1000, 'max_in_flight', held)
-      elseif tpm and turns < 1 then
-        park(tenant, v, now + math.ceil((1 - turns) * 60000 / tpm), 'turns_per_minute', held)
-      elseif itpm and tokens < math.min(need, itpm) then
-        local short = math.min(need, itpm) - tokens
-        park(tenant, v, now + math.ceil(short * 60000 / itpm), 'input_tokens_per_minute', held)
-      else
-        unqueue(tenant, member, turn)
-        redis.call('LPUSH', QUEUE, message)
-        redis.call('ZADD', SENT, 'XX', now, turn)
-        redis.call('ZADD', LEASES, now + lease_ms, tenant .. '|' .. turn)
-        redis.call('HINCRBY', INFLIGHT, tenant, 1)
-        if tpm or itpm then
-          turns = turns and turns - 1 or ''
-          tokens = tokens and tokens - need or ''
-          redis.call('HSET', BUCKETS, tenant, turns .. '|' .. tokens .. '|' .. int(now))
-        end
-        -- Start-time fair queueing: the clock is the start tag of the turn served.
-        redis.call('SET', CLOCK, v)
-        local after = v + 1 / weight
-        if redis.call('HGET', QUEUED, tenant) then
-          redis.call('ZADD', READY, after, tenant)
-        else
-          redis.call('ZREM', READY, tenant)
-          redis.call('HSET', VTIME, tenant, after)
-        end
-        moved[#moved + 1] = tenant .. '|' .. int(now - enqueued)
-        room = room - 1
-      end
-    end
+    if mif then want = math.min(want, mif - held_now) end
+    if tpm then want = math.min(want, math.floor(turns)) end
+    local served, looked = visit(tenant, v, weight, want, turns, tokens, tpm, itpm)
+    room = room - served
+    looks = looks - looked
   end
 end
-local first = redis.call('ZRANGE', PARKED, 0, 0, 'WITHSCORES')[2]
-local next_ms = first and int(math.max(tonumber(first) - now, 0)) or -1
-local again = (room > 0 and looks == 0) or (#moved == most and free > most)
+if served_at then
+  redis.call('SET', CLOCK, served_at)
+end
+for tenant, n in pairs(running) do
+  if n ~= 0 and redis.call('HINCRBY', INFLIGHT, tenant, n) <= 0 then
+    redis.call('HDEL', INFLIGHT, tenant)
+  end
+end
+local next_ms = first and int(math.max(first - now, 0)) or -1
+local again = (room > 0 and looks <= 0) or (#moved == most and free > most)
 return {moved, held, expired, next_ms, again and 1 or 0}

@@ -7,20 +7,21 @@
 -- ARGV[6]  the broker message, as the broker would have queued it
 --
 -- Returns 1 when queued, 0 when that turn id is queued already (a re-send while it waits).
+-- Six commands for a tenant with turns queued already: the index's HSETNX is the check
+-- for a duplicate, and the queued count going from 0 to 1 says the tenant was idle (in
+-- neither ready nor parked, lib.lua), so neither needs a read of its own.
 
 local now = now_ms()
 local tenant, turn = ARGV[2], ARGV[3]
-if redis.call('HEXISTS', INDEX, turn) == 1 then
+local member = tenant .. '|' .. string.format('%016d', redis.call('INCR', KEYS[9]))
+if redis.call('HSETNX', INDEX, turn, member) == 0 then
   return 0
 end
-local member = tenant .. '|' .. string.format('%016d', redis.call('INCR', KEYS[9]))
 redis.call('ZADD', PENDING, 0, member)
 redis.call('HSET', MSGS, member,
   turn .. '|' .. int(now) .. '|' .. int(now + tonumber(ARGV[4])) .. '|' .. ARGV[5] .. '|' .. ARGV[6])
-redis.call('HSET', INDEX, turn, member)
-redis.call('HINCRBY', QUEUED, tenant, 1)
-if not redis.call('ZSCORE', READY, tenant) and not redis.call('ZSCORE', PARKED, tenant) then
-  activate(tenant)
+if redis.call('HINCRBY', QUEUED, tenant, 1) == 1 then
+  activate(tenant, num(redis.call('GET', CLOCK)))
   wake(KEYS[10])
 end
 return 1

@@ -7,10 +7,15 @@
 --   KEYS[3] index    hash  turn id -> "<tenant>|<seq>" (queued turns only)
 --   KEYS[4] ready    zset  tenant -> virtual time (turns served / weight): tenants with turns to dispatch
 --   KEYS[5] parked   zset  tenant -> ms it is looked at again: tenants a limit holds back
---   KEYS[6] vtime    hash  tenant -> virtual time, while it is in neither ready nor nowhere
+--   KEYS[6] vtime    hash  tenant -> virtual time, while it is in neither ready nor parked
 --   KEYS[7] clock    string  the virtual clock: the virtual time of the last turn dispatched
 --   KEYS[8] queued   hash  tenant -> turns queued
 -- Its own KEYS start at KEYS[9]; its own ARGV at ARGV[2] (ARGV[1] is the clock).
+--
+-- The layout is the one release 0.1.0 reads and writes: during a rolling upgrade both
+-- releases' scripts run on these keys at once (tests/test_fair_mixed.py). A tenant with
+-- turns queued is in ready or parked, and one with none queued is in neither (or, for a
+-- moment, still in ready); enqueue.lua relies on it.
 
 local PENDING, MSGS, INDEX, READY, PARKED, VTIME, CLOCK, QUEUED =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
@@ -28,34 +33,15 @@ end
 
 -- The tenant has turns again: it starts at the virtual clock, or where it was if ahead
 -- (going idle for a moment earns nothing).
-local function activate(tenant)
-  local v = math.max(num(redis.call('HGET', VTIME, tenant)), num(redis.call('GET', CLOCK)))
+local function activate(tenant, clock)
+  local v = math.max(num(redis.call('HGET', VTIME, tenant)), clock)
   redis.call('ZADD', READY, v, tenant)
   redis.call('HDEL', VTIME, tenant)
 end
 
--- The oldest queued turn of the tenant: its member and entry, or nil.
-local function head(tenant)
-  local m = redis.call('ZRANGEBYLEX', PENDING, '[' .. tenant .. '|', '(' .. tenant .. '|\255', 'LIMIT', 0, 1)[1]
-  if not m then
-    return nil
-  end
-  return m, redis.call('HGET', MSGS, m)
-end
-
--- Take the member out of the queue.
-local function unqueue(tenant, member, turn)
-  redis.call('ZREM', PENDING, member)
-  redis.call('HDEL', MSGS, member)
-  redis.call('HDEL', INDEX, turn)
-  if redis.call('HINCRBY', QUEUED, tenant, -1) <= 0 then
-    redis.call('HDEL', QUEUED, tenant)
-  end
-end
-
 -- Wake one idle dispatcher (it blocks on the list with BLPOP). One token at most: a
 -- dispatcher woken runs rounds until one finds nothing more to move, so a burst of
--- enqueues or releases needs one round trip, not one each.
+-- enqueues needs one round trip, not one each.
 local function wake(key)
   if redis.call('LLEN', key) == 0 then
     redis.call('LPUSH', key, '1')

@@ -1,4 +1,6 @@
--- release.lua: a turn concluded; give its tenant's lease back.
+-- release.lua: a turn concluded; give its tenant's lease back. For a process with no
+-- dispatcher of its own: a dispatcher gives back its process's leases in its next round
+-- (dispatch.lua), which spares the fleet this script and its wake-up.
 --
 -- KEYS[1..8]  as lib.lua          KEYS[9]  leases zset ("<tenant>|<turn>" -> expiry ms)
 -- KEYS[10] inflight hash (tenant -> leases held)   KEYS[11] wake list (as enqueue.lua's)
@@ -16,6 +18,7 @@ end
 if redis.call('HINCRBY', KEYS[10], tenant, -1) <= 0 then
   redis.call('HDEL', KEYS[10], tenant)
 end
-redis.call('ZADD', PARKED, 'XX', now_ms(), tenant)
+-- Due at once if a limit parked it (score 0; XX: a tenant not parked stays as it is).
+redis.call('ZADD', PARKED, 'XX', 0, tenant)
 wake(KEYS[11])
 return 1
