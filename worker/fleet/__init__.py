@@ -2,7 +2,7 @@
 
 from worker.fleet.app import make_app
 from worker.fleet.enqueue import Producer, enqueue_turn
-from worker.fleet.errors import FleetUnavailable, StreamRestarted, TurnTimeout
+from worker.fleet.errors import FleetUnavailable, StreamRestarted, TurnTimeout, Unreadable
 from worker.fleet.handles import AsyncTurnHandle, TurnHandle
 from worker.fleet.streams import StreamEvent
 from worker.fleet.turnstore import TurnStore
@@ -16,6 +16,7 @@ __all__ = [
     "TurnHandle",
     "TurnStore",
     "TurnTimeout",
+    "Unreadable",
     "enqueue_turn",
     "make_app",
 ]

@@ -20,6 +20,7 @@ from celery.result import AsyncResult
 from redis.asyncio import Redis
 
 from worker.fleet.errors import StreamRestarted, TurnTimeout, check_timeout, fleet_errors, where
+from worker.fleet.schema import read_result
 from worker.fleet.streams import StreamEvent, StreamReader
 from worker.fleet.turnstore import TurnStore
 from worker.types import TurnResult
@@ -46,14 +47,15 @@ class TurnHandle:
 
         Raises `celery.exceptions.TimeoutError` if none came in time (the turn may still
         finish), `FleetUnavailable` if the fleet's Redis does not answer or refuses this
-        client, and `ValueError` for a negative `timeout_s`.
+        client, `Unreadable` if this release cannot read the stored result (a newer
+        release wrote it, or it is damaged), and `ValueError` for a negative `timeout_s`.
         """
         check_timeout(timeout_s)
         # The caller may itself run inside a worker (the embedded demo): waiting
         # here is on purpose, not a task waiting on a subtask.
         with fleet_errors(self.result.backend.url):
             raw = self.result.get(timeout=timeout_s, disable_sync_subtasks=False)
-        return TurnResult.model_validate(raw)
+        return read_result(raw, self.turn_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +65,8 @@ class AsyncTurnHandle:
     `streaming` is whether the turn asked to stream: known for a turn this process
     sent, None for a handle made from a turn id (`Producer.turn`). Every method raises
     `FleetUnavailable` when the turn store does not answer or refuses this client (at
-    once: a failed read is not retried) and `ValueError` for a negative `timeout_s`.
+    once: a failed read is not retried), `Unreadable` for a stored result or piece of
+    stream this release cannot read, and `ValueError` for a negative `timeout_s`.
     """
 
     turn_id: str
@@ -73,7 +76,7 @@ class AsyncTurnHandle:
     async def peek(self) -> TurnResult | None:
         """The turn's result if it has finished, now."""
         raw = await self._get(self.store.keys.result(self.turn_id))
-        return None if raw is None else TurnResult.model_validate_json(cast(bytes, raw))
+        return None if raw is None else read_result(cast(bytes, raw), self.turn_id)
 
     async def running(self) -> bool:
         """Whether a worker holds the turn now (taken off the queue, no result yet)."""
@@ -125,7 +128,9 @@ class AsyncTurnHandle:
         It ends at the stream's end marker, or once the turn's result is stored (a turn
         that did not stream, or whose stream was cut short), after what the stream holds
         by then: the worker ends a stream no later than it stores the result.
-        `TurnTimeout` if neither happened in `timeout_s`.
+        `TurnTimeout` if neither happened in `timeout_s`; `Unreadable`, after the events
+        before it, for a piece of text this release cannot read (not UTF-8, or a run a
+        newer release streams): the text read so far lacks it.
         """
         check_timeout(timeout_s)
         if self.streaming is False:
@@ -143,14 +148,14 @@ class AsyncTurnHandle:
             with fleet_errors(url):
                 events = await reader.read(max(1, int(min(wait_s, until - loop.time()) * 1000)))
             for event in events:
-                yield event
+                yield event.readable(self.turn_id)
             if reader.last != before:
                 continue
             if await self.peek() is not None:
                 with fleet_errors(url):
                     events = await reader.drain()
                 for event in events:
-                    yield event
+                    yield event.readable(self.turn_id)
                 return
             if loop.time() >= until:
                 raise TurnTimeout(self.turn_id, timeout_s)
