@@ -210,6 +210,7 @@ ALERT_OF_GAUGE = {
     "relevo_held_turns": "RelevoTurnsHeldAfterKillSwitch",
     "relevo_queue_depth": "RelevoQueueNotDraining",
     "relevo_turns_resent_total": "RelevoTurnsResent",
+    "relevo_unreadable_items_total": "RelevoUnreadableItems",
     "relevo_kill_switch": "RelevoExporterDown",
 }
 
