@@ -84,13 +84,24 @@ def settings(chain_file: Path) -> Settings:
 
 
 @pytest.fixture(scope="module")
-def app(sim: Simulator, redis_url: str) -> Celery:
-    """The fleet's app on a namespace of the module's, kept open: a blocking handle's
-    AsyncResult unsubscribes when it is collected, on the connection it waited on, and an
-    app closed before that would open a new one that nobody closes."""
+def app(sim: Simulator, redis_url: str) -> Iterator[Celery]:
+    """The fleet's app, on a namespace of the module's."""
     namespace = f"relevo-test-{uuid.uuid4().hex[:12]}"
     text = worker_config(sim=sim.url, redis_url=redis_url, namespace=namespace)
-    return make_app(load_settings(data=tomllib.loads(text), require_secrets=False))
+    made = make_app(load_settings(data=tomllib.loads(text), require_secrets=False))
+    yield made
+    made.backend.result_consumer.stop()  # the connection blocking handles wait on
+    made.close()
+
+
+def blocking_get(app: Celery, turn_id: str) -> TurnResult:
+    """`TurnHandle.get` of the turn, its wait given up at once after (an AsyncResult
+    collected later would unsubscribe on a connection of its own, never closed)."""
+    waited = app.AsyncResult(turn_id)
+    try:
+        return TurnHandle(turn_id, waited).get(timeout_s=5)
+    finally:
+        app.backend.remove_pending_result(waited)
 
 
 def result(turn_id: str) -> TurnResult:
@@ -180,11 +191,10 @@ def test_the_blocking_handle_reads_through_celery_s_backend(app: Celery, redis_u
         client.set(keys.result("t-added"), with_added_fields("t-added"), ex=60)
         client.set(keys.result("t-newer"), UNREADABLE["newer"][0], ex=60)
         client.set(keys.result("t-corrupt"), UNREADABLE["corrupt JSON"][0], ex=60)
-    handle = TurnHandle("t-added", app.AsyncResult("t-added"))
-    assert handle.get(timeout_s=5) == result("t-added")
+    assert blocking_get(app, "t-added") == result("t-added")
     for turn_id, newer in (("t-newer", True), ("t-corrupt", False)):
         with pytest.raises(Unreadable) as caught:
-            TurnHandle(turn_id, app.AsyncResult(turn_id)).get(timeout_s=5)
+            blocking_get(app, turn_id)
         assert (caught.value.turn_id, caught.value.newer) == (turn_id, newer)
         assert SECRET not in str(caught.value)
 

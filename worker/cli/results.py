@@ -12,7 +12,8 @@ run's text from a new line.
 
 What this release cannot read (a result or a run's text a newer release wrote, a damaged
 result, a piece of text that is not UTF-8) is said on stderr, and the command exits 9
-(`EXIT_UNREADABLE`); `tail` prints U+FFFD where such a piece was and reads on.
+(`EXIT_UNREADABLE`); `tail` prints such a piece with U+FFFD for its bad bytes (a newer
+release's run: nothing) and reads on.
 """
 
 from __future__ import annotations
@@ -95,7 +96,8 @@ def register(commands: Commands) -> None:
             EXIT_TIMEOUT: "gave up: nothing new for --idle-timeout seconds (the turn may "
             "still finish: relevo result TURN_ID)",
             EXIT_UNREADABLE: "the turn ended, but some of its text could not be read (not "
-            "UTF-8, or a run a newer release streamed): printed as U+FFFD, said on stderr",
+            "UTF-8: printed with U+FFFD for its bad bytes; or a run a newer release "
+            "streamed), said on stderr",
         },
     )
     tail.add_argument("turn_id", metavar="TURN_ID")
@@ -173,9 +175,6 @@ class _Follow:
             if event.problem is not None:
                 self.unreadable += 1
                 note(f"could not read a piece of turn {self.turn_id!r}'s text: {event.problem.why}")
-                write_out("\ufffd")
-                self.printed = True
-                continue
             write_out(event.text)
             self.printed = True
 

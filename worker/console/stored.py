@@ -15,16 +15,14 @@ from typing import Any, cast
 from redis.asyncio import Redis
 
 from breakers.rediskit import text
-from breakers.schema import SCHEMA_FIELD, version_problem
 from worker.fleet.errors import Unreadable
-from worker.fleet.schema import STREAM_SCHEMA, log_unreadable
+from worker.fleet.schema import log_unreadable
 from worker.fleet.schema import read_result as read_stored_result
+from worker.fleet.streams import StreamReader
 from worker.fleet.turnstore import RECENT_TURNS, TurnKeys
 from worker.types import TurnResult
 
 __all__ = ["Recent", "Stored", "Streamed", "read_chunks", "read_recent", "read_result"]
-
-_VERSION = SCHEMA_FIELD.encode()
 
 
 @dataclass(frozen=True)
@@ -101,26 +99,20 @@ async def read_recent(
 @dataclass(frozen=True)
 class Streamed:
     """A stream's text as far as this release reads it, and how many of its entries it
-    could not read (each shown as U+FFFD)."""
+    could not read."""
 
     text: str
     unreadable: int = 0
 
 
-def read_chunks(entries: list[tuple[Any, dict[bytes, Any]]]) -> Streamed:
-    """A stream's text; a piece that is not UTF-8, or a run a newer release streams (its
-    run marker's schema version above this release's), shows as U+FFFD."""
+def read_chunks(reader: StreamReader, entries: list[tuple[Any, dict[bytes, Any]]]) -> Streamed:
+    """A stream's text, read from its start: a piece that is not UTF-8 shows its bad bytes
+    as U+FFFD; a run a newer release streams is left out. Each is counted."""
     pieces: list[str] = []
-    unreadable, foreign = 0, False
-    for _, fields in entries:
-        if b"run" in fields:
-            foreign = version_problem(fields.get(_VERSION), STREAM_SCHEMA) is not None
-            unreadable += foreign
-            pieces.append("\ufffd" if foreign else "")
-        elif b"text" in fields and not foreign:
-            try:
-                pieces.append(bytes(fields[b"text"]).decode())
-            except UnicodeDecodeError:
-                pieces.append(bytes(fields[b"text"]).decode(errors="replace"))
-                unreadable += 1
+    unreadable = 0
+    for event in reader.take(entries):
+        if event.restart:
+            pieces.clear()
+        unreadable += event.problem is not None
+        pieces.append(event.text)
     return Streamed("".join(pieces), unreadable)

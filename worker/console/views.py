@@ -27,6 +27,7 @@ from worker.fleet.audit import AuditEntry, AuditTrail
 from worker.fleet.fairqueue import FairQueue, TenantLoad
 from worker.fleet.heartbeat import Heartbeat, Node, nodes, read_heartbeats
 from worker.fleet.operations import OperatorFleet, budget_reports
+from worker.fleet.streams import StreamReader
 from worker.fleet.turnstore import TurnKeys
 from worker.settings import FairnessSettings, ObservabilitySettings, WorkerSettings
 from worker.types import Status, TurnResult
@@ -302,7 +303,8 @@ async def turn_view(fleet: OperatorFleet, client: Redis, turn_id: str) -> TurnVi
     stored = await read_result(client, keys, turn_id)
     result = stored.result
     running = bool(claimed) and result is None and not stored.unreadable
-    return TurnView(turn_id, result, read_chunks(chunks), running, _bars(result), stored.unreadable)
+    streamed = read_chunks(StreamReader(client, keys.chunks(turn_id)), chunks)
+    return TurnView(turn_id, result, streamed, running, _bars(result), stored.unreadable)
 
 
 def _bars(result: TurnResult | None) -> list[dict[str, float]]:

@@ -16,8 +16,8 @@ run meets the new run's marker (a restart) first, since ids only grow. The marke
 empty `text` keeps a reader that does not know it (an older release) reading on.
 
 The marker says the run's schema version (`worker.fleet.schema`; none: version 1). A
-reader hands out no text of a run written in a version above its own, nor a piece of
-text that is not UTF-8: an event with a `problem` stands in its place (one for a run).
+reader hands out no text of a run written in a version above its own (one event with a
+`problem` stands for the run), and marks a piece of text that is not UTF-8 with one.
 """
 
 from __future__ import annotations
@@ -53,8 +53,8 @@ class StreamEvent:
     """A piece of the turn's text, or (`restart`) the news that the text starts over.
 
     `id` is the entry's: a reader resumes after it (Server-Sent Events' Last-Event-ID).
-    `problem`: what stands in place of an entry this release cannot read (a handle's
-    reader gets `Unreadable` instead).
+    `problem`: the entry could not be read as written (a handle's reader gets `Unreadable`
+    instead); `text` is then what a person may still look at, bad bytes as U+FFFD.
     """
 
     id: str
@@ -89,24 +89,28 @@ class StreamReader:
         if self.ended:
             return []
         batches: Any = await self.redis.xread({self.key: self.last}, block=block_ms, count=_BATCH)
+        return self.take([entry for _, entries in batches or () for entry in entries])
+
+    def take(self, entries: list[tuple[Any, dict[bytes, Any]]]) -> list[StreamEvent]:
+        """The events of `entries` (the next ones, as XREAD or XRANGE return them), up to
+        the end marker."""
         events: list[StreamEvent] = []
-        for _, entries in batches or ():
-            for entry_id, fields in entries:
-                self.last = text(entry_id)
-                if b"end" in fields:
-                    self.ended = True
-                    return events
-                if b"run" in fields:
-                    if self._shown:
-                        events.append(StreamEvent(self.last, restart=True))
-                    self._shown = False
-                    problem = version_problem(fields.get(_VERSION), STREAM_SCHEMA)
-                    self._foreign = problem is not None
-                    if problem is not None:
-                        events.append(StreamEvent(self.last, problem=problem))
-                elif b"text" in fields and not self._foreign:
-                    events.append(_text_event(self.last, fields[b"text"]))
-                    self._shown = True
+        for entry_id, fields in entries:
+            self.last = text(entry_id)
+            if b"end" in fields:
+                self.ended = True
+                break
+            if b"run" in fields:
+                if self._shown:
+                    events.append(StreamEvent(self.last, restart=True))
+                self._shown = False
+                problem = version_problem(fields.get(_VERSION), STREAM_SCHEMA)
+                self._foreign = problem is not None
+                if problem is not None:
+                    events.append(StreamEvent(self.last, problem=problem))
+            elif b"text" in fields and not self._foreign:
+                events.append(_text_event(self.last, fields[b"text"]))
+                self._shown = True
         return events
 
     async def drain(self) -> list[StreamEvent]:
@@ -124,4 +128,4 @@ def _text_event(entry_id: str, raw: bytes) -> StreamEvent:
     try:
         return StreamEvent(entry_id, bytes(raw).decode())
     except UnicodeDecodeError:
-        return StreamEvent(entry_id, problem=_NOT_UTF8)
+        return StreamEvent(entry_id, bytes(raw).decode(errors="replace"), problem=_NOT_UTF8)
