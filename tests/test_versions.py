@@ -258,6 +258,9 @@ async def test_the_sweeper_resends_what_it_reads_leaves_a_newer_record_and_drops
         "t-added": json.dumps({**TURN, "turn_id": "t-added", **ADDED}),
         "t-newer": json.dumps({**TURN, "turn_id": "t-newer", "schema_version": 2}),
         "t-damaged": '{"turn_id": "t-damaged", ',
+        "t-tagged": json.dumps(
+            {**TURN, "messages": [{"role": "user", "content": [{"type": SECRET, "text": "x"}]}]}
+        ),
     }
     long_ago = int(time.time() * 1000) - 60_000
     await redis.zadd(store.keys.sent, dict.fromkeys(records, long_ago))
@@ -269,7 +272,12 @@ async def test_the_sweeper_resends_what_it_reads_leaves_a_newer_record_and_drops
     )
     assert await sweeper.sweep_once() == 1
     assert [t.turn_id for t in sent] == ["t-added"]
-    assert sorted((e.turn_id, e.newer) for e in unread) == [("t-damaged", False), ("t-newer", True)]
+    assert sorted((e.turn_id, e.newer) for e in unread) == [
+        ("t-damaged", False),
+        ("t-newer", True),
+        ("t-tagged", False),
+    ]
+    assert not [e for e in unread if SECRET in str(e)]  # a tag it was given is not quoted
     left = {t.decode() for t in await redis.hkeys(store.keys.payloads)}
     assert left == {"t-added", "t-newer"}  # re-sent (recorded again), and left for its release
 

@@ -349,7 +349,11 @@ def describe_validation_error(exc: ValidationError, *, most: int | None = None) 
     lines = []
     for error in errors[:most]:
         where = ".".join(str(part) for part in error["loc"]) or "(root)"
-        lines.append(f"{where}: {error['msg']}")
+        message = error["msg"]
+        if error["type"] == "union_tag_invalid":  # pydantic's message quotes the tag given
+            ctx = error.get("ctx", {})
+            message = f"{ctx.get('discriminator')} is not one of {ctx.get('expected_tags')}"
+        lines.append(f"{where}: {message}")
     if len(errors) > len(lines):
         lines.append(f"and {len(errors) - len(lines)} more")
     return "; ".join(lines)
