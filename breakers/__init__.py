@@ -26,6 +26,7 @@ from breakers.outcomes import Cooldown, Entry, Exhausted, Gone, Outcome, Pair, V
 from breakers.policy import CooldownPolicy, Policy
 from breakers.rediskit import FORBIDDEN_ERRORS, STORE_ERRORS
 from breakers.resilient import ResilientBreakers
+from breakers.schema import ReadProblem
 from breakers.state import (
     BreakerState,
     FleetState,
@@ -62,6 +63,7 @@ __all__ = [
     "Outcome",
     "Pair",
     "Policy",
+    "ReadProblem",
     "ResilientBreakers",
     "ScopeReport",
     "ScopeState",

@@ -3,6 +3,9 @@
 Taking is read-and-delete in one Lua script: each held turn is handed to exactly one
 replayer. A replayer that dies between taking and resubmitting loses what it took, so
 replay takes small batches and resubmits each turn to the durable task queue at once.
+
+Each entry says its schema version (`breakers.schema`): an entry a newer release held,
+or one that is damaged, comes with the `problem` that keeps this release from reading it.
 """
 
 from __future__ import annotations
@@ -15,18 +18,25 @@ from redis.asyncio.client import Pipeline
 
 from breakers.keys import Keys, validate_name
 from breakers.rediskit import Parse, raise_if_error, text, unavailable_as_error
+from breakers.schema import SCHEMA_FIELD, ReadProblem, read_entry
 from breakers.scripts import SCRIPTS
 
-__all__ = ["HeldTurn", "HeldTurns"]
+__all__ = ["HELD_SCHEMA", "HeldTurn", "HeldTurns"]
+
+# The entry (turn_id, payload) and its payload, a turn request as JSON.
+HELD_SCHEMA = 1
 
 
 @dataclass(frozen=True)
 class HeldTurn:
-    """One held turn: its stream id (which encodes when it was held), turn id and payload."""
+    """One held turn: its stream id (which encodes when it was held), turn id and payload;
+    the schema version it was held with, and why this release cannot read it, if so."""
 
     id: str
     turn_id: str
     payload: str
+    version: int = HELD_SCHEMA
+    problem: ReadProblem | None = None
 
     @property
     def held_at_ms(self) -> int:
@@ -35,9 +45,12 @@ class HeldTurn:
 
 
 def _turn(entry_id: object, flat: list[Any] | dict[Any, Any]) -> HeldTurn:
-    pairs = flat.items() if isinstance(flat, dict) else zip(flat[::2], flat[1::2], strict=True)
-    fields = {text(k): text(v) for k, v in pairs}
-    return HeldTurn(text(entry_id), fields["turn_id"], fields["payload"])
+    entry = read_entry(flat, HELD_SCHEMA)
+    fields, problem = entry.fields, entry.problem
+    if problem is None and not {"turn_id", "payload"} <= fields.keys():
+        problem = ReadProblem("it has no turn_id or no payload")
+    turn_id, payload = fields.get("turn_id", ""), fields.get("payload", "")
+    return HeldTurn(text(entry_id), turn_id, payload, entry.version, problem)
 
 
 class HeldTurns:
@@ -48,13 +61,14 @@ class HeldTurns:
         self._keys = Keys(namespace)
         self._max_len = max_len
 
-    async def hold(self, turn_id: str, payload: str) -> str:
-        """Keep a turn for replay; return its stream id."""
+    async def hold(self, turn_id: str, payload: str, *, version: int = HELD_SCHEMA) -> str:
+        """Keep a turn for replay; return its stream id. `version`: the schema version the
+        payload was written with (a turn held again keeps its own)."""
         validate_name(turn_id, "turn_id")
         async with unavailable_as_error("hold turn"):
             entry_id = await self._redis.xadd(
                 self._keys.held,
-                {"turn_id": turn_id, "payload": payload},
+                {"turn_id": turn_id, "payload": payload, SCHEMA_FIELD: version},
                 maxlen=self._max_len,
                 approximate=True,
             )

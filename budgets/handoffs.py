@@ -1,4 +1,8 @@
-"""Degraded turns handed to people: a capped Redis stream, newest last."""
+"""Degraded turns handed to people: a capped Redis stream, newest last.
+
+Each entry says its schema version (`breakers.schema`): one a newer release wrote, or
+one that is damaged, is listed with the `problem` that keeps this release from reading it.
+"""
 
 from __future__ import annotations
 
@@ -8,17 +12,21 @@ from typing import Any
 from redis.asyncio import Redis
 
 from breakers.rediskit import text
+from breakers.schema import SCHEMA_FIELD, ReadProblem, read_entry
 from budgets.errors import InvalidNameError
 from budgets.keys import BudgetKeys, check_plain, check_tenant
 
-__all__ = ["Handoff", "Handoffs"]
+__all__ = ["HANDOFF_SCHEMA", "Handoff", "Handoffs"]
 
 MAX_PAYLOAD_CHARS = 256_000
+# The entry (tenant, turn_id, reason, payload) and its payload, a turn request as JSON.
+HANDOFF_SCHEMA = 1
 
 
 @dataclass(frozen=True, slots=True)
 class Handoff:
-    """One turn waiting for a person; `at_ms` is when it was pushed (server time, from the id)."""
+    """One turn waiting for a person; `at_ms` is when it was pushed (server time, from the
+    id); `problem` is why this release cannot read it, if so."""
 
     id: str
     tenant: str
@@ -26,6 +34,7 @@ class Handoff:
     reason: str
     payload: str
     at_ms: int
+    problem: ReadProblem | None = None
 
 
 class Handoffs:
@@ -51,6 +60,7 @@ class Handoffs:
             "turn_id": turn_id,
             "reason": reason,
             "payload": payload,
+            SCHEMA_FIELD: HANDOFF_SCHEMA,
         }
         entry = await self._redis.xadd(self._key, fields, maxlen=self.maxlen, approximate=True)
         return text(entry)
@@ -62,8 +72,8 @@ class Handoffs:
         entries = await self._redis.xrevrange(self._key, count=count)
         result = []
         for entry_id, raw in entries or ():
-            fields = {text(k): text(v) for k, v in (raw or {}).items()}
-            ident = text(entry_id)
+            entry = read_entry(raw or {}, HANDOFF_SCHEMA)
+            fields, ident = entry.fields, text(entry_id)
             result.append(
                 Handoff(
                     id=ident,
@@ -72,6 +82,7 @@ class Handoffs:
                     reason=fields.get("reason", ""),
                     payload=fields.get("payload", ""),
                     at_ms=int(ident.split("-", 1)[0]),
+                    problem=entry.problem,
                 )
             )
         return result

@@ -72,7 +72,7 @@ def _result(turn_id: str, tenant: str = "acme") -> TurnResult:
 async def test_one_unreadable_stored_item_costs_no_page(
     client: httpx.AsyncClient, redis_url: str, namespace: str
 ) -> None:
-    newer = _result("t-newer").model_dump(mode="json") | {"added_by_a_newer_worker": 1}
+    newer = _result("t-newer").model_dump(mode="json") | {"schema_version": 2}
     _store(redis_url, namespace, "t-newer", json.dumps(newer).encode(), [])
     _store(redis_url, namespace, "t-corrupt", b"{not json", [])
     _store(

@@ -211,6 +211,7 @@ ALERT_OF_GAUGE = {
     "relevo_held_turns": "RelevoTurnsHeldAfterKillSwitch",
     "relevo_queue_depth": "RelevoQueueNotDraining",
     "relevo_turns_resent_total": "RelevoTurnsResent",
+    "relevo_unreadable_items_total": "RelevoUnreadableItems",
     "relevo_kill_switch": "RelevoExporterDown",
 }
 
@@ -782,7 +783,7 @@ async def test_the_viewer_reads_every_console_page_and_writes_nothing(
         view = await fleet_view(fleet, viewer)
         assert {s.scope: str(s.state) for s in view.report.scopes}["vendor:openai"] == "open"
         assert view.queued == 1, "the viewer reads the queue's length"
-        assert "viewed" in [row.tenant for row in await tenant_rows(fleet, viewer)]
+        assert "viewed" in [row.tenant for row in (await tenant_rows(fleet, viewer)).rows]
         assert (await turn_view(fleet, viewer, "t1")).result is None
         for write in (
             breakers.KillSwitch(viewer).on("mallory", "because"),

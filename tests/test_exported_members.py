@@ -30,7 +30,7 @@ SURFACES: dict[str, str] = {
     " LocalHedges OpenGuard RedisGuard Refusal Signal Target hedge_book open_guard",
     "worker.guard.testing": "ScriptedGuard",
     "worker.fleet": "AsyncTurnHandle FleetUnavailable Producer StreamEvent StreamRestarted"
-    " TurnHandle TurnStore TurnTimeout UnknownTurn enqueue_turn make_app",
+    " TurnHandle TurnStore TurnTimeout UnknownTurn Unreadable enqueue_turn make_app",
     "worker.fleet.testing": "InProcessRedis InProcessWorker StubFleet stub_fleet",
     "worker.observability": "Redactor TurnMetrics configure_logging configure_tracing redact_text",
     "worker.simulator": "CallOutcome Fault RequestRecord Simulator SimulatorClient serve",
@@ -44,7 +44,8 @@ SURFACES: dict[str, str] = {
     "breakers": "FORBIDDEN_ERRORS STORE_ERRORS BreakerState BreakersError Cooldown"
     " CooldownPolicy CooldownReport Entry Exhausted ExhaustedReport FleetBreakers FleetReport"
     " FleetState Gone HedgeStore HeldTurn HeldTurns InvalidNameError InvalidPolicyError"
-    " KillSwitch KillSwitchState Operators Outcome Pair Policy ResilientBreakers ScopeReport"
+    " KillSwitch KillSwitchState Operators Outcome Pair Policy ReadProblem ResilientBreakers"
+    " ScopeReport"
     " ScopeState StoreForbiddenError StoreUnavailableError Transition TransitionKind"
     " UnknownScopeError Verdict connect in_memory validate_name",
     "breakers.testing": "ManualClock",

@@ -225,10 +225,10 @@ def test_a_runner_beats_with_its_version_and_the_turns_it_runs(
         turn_future = asyncio.run_coroutine_threadsafe(runner.run_once(turn()), runner.loop.loop)
         time.sleep(0.5)  # the turn waits on the slow model
         runner.loop.run(runner.heartbeat(), timeout_s=5)
-        during = runner.loop.run(read_heartbeats(runner.store.redis, keys), timeout_s=5)
+        during = runner.loop.run(read_heartbeats(runner.store.redis, keys), timeout_s=5).beats
         turn_future.result(timeout=10)
         runner.loop.run(runner.heartbeat(), timeout_s=5)
-        after = runner.loop.run(read_heartbeats(runner.store.redis, keys), timeout_s=5)
+        after = runner.loop.run(read_heartbeats(runner.store.redis, keys), timeout_s=5).beats
     finally:
         runner.close()
     (beat_during,) = during

@@ -76,7 +76,7 @@ MALFORMED: dict[str, tuple[object, str]] = {
         turn(messages=[{"role": "user", "content": DEEP}]),
         "messages.0.content",
     ),
-    "nested garbage as a field": (turn(extra=DEEP), "extra"),
+    "nested garbage as the tenant id": (turn(tenant_id=DEEP), "tenant_id"),
     "tool call on a user message": (
         turn(messages=[{"role": "user", "tool_calls": [{"id": "1", "name": "f"}]}]),
         "messages.0",

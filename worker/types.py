@@ -325,22 +325,37 @@ def lone_surrogate(value: object) -> str | None:
     return None
 
 
-def parse_turn_request(data: bytes | str | dict[str, Any]) -> TurnRequest:
-    """Validate a turn request from JSON or a dict; `InputError` names the bad field."""
+def parse_turn_request(
+    data: bytes | str | dict[str, Any], *, ignore_unknown: bool = False
+) -> TurnRequest:
+    """Validate a turn request from JSON or a dict; `InputError` names the bad field.
+
+    A field the request does not know is refused, as any other mistake of its sender's;
+    `ignore_unknown` drops it instead, for a turn a newer release queued (a worker's read).
+    """
+    extra: Literal["ignore", "forbid"] = "ignore" if ignore_unknown else "forbid"
     try:
         if isinstance(data, dict):
-            return TurnRequest.model_validate(data)
-        return TurnRequest.model_validate_json(data)
+            return TurnRequest.model_validate(data, extra=extra)
+        return TurnRequest.model_validate_json(data, extra=extra)
     except ValidationError as exc:
         raise InputError(describe_validation_error(exc)) from None
 
 
-def describe_validation_error(exc: ValidationError) -> str:
-    """One line per problem, each naming its field; never echoes the input value."""
+def describe_validation_error(exc: ValidationError, *, most: int | None = None) -> str:
+    """One line per problem (the first `most`), each naming its field; never echoes the
+    input value."""
+    errors = exc.errors(include_input=False, include_url=False)
     lines = []
-    for error in exc.errors(include_input=False, include_url=False):
+    for error in errors[:most]:
         where = ".".join(str(part) for part in error["loc"]) or "(root)"
-        lines.append(f"{where}: {error['msg']}")
+        message = error["msg"]
+        if error["type"] == "union_tag_invalid":  # pydantic's message quotes the tag given
+            ctx = error.get("ctx", {})
+            message = f"{ctx.get('discriminator')} is not one of {ctx.get('expected_tags')}"
+        lines.append(f"{where}: {message}")
+    if len(errors) > len(lines):
+        lines.append(f"and {len(errors) - len(lines)} more")
     return "; ".join(lines)
 
 

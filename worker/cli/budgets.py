@@ -229,7 +229,8 @@ async def _handoffs(args: argparse.Namespace) -> int:
     for name in ("time", "tenant", "turn id", "reason"):
         table.add_column(name, no_wrap=True)
     for h in items:
-        table.add_row(utc(h.at_ms), h.tenant, h.turn_id, h.reason)
+        reason = h.reason if h.problem is None else f"unreadable: {h.problem.why}"
+        table.add_row(utc(h.at_ms), h.tenant, h.turn_id, reason)
     console().print(table)
     return 0
 

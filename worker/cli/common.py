@@ -46,6 +46,7 @@ __all__ = [
     "EXIT_REJECTED",
     "EXIT_TIMEOUT",
     "EXIT_UNAVAILABLE",
+    "EXIT_UNREADABLE",
     "EXIT_USAGE",
     "OPERATOR_TIMEOUT_S",
     "USAGE_ERRORS",
@@ -75,6 +76,7 @@ EXIT_REJECTED = 5
 EXIT_UNAVAILABLE = 6  # Redis did not answer, or refused this client
 EXIT_REFUSED = 7  # the kill switch is on
 EXIT_TIMEOUT = 8  # gave up waiting; the turn may still finish
+EXIT_UNREADABLE = 9  # something stored this release cannot read: newer, or damaged
 EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports SIGINT
 EXIT_BROKEN_PIPE = 141  # stdout closed early (`| head`), as a shell reports SIGPIPE
 EXIT_MEANINGS: Mapping[int, str] = MappingProxyType(
@@ -90,6 +92,9 @@ EXIT_MEANINGS: Mapping[int, str] = MappingProxyType(
         EXIT_REFUSED: "refused: the kill switch is on",
         EXIT_TIMEOUT: "gave up waiting, or not finished yet (the turn may still finish: "
         "relevo result ID)",
+        EXIT_UNREADABLE: "this release cannot read what is stored (a turn's result, some of "
+        "its stream, a held turn): a newer release wrote it (use that release's relevo), "
+        "or it is damaged",
         EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
         EXIT_BROKEN_PIPE: "standard output was closed early (e.g. | head)",
     }

@@ -22,6 +22,7 @@ from worker.cli.common import (
     EXIT_REJECTED,
     EXIT_TIMEOUT,
     EXIT_UNAVAILABLE,
+    EXIT_UNREADABLE,
     EXIT_USAGE,
     OperatorError,
     operator_redis,
@@ -38,7 +39,7 @@ __all__ = ["register"]
 
 _EXITS = (
     *(EXIT_OK, EXIT_USAGE, EXIT_DEGRADED, EXIT_FAILED, EXIT_REJECTED),
-    *(EXIT_UNAVAILABLE, EXIT_TIMEOUT),
+    *(EXIT_UNAVAILABLE, EXIT_TIMEOUT, EXIT_UNREADABLE),
 )
 
 

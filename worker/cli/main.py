@@ -44,6 +44,7 @@ from worker.cli.common import (
     EXIT_MEANINGS,
     EXIT_OK,
     EXIT_REJECTED,
+    EXIT_UNREADABLE,
     EXIT_USAGE,
     USAGE_ERRORS,
     OperatorError,
@@ -60,6 +61,7 @@ from worker.cli.parsing import (
     exit_epilog,
 )
 from worker.fleet import environment
+from worker.fleet.errors import Unreadable
 from worker.fleet.operator_config import load_config
 from worker.settings import Settings
 from worker.turn.intake import checked_turn
@@ -270,6 +272,8 @@ def _run(argv: Sequence[str] | None) -> int:
         return _fail(str(exc), exc.exit_code)
     except USAGE_ERRORS as exc:
         return _fail(str(exc), EXIT_USAGE)
+    except Unreadable as exc:
+        return _fail(str(exc), EXIT_UNREADABLE)
 
 
 def _fail(message: str, code: int) -> int:

@@ -19,6 +19,7 @@ from worker.cli.common import (
     EXIT_OK,
     EXIT_REFUSED,
     EXIT_UNAVAILABLE,
+    EXIT_UNREADABLE,
     EXIT_USAGE,
     OperatorError,
     operator_command,
@@ -80,6 +81,12 @@ def _verdict(summary: ReplaySummary, left: int) -> int:
             "(readers may still see them rejected; the results are in the output)"
         )
         code = code or EXIT_FAILED
+    if summary.left_held:
+        problems.append(
+            f"{summary.left_held} held turn(s) were held by a newer release and are held "
+            "again for its replay-held"
+        )
+        code = code or EXIT_UNREADABLE
     if summary.invalid:
         problems.append(
             f"{summary.invalid} held turn(s) were not valid turn requests and were dropped "
@@ -103,7 +110,10 @@ def register(commands: Commands) -> None:
         commands,
         "replay-held",
         "run the turns held while the kill switch was on, store their results",
-        exits=(EXIT_OK, EXIT_USAGE, EXIT_FAILED, EXIT_UNAVAILABLE, EXIT_REFUSED, EXIT_INTERRUPTED),
+        exits=(
+            *(EXIT_OK, EXIT_USAGE, EXIT_FAILED, EXIT_UNAVAILABLE, EXIT_REFUSED),
+            *(EXIT_UNREADABLE, EXIT_INTERRUPTED),
+        ),
         details="One JSON result per line; each result replaces the turn's rejected one "
         "for every reader. Interrupted, it holds its unfinished turns again: run it again "
         "to resume.",
@@ -111,6 +121,8 @@ def register(commands: Commands) -> None:
             EXIT_FAILED: "some replayed results could not be stored, or some held turns "
             "were not turn requests (both printed)",
             EXIT_REFUSED: "the kill switch is on (or came back on during the replay)",
+            EXIT_UNREADABLE: "some held turns were held by a newer release: held again, "
+            "for that release's replay-held",
         },
     )
     add_config_option(replay, "chain configuration (TOML)")

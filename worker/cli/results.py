@@ -10,6 +10,11 @@ tail started after a turn began running again (its worker died) prints the new r
 text alone; one that had printed the earlier run's says so on stderr and prints the new
 run's text from a new line. Both answer at once for a turn id nothing knows
 (`TurnStore.known`: never sent, or its result expired).
+
+What this release cannot read (a result or a run's text a newer release wrote, a damaged
+result, a piece of text that is not UTF-8) is said on stderr, and the command exits 9
+(`EXIT_UNREADABLE`); `tail` prints such a piece with U+FFFD for its bad bytes (a newer
+release's run: nothing) and reads on.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from worker.cli.common import (
     EXIT_REJECTED,
     EXIT_TIMEOUT,
     EXIT_UNAVAILABLE,
+    EXIT_UNREADABLE,
     EXIT_USAGE,
     OperatorError,
     note,
@@ -59,18 +65,18 @@ def register(commands: Commands) -> None:
         "result",
         "print a finished turn's result",
         exits=(
-            EXIT_OK,
-            EXIT_DEGRADED,
-            EXIT_FAILED,
-            EXIT_REJECTED,
-            EXIT_USAGE,
-            EXIT_UNAVAILABLE,
+            *(EXIT_OK, EXIT_DEGRADED, EXIT_FAILED, EXIT_REJECTED, EXIT_USAGE, EXIT_UNAVAILABLE),
             EXIT_TIMEOUT,
+            EXIT_UNREADABLE,
         ),
-        details="Prints the result JSON and exits with the turn's status.",
+        details="Prints the result JSON and exits with the turn's status. Fields this "
+        "release does not know are left out.",
         notes={
             EXIT_USAGE: "bad usage, or an unknown turn id (never sent, or its result expired)",
             EXIT_TIMEOUT: "the turn has not finished yet (queued or running)",
+            EXIT_UNREADABLE: "a result is stored, but this release cannot read it (a newer "
+            "release wrote it: that release's relevo result prints it; or it is damaged); "
+            "stderr says which",
         },
     )
     result.add_argument("turn_id", metavar="TURN_ID")
@@ -81,7 +87,7 @@ def register(commands: Commands) -> None:
         commands,
         "tail",
         "print a streaming turn's content as it arrives",
-        exits=(EXIT_OK, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_TIMEOUT),
+        exits=(EXIT_OK, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_TIMEOUT, EXIT_UNREADABLE),
         details="Ends when the turn's stream ends, or when its result is stored without one "
         "(it did not stream: `relevo result` prints it). Gives up after --idle-timeout "
         "seconds with no new content. A turn that runs again (its worker died) starts its "
@@ -92,6 +98,9 @@ def register(commands: Commands) -> None:
             "expired), at once",
             EXIT_TIMEOUT: "gave up: nothing new for --idle-timeout seconds (the turn may "
             "still finish: relevo result TURN_ID)",
+            EXIT_UNREADABLE: "the turn ended, but some of its text could not be read (not "
+            "UTF-8: printed with U+FFFD for its bad bytes; or a run a newer release "
+            "streamed), said on stderr",
         },
     )
     tail.add_argument("turn_id", metavar="TURN_ID")
@@ -140,6 +149,7 @@ class _Follow:
     turn_id: str
     printed: bool = False
     restarts: int = 0
+    unreadable: int = 0
 
     def __post_init__(self) -> None:
         self.reader = StreamReader(self.redis, self.keys.chunks(self.turn_id))
@@ -171,6 +181,9 @@ class _Follow:
                 )
                 self.printed = False
                 continue
+            if event.problem is not None:
+                self.unreadable += 1
+                note(f"could not read a piece of turn {self.turn_id!r}'s text: {event.problem.why}")
             write_out(event.text)
             self.printed = True
 
@@ -227,4 +240,4 @@ async def _tail(args: argparse.Namespace) -> int:
             f"(--idle-timeout); it may still finish: `relevo result {turn_id}`",
             EXIT_TIMEOUT,
         )
-    return EXIT_OK
+    return EXIT_UNREADABLE if reader.unreadable else EXIT_OK

@@ -237,7 +237,8 @@ class Actions:
                 left = await replay_fleet(settings, self.client, lambda line: None, summary=summary)
                 outcome = (
                     f"done: replayed {summary.replayed}, skipped {summary.skipped}, "
-                    f"invalid {summary.invalid}, not stored {summary.not_stored}, {left} held"
+                    f"invalid {summary.invalid}, not stored {summary.not_stored}, "
+                    f"a newer release's {summary.left_held}, {left} held"
                 )
             except Exception as exc:  # the trail says how it ended, whatever ended it
                 log.exception("console.replay_failed")

@@ -233,12 +233,19 @@ class _Console:
         if sort not in SORTS:
             return self.page(request, "error.html", 400, error=f"sort: one of {', '.join(SORTS)}")
         desc = request.query_params.get("desc", "1") != "0"
-        rows = await tenant_rows(
+        tenants = await tenant_rows(
             self.fleet, self.clients.viewer, search=search, sort=sort, desc=desc
         )
         loads = await tenant_loads(self.fleet, self.clients.viewer, search=search)
         return self.page(
-            request, "tenants.html", rows=rows, loads=loads, q=search, sort=sort, desc=desc
+            request,
+            "tenants.html",
+            rows=tenants.rows,
+            tenants=tenants,
+            loads=loads,
+            q=search,
+            sort=sort,
+            desc=desc,
         )
 
     async def recent_page(self, request: Request, who: Principal) -> Response:

@@ -1,8 +1,9 @@
 """The fleet's stored turns as the console reads them: one bad item never costs a page.
 
-A result a newer worker wrote (a field this release does not know), a corrupt value or
-a stream chunk that is not UTF-8 is shown as unreadable, and the page around it still
-renders. The workers keep their strict reads (`TurnStore`); only the console forgives.
+Results are read as every reader reads them (`worker.fleet.schema.read_result`): fields
+this release does not know are ignored; a result a newer release wrote in a schema
+version above this one's, or a corrupt one, is shown as unreadable, and the page around
+it still renders. So is a piece of a stream that is not UTF-8 (its bytes replaced).
 """
 
 from __future__ import annotations
@@ -11,26 +12,26 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-import structlog
-from pydantic import ValidationError
 from redis.asyncio import Redis
 
 from breakers.rediskit import text
+from worker.fleet.errors import Unreadable
+from worker.fleet.schema import log_unreadable
+from worker.fleet.schema import read_result as read_stored_result
+from worker.fleet.streams import StreamReader
 from worker.fleet.turnstore import RECENT_TURNS, TurnKeys
 from worker.types import TurnResult
 
-__all__ = ["Recent", "Stored", "read_chunks", "read_recent", "read_result"]
-
-log = structlog.get_logger("relevo.console")
+__all__ = ["Recent", "Stored", "Streamed", "read_chunks", "read_recent", "read_result"]
 
 
 @dataclass(frozen=True)
 class Stored:
-    """One stored result: parsed, or None with `unreadable` set."""
+    """One stored result: parsed, or None with `unreadable` saying why not."""
 
     turn_id: str
     result: TurnResult | None
-    unreadable: bool = False
+    unreadable: str | None = None
 
 
 @dataclass(frozen=True)
@@ -53,10 +54,10 @@ class Recent:
 
 def _parse(turn_id: str, raw: Any) -> Stored:
     try:
-        return Stored(turn_id, TurnResult.model_validate_json(raw))
-    except (ValidationError, ValueError) as exc:
-        log.warning("console.unreadable_result", turn_id=turn_id, error=type(exc).__name__)
-        return Stored(turn_id, None, unreadable=True)
+        return Stored(turn_id, read_stored_result(raw, turn_id))
+    except Unreadable as exc:
+        log_unreadable(exc)
+        return Stored(turn_id, None, unreadable=exc.why)
 
 
 async def read_result(client: Redis, keys: TurnKeys, turn_id: str) -> Stored:
@@ -95,6 +96,23 @@ async def read_recent(
     )
 
 
-def read_chunks(entries: list[tuple[Any, dict[bytes, Any]]]) -> str:
-    """A stream's text; bytes that are not UTF-8 show as U+FFFD rather than failing."""
-    return "".join(bytes(f[b"text"]).decode(errors="replace") for _, f in entries if b"text" in f)
+@dataclass(frozen=True)
+class Streamed:
+    """A stream's text as far as this release reads it, and how many of its entries it
+    could not read."""
+
+    text: str
+    unreadable: int = 0
+
+
+def read_chunks(reader: StreamReader, entries: list[tuple[Any, dict[bytes, Any]]]) -> Streamed:
+    """A stream's text, read from its start: a piece that is not UTF-8 shows its bad bytes
+    as U+FFFD; a run a newer release streams is left out. Each is counted."""
+    pieces: list[str] = []
+    unreadable = 0
+    for event in reader.take(entries):
+        if event.restart:
+            pieces.clear()
+        unreadable += event.problem is not None
+        pieces.append(event.text)
+    return Streamed("".join(pieces), unreadable)

@@ -4,7 +4,9 @@ Every read goes through the same operator functions as the `relevo` commands
 (`breakers.Operators`, `KillSwitch`, `HeldTurns`, the budget ledger, `Handoffs`,
 `TurnStore`); the fallback rate and the degraded turns are counted over the fleet's
 recent turns (`TurnStore.recent`) in the alert's window; the tenants' turns queued and in flight
-are the fair queue's (`FairQueue.load`).
+are the fair queue's (`FairQueue.load`). What this release cannot read (a result, a
+heartbeat, an audit entry or a hand-off a newer release wrote, or a damaged one) is
+counted or marked unreadable on its page, never a reason for the page to fail.
 """
 
 from __future__ import annotations
@@ -20,12 +22,13 @@ from redis.exceptions import NoPermissionError
 import breakers
 import budgets
 from worker.console.recent import RecentFilter, ScopeError, errors_by_scope
-from worker.console.stored import Recent, read_chunks, read_recent, read_result
+from worker.console.stored import Recent, Streamed, read_chunks, read_recent, read_result
 from worker.fleet.audit import AuditEntry, AuditTrail
 from worker.fleet.fairqueue import FairQueue, TenantLoad
 from worker.fleet.heartbeat import Heartbeat, Node, nodes, read_heartbeats
 from worker.fleet.operations import OperatorFleet, budget_reports
 from worker.fleet.rabbitmq import queue_depth
+from worker.fleet.streams import StreamReader
 from worker.fleet.turnstore import TurnKeys
 from worker.settings import (
     BrokerSettings,
@@ -40,6 +43,7 @@ __all__ = [
     "FallbackRate",
     "FleetView",
     "TenantRow",
+    "Tenants",
     "TurnView",
     "fleet_view",
     "recent_view",
@@ -88,6 +92,7 @@ class FleetView:
     audit: list[AuditEntry]
     unreadable: list[str] = field(default_factory=list)  # stored results not parsed
     workers: list[Heartbeat] = field(default_factory=list)
+    workers_unreadable: list[str] = field(default_factory=list)  # processes, heartbeat unread
     queued: int | None = None  # None: the console's Redis user may not read the queue
     queue: str = ""
     counts: dict[str, int] = field(default_factory=dict)  # the window's turns, by kind
@@ -148,7 +153,7 @@ async def fleet_view(fleet: OperatorFleet, client: Redis) -> FleetView:
     watch = _observability(fleet)
     queue = _worker(fleet).queue
     # Two groups: asyncio.gather keeps the types of at most six.
-    (report, state, held, recent, audit), (workers, queued) = await asyncio.gather(
+    (report, state, held, recent, audit), (beats, queued) = await asyncio.gather(
         asyncio.gather(
             breakers.Operators(fleet.store(client)).report(),
             breakers.KillSwitch(client, namespace=namespace).status(),
@@ -176,7 +181,8 @@ async def fleet_view(fleet: OperatorFleet, client: Redis) -> FleetView:
         rate,
         audit,
         recent.unreadable,
-        workers,
+        beats.beats,
+        beats.unreadable,
         queued,
         queue,
         _counts(recent),
@@ -234,9 +240,19 @@ SORTS = {
 }
 
 
+@dataclass(frozen=True)
+class Tenants:
+    """The tenants page's rows, and what it could not read of the turns and hand-offs it
+    counts: the ids of the window's unreadable results, how many hand-offs were unreadable."""
+
+    rows: list[TenantRow]
+    unreadable_results: list[str] = field(default_factory=list)
+    unreadable_handoffs: int = 0
+
+
 async def tenant_rows(
     fleet: OperatorFleet, client: Redis, *, search: str = "", sort: str = "used", desc: bool = True
-) -> list[TenantRow]:
+) -> Tenants:
     """Every tenant with limits or spend whose id contains `search`, sorted by `sort`."""
     namespace = fleet.config.redis.namespace
     watch = _observability(fleet)
@@ -246,14 +262,15 @@ async def tenant_rows(
         budgets.Handoffs(client, namespace=namespace).list(_HANDOFFS_READ),
     )
     degraded = Counter(r.tenant_id for r in recent.results if r.status is Status.DEGRADED)
-    handed = Counter(h.tenant for h in handoffs)
+    handed = Counter(h.tenant for h in handoffs if h.problem is None)
     needle = search.casefold()
     rows = [
         TenantRow(r, degraded[r.tenant], handed[r.tenant])
         for r in reports
         if needle in r.tenant.casefold()
     ]
-    return sorted(rows, key=SORTS[sort], reverse=desc)
+    unread = sum(1 for h in handoffs if h.problem is not None)
+    return Tenants(sorted(rows, key=SORTS[sort], reverse=desc), recent.unreadable, unread)
 
 
 async def tenant_loads(
@@ -279,10 +296,10 @@ class TurnView:
 
     turn_id: str
     result: TurnResult | None
-    streamed: str
+    streamed: Streamed
     running: bool  # claimed by a worker and not finished
     bars: list[dict[str, float]] = field(default_factory=list)
-    unreadable: bool = False  # a result is stored, but this release cannot read it
+    unreadable: str | None = None  # a result is stored, and why this release cannot read it
 
 
 async def turn_view(fleet: OperatorFleet, client: Redis, turn_id: str) -> TurnView:
@@ -295,7 +312,8 @@ async def turn_view(fleet: OperatorFleet, client: Redis, turn_id: str) -> TurnVi
     stored = await read_result(client, keys, turn_id)
     result = stored.result
     running = bool(claimed) and result is None and not stored.unreadable
-    return TurnView(turn_id, result, read_chunks(chunks), running, _bars(result), stored.unreadable)
+    streamed = read_chunks(StreamReader(client, keys.chunks(turn_id)), chunks)
+    return TurnView(turn_id, result, streamed, running, _bars(result), stored.unreadable)
 
 
 def _bars(result: TurnResult | None) -> list[dict[str, float]]:

@@ -2,7 +2,13 @@
 
 from worker.fleet.app import make_app
 from worker.fleet.enqueue import Producer, enqueue_turn
-from worker.fleet.errors import FleetUnavailable, StreamRestarted, TurnTimeout, UnknownTurn
+from worker.fleet.errors import (
+    FleetUnavailable,
+    StreamRestarted,
+    TurnTimeout,
+    UnknownTurn,
+    Unreadable,
+)
 from worker.fleet.handles import AsyncTurnHandle, TurnHandle
 from worker.fleet.streams import StreamEvent
 from worker.fleet.turnstore import TurnStore
@@ -17,6 +23,7 @@ __all__ = [
     "TurnStore",
     "TurnTimeout",
     "UnknownTurn",
+    "Unreadable",
     "enqueue_turn",
     "make_app",
 ]

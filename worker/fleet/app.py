@@ -25,6 +25,7 @@ from worker.fleet.broker import TASK_NAME, celery_app
 from worker.fleet.enqueue import send_turn
 from worker.fleet.results import TurnResults
 from worker.fleet.runner import INVALID_INPUT, TurnRunner
+from worker.fleet.schema import SCHEMA_HEADER
 from worker.fleet.startup import follow_parent, migrate_budget_keys, warn_if_not_persistent
 from worker.observability import tracing
 from worker.settings import Settings, load_settings
@@ -52,12 +53,18 @@ class RunTurn(Task):  # type: ignore[misc]
     runner: ClassVar[staticmethod[[], TurnRunner]]
 
     def run(self, payload: Any) -> dict[str, Any]:
-        # The producer's trace context came in the message headers (None: tracing is off).
-        result = self.runner().run(payload, carrier=tracing.carried(self.request))
+        # The producer's trace context and the turn's schema version came in the message
+        # headers (None: tracing is off; an older producer's message).
+        task_id = self.request.id
+        result = self.runner().run(
+            payload,
+            carrier=tracing.carried(self.request),
+            version=getattr(self.request, SCHEMA_HEADER, None),
+            task_id=task_id,
+        )
         # Readers wait under the task's id. The turn store holds a result under its turn's
         # id, which `send_turn` makes the task's; not a payload that was not a turn, nor a
         # message sent with another task id.
-        task_id = self.request.id
         unsaved = result["reason"] == INVALID_INPUT or result["turn_id"] != task_id
         if unsaved and isinstance(self.backend, TurnResults):
             self.backend.keep(task_id, result)

@@ -7,7 +7,9 @@ The console and the `relevo` commands both write it (`AuditTrail.acting`): each
 action once before it is carried out ("requested") and again after ("done …" or
 "refused: …"), so an action whose outcome never came back still shows. The stream is
 the trail's memory, capped rather than expiring: the logs keep the rest. Redis times,
-so every writer's entries sort on one clock.
+so every writer's entries sort on one clock. Each entry says its schema version
+(`worker.fleet.schema`); one this release cannot read (a newer release's, or one with
+bytes that are not UTF-8) is listed with its `problem`, its fields as far as they go.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import structlog
 from redis.asyncio import Redis
 
 from breakers.rediskit import text
+from breakers.schema import SCHEMA_FIELD, ReadProblem, read_entry
+from worker.fleet.schema import AUDIT_SCHEMA
 
 __all__ = ["Actor", "AuditEntry", "AuditTrail", "Outcome", "cli_actor"]
 
@@ -61,6 +65,7 @@ class AuditEntry:
     target: str
     reason: str
     outcome: str
+    problem: ReadProblem | None = None
 
 
 @dataclass
@@ -89,6 +94,7 @@ class AuditTrail:
             "outcome": outcome,
         }
         log.info("audit.action", **fields)
+        fields[SCHEMA_FIELD] = AUDIT_SCHEMA
         await self._redis.xadd(self.key, fields, maxlen=_MAXLEN, approximate=True)
 
     @asynccontextmanager
@@ -110,7 +116,8 @@ class AuditTrail:
         rows: Any = await self._redis.xrevrange(self.key, count=count)
         entries = []
         for entry_id, raw in rows:
-            values = {text(k): text(v) for k, v in raw.items()}
+            entry = read_entry(raw, AUDIT_SCHEMA)
             at_ms = int(text(entry_id).split("-", 1)[0])
-            entries.append(AuditEntry(at_ms, *(values.get(f, "") for f in _FIELDS)))
+            shown = {f: entry.fields.get(f, "") for f in _FIELDS}
+            entries.append(AuditEntry(at_ms, **shown, problem=entry.problem))
         return entries

@@ -48,6 +48,7 @@ from worker.fleet.broker import (
 )
 from worker.fleet.errors import FleetUnavailable, fleet_errors
 from worker.fleet.handles import AsyncTurnHandle, TurnHandle
+from worker.fleet.schema import SCHEMA_HEADER, TURN_SCHEMA
 from worker.fleet.turnstore import TurnKeys, TurnStore
 from worker.observability.redact import redact_url
 from worker.settings import LimitsSettings, Settings
@@ -106,7 +107,8 @@ def send_turn(app: Celery, turn: TurnRequest, *, ignore_result: bool = False) ->
                 TASK_NAME,
                 args=[payload],
                 task_id=turn.turn_id,
-                headers=_fair_headers(turn),
+                # The payload itself stays as relevo 0.1.0's workers validate it: no field more.
+                headers={**_fair_headers(turn), SCHEMA_HEADER: TURN_SCHEMA},
                 # None, not False: the task's own setting decides, and the message is as before.
                 ignore_result=True if ignore_result else None,
                 producer=producer,
@@ -192,13 +194,17 @@ class Producer:
 
         enqueue     InputError (not a valid turn: nothing sent); FleetUnavailable
         turn        InputError (not a turn id)
-        handle.peek, .running, .known        FleetUnavailable
-        handle.result     UnknownTurn (at once), TurnTimeout, FleetUnavailable, ValueError
+        handle.running, .known               FleetUnavailable
+        handle.peek                          FleetUnavailable, Unreadable
+        handle.result     UnknownTurn (at once), TurnTimeout, FleetUnavailable, Unreadable,
+                          ValueError
         handle.events                        the same
         handle.stream                        the same, and StreamRestarted
 
     `FleetUnavailable` comes within seconds (`broker.SEND_TIMEOUT_S` to send, one read to read)
-    and names the Redis; `ValueError` is a negative `timeout_s`.
+    and names the Redis; `Unreadable` names the turn and what this release could not read of
+    it (a result or piece of text a newer release wrote, or a damaged one); `ValueError` is a
+    negative `timeout_s`.
     """
 
     def __init__(

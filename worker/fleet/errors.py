@@ -6,7 +6,9 @@
     │                       names which one
     ├── TurnTimeout         no result (or no end of its stream) in time; also a TimeoutError
     ├── UnknownTurn         nothing says a turn with that id was sent; also a LookupError
-    └── StreamRestarted     the turn runs again: the text read so far is void
+    ├── StreamRestarted     the turn runs again: the text read so far is void
+    └── Unreadable          a stored item (a turn's result, a piece of its stream) this
+                            release cannot read: a newer release wrote it, or it is damaged
 
 `fleet_errors` is the one place where kombu's, Celery's, py-amqp's and redis-py's failures
 of the fleet's Redis or broker become `FleetUnavailable`, for every producer call.
@@ -23,6 +25,7 @@ from kombu.exceptions import OperationalError
 from redis.asyncio import Redis
 from redis.exceptions import OutOfMemoryError, ReadOnlyError, ResponseError
 
+from breakers.schema import ReadProblem
 from worker.errors import STORE_DOWN, STORE_REFUSED, RelevoError
 from worker.observability.redact import redact_url
 
@@ -31,6 +34,7 @@ __all__ = [
     "StreamRestarted",
     "TurnTimeout",
     "UnknownTurn",
+    "Unreadable",
     "check_timeout",
     "fleet_errors",
     "where",
@@ -115,6 +119,24 @@ class StreamRestarted(RelevoError):
     def __init__(self, turn_id: str) -> None:
         super().__init__(f"turn {turn_id!r} runs again (its worker was lost): its text starts over")
         self.turn_id = turn_id
+
+
+class Unreadable(RelevoError):
+    """A stored item this release cannot read: `newer` when a newer release wrote it (a
+    schema version above this release's; that release reads it), else it is damaged
+    (not JSON, not UTF-8, not of its shape).
+
+    `what` names the item ("result", "stream"), `turn_id` its turn when it has one, `why`
+    what was wrong; never the item's content. Reading the item again gives the same.
+    """
+
+    def __init__(self, what: str, problem: ReadProblem, *, turn_id: str | None = None) -> None:
+        whose = f"turn {turn_id!r}: its {what}" if turn_id is not None else what
+        super().__init__(f"{whose} cannot be read by this release: {problem.why}")
+        self.what = what
+        self.turn_id = turn_id
+        self.why = problem.why
+        self.newer = problem.newer
 
 
 # Celery's result consumer ends its reconnects in a RuntimeError raised from the last

@@ -29,6 +29,7 @@ from worker.fleet.errors import (
     where,
 )
 from worker.fleet.results import TurnResults
+from worker.fleet.schema import read_result
 from worker.fleet.streams import StreamEvent, StreamReader
 from worker.fleet.turnstore import TurnStore
 from worker.types import TurnResult
@@ -56,7 +57,9 @@ class TurnHandle:
         Raises `UnknownTurn` at once if nothing knows the turn id (never sent, or its
         result expired), `celery.exceptions.TimeoutError` if no result came in time (the
         turn may still finish), `FleetUnavailable` if the fleet's Redis does not answer or
-        refuses this client, and `ValueError` for a negative `timeout_s`.
+        refuses this client, `Unreadable` if this release cannot read the stored result (a
+        newer release wrote it, or it is damaged), and `ValueError` for a negative
+        `timeout_s`.
         """
         check_timeout(timeout_s)
         backend = self.result.backend
@@ -66,7 +69,7 @@ class TurnHandle:
             # The caller may itself run inside a worker (the embedded demo): waiting
             # here is on purpose, not a task waiting on a subtask.
             raw = self.result.get(timeout=timeout_s, disable_sync_subtasks=False)
-        return TurnResult.model_validate(raw)
+        return read_result(raw, self.turn_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +79,8 @@ class AsyncTurnHandle:
     `streaming` is whether the turn asked to stream: known for a turn this process
     sent, None for a handle made from a turn id (`Producer.turn`). Every method raises
     `FleetUnavailable` when the turn store does not answer or refuses this client (at
-    once: a failed read is not retried) and `ValueError` for a negative `timeout_s`.
+    once: a failed read is not retried), `Unreadable` for a stored result or piece of
+    stream this release cannot read, and `ValueError` for a negative `timeout_s`.
     """
 
     turn_id: str
@@ -86,7 +90,7 @@ class AsyncTurnHandle:
     async def peek(self) -> TurnResult | None:
         """The turn's result if it has finished, now."""
         raw = await self._get(self.store.keys.result(self.turn_id))
-        return None if raw is None else TurnResult.model_validate_json(cast(bytes, raw))
+        return None if raw is None else read_result(cast(bytes, raw), self.turn_id)
 
     async def running(self) -> bool:
         """Whether a worker holds the turn now (taken off the queue, no result yet)."""
@@ -152,7 +156,9 @@ class AsyncTurnHandle:
         being replayed streams over its stored "rejected" result: while its run has not
         ended, the stream is read on.
         `UnknownTurn` at once if nothing knows the turn id, `TurnTimeout` if neither
-        happened in `timeout_s`.
+        happened in `timeout_s`; `Unreadable`, after the events before it, for a piece of
+        text this release cannot read (not UTF-8, or a run a newer release streams): the
+        text read so far lacks it.
         """
         check_timeout(timeout_s)
         if self.streaming is False:
@@ -172,14 +178,14 @@ class AsyncTurnHandle:
             with fleet_errors(url):
                 events = await reader.read(max(1, int(min(wait_s, until - loop.time()) * 1000)))
             for event in events:
-                yield event
+                yield event.readable(self.turn_id)
             if reader.last != before:
                 continue
             if await self.peek() is not None:
                 with fleet_errors(url):
                     events = await reader.drain()
                 for event in events:
-                    yield event
+                    yield event.readable(self.turn_id)
                 if not reader.running:
                     return
             if loop.time() >= until:

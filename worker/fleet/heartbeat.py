@@ -5,6 +5,8 @@ processes each node runs, how many turns each has in flight, which version, and
 whether it reaches Redis. A process writes its `Heartbeat` (`TurnKeys.worker`) and its
 time in `TurnKeys.workers`; a reader lists the processes seen within `KEPT_S`, alive
 when seen within `ALIVE_S`. A process that died stays listed, silent, until `KEPT_S`.
+A heartbeat says its schema version (`worker.fleet.schema`); one this release cannot read
+(a newer release's, or damaged) is listed by its process name among the unreadable.
 """
 
 from __future__ import annotations
@@ -12,10 +14,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 from redis.asyncio import Redis
 
 from breakers.rediskit import text
+from worker.fleet.errors import Unreadable
+from worker.fleet.schema import HEARTBEAT_SCHEMA, log_unreadable, read_stored
 from worker.fleet.turnstore import TurnKeys
 
 __all__ = [
@@ -23,6 +27,7 @@ __all__ = [
     "BEAT_EVERY_S",
     "KEPT_S",
     "Heartbeat",
+    "Heartbeats",
     "Node",
     "beat",
     "nodes",
@@ -49,6 +54,8 @@ class Heartbeat(BaseModel):
     local_breakers: bool
     started_ms: int
     seen_ms: int = 0
+    # relevo 0.1.0 ignores it: heartbeats were read leniently from the start.
+    schema_version: int = HEARTBEAT_SCHEMA
 
     @property
     def process(self) -> str:
@@ -70,24 +77,37 @@ async def beat(redis: Redis, keys: TurnKeys, heartbeat: Heartbeat) -> None:
     await pipe.execute()
 
 
-async def read_heartbeats(redis: Redis, keys: TurnKeys) -> list[Heartbeat]:
-    """The processes seen within `KEPT_S`, by host then pid; an unreadable one is left out."""
+@dataclass(frozen=True)
+class Heartbeats:
+    """The heartbeats read, by host then pid, and the processes whose heartbeat this
+    release could not read."""
+
+    beats: list[Heartbeat]
+    unreadable: list[str]
+
+
+async def read_heartbeats(redis: Redis, keys: TurnKeys) -> Heartbeats:
+    """The processes seen within `KEPT_S`."""
     since_ms = int(time.time() * 1000) - KEPT_S * 1000
     names = await redis.zrange(
         keys.workers, "+inf", since_ms, desc=True, byscore=True, offset=0, num=_READ
     )
     if not names:
-        return []
-    raws = await redis.mget([keys.worker(text(n)) for n in names])
-    beats = []
-    for raw in raws:
+        return Heartbeats([], [])
+    processes = [text(n) for n in names]
+    raws = await redis.mget([keys.worker(p) for p in processes])
+    beats, unreadable = [], []
+    for process, raw in zip(processes, raws, strict=True):
         if raw is None:
             continue
         try:
-            beats.append(Heartbeat.model_validate_json(raw))
-        except ValidationError:
-            continue
-    return sorted(beats, key=lambda b: (b.host, b.pid))
+            beats.append(
+                read_stored(Heartbeat, raw, newest=HEARTBEAT_SCHEMA, what=f"heartbeat of {process}")
+            )
+        except Unreadable as exc:
+            log_unreadable(exc)
+            unreadable.append(process)
+    return Heartbeats(sorted(beats, key=lambda b: (b.host, b.pid)), sorted(unreadable))
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,11 @@ with the result, or when the run is interrupted (the turn stays "rejected", held
 Interrupted (cancelled, Ctrl-C, a run raising), the replay holds every turn it took but
 did not finish again, so running it again resumes; a turn taken again whose stored
 result is no longer "rejected" was replayed before and is not run again.
+
+A held turn this release cannot read because a newer release held it (or answered it, in
+a result this release cannot read) is not run: it is held again once the replay ends,
+with its own schema version, for that release's replay. One that is damaged is reported
+with its payload and dropped, as a payload that is no turn request.
 """
 
 from __future__ import annotations
@@ -30,7 +35,9 @@ from typing import TYPE_CHECKING, Any
 
 import breakers
 from worker.errors import InputError
-from worker.types import Status, TurnRequest, TurnResult, parse_turn_request
+from worker.fleet.errors import Unreadable
+from worker.fleet.schema import read_turn
+from worker.types import Status, TurnRequest, TurnResult
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -63,6 +70,7 @@ class ReplayOutcome(StrEnum):
     SKIPPED = "skipped"  # replayed before (taken again after an interruption): not run again
     NOT_STORED = "not_stored"  # run, but its result could not be stored: only in the output
     INVALID = "invalid"  # not a turn request: reported with its payload and dropped
+    LEFT_HELD = "left_held"  # a newer release's: held again, for that release's replay
 
 
 @dataclass(frozen=True)
@@ -89,6 +97,7 @@ class ReplaySummary:
     skipped: int = 0
     not_stored: int = 0
     invalid: int = 0
+    left_held: int = 0  # a newer release's, held again for it
     given_back: int = 0  # held again after an interruption
     not_given_back: int = 0  # Redis would not take them back: only in the output
     stopped_by: breakers.KillSwitchState | None = None
@@ -103,6 +112,8 @@ class ReplaySummary:
                 self.not_stored += 1
             case ReplayOutcome.INVALID:
                 self.invalid += 1
+            case ReplayOutcome.LEFT_HELD:
+                self.left_held += 1
 
 
 class Delivery:
@@ -115,7 +126,8 @@ class Delivery:
         self.holder = f"replay@{socket.gethostname()}:{os.getpid()}"
 
     async def replayed(self, turn_id: str) -> TurnResult | None:
-        """The turn's stored result if a replay already ran it (stored, not "rejected")."""
+        """The turn's stored result if a replay already ran it (stored, not "rejected");
+        `Unreadable` if this release cannot read the stored one."""
         stored = await self.store.result(turn_id)
         return None if stored is None or stored.status is Status.REJECTED else stored
 
@@ -146,8 +158,20 @@ def chain_runner(chain: Chain, delivery: Delivery) -> RunHeld:
     """Run each held turn through `chain` in this process and deliver its `TurnResult`."""
 
     async def run(turn: breakers.HeldTurn) -> Replayed:
-        request = parse_turn_request(turn.payload)
-        before = await delivery.replayed(request.turn_id)
+        try:
+            if turn.problem is not None:
+                raise Unreadable("held turn", turn.problem, turn_id=turn.turn_id)
+            request = read_turn(turn.payload, turn.turn_id)
+        except Unreadable as exc:
+            if not exc.newer:
+                raise InputError(exc.why) from None
+            return _left_held(turn, exc)
+        try:
+            before = await delivery.replayed(request.turn_id)
+        except Unreadable as exc:
+            if exc.newer:
+                return _left_held(turn, exc)
+            before = None  # damaged: its answer goes in the output (it cannot replace it)
         if before is not None:
             # Delivered again: a replay interrupted after the turn store may have missed Celery's.
             return await _delivered(delivery, before, ReplayOutcome.SKIPPED, turn)
@@ -157,6 +181,11 @@ def chain_runner(chain: Chain, delivery: Delivery) -> RunHeld:
         )
 
     return run
+
+
+def _left_held(turn: breakers.HeldTurn, exc: Unreadable) -> Replayed:
+    line = {"turn_id": turn.turn_id, "status": ReplayOutcome.LEFT_HELD.value, "error": str(exc)}
+    return Replayed(line, ReplayOutcome.LEFT_HELD)
 
 
 async def _delivered(
@@ -200,6 +229,7 @@ async def replay_held(
     """
     summary = ReplaySummary() if summary is None else summary
     running: dict[asyncio.Task[Replayed], breakers.HeldTurn] = {}
+    left: list[breakers.HeldTurn] = []  # a newer release's: held again at the end
     taken, more = 0, True
     try:
         while True:
@@ -222,11 +252,12 @@ async def replay_held(
             done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
                 # Raises for an unexpected error, while the turn is still in `running`.
-                _finish(summary, emit, running[task], task)
+                _finish(summary, emit, running[task], task, left)
                 del running[task]
     except BaseException:
-        await _give_back(held, running, emit, summary)
+        await _give_back(held, running, emit, summary, left)
         raise
+    await _give_back(held, running, emit, summary, left)
     return summary
 
 
@@ -235,6 +266,7 @@ def _finish(
     emit: Callable[[dict[str, Any]], None],
     turn: breakers.HeldTurn,
     task: asyncio.Task[Replayed],
+    left: list[breakers.HeldTurn],
 ) -> None:
     try:
         replayed = task.result()
@@ -242,6 +274,8 @@ def _finish(
         line = {"turn_id": turn.turn_id, "status": "invalid", "error": str(exc)}
         line["payload"] = turn.payload  # the stream no longer has it
         replayed = Replayed(line, ReplayOutcome.INVALID)
+    if replayed.outcome is ReplayOutcome.LEFT_HELD:
+        left.append(turn)
     summary.count(replayed.outcome)
     emit(replayed.line)
 
@@ -251,21 +285,27 @@ async def _give_back(
     running: dict[asyncio.Task[Replayed], breakers.HeldTurn],
     emit: Callable[[dict[str, Any]], None],
     summary: ReplaySummary,
+    left: list[breakers.HeldTurn],
 ) -> None:
-    """Cancel the runs still going and hold their turns again; report the ones that finished."""
+    """Cancel the runs still going and hold their turns again, and the newer release's;
+    report the ones that finished."""
     for task in running:
         task.cancel()
     if running:
         await asyncio.wait(running)
-    refused: Exception | None = None
+    unfinished = []
     for task, turn in running.items():
         if not task.cancelled() and isinstance(task.exception(), InputError | None):
-            _finish(summary, emit, turn, task)  # it finished before the cancellation reached it
-            continue
+            # It finished before the cancellation reached it.
+            _finish(summary, emit, turn, task, left)
+        else:
+            unfinished.append(turn)
+    refused: Exception | None = None
+    for turn, interrupted in [*((t, True) for t in unfinished), *((t, False) for t in left)]:
         if refused is None:
             try:
-                await held.hold(turn.turn_id, turn.payload)
-                summary.given_back += 1
+                await held.hold(turn.turn_id, turn.payload, version=turn.version)
+                summary.given_back += interrupted
                 continue
             except Exception as exc:  # Redis is not taking turns back: stop asking
                 refused = exc

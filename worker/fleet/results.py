@@ -11,7 +11,8 @@ returns a result for everything else), and a result the turn store holds under a
 id than the task's (a payload that was not a turn, a message sent with a task id of its
 own). Those go under Celery's own key, `celery-task-meta-<id>`, and are announced on the
 turn's channel, where waiters listen; reads look at the turn's result first, which a
-failure never replaces.
+failure never replaces. A stored result that is not JSON is `Unreadable`, naming its turn,
+for the reader; the caller reads the result itself with `worker.fleet.schema.read_result`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,10 @@ from urllib.parse import urlsplit
 from celery import states
 from celery.backends import redis as celery_redis
 from celery.exceptions import BackendStoreError
+from kombu.exceptions import DecodeError
 
+from breakers.schema import ReadProblem
+from worker.fleet.errors import Unreadable
 from worker.fleet.turnstore import TurnKeys, ask_known, known_from
 
 __all__ = ["TurnResults", "result_backend"]
@@ -61,7 +65,12 @@ class TurnResults(celery_redis.RedisBackend):  # type: ignore[misc]
         turn, other = self.mget([self.get_key_for_task(task_id), self._celery_key(task_id)])
         if not (turn or other):
             return {"status": states.PENDING, "result": None}
-        return self.decode_result(turn or other)
+        try:
+            return self.decode_result(turn or other)
+        except DecodeError:
+            # Its own message says what was wrong with the text, content included.
+            problem = ReadProblem("it is not JSON")
+            raise Unreadable("result", problem, turn_id=_text(task_id)) from None
 
     def _store_result(
         self,
@@ -74,7 +83,11 @@ class TurnResults(celery_redis.RedisBackend):  # type: ignore[misc]
     ) -> Any:
         if state == states.SUCCESS:
             return result  # the turn store holds it (the task returns the standing result)
-        if self._get_task_meta_for(task_id)["status"] == states.SUCCESS:
+        try:
+            stored = self._get_task_meta_for(task_id)["status"] == states.SUCCESS
+        except Unreadable:
+            stored = True  # a result is stored, damaged or a newer release's: it stands
+        if stored:
             return result  # Celery's rule: nothing replaces a success
         expires = self.failure_expires if state == states.FAILURE else self.expires
         try:

@@ -21,14 +21,18 @@ from typing import Any, TypeVar
 
 import httpx
 import structlog
+from pydantic import TypeAdapter, ValidationError
 
 from breakers import KillSwitchState
+from breakers.schema import SCHEMA_FIELD, version_problem
 from worker.adapters import make_client
 from worker.errors import STORE_DOWN, InputError
 from worker.fleet.dispatcher import Dispatcher
+from worker.fleet.errors import Unreadable
 from worker.fleet.fairqueue import FairQueue
 from worker.fleet.heartbeat import BEAT_EVERY_S, Heartbeat, beat
 from worker.fleet.rabbitmq import RabbitQueue, outbox_key
+from worker.fleet.schema import TURN_SCHEMA, log_unreadable
 from worker.fleet.sweeper import Sweeper
 from worker.fleet.turnstore import TurnStore
 from worker.guard.autopipeline import AutoPipeline
@@ -40,9 +44,9 @@ from worker.observability.redact import provider_secrets
 from worker.settings import Settings
 from worker.turn.chain import Chain
 from worker.turn.intake import checked_turn
-from worker.types import Status, TurnRequest, TurnResult
+from worker.types import Status, TurnId, TurnRequest, TurnResult
 
-__all__ = ["INVALID_INPUT", "LoopThread", "TurnRunner", "rejected_input"]
+__all__ = ["INVALID_INPUT", "UNREADABLE", "LoopThread", "TurnRunner", "rejected_input"]
 
 log = structlog.get_logger("relevo.runner")
 T = TypeVar("T")
@@ -50,6 +54,10 @@ T = TypeVar("T")
 _MARGIN_S = 5.0
 # The reason of a payload that is not a turn: it is answered, never run nor stored.
 INVALID_INPUT = "invalid_input"
+# The reason of a turn a newer release sent, in a schema version this release cannot read:
+# it is answered and stored (when it names its turn), never run.
+UNREADABLE = "unreadable"
+_TURN_ID: TypeAdapter[str] = TypeAdapter(TurnId)
 # Redis gone or slow: a record kept, a heartbeat missed.
 # How old a look at the kill switch the dispatcher acts on (the guard looks at it too).
 _KILL_FRESH_S = 0.5
@@ -106,8 +114,11 @@ async def _cancel_the_rest() -> None:
     await loop.shutdown_asyncgens()
 
 
-def rejected_input(payload: object, error: InputError) -> TurnResult:
-    """The result of a payload that is not a turn: failed, naming the bad field."""
+def rejected_input(
+    payload: object, error: InputError | Unreadable, reason: str = INVALID_INPUT
+) -> TurnResult:
+    """The result of a payload that is not a turn (or not one this release can read):
+    failed, naming the bad field (or what it could not read)."""
     ids = payload if isinstance(payload, dict) else {}
     turn_id = ids.get("turn_id") if isinstance(ids.get("turn_id"), str) else None
     tenant_id = ids.get("tenant_id") if isinstance(ids.get("tenant_id"), str) else None
@@ -115,10 +126,27 @@ def rejected_input(payload: object, error: InputError) -> TurnResult:
         turn_id=(turn_id or "invalid")[:128],
         tenant_id=(tenant_id or "invalid")[:64],
         status=Status.FAILED,
-        reason=INVALID_INPUT,
+        reason=reason,
         error=str(error),
         primary_model="",
     )
+
+
+def _queued_turn(payload: object, version: object, turn_id: str | None) -> None:
+    """`Unreadable` if the turn says (in its message's header, or its JSON) a schema
+    version this release cannot read."""
+    written = payload.get(SCHEMA_FIELD) if isinstance(payload, dict) else None
+    problem = version_problem(version if version is not None else written, TURN_SCHEMA)
+    if problem is not None:
+        raise Unreadable("request", problem, turn_id=turn_id)
+
+
+def _named(turn_id: str) -> bool:
+    try:
+        _TURN_ID.validate_python(turn_id)
+    except ValidationError:
+        return False
+    return True
 
 
 class TurnRunner:
@@ -212,6 +240,7 @@ class TurnRunner:
             older_than_s=self.settings.visibility_timeout_s
             + self.settings.worker.restore_interval_s,
             on_resent=self.metrics.resent,
+            on_unreadable=self._noted,
         )
         self._sweeping = asyncio.run_coroutine_threadsafe(sweeper.run_forever(), self.loop.loop)
 
@@ -267,13 +296,26 @@ class TurnRunner:
             await self.store.pipes.redis.aclose()
             await self.store.redis.aclose()
 
-    def run(self, payload: object, *, carrier: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    def run(
+        self,
+        payload: object,
+        *,
+        carrier: Mapping[str, Any] | None = None,
+        version: object = None,
+        task_id: str | None = None,
+    ) -> dict[str, Any]:
         """Run a task payload from a worker thread; always returns a result dict.
 
-        `carrier`: the trace context its message brought (`tracing.carried`), if any.
+        `carrier`: the trace context its message brought (`tracing.carried`), if any;
+        `version`: the schema version its message's header says (`worker.fleet.schema`);
+        `task_id`: its message's task id, which names the turn in what cannot be read.
+        Fields of the payload this release does not know are ignored.
         """
         try:
-            request = checked_turn(payload, self.settings.limits)
+            _queued_turn(payload, version, task_id)
+            request = checked_turn(payload, self.settings.limits, queued=True)
+        except Unreadable as exc:
+            return self._refused(payload, exc)
         except InputError as error:
             log.warning("turn.invalid_input", error=str(error))
             rejected = rejected_input(payload, error)
@@ -286,6 +328,25 @@ class TurnRunner:
         turn = tracing.traced_turn(request, self.run_once(request), carrier, providers)
         result = self.loop.run(turn, timeout_s=budget_s + 2 * _MARGIN_S)
         return result.model_dump(mode="json")
+
+    def _noted(self, exc: Unreadable) -> None:
+        """Log and count something this process could not read."""
+        log_unreadable(exc)
+        self.metrics.unreadable(exc.what, newer=exc.newer)
+
+    def _refused(self, payload: object, exc: Unreadable) -> dict[str, Any]:
+        """A turn this release cannot read ends failed, and stays answered for its sender
+        (stored under its id, when it gives one)."""
+        self._noted(exc)
+        result = rejected_input(payload, exc, UNREADABLE)
+        self.metrics.record(result)
+        turn_id = exc.turn_id or result.turn_id  # the message's task id: the turn's
+        if not _named(turn_id):
+            self._forget(result.turn_id)
+            return result.model_dump(mode="json")
+        result = result.model_copy(update={"turn_id": turn_id})
+        saved = self.loop.run(self._save(result, end_stream=False), timeout_s=2 * _MARGIN_S)
+        return saved.model_dump(mode="json")
 
     def _forget(self, turn_id: str) -> None:
         """Drop a turn's sent record: a payload this worker refuses is not re-sent."""
@@ -316,7 +377,23 @@ class TurnRunner:
                     return stored
         except STORE_DOWN as exc:
             log.warning("turn.store_unreachable", turn_id=turn_id, error=type(exc).__name__)
+        except Unreadable as exc:
+            # Answered, by a release whose result this one cannot read: it stands, unread.
+            return self._standing_unread(request, exc)
         return await self._save(await self._run(request), end_stream=request.stream)
+
+    def _standing_unread(self, request: TurnRequest, exc: Unreadable) -> TurnResult:
+        """What this process hands Celery for a turn whose stored result it cannot read
+        (the stored one stands: this is neither saved nor counted as a turn)."""
+        self._noted(exc)
+        return TurnResult(
+            turn_id=request.turn_id,
+            tenant_id=request.tenant_id,
+            status=Status.FAILED,
+            reason=UNREADABLE,
+            error=str(exc),
+            primary_model=self.settings.chain.models[0],
+        )
 
     async def _release(self, request: TurnRequest) -> None:
         """Give the tenant's lease back: to this process's dispatcher, whose next round
@@ -337,6 +414,10 @@ class TurnRunner:
         Redis answers again."""
         try:
             return await self.store.save(result, end_stream=end_stream)
+        except Unreadable as exc:
+            # Another delivery saved first, in a form this release cannot read: it stands.
+            self._noted(exc)
+            return result
         except STORE_DOWN as exc:
             log.warning("turn.result_saved_later", turn_id=result.turn_id, error=type(exc).__name__)
         store = self.store

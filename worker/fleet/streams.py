@@ -3,7 +3,7 @@
 Each run of a streaming turn writes to the turn's stream (`TurnKeys.chunks`):
 
     run   <holder>  text ""   a run begins; the entries before it, of an earlier run whose
-                              worker died, are trimmed away with it (one script)
+          schema_version <n>  worker died, are trimmed away with it (one script)
     text  <piece>             the next piece of text
     end   1                   the run ended; written in the round trip that saves the result
 
@@ -17,6 +17,10 @@ that the stored result is about to be replaced.
 Entry ids survive a reconnect and a rerun: a reader resuming after an id of an earlier
 run meets the new run's marker (a restart) first, since ids only grow. The marker's
 empty `text` keeps a reader that does not know it (an older release) reading on.
+
+The marker says the run's schema version (`worker.fleet.schema`; none: version 1). A
+reader hands out no text of a run written in a version above its own (one event with a
+`problem` stands for the run), and marks a piece of text that is not UTF-8 with one.
 """
 
 from __future__ import annotations
@@ -27,18 +31,24 @@ from typing import Any
 from redis.asyncio import Redis
 
 from breakers.rediskit import text
+from breakers.schema import SCHEMA_FIELD, ReadProblem, version_problem
+from worker.fleet.errors import Unreadable
+from worker.fleet.schema import STREAM_SCHEMA
 
 __all__ = ["START", "StreamEvent", "StreamReader"]
 
-# KEYS[1] the turn's stream; ARGV[1] the run's holder, ARGV[2] the TTL. Reply: the
-# marker's id. Trimmed below the marker (MINID, not DEL: ids keep growing for readers).
+# KEYS[1] the turn's stream; ARGV[1] the run's holder, ARGV[2] the TTL, ARGV[3] the schema
+# version. Reply: the marker's id. Trimmed below the marker (MINID, not DEL: ids keep
+# growing for readers).
 START = """
-local id = redis.call('XADD', KEYS[1], '*', 'run', ARGV[1], 'text', '')
+local id = redis.call('XADD', KEYS[1], '*', 'run', ARGV[1], 'text', '', 'schema_version', ARGV[3])
 redis.call('XTRIM', KEYS[1], 'MINID', id)
 redis.call('EXPIRE', KEYS[1], ARGV[2])
 return id
 """
 _BATCH = 100
+_VERSION = SCHEMA_FIELD.encode()
+_NOT_UTF8 = ReadProblem("a piece of its text is not UTF-8")
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,11 +56,20 @@ class StreamEvent:
     """A piece of the turn's text, or (`restart`) the news that the text starts over.
 
     `id` is the entry's: a reader resumes after it (Server-Sent Events' Last-Event-ID).
+    `problem`: the entry could not be read as written (a handle's reader gets `Unreadable`
+    instead); `text` is then what a person may still look at, bad bytes as U+FFFD.
     """
 
     id: str
     text: str = ""
     restart: bool = False
+    problem: ReadProblem | None = None
+
+    def readable(self, turn_id: str) -> StreamEvent:
+        """This event, or `Unreadable` (naming the turn) if it stands for an unread entry."""
+        if self.problem is not None:
+            raise Unreadable("stream", self.problem, turn_id=turn_id)
+        return self
 
 
 class StreamReader:
@@ -66,6 +85,8 @@ class StreamReader:
         # Whether text went out since the run now read began: a resumed reader may have
         # shown some of an earlier run, so a new run's marker tells it to start over.
         self._shown = after is not None
+        # A run this release cannot read: its text is passed over.
+        self._foreign = False
 
     async def read(self, block_ms: int | None = None) -> list[StreamEvent]:
         """What came after the last entry read, waiting up to `block_ms` for something
@@ -73,20 +94,28 @@ class StreamReader:
         if self.ended:
             return []
         batches: Any = await self.redis.xread({self.key: self.last}, block=block_ms, count=_BATCH)
+        return self.take([entry for _, entries in batches or () for entry in entries])
+
+    def take(self, entries: list[tuple[Any, dict[bytes, Any]]]) -> list[StreamEvent]:
+        """The events of `entries` (the next ones, as XREAD or XRANGE return them), up to
+        the end marker."""
         events: list[StreamEvent] = []
-        for _, entries in batches or ():
-            for entry_id, fields in entries:
-                self.last = text(entry_id)
-                if b"end" in fields:
-                    self.ended, self.running = True, False
-                    return events
-                if b"run" in fields:
-                    if self._shown:
-                        events.append(StreamEvent(self.last, restart=True))
-                    self._shown, self.running = False, True
-                elif b"text" in fields:
-                    events.append(StreamEvent(self.last, bytes(fields[b"text"]).decode()))
-                    self._shown = True
+        for entry_id, fields in entries:
+            self.last = text(entry_id)
+            if b"end" in fields:
+                self.ended, self.running = True, False
+                break
+            if b"run" in fields:
+                if self._shown:
+                    events.append(StreamEvent(self.last, restart=True))
+                self._shown, self.running = False, True
+                problem = version_problem(fields.get(_VERSION), STREAM_SCHEMA)
+                self._foreign = problem is not None
+                if problem is not None:
+                    events.append(StreamEvent(self.last, problem=problem))
+            elif b"text" in fields and not self._foreign:
+                events.append(_text_event(self.last, fields[b"text"]))
+                self._shown = True
         return events
 
     async def drain(self) -> list[StreamEvent]:
@@ -98,3 +127,10 @@ class StreamReader:
             if self.last == before:
                 break
         return events
+
+
+def _text_event(entry_id: str, raw: bytes) -> StreamEvent:
+    try:
+        return StreamEvent(entry_id, bytes(raw).decode())
+    except UnicodeDecodeError:
+        return StreamEvent(entry_id, bytes(raw).decode(errors="replace"), problem=_NOT_UTF8)

@@ -9,6 +9,8 @@ the visibility timeout plus `worker.restore_interval_s` (by then kombu has put b
 whatever it still holds) is dropped when the turn has a result, left alone while the
 turn is claimed (running) or waits in the fair queue (`worker.fleet.fairqueue`: the
 dispatch step restarts its record's clock), and otherwise re-sent with the same turn id.
+A record this release cannot read is dropped when damaged, and left for the sweepers of
+the newer release that wrote it (`worker.fleet.schema`).
 A turn delivered twice runs once (the runner's claim and stored result), so re-sending
 a slow one is safe. With RabbitMQ as the broker (`worker.fleet.rabbitmq`), a confirmed
 publish is not lost by the broker; the records still bring back a turn taken from the
@@ -25,12 +27,12 @@ import time
 from collections.abc import Callable
 
 import structlog
-from pydantic import ValidationError
 
 from breakers.rediskit import text
 from worker.errors import STORE_DOWN
-from worker.fleet.errors import FleetUnavailable
+from worker.fleet.errors import FleetUnavailable, Unreadable
 from worker.fleet.fairqueue import FairKeys
+from worker.fleet.schema import log_unreadable, read_turn
 from worker.fleet.turnstore import TurnStore
 from worker.types import TurnRequest
 
@@ -54,15 +56,18 @@ class Sweeper:
         interval_s: float,
         older_than_s: float,
         on_resent: Callable[[int], None] | None = None,
+        on_unreadable: Callable[[Unreadable], None] | None = None,
     ) -> None:
         """`send`: publish a turn (blocking; `send_turn` on the fleet's app); `on_resent`
-        hears how many turns a round sent again (the metrics)."""
+        hears how many turns a round sent again, `on_unreadable` each record it could not
+        read (the metrics)."""
         self.store = store
         self.send = send
         self.holder = holder
         self.interval_s = interval_s
         self.older_than_s = older_than_s
         self.on_resent = on_resent
+        self.on_unreadable = on_unreadable
         self.fair_index = FairKeys(store.keys.namespace).index()
 
     async def run_forever(self) -> None:
@@ -110,24 +115,29 @@ class Sweeper:
                 continue  # running now, or waiting its turn in the fair queue
             elif payload is None:
                 answered.append(turn_id)  # nothing to send
-            elif await self._resend(turn_id, payload):
+            elif isinstance(turn := self._read(turn_id, payload), TurnRequest):
+                await self._resend(turn)
                 resent += 1
-            else:
-                answered.append(turn_id)
+            elif not turn.newer:
+                answered.append(turn_id)  # damaged: nothing to send
+            # else a newer release's record: its sweepers send it
         if answered:
             await self.store.forget(*answered)
         if resent and self.on_resent is not None:
             self.on_resent(resent)
         return resent
 
-    async def _resend(self, turn_id: str, payload: bytes | str) -> bool:
-        """Send the turn again (its record's score becomes now); False: not a turn."""
+    def _read(self, turn_id: str, payload: bytes | str) -> TurnRequest | Unreadable:
         try:
-            turn = TurnRequest.model_validate_json(payload)
-        except ValidationError:
-            log.warning("turn.record_invalid", turn_id=turn_id)
-            return False
+            return read_turn(payload, turn_id)
+        except Unreadable as exc:
+            log_unreadable(exc)
+            if self.on_unreadable is not None:
+                self.on_unreadable(exc)
+            return exc
+
+    async def _resend(self, turn: TurnRequest) -> None:
+        """Send the turn again (its record's score becomes now)."""
         # send_turn records the turn again: the score moves to now.
         await asyncio.to_thread(self.send, turn)
-        log.warning("turn.resent", turn_id=turn_id)
-        return True
+        log.warning("turn.resent", turn_id=turn.turn_id)

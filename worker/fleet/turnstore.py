@@ -22,6 +22,11 @@ marker goes with the result (`worker.fleet.streams`).
     {N}:workers            zset    process -> ms last seen (`worker.fleet.heartbeat`)
     {N}:worker:<process>   string  its heartbeat JSON     (TTL: heartbeat.KEPT_S)
 
+A result and a sent payload are JSON that relevo 0.1.0 reads strictly: their schema version
+is in no field (`worker.fleet.schema`), and they are read back with `read_result` and
+`read_turn`, which ignore fields this release does not know and raise `Unreadable` for
+what it cannot read. A stream's run marker says its version (`worker.fleet.streams`).
+
 A producer records each turn in `sent` and `payloads` before it publishes it (`send_turn`);
 saving the result removes the record. `worker.fleet.sweeper` re-sends what stays unanswered.
 So a turn id is known while any of its record, claim, stream or result is there
@@ -44,7 +49,8 @@ from redis.asyncio import Redis
 
 from breakers.rediskit import text
 from worker.errors import STORE_DOWN
-from worker.fleet.errors import StreamRestarted
+from worker.fleet.errors import StreamRestarted, Unreadable
+from worker.fleet.schema import STREAM_SCHEMA, log_unreadable, read_result
 from worker.fleet.streams import START, StreamReader
 from worker.guard.autopipeline import AutoPipeline
 from worker.types import TurnResult
@@ -154,9 +160,10 @@ class TurnStore:
         self._saves = 0
 
     async def result(self, turn_id: str) -> TurnResult | None:
-        """The turn's saved result, if it finished."""
+        """The turn's saved result, if it finished; `Unreadable` if this release cannot
+        read the one saved."""
         raw = await self.redis.get(self.keys.result(turn_id))
-        return None if raw is None else TurnResult.model_validate_json(raw)
+        return None if raw is None else read_result(raw, turn_id)
 
     async def known(self, turn_id: str) -> bool:
         """Whether the turn was sent and its traces are kept: recorded as sent (queued),
@@ -166,8 +173,9 @@ class TurnStore:
         return known_from(_raised(await slot.send()))
 
     async def claim(self, turn_id: str, holder: str, ttl_s: float) -> bool | TurnResult:
-        """Take the right to run the turn now (True), unless it already ran (its result)
-        or another delivery is running it (False). One round trip."""
+        """Take the right to run the turn now (True), unless it already ran (its result;
+        `Unreadable` if this release cannot read it) or another delivery is running it
+        (False). One round trip."""
         claim = self.keys.claim(turn_id)
         slot = self.pipes.open()
         slot.pipe.get(self.keys.result(turn_id))
@@ -178,10 +186,11 @@ class TurnStore:
             return bool(claimed)
         if claimed:
             await self.redis.delete(claim)
-        return _parsed(raw)
+        return read_result(cast(bytes, raw), turn_id)
 
     async def save(self, result: TurnResult, *, end_stream: bool = False) -> TurnResult:
-        """Save the result unless one was saved first; return the one that stands.
+        """Save the result unless one was saved first; return the one that stands
+        (`Unreadable` if this release cannot read it).
 
         `end_stream`: end the turn's stream in the same round trip, before the result,
         so that no reader sees a run's text end without its result following.
@@ -208,18 +217,27 @@ class TurnStore:
             slot.pipe.execute_command("ZREMRANGEBYRANK", recent, 0, -RECENT_TURNS - 1)
             slot.pipe.execute_command("EXPIRE", recent, self.ttl_s)
         standing = _raised(await slot.send())[at]
-        return result if standing is None else _parsed(standing)
+        return result if standing is None else read_result(cast(bytes, standing), result.turn_id)
 
     async def recent(self, since_ms: int, count: int = RECENT_TURNS) -> list[TurnResult]:
         """The newest results saved since `since_ms` (ms since the epoch), newest first;
-        turns whose result expired are left out."""
+        turns whose result expired, or that this release cannot read, are left out."""
         ids = await self.redis.zrange(
             self.keys.recent, "+inf", since_ms, desc=True, byscore=True, offset=0, num=count
         )
         if not ids:
             return []
-        raws = await self.redis.mget([self.keys.result(text(i)) for i in ids])
-        return [_parsed(raw) for raw in raws if raw is not None]
+        names = [text(i) for i in ids]
+        raws = await self.redis.mget([self.keys.result(n) for n in names])
+        found = []
+        for turn_id, raw in zip(names, raws, strict=True):
+            if raw is None:
+                continue  # expired since the list was read
+            try:
+                found.append(read_result(raw, turn_id))
+            except Unreadable as exc:
+                log_unreadable(exc)
+        return found
 
     async def forget(self, *turn_ids: str) -> None:
         """Drop the turns' sent records: they will not be re-sent."""
@@ -235,17 +253,18 @@ class TurnStore:
         """Save the result over a "rejected" one (or none); return the one that stands.
 
         For replays of turns the kill switch refused: a result with any other status is
-        an answer (an earlier replay's), and stands. `end_stream`: end the turn's stream
-        first, in the same script (as `save`).
+        an answer (an earlier replay's), and stands (`Unreadable` if this release cannot
+        read it). `end_stream`: end the turn's stream first, in the same script (as `save`).
         """
         turn_id = result.turn_id
         keys = [self.keys.result(turn_id), *([self.keys.chunks(turn_id)] if end_stream else [])]
         args: list[str | int] = [result.model_dump_json(), self.ttl_s, _CHUNK_MAXLEN]
         standing = await self._replace(keys=keys, args=args)
-        return result if standing is None else _parsed(standing)
+        return result if standing is None else read_result(standing, turn_id)
 
     async def wait_result(self, turn_id: str, timeout_s: float) -> TurnResult | None:
-        """Wait for another delivery's result, or for its claim to lapse (None)."""
+        """Wait for another delivery's result, or for its claim to lapse (None);
+        `Unreadable` if this release cannot read the result."""
         loop = asyncio.get_running_loop()
         until = loop.time() + timeout_s
         while loop.time() < until:
@@ -254,7 +273,7 @@ class TurnStore:
             slot.pipe.exists(self.keys.claim(turn_id))
             raw, claimed = _raised(await slot.send())
             if raw is not None:
-                return _parsed(raw)
+                return read_result(cast(bytes, raw), turn_id)
             if not claimed:
                 # Released just now: its result, if it saved one, was written first.
                 return await self.result(turn_id)
@@ -289,7 +308,9 @@ class TurnStore:
 
     async def start_stream(self, turn_id: str, holder: str) -> None:
         """Begin a run's text: what an earlier run of the turn streamed is dropped."""
-        await self._start(keys=[self.keys.chunks(turn_id)], args=[holder, self.ttl_s])
+        await self._start(
+            keys=[self.keys.chunks(turn_id)], args=[holder, self.ttl_s, STREAM_SCHEMA]
+        )
 
     async def publish(self, turn_id: str, text: str) -> None:
         slot = self.pipes.open()
@@ -310,11 +331,12 @@ class TurnStore:
 
     async def tail(self, turn_id: str, *, block_ms: int = 1000) -> AsyncIterator[str]:
         """The turn's content as it arrives, from the start, until its end marker;
-        `StreamRestarted` if the turn runs again after some of it was read."""
+        `StreamRestarted` if the turn runs again after some of it was read, `Unreadable`
+        for a piece this release cannot read."""
         reader = StreamReader(self.redis, self.keys.chunks(turn_id))
         while not reader.ended:
             for event in await reader.read(block_ms):
-                if event.restart:
+                if event.readable(turn_id).restart:
                     raise StreamRestarted(turn_id)
                 yield event.text
 
@@ -325,10 +347,6 @@ def _raised(replies: list[object]) -> list[object]:
         if isinstance(reply, BaseException):
             raise reply
     return replies
-
-
-def _parsed(raw: object) -> TurnResult:
-    return TurnResult.model_validate_json(cast(bytes, raw))
 
 
 def _now_ms() -> int:

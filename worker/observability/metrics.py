@@ -50,6 +50,7 @@ __all__ = [
     "TURNS_RESENT_TOTAL",
     "TURNS_TOTAL",
     "TURN_DURATION_SECONDS",
+    "UNREADABLE_TOTAL",
     "VERSION",
     "TurnMetrics",
     "is_exported",
@@ -76,6 +77,7 @@ LOCAL_BREAKERS = "relevo_local_breakers"
 BACKLOG_WRITES = "relevo_backlog_writes"
 BACKLOG_DROPPED_TOTAL = "relevo_backlog_dropped_total"
 TURNS_RESENT_TOTAL = "relevo_turns_resent_total"
+UNREADABLE_TOTAL = "relevo_unreadable_items_total"
 BUILD_INFO = "relevo_build_info"
 # Read from Redis by the fleet's one exporter (`relevo exporter`), not by every node.
 HELD_TURNS = "relevo_held_turns"
@@ -110,6 +112,9 @@ METRIC_NAMES: dict[str, tuple[str, ...]] = {
     BACKLOG_WRITES: (),
     BACKLOG_DROPPED_TOTAL: (),
     TURNS_RESENT_TOTAL: (),
+    # What a worker could not read ("turn", "request", "result"): a newer release's, or
+    # damaged. Under way during an upgrade, it says the order of the roll is wrong.
+    UNREADABLE_TOTAL: ("what", "cause"),
     BUILD_INFO: ("version",),
     HELD_TURNS: (),
     QUEUE_DEPTH: ("queue",),
@@ -245,6 +250,12 @@ class TurnMetrics:
             "Turns the broker lost, sent again by the sweeper",
             registry=r,
         )
+        self.unreadable_items = Counter(
+            _counter_base(UNREADABLE_TOTAL),
+            "Stored or queued items this process could not read, by cause (newer, damaged)",
+            METRIC_NAMES[UNREADABLE_TOTAL],
+            registry=r,
+        )
         build = Gauge(
             BUILD_INFO,
             "1, labelled with the version this node runs",
@@ -280,6 +291,10 @@ class TurnMetrics:
     def resent(self, turns: int) -> None:
         """Count turns the sweeper sent again."""
         self.turns_resent.inc(turns)
+
+    def unreadable(self, what: str, *, newer: bool) -> None:
+        """Count an item this process could not read (`worker.fleet.errors.Unreadable`)."""
+        self.unreadable_items.labels(what, "newer" if newer else "damaged").inc()
 
     def waited(self, tenant: str, seconds: float) -> None:
         """A turn of `tenant` left the fair queue after `seconds`."""

@@ -55,8 +55,13 @@ def check_request(request: TurnRequest, limits: LimitsSettings) -> None:
     _check_content(request, limits)
 
 
-def checked_turn(payload: TurnRequest | object, limits: LimitsSettings) -> TurnRequest:
-    """The turn in `payload` (a TurnRequest, a dict or JSON text) if valid and within limits."""
+def checked_turn(
+    payload: TurnRequest | object, limits: LimitsSettings, *, queued: bool = False
+) -> TurnRequest:
+    """The turn in `payload` (a TurnRequest, a dict or JSON text) if valid and within limits.
+
+    `queued`: a turn taken from the queue, which a newer release may have sent: fields this
+    release does not know are ignored (`parse_turn_request`), not refused."""
     if isinstance(payload, TurnRequest):
         check_request(payload, limits)
         return payload
@@ -64,7 +69,7 @@ def checked_turn(payload: TurnRequest | object, limits: LimitsSettings) -> TurnR
         raise InputError(f"(root): a turn request is a JSON object, not {_json_type(payload)}")
     check_payload(payload, limits)
     data: dict[str, Any] | str | bytes = payload
-    request = parse_turn_request(data)
+    request = parse_turn_request(data, ignore_unknown=queued)
     _check_content(request, limits)
     return request
 
