@@ -209,7 +209,7 @@ def test_the_fair_queue_through_sentinel_survives_a_failover(
 
     async def go() -> list[str]:
         fair = FairQueue(
-            where.connect(timeout_s=2.0), namespace=namespace, queue=config.worker.queue
+            where.connect(timeout_s=6.0), namespace=namespace, queue=config.worker.queue
         )
         taken: list[str] = []
 
@@ -220,7 +220,8 @@ def test_the_fair_queue_through_sentinel_survives_a_failover(
 
         try:
             await take(5)
-            await fair.redis.execute_command("WAIT", 1, 2000)  # on the replica before the kill
+            # On the replica before the kill; the socket outwaits WAIT on a loaded machine.
+            await fair.redis.execute_command("WAIT", 1, 5000)
             sentinel_topology.wait_for_failover(sentinel_topology.kill_primary())
             deadline = time.monotonic() + 15
             while True:
