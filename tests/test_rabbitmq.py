@@ -403,7 +403,8 @@ def test_a_broker_restart_mid_run_loses_no_turn_and_answers_each_once(
             fleet.start("b", threads=50)
             fleet.wait_consuming(rabbit.url, 2)
             ids = [uuid.uuid4().hex for _ in range(turns)]
-            restart = threading.Thread(target=restart_at, args=(rabbit, senders, turns // 3))
+            senders.pause_at(turns // 3)
+            restart = threading.Thread(target=restart_when_paused, args=(rabbit, senders))
             restart.start()
             senders.send(ids)
             restart.join()
@@ -423,15 +424,17 @@ def test_a_broker_restart_mid_run_loses_no_turn_and_answers_each_once(
     assert "turn.resent" not in (tmp_path / "workers.log").read_text()
 
 
-def restart_at(rabbit: PrivateRabbit, senders: Senders, sent: int) -> None:
-    """Stop the broker once `sent` turns are sent, and start it again a second later."""
-    until = time.monotonic() + 60
-    while senders.sent < sent and time.monotonic() < until:
-        time.sleep(0.01)
+def restart_when_paused(rabbit: PrivateRabbit, senders: Senders) -> None:
+    """Stop the broker once the senders reach their pause, let them go on against the stopped
+    broker, and start it again a second later. Without the pause a fast machine sent every
+    turn before `rabbitmqctl stop_app` had taken effect."""
+    senders.paused.wait(timeout=60)
     try:
         rabbit.stop_app()
+        senders.resume()
         time.sleep(1)
     finally:
+        senders.resume()
         rabbit.start_app()
 
 
@@ -445,7 +448,17 @@ class Senders:
         self.sent = 0
         self.refused = 0
         self.errors: list[str] = []
+        self.paused = threading.Event()
+        self._pause_at: int | None = None
+        self._go_on = threading.Event()
         self._lock = threading.Lock()
+
+    def pause_at(self, sent: int) -> None:
+        """Hold every lane once `sent` turns are sent, until `resume`."""
+        self._pause_at = sent
+
+    def resume(self) -> None:
+        self._go_on.set()
 
     def send(self, ids: list[str]) -> None:
         threads = [
@@ -459,6 +472,9 @@ class Senders:
 
     def _lane(self, ids: list[str], lane: int) -> None:
         for at, turn_id in enumerate(ids):
+            if self._pause_at is not None and self.sent >= self._pause_at:
+                self.paused.set()
+                self._go_on.wait(timeout=60)
             turn = request(f"t{at % 5}", deadline_s=120, turn_id=turn_id)
             app = self.apps[(at + lane) % len(self.apps)]
             until = time.monotonic() + 90
