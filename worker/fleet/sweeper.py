@@ -69,6 +69,9 @@ class Sweeper:
         self.on_resent = on_resent
         self.on_unreadable = on_unreadable
         self.fair_index = FairKeys(store.keys.namespace).index()
+        # A newer release's records, already reported: its sweepers send them, and one
+        # such record would otherwise be logged and counted again every round.
+        self._newer_seen: set[str] = set()
 
     async def run_forever(self) -> None:
         """Sweep every interval (with jitter, so processes started together spread out)."""
@@ -131,6 +134,12 @@ class Sweeper:
         try:
             return read_turn(payload, turn_id)
         except Unreadable as exc:
+            if exc.newer:
+                if turn_id in self._newer_seen:
+                    return exc
+                if len(self._newer_seen) >= _BATCH * 20:
+                    self._newer_seen.clear()
+                self._newer_seen.add(turn_id)
             log_unreadable(exc)
             if self.on_unreadable is not None:
                 self.on_unreadable(exc)
