@@ -265,7 +265,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--concurrency", type=int, default=50, help="turns in flight (50)")
     parser.add_argument("--latency-ms", type=float, default=20.0, help="primary latency (20)")
     parser.add_argument("--warmup", type=int, default=200, help="turns per contender first")
-    parser.add_argument("--parked", type=int, default=1000, help="turns held for memory (1000)")
+    parser.add_argument("--parked", type=int, default=1000, help="turns held for memory (1000; 0 skips it)")
     parser.add_argument("--parked-s", type=float, default=5.0, help="how long they are held")
     parser.add_argument(
         "--loop",
@@ -282,6 +282,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             setattr(args, key, value)
     if args.quick:
         args.parked_s = min(args.parked_s, 3.0)
+    if args.parked < 0:
+        parser.error("--parked must be 0 or more")
     return args
 
 
@@ -296,7 +298,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         kit.say(f"# event loop: {args.loop}")
         per = (uvloop.run if args.loop == "uvloop" else asyncio.run)(cpu_runs(args, rig))
         rig.sim.set_faults(kit.PRIMARY)
-        memory = memory_runs(args, rig)
+        memory = memory_runs(args, rig) if args.parked > 0 else {}
     report(per, memory)
     kit.say(f"# done in {time.monotonic() - started:.0f} s")
     return 0

@@ -368,3 +368,17 @@ def test_both_releases_ran_turns_of_both_producers_past_open_breakers_and_budget
     assert {r.step for r in results.values() if r.status is Status.OK} == {0, 1}
     refused = Counter(r.reason for r in results.values() if r.reason in BUDGET_REASONS)
     assert refused.keys() >= {"tenant_budget_exhausted", "fallback_cap_reached"}, refused
+
+
+def test_a_strict_budget_is_never_overspent_by_either_release(run: Run) -> None:
+    """The small-budget tenant has no overdraft: both releases' reservations together keep
+    its spend within the limit, while each release answers some of its turns and refuses
+    others."""
+    report = run.ledger[TIGHT]
+    assert report.day.spent_micros <= report.day.limit_micros, report
+    ended = Counter(
+        (run.ran_by.get(r.turn_id), r.status) for r in run.results.values() if r.tenant_id == TIGHT
+    )
+    for release in ("previous", "current"):
+        assert ended[release, Status.OK] > 0, ended
+        assert ended[release, Status.DEGRADED] > 0, ended
