@@ -265,7 +265,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--concurrency", type=int, default=50, help="turns in flight (50)")
     parser.add_argument("--latency-ms", type=float, default=20.0, help="primary latency (20)")
     parser.add_argument("--warmup", type=int, default=200, help="turns per contender first")
-    parser.add_argument("--parked", type=int, default=1000, help="turns held for memory (1000; 0 skips it)")
+    parser.add_argument(
+        "--parked", type=int, default=1000, help="turns held for memory (1000; 0 skips it)"
+    )
     parser.add_argument("--parked-s", type=float, default=5.0, help="how long they are held")
     parser.add_argument(
         "--loop",

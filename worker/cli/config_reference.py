@@ -45,7 +45,7 @@ model's slug holds a `/`, so `[models]` is set in the file only. Amounts are dol
 the file and integer micro-dollars everywhere else.
 
 This page is written by `python -m worker.cli.config_reference` from the settings
-models (`worker/settings.py`); each meaning is the field's docstring there.
+models (the `worker.settings` package); each meaning is the field's docstring there.
 """
 
 
@@ -129,7 +129,7 @@ def _nested_lists(model: type[BaseModel], path: tuple[str, ...]) -> list[Key]:
 
 def _key(path: tuple[str, ...], env: tuple[str, ...] | None, field: FieldInfo) -> Key:
     if not field.description:
-        raise ValueError(f"{'.'.join(path)}: no docstring (worker/settings.py)")
+        raise ValueError(f"{'.'.join(path)}: no docstring (the worker.settings package)")
     return Key(
         path=".".join(path),
         type=_type(field),

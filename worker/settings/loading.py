@@ -1,0 +1,206 @@
+"""The settings object and how it is loaded: a TOML file, then the environment, then the
+cross-references no single field can see."""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, ValidationError
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+import breakers
+import budgets
+from budgets.keys import check_namespace
+from worker.errors import ConfigError
+from worker.settings.base import ModelSlug, Name
+from worker.settings.chain import ChainSettings, DegradationSettings, RetrySettings
+from worker.settings.fleet import FairnessSettings, LimitsSettings, WorkerSettings
+from worker.settings.operations import ConsoleSettings, HttpSettings, ObservabilitySettings
+from worker.settings.providers import ModelSettings, ProviderSettings
+from worker.settings.stores import BreakerSettings, BrokerSettings, BudgetSettings, RedisSettings
+
+
+class Settings(BaseSettings):
+    """Everything relevo is configured with."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="RELEVO_",
+        env_nested_delimiter="__",
+        # An empty variable is an unset one, as everywhere relevo reads its environment
+        # (worker/fleet/environment.py).
+        env_ignore_empty=True,
+        frozen=True,
+        extra="forbid",
+        use_attribute_docstrings=True,
+    )
+
+    turn_deadline_s: float = Field(default=60.0, gt=0, le=3600)
+    """The longest any turn may take; a request's `deadline_s` may be shorter."""
+    chain: ChainSettings
+    """The models a turn may use, in order."""
+    providers: dict[Name, ProviderSettings] = Field(min_length=1)
+    """The provider endpoints and accounts, by a name of your choice."""
+    models: dict[ModelSlug, ModelSettings] = Field(min_length=2)
+    """The models, by slug (`vendor/model`)."""
+    retry: RetrySettings = RetrySettings()
+    degradation: DegradationSettings = DegradationSettings()
+    redis: RedisSettings = RedisSettings()
+    broker: BrokerSettings = BrokerSettings()
+    breakers: BreakerSettings = BreakerSettings()
+    budgets: BudgetSettings = BudgetSettings()
+    worker: WorkerSettings = WorkerSettings()
+    limits: LimitsSettings = LimitsSettings()
+    fairness: FairnessSettings = FairnessSettings()
+    observability: ObservabilitySettings = ObservabilitySettings()
+    console: ConsoleSettings = ConsoleSettings()
+    http: HttpSettings = HttpSettings()
+
+    @property
+    def visibility_timeout_s(self) -> float:
+        return self.worker.visibility_timeout_s or 2 * self.turn_deadline_s + 60
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The file's contents arrive as init arguments; the environment overrides them.
+        return env_settings, init_settings
+
+    def check(self) -> None:
+        """Cross-references that a single field cannot see."""
+        problems = []
+        if len(set(self.chain.models)) != len(self.chain.models):
+            problems.append("chain.models: a model appears twice")
+        for index, slug in enumerate(self.chain.models):
+            if slug not in self.models:
+                problems.append(f"chain.models[{index}]: {slug!r} is not defined under [models]")
+        for slug, model in self.models.items():
+            for index, serving in enumerate(model.serve):
+                if serving.provider not in self.providers:
+                    problems.append(
+                        f'models."{slug}".serve[{index}].provider: '
+                        f"{serving.provider!r} is not defined under [providers]"
+                    )
+        problems.extend(self._degradation_problems())
+        problems.extend(self._key_name_problems())
+        if self.visibility_timeout_s <= self.turn_deadline_s:
+            problems.append(
+                "worker.visibility_timeout_s: must be longer than turn_deadline_s, or a live "
+                "turn would be handed to a second worker"
+            )
+        if self.budgets.hold_ttl_s < self.turn_deadline_s:
+            problems.append(
+                "budgets.hold_ttl_s: must be at least turn_deadline_s, or a live turn's "
+                "reservation could be reclaimed"
+            )
+        if problems:
+            raise ConfigError("; ".join(problems))
+
+    def _degradation_problems(self) -> list[str]:
+        """The cheaper model must be one the worker can call, and not the primary it
+        stands in for (that reservation was just refused)."""
+        slug = self.degradation.cheaper_model
+        if slug is None:
+            return []
+        if slug not in self.models:
+            return [f"degradation.cheaper_model: {slug!r} is not defined under [models]"]
+        if slug == self.chain.models[0]:
+            return [
+                f"degradation.cheaper_model: {slug!r} is the chain's primary; name a cheaper model"
+            ]
+        return []
+
+    def _key_name_problems(self) -> list[str]:
+        """Names that become Redis keys, checked by the rules of `breakers` and `budgets`."""
+        # The field patterns are looser (e.g. ".." or 200+ characters in a scope), and a name
+        # those packages refuse would only fail later, on every turn.
+        checks: list[tuple[str, str, Callable[[str], object]]] = [
+            ("redis.namespace", self.redis.namespace, breakers.validate_name),
+            ("redis.namespace", self.redis.namespace, check_namespace),
+        ]
+        checks += [(f"providers.{n}", n, budgets.check_provider) for n in self.providers]
+        for slug, model in self.models.items():
+            where = f'models."{slug}"'
+            checks.append((f"{where}.vendor", f"vendor:{model.vendor}", breakers.validate_name))
+            for index, serving in enumerate(model.serve):
+                at = f"{where}.serve[{index}]"
+                scope = f"model:{slug}@{serving.provider}"
+                checks.append((at, scope, breakers.validate_name))
+                checks.append((f"{at}.model_id", serving.model_id, breakers.validate_name))
+        problems = []
+        for where, name, check in checks:
+            try:
+                check(name)
+            except (breakers.InvalidNameError, budgets.InvalidNameError) as exc:
+                problems.append(f"{where}: {exc}")
+        return problems
+
+    def chain_providers(self) -> list[str]:
+        """The providers the chain can call, in order of first use."""
+        names: dict[str, None] = {}
+        slugs = list(self.chain.models)
+        cheaper = self.degradation.cheaper_model
+        if self.degradation.action == "cheaper_model" and cheaper is not None:
+            # Its providers' keys are checked at start-up too, not at the first degraded turn.
+            slugs.append(cheaper)
+        for slug in slugs:
+            for serving in self.models[slug].serve:
+                names[serving.provider] = None
+        return list(names)
+
+    def check_secrets(self) -> None:
+        """Every provider the chain needs has its API key where the config says."""
+        for name in self.chain_providers():
+            provider = self.providers[name]
+            if provider.api_key_env is None and provider.api_key_file is None:
+                continue
+            if provider.api_key() is None:
+                source = (
+                    f"file {provider.api_key_file}"
+                    if provider.api_key_file is not None
+                    else f"environment variable {provider.api_key_env}"
+                )
+                key = "api_key_file" if provider.api_key_file is not None else "api_key_env"
+                raise ConfigError(f"providers.{name}.{key}: no API key in {source}")
+
+
+def load_settings(
+    path: Path | str | None = None,
+    *,
+    data: dict[str, Any] | None = None,
+    require_secrets: bool = True,
+) -> Settings:
+    """Load and check the configuration from a TOML file (or a dict), then the environment."""
+    raw: dict[str, Any] = dict(data or {})
+    if path is not None:
+        try:
+            raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(f"cannot read configuration file {path}: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    try:
+        settings = Settings(**raw)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc)) from None
+    settings.check()
+    if require_secrets:
+        settings.check_secrets()
+    return settings
+
+
+def _describe(exc: ValidationError) -> str:
+    lines = []
+    for error in exc.errors(include_input=False, include_url=False):
+        parts = [f'"{p}"' if isinstance(p, str) and "/" in p else str(p) for p in error["loc"]]
+        message = error["msg"].removeprefix("Value error, ")
+        lines.append(f"{'.'.join(parts) or '(root)'}: {message}")
+    return "; ".join(lines)
