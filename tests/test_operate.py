@@ -45,6 +45,7 @@ from worker.cli.main import main
 from worker.fleet import AsyncTurnHandle, Producer, StreamEvent
 from worker.fleet.app import make_app
 from worker.fleet.enqueue import TurnHandle, enqueue_turn
+from worker.fleet.heartbeat import Heartbeat, beat
 from worker.fleet.replay import Delivery, Replayed, ReplaySummary, chain_runner, replay_held
 from worker.fleet.runner import TurnRunner
 from worker.fleet.testing import InProcessWorker
@@ -329,6 +330,37 @@ def test_kill_switch_on_status_off_round_trip(
     assert relevo("kill-switch", "status") == 0
     assert capsys.readouterr().out.startswith("kill switch: off")
     assert on_redis(redis_url, lambda c: breakers.KillSwitch(c, namespace=ns).status()) is None
+
+
+def test_kill_switch_on_names_the_workers_that_may_not_have_seen_it(
+    ns: str, redis_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A live process on local breakers is named; a silent one is counted; a healthy one
+    is neither."""
+    now_ms = int(time.time() * 1000)
+    keys = TurnKeys(ns)
+
+    def process(pid: int, *, local: bool) -> Heartbeat:
+        return Heartbeat(
+            host="node-a", pid=pid, version="x", in_flight=0, local_breakers=local,
+            started_ms=now_ms - 60_000,
+        )  # fmt: skip
+
+    async def write(client: Redis) -> None:
+        await beat(client, keys, process(1, local=False))
+        await beat(client, keys, process(2, local=True))
+        gone = process(3, local=False).model_copy(update={"seen_ms": now_ms - 40_000})
+        await client.set(keys.worker(gone.process), gone.model_dump_json())
+        await client.zadd(keys.workers, {gone.process: gone.seen_ms})
+
+    on_redis(redis_url, write)
+    assert relevo("kill-switch", "on", "--reason", "drill") == 0
+    out = capsys.readouterr().out
+    assert "Every worker process that reaches Redis has seen it." in out
+    assert "1 worker process(es) could not reach Redis at their last heartbeat" in out
+    assert out.count("node-a:") == 1
+    assert "node-a:2" in out
+    assert "1 worker process(es) silent for more than 15 s" in out
 
 
 def test_kill_switch_who_defaults_to_the_user(

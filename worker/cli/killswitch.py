@@ -7,6 +7,8 @@ While it is on no turn calls any provider; turns end `rejected` and are held for
 from __future__ import annotations
 
 import argparse
+import asyncio
+import time
 from typing import Any
 
 import breakers
@@ -23,8 +25,10 @@ from worker.cli.common import (
 )
 from worker.cli.parsing import Commands, add_command, add_redis_options
 from worker.fleet.audit import AuditTrail, cli_actor
+from worker.fleet.heartbeat import ALIVE_S, Unreached, read_heartbeats, unreached
 from worker.fleet.operations import check_text, switch_settle_s
 from worker.fleet.operator_config import redis_settings
+from worker.fleet.turnstore import TurnKeys
 
 __all__ = ["register"]
 
@@ -37,9 +41,33 @@ async def _kill_on(args: argparse.Namespace) -> int:
         async with trail.acting(cli_actor(who), "kill_switch.on", "fleet", reason) as done:
             state = await breakers.KillSwitch(client, namespace=where.namespace).on(who, reason)
             done.text = f"kill switch ON by {state.who}: {state.reason}"
-    print(f"kill switch ON since {utc(state.since_ms)} by {state.who}: {state.reason}")
-    print("No turn calls any provider; turns are held for `relevo replay-held`.")
+        print(f"kill switch ON since {utc(state.since_ms)} by {state.who}: {state.reason}")
+        print("No turn calls any provider; turns are held for `relevo replay-held`.", flush=True)
+        # Every turn reads the switch, but a worker whose read timed out decides on its
+        # memory of the switch until its next look: by now every look has been taken.
+        await asyncio.sleep(switch_settle_s(where))
+        try:
+            beats = await read_heartbeats(client, TurnKeys(where.namespace))
+        except breakers.STORE_ERRORS:
+            print("Could not read the workers' heartbeats: see the console's fleet page.")
+            return 0
+    print("Every worker process that reaches Redis has seen it.")
+    _say_unreached(unreached(beats.beats, int(time.time() * 1000)))
     return 0
+
+
+def _say_unreached(found: Unreached) -> None:
+    if found.cut_off:
+        names = ", ".join(b.process for b in found.cut_off)
+        print(
+            f"{len(found.cut_off)} worker process(es) could not reach Redis at their last "
+            f"heartbeat and run turns until they reach it again: {names}"
+        )
+    if found.silent:
+        print(
+            f"{len(found.silent)} worker process(es) silent for more than {ALIVE_S:.0f} s "
+            "(stopped, or cut off from Redis): the console's fleet page lists them."
+        )
 
 
 async def _kill_off(args: argparse.Namespace) -> int:
@@ -102,7 +130,15 @@ def register(commands: Commands) -> None:
     )
     add_redis_options(kill, json=False)
     modes = kill.add_subparsers(dest="mode", required=True, metavar="MODE")
-    on = add_command(modes, "on", "stop every provider call fleet-wide; hold turns", exits=exits)
+    on = add_command(
+        modes,
+        "on",
+        "stop every provider call fleet-wide; hold turns",
+        exits=exits,
+        details="Returns once every worker that reaches Redis has seen the switch on "
+        "([redis] rejoin_check_s plus timeout_s later), and names the worker processes "
+        "that could not reach Redis at their last heartbeat.",
+    )
     on.add_argument("--reason", required=True)
     on.add_argument("--who", help="defaults to $USER")
     add_redis_options(on, json=False)

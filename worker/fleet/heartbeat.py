@@ -29,9 +29,11 @@ __all__ = [
     "Heartbeat",
     "Heartbeats",
     "Node",
+    "Unreached",
     "beat",
     "nodes",
     "read_heartbeats",
+    "unreached",
 ]
 
 BEAT_EVERY_S = 5.0
@@ -148,3 +150,20 @@ def nodes(beats: list[Heartbeat], now_ms: int) -> list[Node]:
             )
         )
     return found
+
+
+@dataclass(frozen=True)
+class Unreached:
+    """The worker processes that may not be reading the shared state now."""
+
+    cut_off: list[Heartbeat]  # alive, and said they could not reach Redis
+    silent: list[Heartbeat]  # not heard from within ALIVE_S: stopped, or cut off from Redis
+
+
+def unreached(beats: list[Heartbeat], now_ms: int) -> Unreached:
+    """What a person who just flipped the kill switch needs to know: the processes that
+    run turns on their own memory of it until they reach Redis again, if they are running."""
+    return Unreached(
+        [b for b in beats if b.alive(now_ms) and b.local_breakers],
+        [b for b in beats if not b.alive(now_ms)],
+    )
