@@ -7,13 +7,17 @@ command hangs, as under `DEBUG SLEEP`) while turns are answered, then resumed.
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
+import os
 import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from decimal import Decimal
+from multiprocessing.synchronize import Event as EventType
 
 import pytest
 from structlog.testing import capture_logs
@@ -88,8 +92,10 @@ def wait_for(check: object, timeout_s: float) -> float:
 
 def stored(runner: TurnRunner, turn_ids: list[str]) -> tuple[list[TurnResult | None], int]:
     """What `relevo result` would read for each turn, and the tenant's spend today."""
-    config = runner.settings.redis
+    return read_books(runner.settings.redis, turn_ids)
 
+
+def read_books(config: RedisSettings, turn_ids: list[str]) -> tuple[list[TurnResult | None], int]:
     async def read() -> tuple[list[TurnResult | None], int]:
         client = breakers.connect(config.url, timeout_s=2.0)
         try:
@@ -180,6 +186,94 @@ def test_while_the_store_is_away_turns_in_flight_count_against_the_allowance(
     }
     assert sim.calls("alpha") == 1 + 2
     assert sum(r.cost_micros for r in offline) <= allowance * 1_000_000
+
+
+def test_while_the_store_is_away_each_process_keeps_to_its_own_allowance(
+    sim: Simulator,
+    private_redis: tuple[str, subprocess.Popen[bytes]],
+    namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two worker processes, twelve turns at once in each while Redis is stopped: each
+    process starts only the calls its own allowance fits, so the tenant's offline spend
+    stays within two allowances, and the books hold all of it once Redis answers."""
+    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
+    sim.reset()
+    url, redis_server = private_redis
+    redis = {"url": url, "namespace": namespace, "timeout_s": 0.25, "rejoin_check_s": 0.2}
+    worst = worst_case(configured(sim, redis), "openai/alpha")
+    allowance = Decimal(2 * worst + worst // 2) / 1_000_000
+    spawn = multiprocessing.get_context("spawn")
+    go, resumed, out = spawn.Event(), spawn.Event(), spawn.Queue()
+    cues = [Cues(spawn.Event(), go, resumed, out) for _ in range(2)]
+    processes = [
+        spawn.Process(target=offline_process, args=(sim.url, redis, str(allowance), cue))
+        for cue in cues
+    ]
+    for process in processes:
+        process.start()
+    try:
+        for cue in cues:
+            assert cue.ready.wait(60), "a worker process did not start"
+        sim.set_faults("alpha", Fault(latency_s=1.0))  # in flight together in each process
+        redis_server.send_signal(signal.SIGSTOP)
+        go.set()
+        ran = [out.get(timeout=60) for _ in processes]
+        redis_server.send_signal(signal.SIGCONT)
+        resumed.set()
+        unsent = [out.get(timeout=60) for _ in processes]
+    finally:
+        redis_server.send_signal(signal.SIGCONT)
+        resumed.set()
+        for process in processes:
+            process.join(timeout=30)
+            if process.is_alive():
+                process.kill()
+    assert unsent == [0, 0]  # each backlog reached Redis
+    warm = [TurnResult.model_validate_json(r) for r, _ in ran]
+    offline = [TurnResult.model_validate_json(r) for _, each in ran for r in each]
+    for _, each in ran:  # each process: two calls fit its allowance, ten degrade before a call
+        statuses = sorted(TurnResult.model_validate_json(r).status for r in each)
+        assert statuses == [Status.DEGRADED] * 10 + [Status.OK] * 2
+    assert sim.calls("alpha") == 2 + 4
+    offline_spend = sum(r.cost_micros for r in offline)
+    assert 0 < offline_spend <= 2 * allowance * 1_000_000
+    _, spent = read_books(RedisSettings(url=url, namespace=namespace), [])
+    assert spent == offline_spend + sum(r.cost_micros for r in warm)
+
+
+@dataclass(frozen=True)
+class Cues:
+    """How the test and one of its worker processes keep in step."""
+
+    ready: EventType  # the process ran a turn while Redis answered
+    go: EventType  # Redis is stopped: run the turns
+    resumed: EventType  # Redis answers again: deliver the backlog
+    out: multiprocessing.Queue[object]  # the results, then what the backlog still holds
+
+
+def offline_process(sim_url: str, redis: dict[str, object], allowance: str, cues: Cues) -> None:
+    """One worker process of the test above: a turn while Redis answers, twelve at once
+    once it is stopped, then its backlog delivered once it answers again."""
+    os.environ["RELEVO_TEST_KEY"] = KEY
+    config = settings(
+        sim_url, redis=redis, budgets={"offline_allowance_usd": allowance}, first_byte_timeout_s=5.0
+    )
+    runner = TurnRunner(config)
+    try:
+        (warm,) = run(runner, 1)
+        cues.ready.set()
+        cues.go.wait(60)
+        with ThreadPoolExecutor(12) as threads:
+            offline = list(threads.map(lambda _: run(runner, 1)[0], range(12)))
+        cues.out.put((warm.model_dump_json(), [r.model_dump_json() for r in offline]))
+        cues.resumed.wait(60)
+        deadline = time.monotonic() + 20
+        while len(runner.guard.backlog) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        cues.out.put(len(runner.guard.backlog))
+    finally:
+        runner.close()
 
 
 def test_turns_the_kill_switch_refused_during_a_stall_are_all_replayed(
