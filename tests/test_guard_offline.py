@@ -13,9 +13,12 @@ import time
 from collections.abc import AsyncIterator
 
 import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from tests.chainkit import KEY, settings
 from worker.guard import Availability, Charge, Conclusion, Refusal, Signal, Target
+from worker.guard.allowance import OfflineAllowance
+from worker.guard.backlog import Backlog
 from worker.guard.redis_guard import RedisGuard, open_guard
 from worker.simulator import Simulator
 
@@ -55,6 +58,27 @@ async def until(check: object, timeout_s: float) -> None:
         await asyncio.sleep(0.02)
 
 
+async def test_the_allowance_counts_a_call_at_its_worst_while_it_runs_then_at_its_cost() -> None:
+    backlog = Backlog(retry_every_s=3600)
+    allowance = OfflineAllowance(2 * 3_000 + 500, backlog)  # two worst cases, and a little
+    assert [allowance.admit(charge(n)) for n in range(3)] == [
+        None,
+        None,
+        Refusal.BUDGET_UNREACHABLE,
+    ]
+    allowance.ended(charge(0))  # it cost 1,000, not yet told to Redis
+
+    async def unsent() -> None:
+        raise RedisConnectionError("Redis is away")
+
+    backlog.add("settle:0", "settle", unsent, micros=1_000, tenant="acme")
+    assert allowance.admit(charge(3)) is Refusal.BUDGET_UNREACHABLE  # 1,000 + 3,000 + 3,000
+    allowance.ended(charge(1))
+    assert allowance.admit(charge(4)) is None  # 1,000 + 3,000
+    assert allowance.admit(Charge("t:run:5", "other", "oa", 1_000, False, 3_000)) is None
+    await backlog.aclose()
+
+
 async def test_each_method_answers_locally_and_its_writes_land_when_redis_answers(
     guard: RedisGuard, private_redis: tuple[str, subprocess.Popen[bytes]]
 ) -> None:
@@ -92,7 +116,7 @@ async def test_calls_admitted_offline_count_at_their_worst_until_they_end(
     guard: RedisGuard, private_redis: tuple[str, subprocess.Popen[bytes]]
 ) -> None:
     _, proc = private_redis
-    guard.offline_allowance_micros = 2 * 3_000 + 500  # two worst cases, and a little
+    guard.offline.micros = 2 * 3_000 + 500  # two worst cases, and a little
     await guard.admit([ALPHA], None)
     proc.send_signal(signal.SIGSTOP)
     # Three calls start before any ends: the third would pass the allowance at its worst.

@@ -31,6 +31,7 @@ from redis.exceptions import NoScriptError
 import breakers
 import budgets
 from worker.errors import STORE_DOWN, STORE_REFUSED, StoreForbidden, StoreUnreachable
+from worker.guard.allowance import OfflineAllowance
 from worker.guard.autopipeline import AutoPipeline
 from worker.guard.backlog import Backlog
 from worker.guard.protocol import (
@@ -113,14 +114,10 @@ class RedisGuard:
         self.hold_ttl_s = hold_ttl_s
         self.pipes = pipes or AutoPipeline(redis)
         self.backlog = backlog or Backlog()
-        self.offline_allowance_micros = offline_allowance_micros
+        self.offline = OfflineAllowance(offline_allowance_micros, self.backlog)
         self.sizer = sizer
         self.budgets_reachable = True
         """False from a budget script Redis missed until the next one it answers."""
-        # Calls admitted while the budgets could not be reached, until they end: by charge
-        # id, and their worst cases summed per tenant.
-        self._offline: dict[str, Charge] = {}
-        self._offline_micros: dict[str, int] = {}
         self._scripts_loaded = False
         self._scripts_loading = asyncio.Lock()
 
@@ -151,7 +148,7 @@ class RedisGuard:
                 if first is None:
                     return Admission(view(state, targets))
                 if not state.fleet_view:
-                    return Admission(view(state, targets), self._admit_offline(first))
+                    return Admission(view(state, targets), self.offline.admit(first))
                 return Admission(view(state, targets), await self._reserve_alone(first))
             slot = self.pipes.open()
             parse_state = self.circuits.check_on(slot.pipe, names, pairs, accounts)
@@ -177,7 +174,7 @@ class RedisGuard:
                 if state.kill_switch is not None:
                     return Refusal.KILL_SWITCH
                 if not state.fleet_view:
-                    return self._admit_offline(charge)
+                    return self.offline.admit(charge)
                 return await self._reserve_alone(charge)
             slot = self.pipes.open()
             parse_state = self.circuits.check_on(slot.pipe, ())
@@ -220,7 +217,7 @@ class RedisGuard:
 
     async def conclude(self, end: Conclusion) -> None:
         charge, cost = end.charge, end.cost_micros
-        self._ended_offline(charge)
+        self.offline.ended(charge)
         entries = to_entries(end)
         with _STORE_ERRORS:
             if not self.circuits.fleet_view:
@@ -387,37 +384,14 @@ class RedisGuard:
             self.budgets_reachable = False
             log.warning("guard.budgets_unreachable", error=str(exc))
 
-    # -- the offline allowance -----------------------------------------------------------
-
-    def _admit_offline(self, charge: Charge) -> Refusal | None:
-        """While the budgets cannot be reached: start the call only if its worst case fits
-        what the tenant has left of its allowance in this process, counting the calls
-        still running at their worst case and those ended at their cost."""
-        tenant = charge.tenant
-        spent = self.backlog.pending_micros(tenant) + self._offline_micros.get(tenant, 0)
-        if spent + charge.worst > self.offline_allowance_micros:
-            return Refusal.BUDGET_UNREACHABLE
-        self._offline[charge.charge_id] = charge
-        self._offline_micros[tenant] = self._offline_micros.get(tenant, 0) + charge.worst
-        return None
-
     def _reservation_missed(self, charge: Charge) -> Refusal | None:
         """A reservation sent that Redis did not answer: decided offline. Refused, its
         release is kept, as the command may still run when Redis wakes (a hold nobody
         would settle, to be reclaimed and charged); admitted, its end is sent anyway."""
-        refusal = self._admit_offline(charge)
+        refusal = self.offline.admit(charge)
         if refusal is not None:
             self._journal(charge, None)
         return refusal
-
-    def _ended_offline(self, charge: Charge) -> None:
-        if self._offline.pop(charge.charge_id, None) is None:
-            return
-        left = self._offline_micros[charge.tenant] - charge.worst
-        if left:
-            self._offline_micros[charge.tenant] = left
-        else:
-            del self._offline_micros[charge.tenant]
 
 
 def open_guard(settings: Settings, redis: Redis | None = None) -> RedisGuard:

@@ -1,0 +1,47 @@
+"""The offline allowance: what a tenant may start in one process while the budgets are away.
+
+Redis holds every tenant's limits and spend; while it cannot be reached, a process still
+lets each tenant start calls worth up to its allowance. A call counts at its worst case
+(`Charge.worst`) from its start to its end, then at its cost until Redis has been told
+(the backlog's pending settlements), so calls in flight at once cannot pass it together.
+"""
+
+from __future__ import annotations
+
+from worker.guard.backlog import Backlog
+from worker.guard.protocol import Charge, Refusal
+
+__all__ = ["OfflineAllowance"]
+
+
+class OfflineAllowance:
+    """One process's allowance per tenant, `micros` each (0: no call starts offline)."""
+
+    def __init__(self, micros: int, backlog: Backlog) -> None:
+        self.micros = micros
+        self._backlog = backlog
+        # The calls admitted offline and still running: by charge id, and their worst
+        # cases summed per tenant.
+        self._running: dict[str, Charge] = {}
+        self._running_micros: dict[str, int] = {}
+
+    def admit(self, charge: Charge) -> Refusal | None:
+        """Start the call only if its worst case fits what its tenant has left, counting
+        the calls still running at their worst case and those ended at their cost."""
+        tenant = charge.tenant
+        spent = self._backlog.pending_micros(tenant) + self._running_micros.get(tenant, 0)
+        if spent + charge.worst > self.micros:
+            return Refusal.BUDGET_UNREACHABLE
+        self._running[charge.charge_id] = charge
+        self._running_micros[tenant] = self._running_micros.get(tenant, 0) + charge.worst
+        return None
+
+    def ended(self, charge: Charge) -> None:
+        """The call ended: from now on its cost counts, in the backlog, until Redis has it."""
+        if self._running.pop(charge.charge_id, None) is None:
+            return
+        left = self._running_micros[charge.tenant] - charge.worst
+        if left:
+            self._running_micros[charge.tenant] = left
+        else:
+            del self._running_micros[charge.tenant]
