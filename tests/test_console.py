@@ -19,8 +19,8 @@ import redis
 
 from breakers import FleetBreakers, Gone, Pair, connect
 from budgets import Share
-from tests.chainkit import KEY, worker_config
-from tests.consolekit import BASE, csrf_of, http_console, log_in
+from tests.chainkit import KEY
+from tests.consolekit import BASE, console_config, csrf_of, http_console, log_in
 from tests.netkit import free_port
 from tests.test_security_names import ALLOWED, TRICKY
 from worker.console.auth import TOKENS_ENV, Principal, Role, Tokens, load_tokens
@@ -43,11 +43,7 @@ TOKENS = Tokens(
 
 @pytest.fixture
 def config(redis_url: str, namespace: str, tmp_path: Path) -> Path:
-    path = tmp_path / "chain.toml"
-    path.write_text(
-        worker_config(sim="http://127.0.0.1:9", redis_url=redis_url, namespace=namespace)
-    )
-    return path
+    return console_config(tmp_path, redis_url, namespace)
 
 
 @pytest.fixture

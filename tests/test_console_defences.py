@@ -20,8 +20,7 @@ import pytest
 import redis
 from structlog.testing import capture_logs
 
-from tests.chainkit import worker_config
-from tests.consolekit import csrf_of, http_console, log_in
+from tests.consolekit import console_config, csrf_of, http_console, log_in
 from tests.test_cli_surface import redis_only, relevo
 from worker.console.auth import TOKENS_ENV, Principal, Role, Tokens, load_tokens
 from worker.console.gate import exposure_warnings
@@ -41,11 +40,7 @@ BIDI = "all clear \u202eFFO ton od\u202c"
 
 @pytest.fixture
 def config(redis_url: str, namespace: str, tmp_path: Path) -> Path:
-    path = tmp_path / "chain.toml"
-    path.write_text(
-        worker_config(sim="http://127.0.0.1:9", redis_url=redis_url, namespace=namespace)
-    )
-    return path
+    return console_config(tmp_path, redis_url, namespace)
 
 
 @pytest.fixture

@@ -15,8 +15,7 @@ import redis.asyncio
 
 import budgets
 from breakers import Operators
-from tests.chainkit import worker_config
-from tests.consolekit import http_console, log_in
+from tests.consolekit import console_config, http_console, log_in
 from tests.test_console import OPERATOR, TOKENS, VIEWER
 from worker.fleet.heartbeat import ALIVE_S, Heartbeat, beat
 from worker.fleet.operations import operator_fleet
@@ -26,11 +25,7 @@ from worker.types import Attempt, AttemptOutcome, Status, TurnResult
 
 @pytest.fixture
 def config(redis_url: str, namespace: str, tmp_path: Path) -> Path:
-    path = tmp_path / "chain.toml"
-    path.write_text(
-        worker_config(sim="http://127.0.0.1:9", redis_url=redis_url, namespace=namespace)
-    )
-    return path
+    return console_config(tmp_path, redis_url, namespace)
 
 
 @pytest.fixture

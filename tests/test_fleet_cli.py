@@ -85,26 +85,21 @@ def test_a_turn_run_twice_by_a_runner_calls_the_model_once(
     assert sim.calls("alpha") == 1
 
 
-@pytest.mark.slow
-def test_enqueue_wait_through_relevo_worker(config: Path, sim: Simulator, tmp_path: Path) -> None:
-    env = {**os.environ, "RELEVO_TEST_KEY": KEY}
-    node = subprocess.Popen(
-        [
-            *RELEVO,
-            "worker",
-            "--config",
-            str(config),
-            "--processes",
-            "2",
-            "--threads",
-            "8",
-            "--metrics-port",
-            "0",
-        ],
+def start_node(config: Path, env: dict[str, str], *, threads: int) -> subprocess.Popen[bytes]:
+    """`relevo worker` with two processes of `threads` threads, no metrics port."""
+    args = ["--config", str(config), "--processes", "2", "--threads", str(threads)]
+    return subprocess.Popen(
+        [*RELEVO, "worker", *args, "--metrics-port", "0"],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+
+
+@pytest.mark.slow
+def test_enqueue_wait_through_relevo_worker(config: Path, sim: Simulator, tmp_path: Path) -> None:
+    env = {**os.environ, "RELEVO_TEST_KEY": KEY}
+    node = start_node(config, env, threads=8)
     try:
         sim.set_faults("alpha", Fault(status=529))
         request = tmp_path / "turn.json"
@@ -163,23 +158,7 @@ def alive(pid: int) -> bool:
 def test_worker_processes_end_when_relevo_worker_is_killed(config: Path) -> None:
     """A parent killed alone (SIGKILL) leaves no Celery child consuming under PID 1."""
     env = {**os.environ, "RELEVO_TEST_KEY": KEY}
-    node = subprocess.Popen(
-        [
-            *RELEVO,
-            "worker",
-            "--config",
-            str(config),
-            "--processes",
-            "2",
-            "--threads",
-            "4",
-            "--metrics-port",
-            "0",
-        ],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    node = start_node(config, env, threads=4)
     deadline = time.monotonic() + 30
     while len(children := children_of(node.pid)) < 2:
         assert time.monotonic() < deadline, "relevo worker did not start its processes"
