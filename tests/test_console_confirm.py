@@ -15,20 +15,18 @@ import pytest
 
 import breakers
 import budgets
-from tests.chainkit import worker_config
-from tests.consolekit import http_console, log_in
+from tests.consolekit import console_config, http_console, log_in
 from tests.test_console_defences import OPERATOR, TOKENS
 from worker.fleet.audit import AuditTrail
+from worker.fleet.heartbeat import Heartbeat, beat
+from worker.fleet.turnstore import TurnKeys
 
 
 @pytest.fixture
 async def client(
     redis_url: str, namespace: str, tmp_path: Path
 ) -> AsyncIterator[httpx.AsyncClient]:
-    config = tmp_path / "chain.toml"
-    config.write_text(
-        worker_config(sim="http://127.0.0.1:9", redis_url=redis_url, namespace=namespace)
-    )
+    config = console_config(tmp_path, redis_url, namespace)
     async with http_console(config, redis_url, TOKENS) as http:
         yield http
 
@@ -85,3 +83,19 @@ async def test_the_breaker_confirmation_shows_its_state_now(client: httpx.AsyncC
     assert page.status_code == 200, page.text[-800:]
     assert 'id="now">vendor:openai: ' in page.text
     assert 'id="after">Open breaker vendor:openai until closed' in page.text
+
+
+async def test_turning_the_switch_on_names_the_workers_cut_off_from_redis(
+    client: httpx.AsyncClient, ledger: budgets.Ledger, namespace: str
+) -> None:
+    cut_off = Heartbeat(
+        host="node-b", pid=7, version="x", in_flight=3, local_breakers=True, started_ms=0
+    )
+    await beat(ledger._redis, TurnKeys(namespace), cut_off)
+    csrf = await log_in(client, OPERATOR)
+    on = await client.post("/act/kill_switch", data={"mode": "on", "reason": "x", "csrf": csrf})
+    assert on.status_code == 200
+    assert "Warning: 1 worker process(es) could not reach Redis" in on.text
+    assert "node-b:7" in on.text
+    off = await client.post("/act/kill_switch", data={"mode": "off", "reason": "x", "csrf": csrf})
+    assert "Warning" not in off.text

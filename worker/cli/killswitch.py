@@ -25,7 +25,7 @@ from worker.cli.common import (
 )
 from worker.cli.parsing import Commands, add_command, add_redis_options
 from worker.fleet.audit import AuditTrail, cli_actor
-from worker.fleet.heartbeat import ALIVE_S, Unreached, read_heartbeats, unreached
+from worker.fleet.heartbeat import read_heartbeats, unreached
 from worker.fleet.operations import check_text, switch_settle_s
 from worker.fleet.operator_config import redis_settings
 from worker.fleet.turnstore import TurnKeys
@@ -52,22 +52,9 @@ async def _kill_on(args: argparse.Namespace) -> int:
             print("Could not read the workers' heartbeats: see the console's fleet page.")
             return 0
     print("Every worker process that reaches Redis has seen it.")
-    _say_unreached(unreached(beats.beats, int(time.time() * 1000)))
+    for line in unreached(beats.beats, int(time.time() * 1000)).lines():
+        print(line)
     return 0
-
-
-def _say_unreached(found: Unreached) -> None:
-    if found.cut_off:
-        names = ", ".join(b.process for b in found.cut_off)
-        print(
-            f"{len(found.cut_off)} worker process(es) could not reach Redis at their last "
-            f"heartbeat and run turns until they reach it again: {names}"
-        )
-    if found.silent:
-        print(
-            f"{len(found.silent)} worker process(es) silent for more than {ALIVE_S:.0f} s "
-            "(stopped, or cut off from Redis): the console's fleet page lists them."
-        )
 
 
 async def _kill_off(args: argparse.Namespace) -> int:

@@ -198,6 +198,8 @@ class Actions:
             return f"{action.target}: not marked gone" if found is None else "gone mark cleared"
         if action.name == "kill_switch.on":
             state = await switch.on(who.name, action.reason)
+            # As `relevo kill-switch on`: done once every worker that reaches Redis saw it.
+            await asyncio.sleep(switch_settle_s(self.fleet.config.redis))
             return f"kill switch ON by {state.who}: {state.reason}"
         if action.name == "kill_switch.off":
             before = await switch.off(who.name)

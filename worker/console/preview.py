@@ -8,6 +8,7 @@ form's explicit "remove the cap" box.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, replace
 
 from redis.asyncio import Redis
@@ -15,7 +16,9 @@ from redis.asyncio import Redis
 import breakers
 from budgets import format_micros as usd
 from worker.console.actions import Action
+from worker.fleet.heartbeat import read_heartbeats, unreached
 from worker.fleet.operations import OperatorFleet
+from worker.fleet.turnstore import TurnKeys
 
 __all__ = ["Preview", "preview"]
 
@@ -52,7 +55,11 @@ async def preview(fleet: OperatorFleet, client: Redis, action: Action) -> Previe
     if action.kind == "kill_switch":
         switch = await breakers.KillSwitch(client, namespace=namespace).status()
         now = "off" if switch is None else f"ON by {switch.who}: {switch.reason}"
-        return Preview(action, f"kill switch {now}", action.summary, [])
+        warnings = []
+        if action.fields["mode"] == "on":  # who would go on running turns regardless
+            beats = await read_heartbeats(client, TurnKeys(namespace))
+            warnings = unreached(beats.beats, int(time.time() * 1000)).lines()
+        return Preview(action, f"kill switch {now}", action.summary, warnings)
     if action.kind == "replay":
         held = await breakers.HeldTurns(client, namespace=namespace).count()
         return Preview(action, f"{held} held turn(s)", action.summary, [])

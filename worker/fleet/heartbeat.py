@@ -159,6 +159,22 @@ class Unreached:
     cut_off: list[Heartbeat]  # alive, and said they could not reach Redis
     silent: list[Heartbeat]  # not heard from within ALIVE_S: stopped, or cut off from Redis
 
+    def lines(self) -> list[str]:
+        """What an operator is told, a sentence a group (none when every process reaches Redis)."""
+        said = []
+        if self.cut_off:
+            names = ", ".join(b.process for b in self.cut_off)
+            said.append(
+                f"{len(self.cut_off)} worker process(es) could not reach Redis at their last "
+                f"heartbeat and run turns until they reach it again: {names}"
+            )
+        if self.silent:
+            said.append(
+                f"{len(self.silent)} worker process(es) silent for more than {ALIVE_S:.0f} s "
+                "(stopped, or cut off from Redis): the console's fleet page lists them."
+            )
+        return said
+
 
 def unreached(beats: list[Heartbeat], now_ms: int) -> Unreached:
     """What a person who just flipped the kill switch needs to know: the processes that
