@@ -43,6 +43,8 @@ from worker.settings import FairnessSettings, Settings, load_settings
 from worker.simulator import Simulator
 from worker.types import Message, Status, TurnRequest, TurnResult
 
+RELEVO = [sys.executable, "-m", "worker.cli"]
+
 SECTIONS = """
 [retry]
 base_delay_s = 0.01
@@ -319,6 +321,41 @@ def test_the_kill_switch_holds_turns_and_replay_held_answers_them(
     replayed = capsys.readouterr().out
     assert all(h.turn_id in replayed for h in handles)
     assert sim.calls() == 3
+
+
+@pytest.mark.slow
+def test_two_relevo_worker_nodes_on_one_machine_take_turns_under_their_own_names(
+    own_config: Path, amqp_url: str, tmp_path: Path
+) -> None:
+    """Celery's remote-control queue is exclusive on RabbitMQ and named after the node:
+    with `--node-name` two nodes on one host name both run (and answer `inspect ping`)."""
+    nodes = Fleet(own_config, tmp_path / "nodes.log")
+    env = {**os.environ, "RELEVO_TEST_KEY": KEY}
+    with nodes.log.open("ab") as out:
+        for name in ("left", "right"):
+            args = ["--config", str(own_config), "--processes", "1", "--threads", "4"]
+            nodes.procs.append(
+                subprocess.Popen(
+                    [*RELEVO, "worker", *args, "--metrics-port", "0", "--node-name", name],
+                    env=env,
+                    stdout=out,
+                    stderr=out,
+                )
+            )
+    app = make_app(nodes.settings)
+    try:
+        nodes.wait_consuming(amqp_url, 2)
+        replies = app.control.ping(destination=["relevo-0@left", "relevo-0@right"], timeout=5)
+        assert sorted(name for reply in replies for name in reply) == [
+            "relevo-0@left",
+            "relevo-0@right",
+        ]
+        handles = [enqueue_turn(request(), app=app) for _ in range(4)]
+        assert {h.get(timeout_s=30).status for h in handles} == {Status.OK}
+        assert all(proc.poll() is None for proc in nodes.procs), nodes.log.read_text()[-2000:]
+    finally:
+        app.close()
+        nodes.stop()
 
 
 def test_the_exporter_reads_the_queue_depth_from_rabbitmq(own_config: Path, namespace: str) -> None:

@@ -1,7 +1,8 @@
 """`relevo worker`: run this node's Celery worker processes, and end them with it;
 `relevo exporter`: serve the fleet's state from Redis to Prometheus, once per fleet.
 
-relevo worker --config FILE [--processes N] [--threads N] [--metrics-port P] [--log-level L]
+relevo worker --config FILE [--processes N] [--threads N] [--metrics-port P] [--node-name NAME]
+              [--log-level L]
 relevo exporter --config FILE [--port P]
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -27,6 +29,8 @@ from worker.fleet.startup import PARENT_ENV
 __all__ = ["EXPORTER_PORT", "celery_command", "child_env", "register"]
 
 EXPORTER_PORT = 9465
+# Celery's host part of a node name: what a host name may hold.
+_NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 
 
 def register(commands: Commands) -> None:
@@ -47,6 +51,13 @@ def register(commands: Commands) -> None:
         type=int,
         help="serve Prometheus metrics on this port, 0 for none (default: config, 9464)",
     )
+    node.add_argument(
+        "--node-name",
+        type=node_name,
+        metavar="NAME",
+        help="this node's processes are relevo-0@NAME, relevo-1@NAME… (default: the host "
+        "name); on RabbitMQ, two nodes on one machine need two names",
+    )
     node.set_defaults(func=_worker)
     exporter = add_command(
         commands,
@@ -64,12 +75,24 @@ def register(commands: Commands) -> None:
     exporter.set_defaults(func=_exporter)
 
 
-def celery_command(queue: str, threads: int, name: str, loglevel: str) -> list[str]:
-    """The command line of one worker process: the threads pool, one queue."""
+def node_name(text: str) -> str:
+    """An argparse type: a node name as a host name may be written."""
+    if not _NODE_NAME.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit"
+        )
+    return text
+
+
+def celery_command(
+    queue: str, threads: int, name: str, loglevel: str, *, host: str = "%h"
+) -> list[str]:
+    """The command line of one worker process: the threads pool, one queue; its Celery
+    node name is `name@host` (`%h`: the host name)."""
     return [
         *(sys.executable, "-m", "celery", "-A", "worker.fleet.app", "worker"),
         *("--pool", "threads", "--concurrency", str(threads), "--queues", queue),
-        *("--hostname", f"{name}@%h", "--loglevel", loglevel),
+        *("--hostname", f"{name}@{host}", "--loglevel", loglevel),
         *("--without-gossip", "--without-mingle", "--without-heartbeat"),
     ]
 
@@ -83,7 +106,12 @@ def _worker(args: argparse.Namespace) -> int:
     with serve_metrics(settings, port) as metrics_env:
         env = child_env(config, args.log_level, metrics_env)
         level = args.log_level or settings.observability.log_level
-        return _run_children(settings.worker.queue, processes, threads, level.upper(), env)
+        queue, names = settings.worker.queue, [f"relevo-{i}" for i in range(processes)]
+        commands = [
+            celery_command(queue, threads, name, level.upper(), host=args.node_name or "%h")
+            for name in names
+        ]
+        return _run_children(commands, queue, threads, env)
 
 
 def child_env(config: Path, log_level: str | None, extra: dict[str, str]) -> dict[str, str]:
@@ -119,18 +147,13 @@ def _exporter(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _run_children(
-    queue: str, processes: int, threads: int, loglevel: str, env: dict[str, str]
-) -> int:
+def _run_children(commands: list[list[str]], queue: str, threads: int, env: dict[str, str]) -> int:
     children = [
-        subprocess.Popen(  # noqa: S603 - our own interpreter and arguments, no shell
-            celery_command(queue, threads, f"relevo-{i}", loglevel),
-            env=env,
-        )
-        for i in range(processes)
+        subprocess.Popen(command, env=env)  # noqa: S603 - our own interpreter and arguments
+        for command in commands
     ]
     print(
-        f"relevo worker: {processes} processes x {threads} threads on queue {queue!r}",
+        f"relevo worker: {len(commands)} processes x {threads} threads on queue {queue!r}",
         file=sys.stderr,
     )
 
