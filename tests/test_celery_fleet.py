@@ -21,6 +21,7 @@ from worker.cli.main import main
 from worker.fleet import Producer, StreamRestarted
 from worker.fleet.app import TASK_NAME, make_app
 from worker.fleet.enqueue import enqueue_turn
+from worker.fleet.turnstore import TurnKeys
 from worker.settings import load_settings
 from worker.simulator import Fault, Simulator
 from worker.types import Message, Status, TurnRequest
@@ -64,10 +65,15 @@ def config(sim: Simulator, redis_url: str, namespace: str, tmp_path: Path) -> Pa
 
 
 @pytest.fixture
-def start_worker(config: Path) -> Iterator[Callable[[str], subprocess.Popen[bytes]]]:
+def start_worker(
+    config: Path, redis_url: str, namespace: str
+) -> Iterator[Callable[[str], subprocess.Popen[bytes]]]:
+    """Starts a worker process and returns once it consumes (it has written its
+    heartbeat): a turn sent then is not left waiting out its deadline for a slow start."""
     started: list[subprocess.Popen[bytes]] = []
     env = {**os.environ, "RELEVO_CONFIG": str(config), "RELEVO_TEST_KEY": KEY}
     queue = load_settings(config, require_secrets=False).worker.queue
+    heartbeats = redis.Redis.from_url(redis_url)
 
     def start(name: str) -> subprocess.Popen[bytes]:
         proc = subprocess.Popen(
@@ -82,9 +88,16 @@ def start_worker(config: Path) -> Iterator[Callable[[str], subprocess.Popen[byte
             stderr=subprocess.DEVNULL,
         )
         started.append(proc)
+        deadline = time.monotonic() + 60
+        # Each process started here writes one heartbeat, and a killed one's stays.
+        while heartbeats.zcard(TurnKeys(namespace).workers) < len(started):
+            assert proc.poll() is None, f"worker {name} exited with {proc.returncode}"
+            assert time.monotonic() < deadline, f"worker {name} wrote no heartbeat in 60 s"
+            time.sleep(0.1)
         return proc
 
     yield start
+    heartbeats.close()
     for proc in started:
         if proc.poll() is None:
             proc.terminate()
