@@ -1,0 +1,18 @@
+"""What every turn type shares: frozen, strict models, and the ids that become Redis keys."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, StringConstraints
+
+# Tenant ids and turn ids become parts of Redis keys: a short, plain alphabet.
+TenantId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")]
+TurnId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")]
+ToolName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+
+
+class Frozen(BaseModel):
+    """A value of the turn: immutable, and refusing fields it does not know."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
