@@ -16,7 +16,8 @@ import pytest
 from tests.chainkit import KEY
 from tests.test_celery_fleet import write_config
 from worker.cli.main import main
-from worker.fleet.runner import LoopThread, TurnRunner
+from worker.fleet.loop import LoopThread
+from worker.fleet.runner import TurnRunner
 from worker.observability.logs import configure_logging
 from worker.settings import load_settings
 from worker.simulator import Fault, Simulator

@@ -23,7 +23,8 @@ from tests.chainkit import KEY, settings, turn, worker_config
 from tests.netkit import free_port
 from worker.fleet.exporter import FleetCollector, serve_metrics
 from worker.fleet.heartbeat import read_heartbeats
-from worker.fleet.runner import LoopThread, TurnRunner
+from worker.fleet.loop import LoopThread
+from worker.fleet.runner import TurnRunner
 from worker.fleet.sweeper import Sweeper
 from worker.fleet.turnstore import TurnKeys, TurnStore
 from worker.observability.metrics import (

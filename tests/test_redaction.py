@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from tests.chainkit import ID_OF, KEY, ORDER, run, settings, turn
 from worker.adapters.classify import classify_response
 from worker.errors import TurnFailed
-from worker.fleet.runner import LoopThread, TurnRunner
+from worker.fleet.loop import LoopThread
+from worker.fleet.runner import TurnRunner
 from worker.observability.logs import configure_logging
 from worker.observability.redact import (
     _NAMED,

@@ -24,7 +24,7 @@ import budgets
 from worker.demo.plan import DEADLINE_S, SIM_MODELS, Phase, make_request
 from worker.errors import STORE_DOWN
 from worker.fleet.enqueue import enqueue_turn
-from worker.fleet.runner import LoopThread
+from worker.fleet.loop import LoopThread
 from worker.guard.redis_guard import open_guard
 from worker.settings import Settings
 from worker.simulator import Fault
