@@ -18,8 +18,7 @@ import random
 import secrets
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from worker.adapters import Adapter, ProviderCall, reasoning_family
 from worker.adapters.base import Completion, TextDelta
@@ -28,6 +27,17 @@ from worker.guard.protocol import Availability, Charge, Conclusion, Guard, Refus
 from worker.observability import tracing
 from worker.settings import Settings
 from worker.turn.capability import Fit
+from worker.turn.outcome import (
+    Answered,
+    Degrade,
+    Failed,
+    Flight,
+    MoveOn,
+    Outcome,
+    Plan,
+    Refused,
+    Retry,
+)
 from worker.turn.output import read_output
 from worker.turn.policy import Decision, rule_for
 from worker.turn.pricing import cost_of, reservation_micros
@@ -36,105 +46,11 @@ from worker.turn.report import WITHHELD, TurnReport
 from worker.turn.retry import retry_delay_s
 from worker.types import TurnRequest
 
-__all__ = [
-    "Answered",
-    "Attempter",
-    "Attempts",
-    "Degrade",
-    "Failed",
-    "Flight",
-    "MoveOn",
-    "Outcome",
-    "Plan",
-    "Refused",
-    "Retry",
-]
+__all__ = ["Attempts", "OnText"]
 
 OnText = Callable[[str], None]
 _HELD_FIRST_WAIT_S = 0.05
 _HELD_MAX_WAIT_S = 1.0
-
-
-@dataclass(frozen=True, slots=True)
-class Plan:
-    """What to attempt: a target, as which step of the chain, with the turn fitted to it."""
-
-    step: int
-    target: Target
-    fit: Fit
-    fallback: bool
-    retry_index: int = 0
-    probe: bool = False  # the breaker is half-open: call only holding the fleet's probe slot
-
-
-@dataclass(slots=True)
-class Flight:
-    """A planned attempt with its reservation: about to be called, or in the air."""
-
-    plan: Plan
-    charge: Charge
-    holder: str | None = None  # of the probe slot
-    on_content: Callable[[], None] | None = None  # at each event until the turn is locked
-    # Set by a hedged race when this call is cut because its twin answered: what it is
-    # charged instead of its reservation (the race reports it).
-    cut_micros: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Answered:
-    """The model answered; the report holds its reply."""
-
-
-@dataclass(frozen=True, slots=True)
-class MoveOn:
-    """Leave this provider; `min_window` > 0 also leaves every model that small."""
-
-    min_window: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Retry:
-    """Try the same target again after `delay_s`."""
-
-    delay_s: float
-
-
-@dataclass(frozen=True, slots=True)
-class Failed:
-    """The turn fails: no other model would do better."""
-
-    reason: str
-    error: Exception
-
-
-@dataclass(frozen=True, slots=True)
-class Degrade:
-    """Money stopped the turn (a provider's quota): the product degrades, no fallback."""
-
-    reason: str
-    error: Exception | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Refused:
-    """The fleet's shared state refused the attempt before any call."""
-
-    refusal: Refusal
-
-
-Outcome = Answered | MoveOn | Retry | Failed | Degrade | Refused
-
-
-class Attempter(Protocol):
-    """Runs the attempts of one turn (`Attempts`, or a wrapper of it)."""
-
-    async def run(self, plan: Plan) -> Outcome:
-        """Prepare and call `plan`."""
-        ...
-
-    async def aclose(self) -> None:
-        """The turn is ending: stop what is in flight, give back what is held unused."""
-        ...
 
 
 class Attempts:

@@ -26,20 +26,19 @@ from worker.errors import DeadlineExceeded, InputError, StoreForbidden
 from worker.guard.hedge_book import HedgeBook, hedge_book
 from worker.guard.protocol import Availability, Guard, OpenGuard, Refusal, Target
 from worker.settings import Settings
-from worker.turn.attempt import (
+from worker.turn.attempt import Attempts, OnText
+from worker.turn.capability import INCAPABLE, Fit, Unfit, fit_turn, wire_unfit
+from worker.turn.outcome import (
     Answered,
     Attempter,
-    Attempts,
     Degrade,
     Failed,
     MoveOn,
-    OnText,
     Outcome,
     Plan,
     Refused,
     Retry,
 )
-from worker.turn.capability import INCAPABLE, Fit, Unfit, fit_turn, wire_unfit
 from worker.turn.race import HedgedAttempts
 from worker.turn.report import TurnReport
 from worker.turn.stand_in import cheaper_answer, uses_cheaper_model

@@ -27,8 +27,9 @@ import structlog
 
 from worker.guard.hedge_book import HedgeBook
 from worker.guard.protocol import Availability, Target
-from worker.turn.attempt import Attempts, Flight, MoveOn, Outcome, Plan
+from worker.turn.attempt import Attempts
 from worker.turn.capability import Fit, fit_turn, wire_unfit
+from worker.turn.outcome import Flight, MoveOn, Outcome, Plan
 from worker.turn.pricing import cost_of
 from worker.types import Usage
 

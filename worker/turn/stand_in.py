@@ -18,8 +18,9 @@ import asyncio
 
 from worker.guard.protocol import Availability, Refusal, Target
 from worker.settings import DegradationSettings
-from worker.turn.attempt import Attempts, Degrade, MoveOn, Outcome, Plan, Refused, Retry
+from worker.turn.attempt import Attempts
 from worker.turn.capability import Unfit, fit_turn
+from worker.turn.outcome import Degrade, MoveOn, Outcome, Plan, Refused, Retry
 
 __all__ = ["CHEAPER_MODEL_REASONS", "cheaper_answer", "uses_cheaper_model"]
 
