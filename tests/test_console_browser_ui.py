@@ -23,7 +23,7 @@ from tests.chainkit import KEY, worker_config
 from tests.conftest import skip_unless_ci
 from tests.consolekit import chromium, console_process
 from tests.netkit import free_port
-from tests.test_console_browser import _css, _shot, _text, _wait
+from tests.test_console_browser import _css, _log_in, _shot, _text, _wait
 
 pytestmark = pytest.mark.slow
 
@@ -90,6 +90,7 @@ def browser(console: str) -> Iterator[Any]:
 
 
 def test_a_login_returns_to_the_page_asked_for(browser: Any, console: str) -> None:
+    browser.delete_all_cookies()
     browser.get(f"{console}/tenants?q=acme")
     assert "/login" in browser.current_url
     _css(browser, "#token").send_keys(OPERATOR)
@@ -101,6 +102,7 @@ def test_a_login_returns_to_the_page_asked_for(browser: Any, console: str) -> No
 def test_enter_in_a_why_field_asks_for_the_safe_action(browser: Any, console: str) -> None:
     from selenium.webdriver.common.keys import Keys
 
+    _log_in(browser, console, OPERATOR)
     browser.get(f"{console}/")
     _css(browser, "#kill-reason").send_keys("checking", Keys.ENTER)
     _wait(browser, "#confirm")
@@ -111,6 +113,7 @@ def test_enter_in_a_why_field_asks_for_the_safe_action(browser: Any, console: st
 def test_the_confirmation_shows_now_and_after_and_keeps_an_empty_cap(
     browser: Any, console: str
 ) -> None:
+    _log_in(browser, console, OPERATOR)
     browser.get(f"{console}/tenants")
     fields = {"#limits-tenant": "acme", "#limits-daily": "5", "#limits-monthly": "50"}
     for css, value in {**fields, "#limits-cap": "1", "#limits-reason": "contract"}.items():
@@ -132,6 +135,7 @@ def test_the_confirmation_shows_now_and_after_and_keeps_an_empty_cap(
 def test_with_redis_gone_the_page_says_so_and_recovers(
     browser: Any, console: str, store: _Redis
 ) -> None:
+    _log_in(browser, console, OPERATOR)
     browser.get(f"{console}/")
     _wait(browser, "#breakers")
     banner = _css(browser, "#stale-banner")
