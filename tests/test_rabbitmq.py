@@ -37,8 +37,9 @@ from worker.fleet.enqueue import enqueue_turn, send_turn
 from worker.fleet.errors import FleetUnavailable
 from worker.fleet.exporter import FleetCollector
 from worker.fleet.fairqueue import FairQueue
+from worker.fleet.heartbeat import read_heartbeats
 from worker.fleet.rabbitmq import outbox_key
-from worker.fleet.turnstore import TurnStore
+from worker.fleet.turnstore import TurnKeys, TurnStore
 from worker.settings import FairnessSettings, Settings, load_settings
 from worker.simulator import Simulator
 from worker.types import Message, Status, TurnRequest, TurnResult
@@ -325,10 +326,11 @@ def test_the_kill_switch_holds_turns_and_replay_held_answers_them(
 
 @pytest.mark.slow
 def test_two_relevo_worker_nodes_on_one_machine_take_turns_under_their_own_names(
-    own_config: Path, amqp_url: str, tmp_path: Path
+    own_config: Path, amqp_url: str, redis_url: str, namespace: str, tmp_path: Path
 ) -> None:
     """Celery's remote-control queue is exclusive on RabbitMQ and named after the node:
-    with `--node-name` two nodes on one host name both run (and answer `inspect ping`)."""
+    with `--node-name` two nodes on one host name both run, answer `inspect ping`, and
+    their heartbeats (what the console lists) carry their names."""
     nodes = Fleet(own_config, tmp_path / "nodes.log")
     env = {**os.environ, "RELEVO_TEST_KEY": KEY}
     with nodes.log.open("ab") as out:
@@ -353,9 +355,21 @@ def test_two_relevo_worker_nodes_on_one_machine_take_turns_under_their_own_names
         handles = [enqueue_turn(request(), app=app) for _ in range(4)]
         assert {h.get(timeout_s=30).status for h in handles} == {Status.OK}
         assert all(proc.poll() is None for proc in nodes.procs), nodes.log.read_text()[-2000:]
+        assert heartbeat_hosts(redis_url, namespace) == {"left", "right"}
     finally:
         app.close()
         nodes.stop()
+
+
+def heartbeat_hosts(redis_url: str, namespace: str) -> set[str]:
+    async def read() -> set[str]:
+        client = Redis.from_url(redis_url)
+        try:
+            return {b.host for b in (await read_heartbeats(client, TurnKeys(namespace))).beats}
+        finally:
+            await client.aclose()
+
+    return asyncio.run(read())
 
 
 def test_the_exporter_reads_the_queue_depth_from_rabbitmq(own_config: Path, namespace: str) -> None:

@@ -21,7 +21,7 @@ from types import FrameType
 
 from worker.cli.common import EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
 from worker.cli.parsing import Commands, add_command, add_config_option, positive_int
-from worker.fleet.environment import CONFIG_VARIABLE, variable
+from worker.fleet.environment import CONFIG_VARIABLE, NODE_VARIABLE, variable
 from worker.fleet.exporter import serve_fleet_metrics, serve_metrics
 from worker.fleet.operator_config import load_config
 from worker.fleet.startup import PARENT_ENV
@@ -55,8 +55,9 @@ def register(commands: Commands) -> None:
         "--node-name",
         type=node_name,
         metavar="NAME",
-        help="this node's processes are relevo-0@NAME, relevo-1@NAME… (default: the host "
-        "name); on RabbitMQ, two nodes on one machine need two names",
+        help="this node's processes are relevo-0@NAME, relevo-1@NAME…, and NAME in their "
+        "heartbeats (default: the host name); on RabbitMQ, two nodes on one machine need "
+        "two names",
     )
     node.set_defaults(func=_worker)
     exporter = add_command(
@@ -104,7 +105,8 @@ def _worker(args: argparse.Namespace) -> int:
     threads = args.threads or settings.worker.threads
     port = settings.observability.metrics_port if args.metrics_port is None else args.metrics_port
     with serve_metrics(settings, port) as metrics_env:
-        env = child_env(config, args.log_level, metrics_env)
+        named = {} if args.node_name is None else {NODE_VARIABLE: args.node_name}
+        env = child_env(config, args.log_level, {**metrics_env, **named})
         level = args.log_level or settings.observability.log_level
         queue, names = settings.worker.queue, [f"relevo-{i}" for i in range(processes)]
         commands = [

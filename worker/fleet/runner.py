@@ -13,7 +13,6 @@ import asyncio
 import concurrent.futures
 import contextlib
 import os
-import socket
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -27,6 +26,7 @@ from breakers.schema import SCHEMA_FIELD, version_problem
 from worker.adapters import make_client
 from worker.errors import STORE_DOWN, InputError
 from worker.fleet.dispatcher import Dispatcher
+from worker.fleet.environment import node_name
 from worker.fleet.errors import Unreadable
 from worker.fleet.fairqueue import FairQueue
 from worker.fleet.heartbeat import BEAT_EVERY_S, Heartbeat, beat
@@ -114,7 +114,7 @@ class TurnRunner:
         self.metrics = metrics or TurnMetrics.from_settings(settings.observability)
         redact_secrets(provider_secrets(settings))
         tracing.configure_tracing(settings.observability)
-        self.holder = f"{socket.gethostname()}:{os.getpid()}"
+        self.holder = f"{node_name()}:{os.getpid()}"
         self.guard = open_guard(settings)
         self.guard.circuits.on_reset = self.metrics.store_reset
         # From now on, turns or none: an idle worker rejoins and keeps its kill switch current.
