@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import redis.asyncio
 
+import breakers
 from tests.chainkit import KEY, worker_config
 from tests.consolekit import chromium, console_process
 from tests.test_console_browser import _all, _css, _shot, _text, _wait
@@ -127,9 +128,22 @@ def _row(scope: str) -> str:
     return f'#breakers tr[data-scope="{scope}"]'
 
 
-def test_a_breaker_opens_and_closes_from_its_own_row(browser: Any, console: str) -> None:
+async def _reset(redis_url: str, namespace: str, scope: str) -> None:
+    """Forget the scope: a run of the test before this one (a rerun) may have left it open."""
+    client = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        store = breakers.FleetBreakers(client, namespace=namespace, scopes=[scope])
+        await breakers.Operators(store).reset(scope)
+    finally:
+        await client.aclose()
+
+
+def test_a_breaker_opens_and_closes_from_its_own_row(
+    browser: Any, console: str, redis_url: str, namespace: str
+) -> None:
     from selenium.webdriver.common.keys import Keys
 
+    asyncio.run(_reset(redis_url, namespace, "vendor:openai"))
     browser.get(f"{console}/")
     _wait(browser, "#breakers tbody tr[data-state]")
     scope = "vendor:openai"
