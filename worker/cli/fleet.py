@@ -108,10 +108,10 @@ def _worker(args: argparse.Namespace) -> int:
         named = {} if args.node_name is None else {NODE_VARIABLE: args.node_name}
         env = child_env(config, args.log_level, {**metrics_env, **named})
         level = args.log_level or settings.observability.log_level
-        queue, names = settings.worker.queue, [f"relevo-{i}" for i in range(processes)]
+        queue, host = settings.worker.queue, args.node_name or "%h"
         commands = [
-            celery_command(queue, threads, name, level.upper(), host=args.node_name or "%h")
-            for name in names
+            celery_command(queue, threads, f"relevo-{i}", level.upper(), host=host)
+            for i in range(processes)
         ]
         return _run_children(commands, queue, threads, env)
 
