@@ -21,11 +21,14 @@ import pytest
 import redis
 import structlog
 
+from tests import threadsafe_ast
 from tests.netkit import free_port
 
 if TYPE_CHECKING:
     from worker.fleet.fairqueue import FairQueue
     from worker.simulator import Simulator
+
+threadsafe_ast.install()  # before any test or thread parses (see the module)
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 DEFAULT_REDIS_URL = os.environ.get("RELEVO_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
