@@ -44,6 +44,7 @@ from worker.turn.pricing import cost_of, reservation_micros
 from worker.turn.reasoning import carried_reasoning
 from worker.turn.report import WITHHELD, TurnReport
 from worker.turn.retry import retry_delay_s
+from worker.turn.tokens import text_tokens
 from worker.types import TurnRequest
 
 __all__ = ["Attempts", "OnText"]
@@ -209,10 +210,12 @@ class Attempts:
                 parsed = self._read(completion)
         except ProviderError as error:
             rule = rule_for(error)
-            # A call the provider may bill (it timed out, or streamed and broke) is charged
-            # at its reservation: what it really cost is not known. One that answered
-            # (in the wrong shape) is charged what it cost.
+            # A call the provider may bill without content (a first-byte timeout) is charged
+            # its expected cost; one cut after content what it produced, as the provider
+            # bills it; one that answered (in the wrong shape) what it cost.
             billed = charge.micros if rule.billed or self.report.locked else None
+            if flight.content:
+                billed = self.produced_micros(flight)
             if completion is not None:
                 billed = cost_of(completion.usage, model)
             await self.guard.conclude(
@@ -270,10 +273,26 @@ class Attempts:
         if flight.cut_micros is not None:
             end = Conclusion(target, charge, cost_micros=flight.cut_micros, holder=holder)
         else:
-            self.report.interrupted(target, latency_s, flight.plan.retry_index, charge.micros)
+            charged = self.produced_micros(flight) if flight.content else charge.micros
+            self.report.interrupted(target, latency_s, flight.plan.retry_index, charged)
             signal = Signal.FAILURE if holder is not None else None
-            end = Conclusion(target, charge, signal, charge.micros, holder)
+            end = Conclusion(target, charge, signal, charged, holder)
         await self.guard.conclude(end)
+
+    def produced_micros(self, flight: Flight) -> int:
+        """What a call cut after content is charged, the provider's usage unknown: its
+        input and the output it streamed, each counted as a reservation counts it (an
+        upper bound), and never more than its worst case. A model that reasons may have
+        been billed for thinking it never streamed: it is charged its worst case."""
+        plan = flight.plan
+        model = self.settings.models[plan.target.model]
+        output_tokens = max_tokens = self.request.max_tokens
+        if not model.reasoning and model.thinking_budget_tokens is None:
+            output_tokens = min(max_tokens, text_tokens("".join(flight.streamed)))
+        margin = self.settings.budgets.input_margin_pct
+        return reservation_micros(
+            plan.fit.input_tokens, output_tokens, model, input_margin_pct=margin
+        )
 
     def _next(
         self, error: ProviderError, decision: Decision, plan: Plan, *, probe: bool
@@ -337,9 +356,16 @@ class Attempts:
                             flight.on_content()
                     if isinstance(event, Completion):
                         return event
+                    flight.content = True
                     self.report.lock()
-                    if isinstance(event, TextDelta) and self.on_text is not None:
-                        self.on_text(event.text)
+                    if isinstance(event, TextDelta):
+                        flight.streamed.append(event.text)
+                        if self.on_text is not None:
+                            self.on_text(event.text)
+                    else:
+                        # A new call's name on a line of its own: not one run with the last.
+                        name = f"\n{event.name}\n" if event.name else ""
+                        flight.streamed.append(name + event.arguments)
         except TimeoutError:
             if self.report.locked:
                 raise ResponseTimeout(
