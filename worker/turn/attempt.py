@@ -22,6 +22,7 @@ from typing import Any
 
 from worker.adapters import Adapter, ProviderCall, reasoning_family
 from worker.adapters.base import Completion, TextDelta
+from worker.adapters.output_limit import billable_output_tokens
 from worker.errors import FirstByteTimeout, MalformedResponse, ProviderError, ResponseTimeout
 from worker.guard.protocol import Availability, Charge, Conclusion, Guard, Refusal, Signal, Target
 from worker.observability import tracing
@@ -45,7 +46,7 @@ from worker.turn.reasoning import carried_reasoning
 from worker.turn.report import WITHHELD, TurnReport
 from worker.turn.retry import retry_delay_s
 from worker.turn.tokens import text_tokens
-from worker.types import TurnRequest
+from worker.types import Message, Tool, TurnRequest
 
 __all__ = ["Attempts", "OnText"]
 
@@ -90,9 +91,11 @@ class Attempts:
 
     def charge(self, target: Target, fit: Fit, fallback: bool) -> Charge:
         """The reservation of an attempt: its expected cost by the fleet's evidence, and its
-        worst case (every `max_tokens`)."""
+        worst case (every output token it may be billed for: `max_tokens`, and on Gemini
+        2.x the thinking budget beside it)."""
         model = self.settings.models[target.model]
-        max_tokens = self.request.max_tokens
+        provider = self.settings.providers[target.provider]
+        max_tokens = billable_output_tokens(provider, self._provider_call(target, (), ()))
         expected_tokens = self.guard.output_tokens(target.model, max_tokens)
         margin = self.settings.budgets.input_margin_pct
 
@@ -286,9 +289,9 @@ class Attempts:
         been billed for thinking it never streamed: it is charged its worst case."""
         plan = flight.plan
         model = self.settings.models[plan.target.model]
-        output_tokens = max_tokens = self.request.max_tokens
-        if not model.reasoning and model.thinking_budget_tokens is None:
-            output_tokens = min(max_tokens, text_tokens("".join(flight.streamed)))
+        if model.reasoning or model.thinking_budget_tokens is not None:
+            return flight.charge.worst
+        output_tokens = min(self.request.max_tokens, text_tokens("".join(flight.streamed)))
         margin = self.settings.budgets.input_margin_pct
         return reservation_micros(
             plan.fit.input_tokens, output_tokens, model, input_margin_pct=margin
@@ -317,19 +320,14 @@ class Attempts:
         # A failed probe has just re-opened the breaker: leave that model alone.
         return MoveOn() if delay is None or probe else Retry(delay)
 
-    async def _send(self, flight: Flight) -> Completion:
-        """One HTTP call, bounded by the first-byte timeout and then the total timeout."""
-        target, fit = flight.plan.target, flight.plan.fit
-        provider = self.settings.providers[target.provider]
+    def _provider_call(
+        self, target: Target, messages: tuple[Message, ...], tools: tuple[Tool, ...]
+    ) -> ProviderCall:
         request, model = self.request, self.settings.models[target.model]
-        # Only the reasoning this target can read back travels; the rest is counted.
-        family = reasoning_family(provider, target.provider_model)
-        messages, left_out = carried_reasoning(fit.messages, family)
-        self.report.carrying(target, left_out)
-        call = ProviderCall(
+        return ProviderCall(
             model_id=target.provider_model,
             messages=messages,
-            tools=fit.tools,
+            tools=tools,
             max_tokens=request.max_tokens,
             stream=request.stream,
             thinking_budget_tokens=model.thinking_budget_tokens,
@@ -343,6 +341,16 @@ class Attempts:
             parallel_tool_calls=request.parallel_tool_calls,
             reasoning=model.reasoning,
         )
+
+    async def _send(self, flight: Flight) -> Completion:
+        """One HTTP call, bounded by the first-byte timeout and then the total timeout."""
+        target, fit = flight.plan.target, flight.plan.fit
+        provider = self.settings.providers[target.provider]
+        # Only the reasoning this target can read back travels; the rest is counted.
+        family = reasoning_family(provider, target.provider_model)
+        messages, left_out = carried_reasoning(fit.messages, family)
+        self.report.carrying(target, left_out)
+        call = self._provider_call(target, messages, fit.tools)
         loop = asyncio.get_running_loop()
         total_at = loop.time() + provider.total_timeout_s
         events = self.adapters[target.provider].send(call)
