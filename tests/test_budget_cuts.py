@@ -223,3 +223,29 @@ async def test_a_reasoning_model_cut_after_content_is_charged_its_worst_case(
     result, spend = await with_chain(settings_, sim, body)
     check_books(result, spend)
     assert result.attempts[0].charged_micros == reserved(settings_, MAX_TOKENS)
+
+
+@pytest.mark.parametrize(
+    ("stream", "charged_as"),
+    [(False, "worst"), (True, "expected")],
+    ids=["not-streamed: worst case", "streamed, no byte yet: expected hold"],
+)
+async def test_a_call_cut_before_any_content_is_charged_by_what_may_be_unseen(
+    sim: Simulator, redis_url: str, namespace: str, stream: bool, charged_as: str
+) -> None:
+    """Cut by the turn's deadline with nothing shown: an answer that is not streamed may
+    be written whole all the same (nothing counts it: the worst case); a stream with no
+    byte yet has written nothing (its expected hold)."""
+    settings_ = config(sim, redis_url, namespace)
+
+    async def body(chain: Chain, guard: RedisGuard) -> tuple[TurnResult, int]:
+        before = await spent(guard)
+        sim.set_faults("alpha", Fault(tokens=3900, latency_s=3.0))
+        result = await chain.run(request(stream=stream, deadline_s=1.0))
+        return result, await spent(guard) - before
+
+    result, spend = await with_chain(settings_, sim, body)
+    assert (result.status, result.reason) == (Status.FAILED, "deadline_exceeded")
+    check_books(result, spend)
+    expected = {"worst": MAX_TOKENS, "expected": SHORT}[charged_as]
+    assert result.attempts[0].charged_micros == reserved(settings_, expected)

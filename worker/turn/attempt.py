@@ -26,7 +26,7 @@ from worker.adapters.output_limit import billable_output_tokens
 from worker.errors import FirstByteTimeout, MalformedResponse, ProviderError, ResponseTimeout
 from worker.guard.protocol import Availability, Charge, Conclusion, Guard, Refusal, Signal, Target
 from worker.observability import tracing
-from worker.settings import Settings
+from worker.settings import ModelSettings, Settings
 from worker.turn.capability import Fit
 from worker.turn.outcome import (
     Answered,
@@ -269,14 +269,20 @@ class Attempts:
 
     async def _cut(self, flight: Flight, latency_s: float) -> None:
         """Cut short in flight. Its hedged twin answered: no output was sent, its prompt is
-        charged. Otherwise (the deadline, a shutdown) the provider may bill it all the same,
-        and a probe that never answered in time is the breaker's failure: the break grows,
-        and the slot is free at once for the next probe."""
+        charged. Otherwise (the deadline, a cancel, a shutdown) the provider may bill it all
+        the same: what it streamed, or, when it may be writing what nothing shows (a whole
+        answer not streamed, or thinking), its worst case. A probe that never answered in
+        time is the breaker's failure: the break grows, and the slot is free at once for the
+        next probe."""
         target, charge, holder = flight.plan.target, flight.charge, flight.holder
         if flight.cut_micros is not None:
             end = Conclusion(target, charge, cost_micros=flight.cut_micros, holder=holder)
         else:
-            charged = self.produced_micros(flight) if flight.content else charge.micros
+            charged = charge.micros
+            if flight.content:
+                charged = self.produced_micros(flight)
+            elif not self.request.stream or _thinks(self.settings.models[target.model]):
+                charged = charge.worst
             self.report.interrupted(target, latency_s, flight.plan.retry_index, charged)
             signal = Signal.FAILURE if holder is not None else None
             end = Conclusion(target, charge, signal, charged, holder)
@@ -289,7 +295,7 @@ class Attempts:
         been billed for thinking it never streamed: it is charged its worst case."""
         plan = flight.plan
         model = self.settings.models[plan.target.model]
-        if model.reasoning or model.thinking_budget_tokens is not None:
+        if _thinks(model):
             return flight.charge.worst
         output_tokens = min(self.request.max_tokens, text_tokens("".join(flight.streamed)))
         margin = self.settings.budgets.input_margin_pct
@@ -385,3 +391,8 @@ class Attempts:
         finally:
             await events.aclose()
         raise MalformedResponse("the response ended without a complete answer")
+
+
+def _thinks(model: ModelSettings) -> bool:
+    """Whether calls of `model` may be billed for thinking they never stream."""
+    return model.reasoning or model.thinking_budget_tokens is not None
