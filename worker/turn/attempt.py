@@ -95,8 +95,8 @@ class Attempts:
         2.x the thinking budget beside it)."""
         model = self.settings.models[target.model]
         provider = self.settings.providers[target.provider]
-        max_tokens = billable_output_tokens(provider, self._provider_call(target, (), ()))
-        expected_tokens = self.guard.output_tokens(target.model, max_tokens)
+        most_tokens = billable_output_tokens(provider, self._provider_call(target, (), ()))
+        expected_tokens = self.guard.output_tokens(target.model, most_tokens)
         margin = self.settings.budgets.input_margin_pct
 
         def cost(output_tokens: int) -> int:
@@ -109,7 +109,7 @@ class Attempts:
         charge_id = f"{self.request.turn_id}:{self._run_id}:{self.calls}"
         tenant = self.request.tenant_id
         return Charge(
-            charge_id, tenant, target.provider, cost(expected_tokens), fallback, cost(max_tokens)
+            charge_id, tenant, target.provider, cost(expected_tokens), fallback, cost(most_tokens)
         )
 
     def first(self, target: Target, fit: Fit) -> Charge:
@@ -218,7 +218,7 @@ class Attempts:
             # bills it; one that answered (in the wrong shape) what it cost.
             billed = charge.micros if rule.billed or self.report.locked else None
             if flight.content:
-                billed = self.produced_micros(flight)
+                billed = self._produced_micros(flight)
             if completion is not None:
                 billed = cost_of(completion.usage, model)
             await self.guard.conclude(
@@ -280,7 +280,7 @@ class Attempts:
         else:
             charged = charge.micros
             if flight.content:
-                charged = self.produced_micros(flight)
+                charged = self._produced_micros(flight)
             elif not self.request.stream or _thinks(self.settings.models[target.model]):
                 charged = charge.worst
             self.report.interrupted(target, latency_s, flight.plan.retry_index, charged)
@@ -288,7 +288,7 @@ class Attempts:
             end = Conclusion(target, charge, signal, charged, holder)
         await self.guard.conclude(end)
 
-    def produced_micros(self, flight: Flight) -> int:
+    def _produced_micros(self, flight: Flight) -> int:
         """What a call cut after content is charged, the provider's usage unknown: its
         input and the output it streamed, each counted as a reservation counts it (an
         upper bound), and never more than its worst case. A model that reasons may have
