@@ -139,6 +139,11 @@ async def test_a_stream_dropped_after_content_is_charged_the_output_it_streamed(
     # Not the expected hold (six tokens' worth): at least what the provider bills.
     assert cut.charged_micros > 20 * reserved(settings_, SHORT)
     assert provider_bill(sim, 3000) <= cut.charged_micros <= reserved(settings_, MAX_TOKENS)
+    print(
+        f"charged {cut.charged_micros} µ$; the provider bills at least "
+        f"{provider_bill(sim, 3000)}; expected hold {reserved(settings_, SHORT)}, "
+        f"worst case {reserved(settings_, MAX_TOKENS)}"
+    )
 
 
 async def test_a_turn_cut_by_its_deadline_is_charged_the_output_it_streamed(
