@@ -117,6 +117,7 @@ class TurnRunner:
         self.holder = f"{node_name()}:{os.getpid()}"
         self.guard = open_guard(settings)
         self.guard.circuits.on_reset = self.metrics.store_reset
+        self.guard.on_over_worst_case = self.metrics.charged_over_worst_case
         # From now on, turns or none: an idle worker rejoins and keeps its kill switch current.
         self.loop.loop.call_soon_threadsafe(self.guard.circuits.watch)
         self.store = _turn_store(settings, self.guard)

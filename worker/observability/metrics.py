@@ -27,6 +27,7 @@ __all__ = [
     "BACKLOG_WRITES",
     "BREAKER_STATE",
     "BUILD_INFO",
+    "CHARGES_OVER_WORST_CASE_TOTAL",
     "FALLBACK_RATIO",
     "HEDGES_TOTAL",
     "HEDGE_WASTED_MICROS_TOTAL",
@@ -78,6 +79,7 @@ BACKLOG_WRITES = "relevo_backlog_writes"
 BACKLOG_DROPPED_TOTAL = "relevo_backlog_dropped_total"
 TURNS_RESENT_TOTAL = "relevo_turns_resent_total"
 UNREADABLE_TOTAL = "relevo_unreadable_items_total"
+CHARGES_OVER_WORST_CASE_TOTAL = "relevo_charges_over_worst_case_total"
 BUILD_INFO = "relevo_build_info"
 # Read from Redis by the fleet's one exporter (`relevo exporter`), not by every node.
 HELD_TURNS = "relevo_held_turns"
@@ -115,6 +117,8 @@ METRIC_NAMES: dict[str, tuple[str, ...]] = {
     # What a worker could not read ("turn", "request", "result"): a newer release's, or
     # damaged. Under way during an upgrade, it says the order of the roll is wrong.
     UNREADABLE_TOTAL: ("what", "cause"),
+    # Calls the provider billed past their reserved worst case: a bound that failed.
+    CHARGES_OVER_WORST_CASE_TOTAL: ("model", "provider"),
     BUILD_INFO: ("version",),
     HELD_TURNS: (),
     QUEUE_DEPTH: ("queue",),
@@ -256,6 +260,12 @@ class TurnMetrics:
             METRIC_NAMES[UNREADABLE_TOTAL],
             registry=r,
         )
+        self.over_worst_case = Counter(
+            _counter_base(CHARGES_OVER_WORST_CASE_TOTAL),
+            "Calls charged more than their reserved worst case (charged in full)",
+            METRIC_NAMES[CHARGES_OVER_WORST_CASE_TOTAL],
+            registry=r,
+        )
         build = Gauge(
             BUILD_INFO,
             "1, labelled with the version this node runs",
@@ -295,6 +305,10 @@ class TurnMetrics:
     def unreadable(self, what: str, *, newer: bool) -> None:
         """Count an item this process could not read (`worker.fleet.errors.Unreadable`)."""
         self.unreadable_items.labels(what, "newer" if newer else "damaged").inc()
+
+    def charged_over_worst_case(self, model: str, provider: str) -> None:
+        """Count a call charged more than its worst case (`RedisGuard.on_over_worst_case`)."""
+        self.over_worst_case.labels(model, provider).inc()
 
     def waited(self, tenant: str, seconds: float) -> None:
         """A turn of `tenant` left the fair queue after `seconds`."""
