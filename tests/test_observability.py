@@ -288,7 +288,9 @@ def test_fleet_collector_reads_breakers_budgets_and_kill_switch(
             await client.aclose()
 
     asyncio.run(arrange())
-    gauges = _gauges(FleetCollector(config))
+    collector = FleetCollector(config)
+    assert collector.tenants.refresh() is not None
+    gauges = _gauges(collector)
     assert gauges[("relevo_breaker_state", (("scope", "vendor:openai"),))] == 2
     assert gauges[("relevo_breaker_state", (("scope", "vendor:anthropic"),))] == 0
     day = (("period", "day"), ("tenant", "acme"))
@@ -300,12 +302,23 @@ def test_fleet_collector_reads_breakers_budgets_and_kill_switch(
     assert gauges[("relevo_kill_switch", ())] == 1
 
 
-def test_fleet_collector_with_redis_down_yields_nothing_and_says_so(sim: Simulator) -> None:
+def test_fleet_collector_with_redis_down_says_which_parts_it_could_not_read(
+    sim: Simulator,
+) -> None:
     port = free_port()
     config = settings(sim.url, redis={"url": f"redis://127.0.0.1:{port}/0"})
+    collector = FleetCollector(config, timeout_s=1)
     with capture_logs() as events:
-        assert list(FleetCollector(config, timeout_s=1).collect()) == []
-    assert [e["event"] for e in events] == ["metrics.fleet_unreadable"]
+        assert collector.tenants.refresh() is None
+        gauges = _gauges(collector)
+    parts = ("breakers", "kill_switch", "held_turns", "queue_depth", "tenants")
+    assert {p: gauges[("relevo_exporter_read_ok", (("part", p),))] for p in parts} == dict.fromkeys(
+        parts, 0
+    )
+    assert gauges[("relevo_tenant_snapshot_age_seconds", ())] >= 0
+    assert ("relevo_kill_switch", ()) not in gauges
+    unreadable = sorted(e.get("part", "tenants") for e in events if "unreadable" in e["event"])
+    assert unreadable == sorted(parts)
 
 
 def test_metrics_port_zero_serves_nothing(sim: Simulator) -> None:
@@ -404,10 +417,12 @@ def test_relevo_worker_serves_turn_metrics_and_the_fleet_state_adds_up(
             "relevo_tenant_spend_micros",
             frozenset({"tenant": "obs", "period": "day"}.items()),
         )
+        collector = FleetCollector(config)
         while True:
+            collector.tenants.refresh()
             fleet = {
                 (s.name, frozenset(s.labels.items())): s.value
-                for family in FleetCollector(config).collect()
+                for family in collector.collect()
                 for s in family.samples
             }
             if fleet.get(spent_key) == spent_by_results or time.monotonic() >= deadline:
