@@ -259,7 +259,7 @@ def test_every_metric_name_is_a_series_we_export() -> None:
 def _gauges(collector: FleetCollector) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in collector.collect()
+        for family in text_string_to_metric_families(collector.render().decode())
         for s in family.samples
     }
 
@@ -422,7 +422,7 @@ def test_relevo_worker_serves_turn_metrics_and_the_fleet_state_adds_up(
             collector.tenants.refresh()
             fleet = {
                 (s.name, frozenset(s.labels.items())): s.value
-                for family in collector.collect()
+                for family in text_string_to_metric_families(collector.render().decode())
                 for s in family.samples
             }
             if fleet.get(spent_key) == spent_by_results or time.monotonic() >= deadline:

@@ -18,21 +18,20 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
 import structlog
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from redis.asyncio import Redis
 
 import breakers
-import budgets
 from worker.errors import STORE_DOWN
 from worker.fleet.rabbitmq import queue_depth
-from worker.fleet.tenant_snapshot import TenantSnapshot, TenantSnapshots
+from worker.fleet.tenant_snapshot import TenantSnapshots
 from worker.guard.stores import breaker_store
 from worker.observability.metrics import (
     BREAKER_STATE,
@@ -40,20 +39,9 @@ from worker.observability.metrics import (
     HELD_TURNS,
     KILL_SWITCH,
     QUEUE_DEPTH,
-    TENANT_BUDGET_HELD_MICROS,
-    TENANT_BUDGET_REMAINING_MICROS,
-    TENANT_BUDGET_USED_RATIO,
-    TENANT_IN_FLIGHT,
-    TENANT_QUEUED,
-    TENANT_RECLAIMED_CHARGES,
-    TENANT_RECLAIMED_MICROS,
-    TENANT_SERIES_LEFT_OUT,
     TENANT_SNAPSHOT_AGE_SECONDS,
-    TENANT_SNAPSHOT_DURATION_SECONDS,
-    TENANT_SNAPSHOT_TENANTS,
-    TENANT_SPEND_MICROS,
 )
-from worker.observability.metrics_http import load_token, serve_registry
+from worker.observability.metrics_http import load_token, serve_body
 from worker.settings import Settings
 
 __all__ = [
@@ -134,9 +122,13 @@ class FleetCollector:
             "before the first reading)",
             value=self.tenants.age_s(),
         )
-        snapshot = self.tenants.latest
-        if snapshot is not None:
-            yield from _snapshot_families(snapshot)
+
+    def render(self) -> bytes:
+        """A scrape's body: the fleet-wide series read now, then the tenants' snapshot as
+        it was rendered when read (a scrape formats none of its series)."""
+        registry = CollectorRegistry()
+        registry.register(self)
+        return generate_latest(registry) + self.tenants.rendered()
 
     async def _read(
         self,
@@ -185,82 +177,6 @@ async def _queue_depth(settings: Settings, broker: Redis, timeout_s: float) -> i
     return await queue_depth(settings.broker.url, queue, timeout_s=timeout_s)
 
 
-def _snapshot_families(snapshot: TenantSnapshot) -> Iterator[Metric]:
-    yield GaugeMetricFamily(
-        TENANT_SNAPSHOT_DURATION_SECONDS,
-        "How long the latest reading of every tenant took",
-        value=snapshot.duration_s,
-    )
-    yield GaugeMetricFamily(
-        TENANT_SNAPSHOT_TENANTS,
-        "Tenants with limits or spend in the latest reading",
-        value=snapshot.tenants,
-    )
-    left_out = GaugeMetricFamily(
-        TENANT_SERIES_LEFT_OUT,
-        "Tenants without series of their own in a family (over exporter_max_tenants), "
-        "or whose report failed (unreadable)",
-        labels=["kind"],
-    )
-    left_out.add_metric(["budget"], snapshot.budgets_left_out)
-    left_out.add_metric(["load"], snapshot.loads_left_out)
-    left_out.add_metric(["unreadable"], snapshot.unreadable)
-    yield left_out
-    yield from _budget_families(snapshot.budgets)
-    queued = GaugeMetricFamily(TENANT_QUEUED, "Turns waiting in the fair queue", labels=["tenant"])
-    running = GaugeMetricFamily(
-        TENANT_IN_FLIGHT, "Turns dispatched and not yet concluded (leases)", labels=["tenant"]
-    )
-    for load in snapshot.loads:
-        queued.add_metric([load.tenant], load.queued)
-        running.add_metric([load.tenant], load.in_flight)
-    yield from (queued, running)
-
-
-def _budget_families(reports: list[budgets.BudgetReport]) -> Iterator[Metric]:
-    labels = ["tenant", "period"]
-    spend = GaugeMetricFamily(
-        TENANT_SPEND_MICROS, "Spent this UTC day or month, micro-dollars", labels=labels
-    )
-    remaining = GaugeMetricFamily(
-        TENANT_BUDGET_REMAINING_MICROS,
-        "Budget left this UTC day or month (after holds), micro-dollars",
-        labels=labels,
-    )
-    used = GaugeMetricFamily(
-        TENANT_BUDGET_USED_RATIO,
-        "Share of the period's budget spent or held (0 to 1+); absent for a zero budget",
-        labels=labels,
-    )
-    held = GaugeMetricFamily(
-        TENANT_BUDGET_HELD_MICROS,
-        "Expected cost of the tenant's attempts in flight, micro-dollars",
-        labels=["tenant"],
-    )
-    reclaimed = GaugeMetricFamily(
-        TENANT_RECLAIMED_CHARGES,
-        "Holds of attempts that never reported back, charged this UTC day or month",
-        labels=labels,
-    )
-    reclaimed_micros = GaugeMetricFamily(
-        TENANT_RECLAIMED_MICROS,
-        "What those reclaimed holds were charged, micro-dollars (part of the spend)",
-        labels=labels,
-    )
-    for report in reports:
-        held.add_metric([report.tenant], report.reserved_micros)
-        for period, numbers in (("day", report.day), ("month", report.month)):
-            key = [report.tenant, period]
-            spend.add_metric(key, numbers.spent_micros)
-            remaining.add_metric(key, numbers.remaining_micros)
-            reclaimed.add_metric(key, numbers.reclaimed_charges)
-            reclaimed_micros.add_metric(key, numbers.reclaimed_micros)
-            if numbers.limit_micros > 0:
-                taken = numbers.spent_micros + numbers.reserved_micros
-                used.add_metric(key, taken / numbers.limit_micros)
-    yield from (spend, remaining, used, held, reclaimed, reclaimed_micros)
-
-
 @contextmanager
 def serve_metrics(settings: Settings, port: int) -> Iterator[dict[str, str]]:
     """Serve the node's metrics on `port` while the block runs.
@@ -276,7 +192,7 @@ def serve_metrics(settings: Settings, port: int) -> Iterator[dict[str, str]]:
     with tempfile.TemporaryDirectory(prefix="relevo-metrics-") as path:
         registry = CollectorRegistry()
         MultiProcessCollector(registry, path=path)  # type: ignore[no-untyped-call]
-        with _served(settings, port, registry) as served:
+        with _served(settings, port, lambda: generate_latest(registry)) as served:
             yield {MULTIPROC_ENV: path} if served else {}
 
 
@@ -286,9 +202,7 @@ def serve_fleet_metrics(settings: Settings, port: int) -> Iterator[bool]:
     runs, the tenants' snapshot refreshed in the background; yields whether the port
     could be bound."""
     tenants = TenantSnapshots(settings)
-    registry = CollectorRegistry()
-    registry.register(FleetCollector(settings, tenants))
-    with _served(settings, port, registry) as served:
+    with _served(settings, port, FleetCollector(settings, tenants).render) as served:
         if served:
             tenants.start()
         try:
@@ -298,11 +212,11 @@ def serve_fleet_metrics(settings: Settings, port: int) -> Iterator[bool]:
 
 
 @contextmanager
-def _served(settings: Settings, port: int, registry: CollectorRegistry) -> Iterator[bool]:
+def _served(settings: Settings, port: int, body: Callable[[], bytes]) -> Iterator[bool]:
     addr = settings.observability.metrics_addr
     token = load_token(settings.observability.metrics_token_file)
     try:
-        server = serve_registry(addr, port, registry, token)
+        server = serve_body(addr, port, body, token)
     except OSError as exc:
         log.error("metrics.not_served", addr=addr, port=port, error=exc.strerror or str(exc))
         yield False

@@ -18,19 +18,35 @@ import asyncio
 import heapq
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
 import structlog
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
 import budgets
 from breakers.rediskit import text
 from worker.errors import STORE_DOWN
 from worker.fleet.fairqueue import FairQueue, TenantLoad
 from worker.guard.stores import budget_ledger
+from worker.observability.metrics import (
+    TENANT_BUDGET_HELD_MICROS,
+    TENANT_BUDGET_REMAINING_MICROS,
+    TENANT_BUDGET_USED_RATIO,
+    TENANT_IN_FLIGHT,
+    TENANT_QUEUED,
+    TENANT_RECLAIMED_CHARGES,
+    TENANT_RECLAIMED_MICROS,
+    TENANT_SERIES_LEFT_OUT,
+    TENANT_SNAPSHOT_DURATION_SECONDS,
+    TENANT_SNAPSHOT_TENANTS,
+    TENANT_SPEND_MICROS,
+)
 from worker.settings import Settings
 
-__all__ = ["TenantSnapshot", "TenantSnapshots", "budget_rank"]
+__all__ = ["TenantSnapshot", "TenantSnapshots", "budget_rank", "render"]
 
 log = structlog.get_logger("relevo.metrics")
 T = TypeVar("T")
@@ -39,6 +55,8 @@ T = TypeVar("T")
 # short enough that the workers' own commands slip in between.
 _PAGE = 200
 _PAGE_TIMEOUT_S = 10.0
+# And a pause after each: the scrapes this process serves meanwhile get the interpreter.
+_PAGE_PAUSE_S = 0.02
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +71,7 @@ class TenantSnapshot:
     loads: list[TenantLoad]
     budgets_left_out: int
     loads_left_out: int
+    text: bytes = b""  # its series in Prometheus' text format, rendered once
 
 
 def budget_rank(report: budgets.BudgetReport) -> tuple[float, int]:
@@ -83,6 +102,11 @@ class TenantSnapshots:
         """Seconds since the latest snapshot was taken (since the start, before the first)."""
         latest = self.latest
         return time.monotonic() - (self.started_at if latest is None else latest.taken_at)
+
+    def rendered(self) -> bytes:
+        """The latest snapshot's series, as rendered when it was read (none before the first)."""
+        latest = self.latest
+        return b"" if latest is None else latest.text
 
     def start(self) -> None:
         """Read now and then every `every_s`, in a daemon thread, until `close`."""
@@ -138,6 +162,7 @@ class TenantSnapshots:
                         unreadable += 1
                 if int(cursor) == 0:
                     break
+                await asyncio.sleep(_PAGE_PAUSE_S)
             async with asyncio.timeout(_PAGE_TIMEOUT_S):
                 loads = await FairQueue(broker, namespace=where.namespace).load()
         finally:
@@ -148,7 +173,7 @@ class TenantSnapshots:
         busiest = sorted(loads, key=lambda x: (-(x.queued + x.in_flight), x.tenant))[: self.most]
         chosen = sorted(nearest.items(), key=lambda r: r.tenant)
         ended = time.monotonic()
-        return TenantSnapshot(
+        snapshot = TenantSnapshot(
             taken_at=ended,
             duration_s=ended - began,
             tenants=len(seen),
@@ -158,6 +183,7 @@ class TenantSnapshots:
             budgets_left_out=len(seen) - unreadable - len(chosen),
             loads_left_out=len(loads) - len(busiest),
         )
+        return replace(snapshot, text=render(snapshot))
 
 
 class _Top(Generic[T]):
@@ -181,3 +207,91 @@ class _Top(Generic[T]):
 
     def items(self) -> list[T]:
         return [item for _, _, item in self._heap]
+
+
+def render(snapshot: TenantSnapshot) -> bytes:
+    """`snapshot`'s series in Prometheus' text format."""
+
+    class Families:
+        def collect(self) -> Iterator[Metric]:
+            return _snapshot_families(snapshot)
+
+    registry = CollectorRegistry()
+    registry.register(Families())
+    return generate_latest(registry)
+
+
+def _snapshot_families(snapshot: TenantSnapshot) -> Iterator[Metric]:
+    yield GaugeMetricFamily(
+        TENANT_SNAPSHOT_DURATION_SECONDS,
+        "How long the latest reading of every tenant took",
+        value=snapshot.duration_s,
+    )
+    yield GaugeMetricFamily(
+        TENANT_SNAPSHOT_TENANTS,
+        "Tenants with limits or spend in the latest reading",
+        value=snapshot.tenants,
+    )
+    left_out = GaugeMetricFamily(
+        TENANT_SERIES_LEFT_OUT,
+        "Tenants without series of their own in a family (over exporter_max_tenants), "
+        "or whose report failed (unreadable)",
+        labels=["kind"],
+    )
+    left_out.add_metric(["budget"], snapshot.budgets_left_out)
+    left_out.add_metric(["load"], snapshot.loads_left_out)
+    left_out.add_metric(["unreadable"], snapshot.unreadable)
+    yield left_out
+    yield from _budget_families(snapshot.budgets)
+    queued = GaugeMetricFamily(TENANT_QUEUED, "Turns waiting in the fair queue", labels=["tenant"])
+    running = GaugeMetricFamily(
+        TENANT_IN_FLIGHT, "Turns dispatched and not yet concluded (leases)", labels=["tenant"]
+    )
+    for load in snapshot.loads:
+        queued.add_metric([load.tenant], load.queued)
+        running.add_metric([load.tenant], load.in_flight)
+    yield from (queued, running)
+
+
+def _budget_families(reports: list[budgets.BudgetReport]) -> Iterator[Metric]:
+    labels = ["tenant", "period"]
+    spend = GaugeMetricFamily(
+        TENANT_SPEND_MICROS, "Spent this UTC day or month, micro-dollars", labels=labels
+    )
+    remaining = GaugeMetricFamily(
+        TENANT_BUDGET_REMAINING_MICROS,
+        "Budget left this UTC day or month (after holds), micro-dollars",
+        labels=labels,
+    )
+    used = GaugeMetricFamily(
+        TENANT_BUDGET_USED_RATIO,
+        "Share of the period's budget spent or held (0 to 1+); absent for a zero budget",
+        labels=labels,
+    )
+    held = GaugeMetricFamily(
+        TENANT_BUDGET_HELD_MICROS,
+        "Expected cost of the tenant's attempts in flight, micro-dollars",
+        labels=["tenant"],
+    )
+    reclaimed = GaugeMetricFamily(
+        TENANT_RECLAIMED_CHARGES,
+        "Holds of attempts that never reported back, charged this UTC day or month",
+        labels=labels,
+    )
+    reclaimed_micros = GaugeMetricFamily(
+        TENANT_RECLAIMED_MICROS,
+        "What those reclaimed holds were charged, micro-dollars (part of the spend)",
+        labels=labels,
+    )
+    for report in reports:
+        held.add_metric([report.tenant], report.reserved_micros)
+        for period, numbers in (("day", report.day), ("month", report.month)):
+            key = [report.tenant, period]
+            spend.add_metric(key, numbers.spent_micros)
+            remaining.add_metric(key, numbers.remaining_micros)
+            reclaimed.add_metric(key, numbers.reclaimed_charges)
+            reclaimed_micros.add_metric(key, numbers.reclaimed_micros)
+            if numbers.limit_micros > 0:
+                taken = numbers.spent_micros + numbers.reserved_micros
+                used.add_metric(key, taken / numbers.limit_micros)
+    yield from (spend, remaining, used, held, reclaimed, reclaimed_micros)

@@ -1,4 +1,4 @@
-"""The HTTP endpoint both metrics servers share: a registry at `/metrics`, behind a token.
+"""The HTTP endpoint both metrics servers share: their series at `/metrics`, behind a token.
 
 With a token configured (`[observability] metrics_token_file`, or `RELEVO_METRICS_TOKEN`),
 every path but `/healthz` wants `Authorization: Bearer <token>` (compared in constant
@@ -19,11 +19,11 @@ from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from worker.errors import ConfigError
 
-__all__ = ["TOKEN_ENV", "MetricsServer", "load_token", "serve_registry"]
+__all__ = ["TOKEN_ENV", "MetricsServer", "load_token", "serve_body"]
 
 TOKEN_ENV = "RELEVO_METRICS_TOKEN"  # noqa: S105 - a variable's name, not a secret
 # Printable, no blanks, long enough not to be guessed: a pasted secret.
@@ -65,6 +65,18 @@ class _QuietHandler(WSGIRequestHandler):
         """Scrapes are not logged: every 15 s from every Prometheus."""
 
 
+def _scrape(body: Callable[[], bytes]) -> Callable[[Environ, StartResponse], Iterable[bytes]]:
+    def scrape(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        data = body()
+        start_response(
+            "200 OK",
+            [("Content-Type", CONTENT_TYPE_PLAIN_0_0_4), ("Content-Length", str(len(data)))],
+        )
+        return [data]
+
+    return scrape
+
+
 def _guarded(app: Callable[[Environ, StartResponse], Iterable[bytes]], token: str | None) -> Any:
     wanted = None if token is None else f"Bearer {token}".encode()
 
@@ -96,17 +108,15 @@ class MetricsServer:
         self.thread.join(timeout=5)
 
 
-def serve_registry(
-    addr: str, port: int, registry: CollectorRegistry, token: str | None
-) -> MetricsServer:
-    """Serve `registry` on `addr`:`port` in a daemon thread (raises `OSError` when the
-    port cannot be bound)."""
+def serve_body(addr: str, port: int, body: Callable[[], bytes], token: str | None) -> MetricsServer:
+    """Serve what `body` returns (Prometheus' text format) at each scrape, on
+    `addr`:`port` in a daemon thread (raises `OSError` when the port cannot be bound)."""
     family = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM)[0][0]
 
     class Server(_Server):
         address_family = family
 
-    app = _guarded(make_wsgi_app(registry), token)
+    app = _guarded(_scrape(body), token)
     server = make_server(addr, port, app, Server, handler_class=_QuietHandler)
     thread = threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True)
     thread.start()

@@ -1,0 +1,100 @@
+"""`relevo exporter` over 10,000 tenants: every scrape carries the fleet-wide series, the
+tenants' series come from a bounded snapshot with its age, and a scrape stays small.
+(Timings: bench/exporter_scale.py.)"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.chainkit import KEY, settings
+from tests.netkit import free_port
+from tests.tenantskit import NEAR, add_tenants, forget_namespace
+from worker.fleet.exporter import FLEET_PARTS, serve_fleet_metrics
+from worker.observability.metrics import (
+    BREAKER_STATE,
+    EXPORTER_READ_OK,
+    HELD_TURNS,
+    KILL_SWITCH,
+    QUEUE_DEPTH,
+    TENANT_BUDGET_USED_RATIO,
+    TENANT_SERIES_LEFT_OUT,
+    TENANT_SNAPSHOT_AGE_SECONDS,
+    TENANT_SNAPSHOT_TENANTS,
+    TENANT_SPEND_MICROS,
+)
+from worker.simulator import Simulator
+
+TENANTS = 10_000
+MOST = 500
+FLEET_WIDE = (BREAKER_STATE, KILL_SWITCH, HELD_TURNS, QUEUE_DEPTH, EXPORTER_READ_OK)
+
+Series = dict[str, list[tuple[dict[str, str], float]]]
+
+
+def _scrape(port: int) -> tuple[Series, int]:
+    body = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text
+    series: Series = {}
+    for family in text_string_to_metric_families(body):
+        for s in family.samples:
+            series.setdefault(s.name, []).append((s.labels, s.value))
+    return series, len(body.encode())
+
+
+@pytest.fixture
+def crowded(redis_url: str, namespace: str) -> Iterator[str]:
+    """A namespace of 10,000 tenants with limits, forgotten afterwards."""
+    try:
+        asyncio.run(add_tenants(redis_url, namespace, TENANTS))
+        yield namespace
+    finally:
+        asyncio.run(forget_namespace(redis_url, namespace))
+
+
+@pytest.mark.slow
+def test_every_scrape_over_10000_tenants_has_the_fleet_wide_series(
+    sim: Simulator, redis_url: str, crowded: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
+    config = settings(
+        sim.url,
+        redis={"url": redis_url, "namespace": crowded},
+        worker={"queue": crowded},
+        observability={"metrics_addr": "127.0.0.1", "exporter_max_tenants": MOST},
+    )
+    port = free_port()
+    scrapes: list[tuple[Series, int]] = []
+    with serve_fleet_metrics(config, port) as served:
+        assert served
+        deadline = time.monotonic() + 120
+        while True:
+            scrapes.append(_scrape(port))
+            if TENANT_SNAPSHOT_TENANTS in scrapes[-1][0]:
+                break
+            assert time.monotonic() < deadline, "no tenant snapshot in 120 s"
+            time.sleep(0.5)
+    # Before the snapshot and after it, whatever the tenants: the fleet-wide series.
+    for series, _ in scrapes:
+        assert not [name for name in FLEET_WIDE if name not in series]
+        assert series[KILL_SWITCH] == [({}, 0.0)]
+        assert {labels["part"] for labels, _ in series[EXPORTER_READ_OK]} == set(FLEET_PARTS)
+        assert TENANT_SNAPSHOT_AGE_SECONDS in series
+    last, size = scrapes[-1]
+    assert all(value == 1 for _, value in last[EXPORTER_READ_OK])
+    assert last[TENANT_SNAPSHOT_TENANTS] == [({}, TENANTS)]
+    assert last[TENANT_SNAPSHOT_AGE_SECONDS][0][1] < 60
+    # Bounded: MOST tenants with series of their own; the rest counted.
+    spenders = {labels["tenant"] for labels, _ in last[TENANT_SPEND_MICROS]}
+    assert len(spenders) == MOST
+    left_out = {labels["kind"]: value for labels, value in last[TENANT_SERIES_LEFT_OUT]}
+    assert left_out == {"budget": TENANTS - MOST, "load": 0, "unreadable": 0}
+    # The one tenant near its budget is among them: the alert can fire.
+    near = [v for labels, v in last[TENANT_BUDGET_USED_RATIO] if labels["tenant"] == NEAR]
+    assert near
+    assert max(near) == pytest.approx(0.95)
+    assert size < 2_000_000
