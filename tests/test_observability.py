@@ -241,6 +241,30 @@ def test_a_turn_that_never_ran_counts_with_empty_labels() -> None:
     assert _sample(metrics, TURNS_TOTAL, status="rejected", effective_model="", step="") == 1
 
 
+def test_a_workers_series_carry_no_tenant_label() -> None:
+    metrics = TurnMetrics()
+    for tenant in ("acme", "globex"):
+        metrics.waited(0.2)
+        metrics.record(
+            TurnResult(
+                turn_id=f"t-{tenant}",
+                tenant_id=tenant,
+                status=Status.OK,
+                latency_ms=5,
+                primary_model="openai/alpha",
+            )
+        )
+    labelled = {s.name for family in metrics.registry.collect() for s in family.samples if s.labels}
+    assert labelled
+    assert not [
+        s.name
+        for family in metrics.registry.collect()
+        for s in family.samples
+        if "tenant" in s.labels
+    ]
+    assert metrics.registry.get_sample_value("relevo_fair_queue_wait_seconds_count") == 2
+
+
 def test_every_metric_name_is_a_series_we_export() -> None:
     assert all(name.startswith("relevo_") for name in METRIC_NAMES)
     assert is_exported("relevo_turn_duration_seconds_bucket")
@@ -411,6 +435,7 @@ def test_relevo_worker_serves_turn_metrics_and_the_fleet_state_adds_up(
         spent_by_results = sum(r.cost_micros for r in results)
         deadline = time.monotonic() + 10
         series = _scrape(port)
+        node_series = dict(series)
         # The fleet's state is the exporter's, read from the same Redis; the spend gauge
         # may lag the results a moment.
         spent_key = (
@@ -434,6 +459,10 @@ def test_relevo_worker_serves_turn_metrics_and_the_fleet_state_adds_up(
         node.wait(timeout=30)
 
     assert [r.step for r in results] == [0] * 6 + [1] * 4
+    # A node's series name no tenant, however many it serves: the exporter's do, bounded.
+    assert not [name for name, labels in node_series if "tenant" in dict(labels)]
+    waited = node_series[("relevo_fair_queue_wait_seconds_count", frozenset())]
+    assert waited == len(results)
 
     def value(name: str, **labels: str) -> float:
         return series.get((name, frozenset(labels.items())), 0.0)
