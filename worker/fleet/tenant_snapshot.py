@@ -123,6 +123,8 @@ class TenantSnapshots:
         and the previous snapshot stays)."""
         try:
             snapshot = asyncio.run(self.read())
+        except _Stopping:
+            return None
         except STORE_DOWN as exc:
             self.last_failed = True
             log.warning("metrics.tenants_unreadable", error=type(exc).__name__)
@@ -162,6 +164,8 @@ class TenantSnapshots:
                         unreadable += 1
                 if int(cursor) == 0:
                     break
+                if self._stop.is_set():
+                    raise _Stopping  # the exporter ends: no need to read the rest
                 await asyncio.sleep(_PAGE_PAUSE_S)
             async with asyncio.timeout(_PAGE_TIMEOUT_S):
                 loads = await FairQueue(broker, namespace=where.namespace).load()
@@ -184,6 +188,10 @@ class TenantSnapshots:
             loads_left_out=len(loads) - len(busiest),
         )
         return replace(snapshot, text=render(snapshot))
+
+
+class _Stopping(Exception):
+    """`close` was called during a reading."""
 
 
 class _Top(Generic[T]):

@@ -61,6 +61,9 @@ class _Server(ThreadingMixIn, WSGIServer):
 
 
 class _QuietHandler(WSGIRequestHandler):
+    # A client that connects and sends nothing holds a thread this long, not for ever.
+    timeout = 30
+
     def log_message(self, format: str, *args: Any) -> None:
         """Scrapes are not logged: every 15 s from every Prometheus."""
 
