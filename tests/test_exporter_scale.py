@@ -5,6 +5,8 @@ tenants' series come from a bounded snapshot with its age, and a scrape stays sm
 from __future__ import annotations
 
 import asyncio
+import signal
+import subprocess
 import time
 from collections.abc import Iterator
 
@@ -15,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.chainkit import KEY, settings
 from tests.netkit import free_port
 from tests.tenantskit import NEAR, add_tenants, forget_namespace
-from worker.fleet.exporter import FLEET_PARTS, serve_fleet_metrics
+from worker.fleet.exporter import FLEET_PARTS, FleetCollector, serve_fleet_metrics
 from worker.observability.metrics import (
     BREAKER_STATE,
     EXPORTER_READ_OK,
@@ -98,3 +100,37 @@ def test_every_scrape_over_10000_tenants_has_the_fleet_wide_series(
     assert near
     assert max(near) == pytest.approx(0.95)
     assert size < 2_000_000
+
+
+def test_a_stalled_redis_costs_a_scrape_its_fleet_parts_never_the_snapshot(
+    sim: Simulator,
+    private_redis: tuple[str, subprocess.Popen[bytes]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Redis stops answering: the scrape ends after the parts' own bound, says
+    which parts it could not read, and still serves the tenants' snapshot with its age."""
+    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
+    url, server = private_redis
+    asyncio.run(add_tenants(url, "stall", 50))
+    config = settings(sim.url, redis={"url": url, "namespace": "stall"}, worker={"queue": "q"})
+    collector = FleetCollector(config)
+    assert collector.tenants.refresh() is not None
+    server.send_signal(signal.SIGSTOP)  # it accepts connections and answers nothing
+    try:
+        began = time.monotonic()
+        body = collector.render().decode()
+        took = time.monotonic() - began
+    finally:
+        server.send_signal(signal.SIGCONT)
+    series = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(body)
+        for s in family.samples
+    }
+    assert took < 5, f"the scrape waited {took:.1f} s for a stalled Redis"
+    read = {p: series[(EXPORTER_READ_OK, (("part", p),))] for p in FLEET_PARTS}
+    assert read == {**dict.fromkeys(FLEET_PARTS, 0), "tenants": 1}
+    assert series[(TENANT_SNAPSHOT_TENANTS, ())] == 50
+    assert (TENANT_SNAPSHOT_AGE_SECONDS, ()) in series
+    near = series[(TENANT_BUDGET_USED_RATIO, (("period", "day"), ("tenant", NEAR)))]
+    assert near == pytest.approx(0.95)

@@ -172,7 +172,7 @@ def test_relevo_exporter_asks_its_token_file_and_never_prints_it(
 
 
 @pytest.fixture(scope="module")
-def acl_urls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+def acl_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """A private redis-server as the deploy starts it (start.sh, the rendered ACL file)."""
     folder = tmp_path_factory.mktemp("acl")
     acl = folder / "users.acl"
@@ -187,13 +187,13 @@ def acl_urls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str
 
 
 def test_the_exporter_reads_every_part_as_the_viewer(
-    sim: Simulator, acl_urls: dict[str, str]
+    sim: Simulator, acl_server: dict[str, str]
 ) -> None:
     """As the deploy runs it: every fleet-wide part and the tenants' snapshot are read
     with the viewer's credentials (the workers load the scripts; the viewer runs two)."""
 
     async def arrange() -> None:
-        worker = redis.asyncio.Redis.from_url(acl_urls["relevo"])
+        worker = redis.asyncio.Redis.from_url(acl_server["relevo"])
         try:
             await BREAKER_SCRIPTS.load(worker)
             await BUDGET_SCRIPTS.load(worker)
@@ -205,7 +205,7 @@ def test_the_exporter_reads_every_part_as_the_viewer(
             await worker.aclose()
 
     async def tidy() -> None:
-        worker = redis.asyncio.Redis.from_url(acl_urls["relevo"])
+        worker = redis.asyncio.Redis.from_url(acl_server["relevo"])
         try:
             keys = [k async for k in worker.scan_iter(match="{relevo*")]
             await worker.delete("relevo", *keys)
@@ -215,7 +215,7 @@ def test_the_exporter_reads_every_part_as_the_viewer(
     asyncio.run(arrange())
     try:
         config = settings(
-            sim.url, redis={"url": acl_urls["viewer"], "namespace": "relevo"}, worker={}
+            sim.url, redis={"url": acl_server["viewer"], "namespace": "relevo"}, worker={}
         )
         collector = FleetCollector(config)
         with capture_logs() as events:
