@@ -12,8 +12,10 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+import redis.asyncio
 from prometheus_client.parser import text_string_to_metric_families
 
+import budgets
 from tests.chainkit import KEY, settings
 from tests.netkit import free_port
 from tests.tenantskit import NEAR, add_tenants, forget_namespace
@@ -134,3 +136,31 @@ def test_a_stalled_redis_costs_a_scrape_its_fleet_parts_never_the_snapshot(
     assert (TENANT_SNAPSHOT_AGE_SECONDS, ()) in series
     near = series[(TENANT_BUDGET_USED_RATIO, (("period", "day"), ("tenant", NEAR)))]
     assert near == pytest.approx(0.95)
+
+
+def test_a_member_of_the_tenants_set_that_is_no_tenant_is_counted_not_fatal(
+    sim: Simulator, redis_url: str, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Names no tenant id may be (written by hand, or damaged) are counted unreadable;
+    every real tenant still gets its series."""
+    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
+    try:
+        asyncio.run(add_tenants(redis_url, namespace, 20))
+        junk = ["a/../b", "has space", "x" * 200, "\u202e"]
+
+        async def spoil() -> None:
+            client = redis.asyncio.Redis.from_url(redis_url)
+            try:
+                await client.sadd(budgets.Ledger(client, namespace=namespace).keys.tenants(), *junk)
+            finally:
+                await client.aclose()
+
+        asyncio.run(spoil())
+        config = settings(sim.url, redis={"url": redis_url, "namespace": namespace})
+        snapshot = FleetCollector(config).tenants.refresh()
+    finally:
+        asyncio.run(forget_namespace(redis_url, namespace))
+    assert snapshot is not None
+    assert (snapshot.tenants, snapshot.unreadable) == (20 + len(junk), len(junk))
+    assert len(snapshot.budgets) == 20
+    assert b'tenant="tenant-near"' in snapshot.text

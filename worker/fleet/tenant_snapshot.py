@@ -135,7 +135,11 @@ class TenantSnapshots:
     def _run(self) -> None:
         while not self._stop.is_set():
             began = time.monotonic()
-            self.refresh()
+            try:
+                self.refresh()
+            except Exception as exc:  # the thread must outlive one bad round
+                self.last_failed = True
+                log.error("metrics.tenants_failed", error=type(exc).__name__)
             self._stop.wait(max(0.0, self.every_s - (time.monotonic() - began)))
 
     async def read(self) -> TenantSnapshot:
@@ -156,7 +160,9 @@ class TenantSnapshots:
                     cursor, page = await client.sscan(ledger.keys.tenants(), cursor, count=_PAGE)
                     fresh = [t for t in dict.fromkeys(text(m) for m in page) if t not in seen]
                     seen.update(fresh)
-                    found = await ledger.reports(fresh) if fresh else []
+                    named = [t for t in fresh if _is_tenant(t)]
+                    unreadable += len(fresh) - len(named)
+                    found = await ledger.reports(named) if named else []
                 for report in found:
                     if isinstance(report, budgets.BudgetReport):
                         nearest.add(budget_rank(report), report)
@@ -168,7 +174,11 @@ class TenantSnapshots:
                     raise _Stopping  # the exporter ends: no need to read the rest
                 await asyncio.sleep(_PAGE_PAUSE_S)
             async with asyncio.timeout(_PAGE_TIMEOUT_S):
-                loads = await FairQueue(broker, namespace=where.namespace).load()
+                try:
+                    loads = await FairQueue(broker, namespace=where.namespace).load()
+                except ValueError as exc:  # a damaged share: the budgets are still worth serving
+                    log.warning("metrics.tenant_loads_unreadable", error=type(exc).__name__)
+                    loads = []
         finally:
             await client.aclose()
             await broker.aclose()
@@ -188,6 +198,16 @@ class TenantSnapshots:
             loads_left_out=len(loads) - len(busiest),
         )
         return replace(snapshot, text=render(snapshot))
+
+
+def _is_tenant(name: str) -> bool:
+    # A member that is no tenant id (written by hand, or damaged) would make its key
+    # unbuildable and fail its whole page: it is counted unreadable instead.
+    try:
+        budgets.check_tenant(name)
+    except budgets.InvalidNameError:
+        return False
+    return True
 
 
 class _Stopping(Exception):
