@@ -14,6 +14,7 @@ import httpx
 import pytest
 import redis.asyncio
 from prometheus_client.parser import text_string_to_metric_families
+from structlog.testing import capture_logs
 
 import budgets
 from tests.chainkit import KEY, settings
@@ -164,3 +165,29 @@ def test_a_member_of_the_tenants_set_that_is_no_tenant_is_counted_not_fatal(
     assert (snapshot.tenants, snapshot.unreadable) == (20 + len(junk), len(junk))
     assert len(snapshot.budgets) == 20
     assert b'tenant="tenant-near"' in snapshot.text
+
+
+def test_a_part_redis_refuses_costs_that_part_only(
+    sim: Simulator, acl_redis: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Redis user that may run no Lua (the breakers' report is a script): the scrape
+    says so for that part and serves the kill switch, held turns and queue depth."""
+    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
+    url = f"redis://noscripts:secret@127.0.0.1:{acl_redis}/0"
+    config = settings(sim.url, redis={"url": url, "namespace": "refused"}, worker={"queue": "q"})
+    collector = FleetCollector(config)
+    with capture_logs() as events:
+        collector.tenants.refresh()
+        body = collector.render().decode()
+    names = {s.name: s for family in text_string_to_metric_families(body) for s in family.samples}
+    read = {
+        s.labels["part"]: s.value
+        for family in text_string_to_metric_families(body)
+        for s in family.samples
+        if s.name == EXPORTER_READ_OK
+    }
+    assert read["breakers"] == 0
+    assert (read["kill_switch"], read["held_turns"], read["queue_depth"]) == (1, 1, 1)
+    assert names[KILL_SWITCH].value == 0
+    refused = [e for e in events if e.get("part") == "breakers"]
+    assert [e["error"] for e in refused] == ["StoreForbiddenError"]

@@ -29,7 +29,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from redis.asyncio import Redis
 
 import breakers
-from worker.errors import STORE_DOWN
+from worker.errors import STORE_DOWN, STORE_REFUSED
 from worker.fleet.rabbitmq import queue_depth
 from worker.fleet.tenant_snapshot import TenantSnapshots
 from worker.guard.stores import breaker_store
@@ -155,8 +155,11 @@ class FleetCollector:
         try:
             async with asyncio.timeout(self.timeout_s):
                 return await read
-        except STORE_DOWN as exc:
+        except (*STORE_DOWN, *STORE_REFUSED) as exc:  # slow, gone or refusing us
             log.warning("metrics.fleet_unreadable", part=part, error=type(exc).__name__)
+            return None
+        except Exception as exc:  # a damaged record in one part must not hide the others
+            log.error("metrics.fleet_part_failed", part=part, error=type(exc).__name__)
             return None
 
     async def _scopes(self, client: Redis) -> list[breakers.ScopeReport]:
