@@ -14,7 +14,7 @@ Figures: each phase's scrape time (median, max) and size (max), the series a scr
 carries, whether every fleet-wide series was in every scrape, and how long one reading of
 every tenant takes (`relevo_tenant_snapshot_duration_seconds`).
 
-    .venv/bin/python bench/exporter_scale.py                 # ~30 s
+    .venv/bin/python bench/exporter_scale.py                 # ~1 min
     .venv/bin/python bench/exporter_scale.py --tenants 50000
 
 Output: `FIGURE <name> <value> <unit>` lines on stdout; progress on stderr.
