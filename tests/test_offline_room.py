@@ -7,21 +7,19 @@ The stall is `DEBUG SLEEP` on a redis-server of the test's own (never the shared
 from __future__ import annotations
 
 import asyncio
-import shutil
 import signal
 import subprocess
 import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 import pytest
 import redis
 
 import budgets
 from tests.chainkit import KEY
-from tests.conftest import _answers
-from tests.netkit import free_port
 from tests.test_store_faults import configured, read_books, run, worst_case
 from worker.fleet.runner import TurnRunner
 from worker.guard.allowance import OfflineAllowance
@@ -32,29 +30,6 @@ from worker.simulator import Fault, Simulator
 from worker.types import Status
 
 STALL_S = 4
-
-
-@pytest.fixture
-def sleepy_redis() -> Iterator[str]:
-    """A redis-server of this test's own that takes `DEBUG SLEEP` from loopback."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.skip("no redis-server binary to start a private server")
-    port = free_port()
-    args = [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", ""]
-    args += ["--appendonly", "no", "--enable-debug-command", "local"]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"redis://127.0.0.1:{port}/0"
-    try:
-        deadline = time.monotonic() + 10
-        while not _answers(url):
-            assert time.monotonic() < deadline, "the private redis-server never answered"
-            time.sleep(0.05)
-        yield url
-    finally:
-        proc.send_signal(signal.SIGCONT)
-        proc.kill()
-        proc.wait(timeout=10)
 
 
 def set_limits(url: str, namespace: str, micros: int) -> None:
@@ -68,56 +43,57 @@ def set_limits(url: str, namespace: str, micros: int) -> None:
     asyncio.run(write())
 
 
-@pytest.fixture
-def stall(sleepy_redis: str) -> Iterator[threading.Thread]:
-    """A thread that stalls the server `STALL_S` seconds when started."""
-    client = redis.Redis.from_url(sleepy_redis, socket_timeout=STALL_S + 10)
-    thread = threading.Thread(target=client.execute_command, args=("DEBUG", "SLEEP", STALL_S))
-    yield thread
-    if thread.ident is not None:
-        thread.join(STALL_S + 10)
-    client.close()
+@contextmanager
+def stalled_for(url: str, seconds: int) -> Iterator[None]:
+    """`DEBUG SLEEP seconds` on `url`, sent from a thread of its own: entered once the
+    server has stalled, left once it answers again."""
+    client = redis.Redis.from_url(url, socket_timeout=seconds + 10)
+    thread = threading.Thread(target=client.execute_command, args=("DEBUG", "SLEEP", seconds))
+    thread.start()
+    try:
+        deadline = time.monotonic() + 5
+        while not stalled(url):
+            assert time.monotonic() < deadline, "the server did not stall"
+        yield
+    finally:
+        thread.join(seconds + 10)
+        client.close()
 
 
 def stalled(url: str) -> bool:
-    client = redis.Redis.from_url(url, socket_timeout=0.3)
+    probe = redis.Redis.from_url(url, socket_timeout=0.3)
     try:
-        client.ping()
+        probe.ping()
     except redis.TimeoutError:
         return True
     finally:
-        client.close()
+        probe.close()
     return False
 
 
 @pytest.mark.slow
 def test_a_stall_admits_nothing_offline_for_a_strict_tenant_with_no_room(
     sim: Simulator,
-    sleepy_redis: str,
-    stall: threading.Thread,
+    private_redis: tuple[str, subprocess.Popen[bytes]],
     namespace: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A 4 s stall, 50 turns at once: without the room, the $1 allowance let all 50 run."""
     monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
     sim.reset()
-    redis_config = {"url": sleepy_redis, "namespace": namespace, "timeout_s": 0.25}
+    url, _ = private_redis
+    redis_config = {"url": url, "namespace": namespace, "timeout_s": 0.25}
     config = configured(sim, redis_config | {"rejoin_check_s": 0.2})
     assert config.budgets.offline_allowance_micros() == 1_000_000  # the default, $1
     limit = 500
     assert worst_case(config, "openai/alpha") > limit  # a strict tenant with no room
-    set_limits(sleepy_redis, namespace, limit)
+    set_limits(url, namespace, limit)
     runner = TurnRunner(config)
     try:
         (heard,) = run(runner, 1)
         assert heard.reason == budgets.RefusalReason.TENANT_BUDGET_EXHAUSTED
-        stall.start()
-        deadline = time.monotonic() + 5
-        while not stalled(sleepy_redis):
-            assert time.monotonic() < deadline, "the server did not stall"
-        with ThreadPoolExecutor(50) as threads:
+        with stalled_for(url, STALL_S), ThreadPoolExecutor(50) as threads:
             during = list(threads.map(lambda _: run(runner, 1)[0], range(50)))
-        stall.join(STALL_S + 10)
         deadline = time.monotonic() + 10
         while len(runner.guard.backlog) and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -126,7 +102,7 @@ def test_a_stall_admits_nothing_offline_for_a_strict_tenant_with_no_room(
     assert [r.status for r in during] == [Status.DEGRADED] * 50
     assert any(r.reason == Refusal.BUDGET_UNREACHABLE for r in during)  # decided offline
     assert sim.calls("alpha") == 0
-    _, spent = read_books(RedisSettings(url=sleepy_redis, namespace=namespace), [])
+    _, spent = read_books(RedisSettings(url=url, namespace=namespace), [])
     assert spent == 0
 
 
