@@ -136,3 +136,24 @@ def test_relevo_enqueue_exits_10_with_the_id_of_a_recorded_turn_and_6_for_none(
     assert out == ""
     time.sleep(0.5)
     assert not recorded(url, namespace, "never-recorded")
+
+
+def test_the_example_web_app_accepts_a_turn_recorded_before_its_publish_failed(
+    private_redis: tuple[str, subprocess.Popen[bytes]], config_text: str, namespace: str
+) -> None:
+    """202 with the turn id, not a 503 that has the client send it again under a new id."""
+    from starlette.testclient import TestClient
+
+    from examples.webapp import create_app
+
+    url, proc = private_redis
+    settings = load_settings(data=tomllib.loads(config_text), require_secrets=False)
+    web = create_app(settings, authenticate=lambda _: "acme")
+    body = {"messages": [{"role": "user", "content": "Where is my order?"}]}
+    with TestClient(web) as client:
+        with stall_at_publish(proc):
+            sent = client.post("/turns", json=body)
+        assert sent.status_code == 202, sent.text
+        turn_id = sent.json()["turn_id"]
+        assert recorded(url, namespace, turn_id)
+        assert client.get(f"/turns/{turn_id}").status_code == 202  # pending, found
