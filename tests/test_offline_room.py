@@ -21,7 +21,9 @@ import redis
 import budgets
 from tests.chainkit import KEY
 from tests.test_store_faults import configured, read_books, run, worst_case
+from worker.fleet.heartbeat import Heartbeat, beat
 from worker.fleet.runner import TurnRunner
+from worker.fleet.turnstore import TurnKeys
 from worker.guard.allowance import OfflineAllowance
 from worker.guard.backlog import Backlog
 from worker.guard.protocol import Charge, Refusal
@@ -162,7 +164,42 @@ async def test_the_allowance_is_the_least_of_itself_and_the_room_last_heard() ->
     assert allowance.admit(charge(5, "broke")) is Refusal.BUDGET_UNREACHABLE
     allowance.heard("rich", 10**12)
     assert allowance.room("rich") == 1_000_000  # the allowance caps it
+    # Four live processes share the room: each may admit a quarter of it.
+    allowance.processes = 4
+    allowance.heard("acme", 4 * (3_000 + 500))
+    assert allowance.room("acme") == 3_500
     await backlog.aclose()
+
+
+@pytest.mark.slow
+def test_a_worker_shares_a_room_with_the_live_processes_its_heartbeat_counts(
+    sim: Simulator,
+    private_redis: tuple[str, subprocess.Popen[bytes]],
+    namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
+    url, _ = private_redis
+    config = configured(sim, {"url": url, "namespace": namespace, "timeout_s": 0.25})
+    runner = TurnRunner(config)
+    try:
+        other = Heartbeat(
+            host="elsewhere", pid=7, version="x", in_flight=0, local_breakers=False, started_ms=0
+        )
+        asyncio.run(beat_on(url, namespace, other))  # another live process of the fleet
+        on_loop = asyncio.run_coroutine_threadsafe(runner.heartbeat(), runner.loop.loop)
+        on_loop.result(timeout=10)
+        assert runner.guard.offline.processes == 2
+    finally:
+        runner.close()
+
+
+async def beat_on(url: str, namespace: str, heartbeat: Heartbeat) -> None:
+    client = redis.asyncio.Redis.from_url(url)
+    try:
+        await beat(client, TurnKeys(namespace), heartbeat)
+    finally:
+        await client.aclose()
 
 
 async def test_a_reservation_reply_says_the_room_left(redis_url: str, namespace: str) -> None:

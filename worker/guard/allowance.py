@@ -2,12 +2,15 @@
 
 Redis holds every tenant's limits and spend; while it cannot be reached, a process still
 lets a tenant start calls, within the least of two amounts: the allowance (`micros`, the
-same for every tenant) and the tenant's room, what its worst cases could still take when
-this process last heard from Redis about it (every reservation's reply says it). A
-tenant this process has not heard about since it started, or one with no room left,
-starts nothing offline. A call counts at its worst case (`Charge.worst`) from its start
-to its end, then at its cost until Redis has been told (the backlog's pending
-settlements), so calls in flight at once cannot pass it together.
+same for every tenant) and its share of the tenant's room, what the tenant's worst cases
+could still take when this process last heard from Redis about it (every reservation's
+reply says it), divided by the live worker `processes` (the fleet's heartbeats say how
+many), since each of them may admit the same tenant offline. A tenant this process has
+not heard about since it started, or one with no room left, starts nothing offline.
+
+A call counts at its worst case (`Charge.worst`) from its start to its end, then at its
+cost until Redis has been told (the backlog's pending settlements), so calls in flight
+at once cannot pass it together.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ MAX_ROOMS = 100_000
 
 class OfflineAllowance:
     """One process's allowance per tenant, `micros` each (0: no call starts offline),
-    within the room each tenant had when this process last heard from Redis."""
+    within its share of the room each tenant had when this process last heard from Redis."""
 
     def __init__(self, micros: int, backlog: Backlog) -> None:
         self.micros = micros
@@ -34,6 +37,8 @@ class OfflineAllowance:
         self._running: dict[str, Charge] = {}
         self._running_micros: dict[str, int] = {}
         self._rooms: dict[str, int] = {}
+        self.processes = 1
+        """The live worker processes that share a room (this one until it knows more)."""
 
     def heard(self, tenant: str, room_micros: int) -> None:
         """Redis said what `tenant`'s worst cases may still take (its latest word wins)."""
@@ -44,7 +49,7 @@ class OfflineAllowance:
 
     def room(self, tenant: str) -> int:
         """The most `tenant` may start offline in this process, before what it did start."""
-        return min(self.micros, self._rooms.get(tenant, 0))
+        return min(self.micros, self._rooms.get(tenant, 0) // max(1, self.processes))
 
     def admit(self, charge: Charge) -> Refusal | None:
         """Start the call only if its worst case fits what its tenant has left, counting
