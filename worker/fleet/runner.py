@@ -154,7 +154,8 @@ class TurnRunner:
         )
 
     async def heartbeat(self) -> None:
-        """Tell the fleet this process lives (`worker.fleet.heartbeat`); Redis away: skip."""
+        """Tell the fleet this process lives (`worker.fleet.heartbeat`), and learn how many
+        live processes share a tenant's offline room; Redis away: skip."""
         host, pid = self.holder.rsplit(":", 1)
         now = Heartbeat(
             host=host,
@@ -166,9 +167,12 @@ class TurnRunner:
         )
         try:
             async with asyncio.timeout(self.settings.redis.timeout_s * 4):
-                await beat(self.store.redis, self.store.keys, now)
+                alive = await beat(self.store.redis, self.store.keys, now)
         except _FORGET_ERRORS as exc:
             log.debug("worker.heartbeat_missed", error=type(exc).__name__)
+            return
+        # While Redis is away, the live processes share each tenant's room.
+        self.guard.offline.processes = alive
 
     async def _report_forever(self) -> None:
         # Gauges and heartbeat while idle too: a turn also updates the gauges. Closing

@@ -369,7 +369,7 @@ class RedisGuard:
         except StoreUnreachable as exc:
             self._budgets_unreachable(exc)
             return self._reservation_missed(charge)
-        return _refusal(outcome)
+        return self._decided(outcome)
 
     async def _settle_alone(self, charge: Charge, cost: int | None) -> None:
         """Settle or release a charge alone (no breaker verdict); kept when Redis misses it."""
@@ -399,6 +399,16 @@ class RedisGuard:
         if not self.budgets_reachable:
             self.budgets_reachable = True
             log.warning("guard.budgets_rejoined")
+        return self._decided(outcome)
+
+    def _decided(self, outcome: object) -> Refusal | None:
+        """A budget script's answer; a reservation's says the tenant's room, kept for
+        while Redis does not answer."""
+        if (
+            isinstance(outcome, budgets.Reservation | budgets.Refusal)
+            and outcome.room_micros is not None
+        ):
+            self.offline.heard(outcome.tenant, outcome.room_micros)
         return _refusal(outcome)
 
     def _budgets_unreachable(self, exc: StoreUnreachable) -> None:
