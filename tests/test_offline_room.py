@@ -152,8 +152,8 @@ def charge(n: int, tenant: str = "acme") -> Charge:
 async def test_the_allowance_is_the_least_of_itself_and_the_room_last_heard() -> None:
     backlog = Backlog(retry_every_s=3600)
     allowance = OfflineAllowance(1_000_000, backlog)
-    # Never heard about: nothing starts offline, however large the allowance.
-    assert allowance.admit(charge(0)) is Refusal.BUDGET_UNREACHABLE
+    # Never heard about: the allowance (shared among the processes, below).
+    assert allowance.room("acme") == 1_000_000
     allowance.heard("acme", 2 * 3_000 + 500)
     assert [allowance.admit(charge(n)) for n in range(1, 4)] == [
         None,
@@ -168,6 +168,7 @@ async def test_the_allowance_is_the_least_of_itself_and_the_room_last_heard() ->
     allowance.processes = 4
     allowance.heard("acme", 4 * (3_000 + 500))
     assert allowance.room("acme") == 3_500
+    assert allowance.room("stranger") == 250_000
     await backlog.aclose()
 
 

@@ -6,7 +6,9 @@ same for every tenant) and its share of the tenant's room, what the tenant's wor
 could still take when this process last heard from Redis about it (every reservation's
 reply says it), divided by the live worker `processes` (the fleet's heartbeats say how
 many), since each of them may admit the same tenant offline. A tenant this process has
-not heard about since it started, or one with no room left, starts nothing offline.
+not heard about since it started gets the allowance's share (allowance / processes), so
+the fleet's processes together start at most one allowance for it; one with no room
+left starts nothing offline.
 
 A call counts at its worst case (`Charge.worst`) from its start to its end, then at its
 cost until Redis has been told (the backlog's pending settlements), so calls in flight
@@ -21,7 +23,7 @@ from worker.guard.protocol import Charge, Refusal
 __all__ = ["OfflineAllowance"]
 
 # The rooms of this many tenants at most, the least recently heard forgotten first: a
-# forgotten tenant starts nothing offline, which is the safe side.
+# forgotten tenant is one never heard about.
 MAX_ROOMS = 100_000
 
 
@@ -49,7 +51,8 @@ class OfflineAllowance:
 
     def room(self, tenant: str) -> int:
         """The most `tenant` may start offline in this process, before what it did start."""
-        return min(self.micros, self._rooms.get(tenant, 0) // max(1, self.processes))
+        room = self._rooms.get(tenant, self.micros)
+        return min(self.micros, room // max(1, self.processes))
 
     def admit(self, charge: Charge) -> Refusal | None:
         """Start the call only if its worst case fits what its tenant has left, counting
