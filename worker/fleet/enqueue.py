@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
-import json
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -46,6 +45,7 @@ from worker.fleet.broker import (
     celery_app,
     store_client,
 )
+from worker.fleet.envelope import compact
 from worker.fleet.errors import FleetUnavailable, fleet_errors
 from worker.fleet.handles import AsyncTurnHandle, TurnHandle
 from worker.fleet.schema import SCHEMA_HEADER, TURN_SCHEMA
@@ -72,6 +72,8 @@ _BLIPS: tuple[type[BaseException], ...] = (
 )
 # kombu's `Connection.ensure` defaults, for what a publish retry policy leaves out.
 _ENSURE_DEFAULTS = {"max_retries": None, "interval_start": 1, "interval_step": 1, "interval_max": 1}
+# What Celery's message body adds around the payload (its args, kwargs and options).
+_ENVELOPE_BYTES = 256
 _PUBLISHING = "publishing the turn (it is recorded: a worker sends it if it did not go out)"
 
 
@@ -96,12 +98,14 @@ def send_turn(app: Celery, turn: TurnRequest, *, ignore_result: bool = False) ->
     lost, and sending it again with the same turn id is safe.
     """
     payload = turn.model_dump(mode="json")
+    encoded = compact(payload)
+    _check_size(app, len(encoded.encode()))
     with fleet_errors(app.conf.broker_url), app.producer_or_acquire() as producer:
         # Within the app's bound: kombu's own default keeps retrying a dead broker for 6 s.
         producer.connection.ensure_connection(
             max_retries=1, interval_start=0, timeout=app.conf.relevo_send_timeout_s
         )
-        _record_sent(app, producer.channel, turn.turn_id, json.dumps(payload))
+        _record_sent(app, producer.channel, turn.turn_id, encoded)
         with fleet_errors(app.conf.broker_url, during=_PUBLISHING):
             return app.send_task(
                 TASK_NAME,
@@ -113,6 +117,16 @@ def send_turn(app: Celery, turn: TurnRequest, *, ignore_result: bool = False) ->
                 ignore_result=True if ignore_result else None,
                 producer=producer,
             )
+
+
+def _check_size(app: Celery, size: int) -> None:
+    """`InputError` for a turn whose message the broker would refuse: nothing is sent."""
+    limit = app.conf.get("relevo_max_message_bytes") or 0
+    if limit and size + _ENVELOPE_BYTES > limit:
+        raise InputError(
+            f"the turn is {size} bytes as a broker message, over the broker's limit of "
+            f"{limit} bytes ([broker] max_message_bytes)"
+        )
 
 
 def _fair_headers(turn: TurnRequest) -> dict[str, Any]:

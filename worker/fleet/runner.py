@@ -125,7 +125,15 @@ class TurnRunner:
         self._sweeping: concurrent.futures.Future[None] | None = None
         self._dispatching: concurrent.futures.Future[None] | None = None
         rabbit = settings.broker.url
-        self.rabbit = None if rabbit is None else RabbitQueue(rabbit, settings.worker.queue)
+        self.rabbit = (
+            None
+            if rabbit is None
+            else RabbitQueue(
+                rabbit,
+                settings.worker.queue,
+                max_message_bytes=settings.broker.max_message_bytes,
+            )
+        )
         self._dispatcher: Dispatcher | None = None
         self.fair = FairQueue(
             self.store.redis,

@@ -37,6 +37,7 @@ __all__ = [
     "MODEL_NOT_FOUND_TOTAL",
     "QUEUE_DEPTH",
     "SERIES_NAMES",
+    "SET_ASIDE_TOTAL",
     "STORE_RESETS_TOTAL",
     "TENANT_BUDGET_HELD_MICROS",
     "TENANT_BUDGET_REMAINING_MICROS",
@@ -78,6 +79,7 @@ BACKLOG_WRITES = "relevo_backlog_writes"
 BACKLOG_DROPPED_TOTAL = "relevo_backlog_dropped_total"
 TURNS_RESENT_TOTAL = "relevo_turns_resent_total"
 UNREADABLE_TOTAL = "relevo_unreadable_items_total"
+SET_ASIDE_TOTAL = "relevo_set_aside_total"
 BUILD_INFO = "relevo_build_info"
 # Read from Redis by the fleet's one exporter (`relevo exporter`), not by every node.
 HELD_TURNS = "relevo_held_turns"
@@ -115,6 +117,10 @@ METRIC_NAMES: dict[str, tuple[str, ...]] = {
     # What a worker could not read ("turn", "request", "result"): a newer release's, or
     # damaged. Under way during an upgrade, it says the order of the roll is wrong.
     UNREADABLE_TOTAL: ("what", "cause"),
+    # What a dispatcher or worker could not use and went on without: an outbox entry no
+    # broker takes ("undecodable", "too_large", "refused"), a turn sent under other fleet
+    # settings ("broker", "fairness", "namespace").
+    SET_ASIDE_TOTAL: ("what", "reason"),
     BUILD_INFO: ("version",),
     HELD_TURNS: (),
     QUEUE_DEPTH: ("queue",),
@@ -256,6 +262,12 @@ class TurnMetrics:
             METRIC_NAMES[UNREADABLE_TOTAL],
             registry=r,
         )
+        self.set_aside_items = Counter(
+            _counter_base(SET_ASIDE_TOTAL),
+            "Items a dispatcher or worker set aside and went on without, by reason",
+            METRIC_NAMES[SET_ASIDE_TOTAL],
+            registry=r,
+        )
         build = Gauge(
             BUILD_INFO,
             "1, labelled with the version this node runs",
@@ -295,6 +307,10 @@ class TurnMetrics:
     def unreadable(self, what: str, *, newer: bool) -> None:
         """Count an item this process could not read (`worker.fleet.errors.Unreadable`)."""
         self.unreadable_items.labels(what, "newer" if newer else "damaged").inc()
+
+    def set_aside(self, what: str, reason: str) -> None:
+        """Count an item set aside (an outbox entry, a turn of a mismatched fleet)."""
+        self.set_aside_items.labels(what, reason).inc()
 
     def waited(self, tenant: str, seconds: float) -> None:
         """A turn of `tenant` left the fair queue after `seconds`."""
