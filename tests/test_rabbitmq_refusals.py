@@ -193,7 +193,7 @@ async def _push(url: str, key: str, raw: bytes) -> None:
 async def _list(url: str, key: str) -> list[bytes]:
     client = Redis.from_url(url)
     try:
-        return await client.lrange(key, 0, -1)  # type: ignore[no-any-return]
+        return [bytes(e) for e in await client.lrange(key, 0, -1)]
     finally:
         await client.aclose()
 
@@ -201,6 +201,6 @@ async def _list(url: str, key: str) -> list[bytes]:
 async def _sent(url: str, namespace: str, turn_id: str) -> float | None:
     client = Redis.from_url(url)
     try:
-        return await client.zscore(TurnKeys(namespace).sent, turn_id)  # type: ignore[no-any-return]
+        return await client.zscore(TurnKeys(namespace).sent, turn_id)
     finally:
         await client.aclose()
