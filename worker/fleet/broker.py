@@ -21,6 +21,7 @@ from kombu.transport.virtual import Message as VirtualMessage
 from kombu.utils.json import dumps, loads
 
 from worker.fleet import environment
+from worker.fleet.agreement import FleetShape
 from worker.fleet.envelope import redis_message
 from worker.fleet.errors import fleet_errors
 from worker.fleet.fairqueue import DEADLINE_HEADER, TENANT_HEADER, TOKENS_HEADER, enqueue_sync
@@ -128,6 +129,10 @@ def celery_app(settings: Settings | None = None) -> Celery:
         # How long `send_turn` tries to reach the broker, and the largest turn it takes.
         relevo_send_timeout_s=send_timeout_s,
         relevo_max_message_bytes=broker.max_message_bytes,
+        # What every turn's message states of the fleet it was sent to (`agreement`).
+        relevo_fleet=FleetShape(
+            "rabbitmq" if broker.url else "redis", fairness.enabled, redis.namespace
+        ).header(),
         # A channel the broker closes (a delivery held past RabbitMQ's consumer timeout,
         # a message it refuses) is opened again: Celery's default ends the whole node.
         broker_channel_error_retry=True,

@@ -68,9 +68,12 @@ class Dispatcher:
         primary_model: str,
         metrics: TurnMetrics | None = None,
         rabbit: RabbitQueue | None = None,
+        fifo: bool = False,
     ) -> None:
         """`killed`: the kill switch as this process sees it (None: off); `rabbit`: the
-        broker's queue when it is RabbitMQ (the fair queue's `queue` is then the outbox)."""
+        broker's queue when it is RabbitMQ (the fair queue's `queue` is then the outbox);
+        `fifo`: this worker has fair dispatch off: its rounds only drain what
+        producers with it on queued, every tenant's turns at once, no limit checked."""
         self.fair = fair
         self.store = store
         self.settings = settings
@@ -78,6 +81,8 @@ class Dispatcher:
         self.primary_model = primary_model
         self.metrics = metrics
         self.rabbit = rabbit
+        self.fifo = fifo
+        self._drained_logged = -_HELD_LOG_EVERY_S
         self._held_logged: dict[tuple[str, str], float] = {}
         self._rounds = 0
         self._was_killed = False
@@ -166,13 +171,17 @@ class Dispatcher:
         self._poked.clear()  # what it carries needs no round of its own
         released = self._released[:_MOST_RELEASED]
         depth = self.settings.queue_depth
-        if self.rabbit is not None:
+        if self.fifo:
+            # Producers publish straight to the broker's queue: the turns queued fairly
+            # by others join them there at once, behind no depth.
+            depth = _MOST_RELEASED
+        elif self.rabbit is not None:
             depth -= await self.rabbit.ready()
         most = self.settings.batch
         done = await self.fair.dispatch(
             most=most,
             depth=depth,
-            drain=kill is not None,
+            drain=kill is not None or self.fifo,
             expire=expire,
             released=released,
         )
@@ -199,6 +208,8 @@ class Dispatcher:
             del self._released[: len(released)]
 
     def _observe(self, done: DispatchRound) -> None:
+        if self.fifo and done.moved:
+            self._drained(len(done.moved))
         if self.metrics is not None:
             for tenant, waited_ms in done.moved:
                 self.metrics.waited(tenant, waited_ms / 1000)
@@ -210,6 +221,22 @@ class Dispatcher:
             log.info("dispatch.tenant_held", tenant_id=tenant, limit=limit)
         if len(self._held_logged) > 10_000:
             self._held_logged.clear()
+
+    def _drained(self, turns: int) -> None:
+        """Turns a producer with fair dispatch on queued, moved on by a worker with it off."""
+        if self.metrics is not None:
+            self.metrics.set_aside("fleet settings", "fairness")
+        now = time.monotonic()
+        if now - self._drained_logged >= _HELD_LOG_EVERY_S:
+            self._drained_logged = now
+            log.warning(
+                "fleet.settings_differ",
+                differ=["fairness"],
+                source="fair queue",
+                turns=turns,
+                detail="a producer queued turns for fair dispatch, which this worker has "
+                "off: they go to the broker's queue at once, no tenant limit checked",
+            )
 
     async def set_aside(self, entry: SetAside) -> None:
         """An outbox entry no broker takes: kept in the dead letters, its turn (when the

@@ -30,13 +30,15 @@ from types import TracebackType
 from typing import Any
 
 import redis
+import structlog
 from celery import Celery
 from celery.result import AsyncResult
 from kombu.utils.functional import retry_over_time
 from pydantic import TypeAdapter, ValidationError
 from redis.asyncio import Redis
 
-from worker.errors import STORE_REFUSED, InputError
+from worker.errors import STORE_DOWN, STORE_REFUSED, InputError
+from worker.fleet.agreement import FLEET_HEADER, Agreement, FleetShape
 from worker.fleet.broker import (
     DEADLINE_HEADER,
     TASK_NAME,
@@ -48,6 +50,7 @@ from worker.fleet.broker import (
 from worker.fleet.envelope import compact
 from worker.fleet.errors import FleetUnavailable, fleet_errors
 from worker.fleet.handles import AsyncTurnHandle, TurnHandle
+from worker.fleet.heartbeat import read_heartbeats
 from worker.fleet.schema import SCHEMA_HEADER, TURN_SCHEMA
 from worker.fleet.turnstore import TurnKeys, TurnStore
 from worker.observability.redact import redact_url
@@ -58,6 +61,7 @@ from worker.types import TurnId, TurnRequest
 
 __all__ = ["TASK_NAME", "Producer", "enqueue_turn", "send_turn"]
 
+log = structlog.get_logger("relevo.fleet")
 _READ_TIMEOUT_S = 2.0
 # send_task takes well under a millisecond when the broker answers: a few threads suffice.
 _PUBLISH_THREADS = 4
@@ -74,6 +78,7 @@ _BLIPS: tuple[type[BaseException], ...] = (
 _ENSURE_DEFAULTS = {"max_retries": None, "interval_start": 1, "interval_step": 1, "interval_max": 1}
 # What Celery's message body adds around the payload (its args, kwargs and options).
 _ENVELOPE_BYTES = 256
+_UNREACHED: tuple[type[BaseException], ...] = (*STORE_DOWN, TimeoutError)
 _PUBLISHING = "publishing the turn (it is recorded: a worker sends it if it did not go out)"
 
 
@@ -112,7 +117,11 @@ def send_turn(app: Celery, turn: TurnRequest, *, ignore_result: bool = False) ->
                 args=[payload],
                 task_id=turn.turn_id,
                 # The payload itself stays as relevo 0.1.0's workers validate it: no field more.
-                headers={**_fair_headers(turn), SCHEMA_HEADER: TURN_SCHEMA},
+                headers={
+                    **_fair_headers(turn),
+                    SCHEMA_HEADER: TURN_SCHEMA,
+                    FLEET_HEADER: app.conf.get("relevo_fleet"),
+                },
                 # None, not False: the task's own setting decides, and the message is as before.
                 ignore_result=True if ignore_result else None,
                 producer=producer,
@@ -291,7 +300,37 @@ class Producer:
             await self.redis.aclose()
 
     async def __aenter__(self) -> Producer:
+        await self.compare_fleet()
         return self
+
+    async def compare_fleet(self) -> list[str]:
+        """Warn at once (log `fleet.settings_differ`) when the live workers state other fleet
+        settings than this producer's, or none is alive in its namespace; returns what
+        differs. Never raises: Redis away, it says nothing."""
+        own = FleetShape.parse(self.app.conf.get("relevo_fleet"))
+        if own is None:
+            return []
+        try:
+            found = await read_heartbeats(self.redis, self.store.keys)
+        except _UNREACHED:
+            return []
+        now_ms = int(time.time() * 1000)
+        alive = [b for b in found.beats if b.alive(now_ms)]
+        if not alive:
+            log.warning(
+                "fleet.no_workers",
+                namespace=own.namespace,
+                detail="no worker heartbeat in this namespace: turns wait until a worker "
+                "of this namespace runs",
+            )
+            return ["namespace"]
+        agreement = Agreement(own)
+        differ: set[str] = set()
+        for beat in alive:
+            differ.update(
+                agreement.check(FleetShape.parse(beat.fleet), "worker", where=beat.process)
+            )
+        return sorted(differ)
 
     async def __aexit__(
         self,
