@@ -18,14 +18,17 @@ import pytest
 from kombu.connection import Connection
 from redis.asyncio import Redis
 
+from tests import chainkit
 from tests.conftest import skip_unless_ci
 from tests.rabbitkit import PrivateRabbit, private_rabbit_missing
 from tests.test_rabbitmq import Fleet, fifo, request, wait_results, write_config
 from worker.errors import InputError
 from worker.fleet.app import make_app
 from worker.fleet.enqueue import enqueue_turn, send_turn
+from worker.fleet.fairqueue import FairKeys
 from worker.fleet.rabbitmq import dead_letters_key, outbox_key
-from worker.fleet.turnstore import TurnKeys
+from worker.fleet.sweeper import Sweeper
+from worker.fleet.turnstore import TurnKeys, TurnStore
 from worker.settings import BrokerSettings, load_settings
 from worker.simulator import Fault, Simulator
 from worker.types import Message, Status
@@ -204,3 +207,44 @@ async def _sent(url: str, namespace: str, turn_id: str) -> float | None:
         return await client.zscore(TurnKeys(namespace).sent, turn_id)
     finally:
         await client.aclose()
+
+
+async def test_the_sweeper_answers_a_turn_the_broker_refuses_and_sends_the_rest(
+    redis_url: str, sim: Simulator, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two lost turns, the older one over `[broker] max_message_bytes` (Redis as the
+    broker here): it ends `failed` (undeliverable), the other is sent again."""
+    monkeypatch.setenv("RELEVO_TEST_KEY", chainkit.KEY)
+    fleet_settings = chainkit.settings(
+        sim.url,
+        redis={"url": redis_url, "namespace": namespace},
+        broker={"max_message_bytes": 64 * 1024},
+        worker={"queue": namespace},
+    )
+    app = make_app(fleet_settings)
+    client = Redis.from_url(redis_url)
+    store = TurnStore(client, namespace=namespace)
+    big = request(messages=[Message(role="user", content="x" * 100_000)])
+    lost = request()
+    try:
+        long_ago_ms = (time.time() - 60) * 1000
+        for at, turn in enumerate((big, lost)):
+            await client.zadd(store.keys.sent, {turn.turn_id: long_ago_ms + at})
+            await client.hset(store.keys.payloads, turn.turn_id, turn.model_dump_json())
+        sweeper = Sweeper(
+            store,
+            lambda turn: send_turn(app, turn, ignore_result=True),
+            holder="test",
+            interval_s=1,
+            older_than_s=10,
+        )
+        assert await sweeper.sweep_once() == 1
+        refused = await store.result(big.turn_id)
+        queued = await client.hexists(FairKeys(namespace).index(), lost.turn_id)
+    finally:
+        await client.aclose()
+        app.close()
+    assert refused is not None
+    assert (refused.status, refused.reason) == (Status.FAILED, "undeliverable")
+    assert "max_message_bytes" in (refused.error or "")
+    assert queued  # sent again: in its tenant's fair queue
