@@ -31,7 +31,7 @@ from worker.fleet.sweeper import Sweeper
 from worker.fleet.turnstore import TurnKeys, TurnStore
 from worker.settings import BrokerSettings, load_settings
 from worker.simulator import Fault, Simulator
-from worker.types import Message, Status
+from worker.types import Message, Status, TurnResult
 
 LIMIT = 1024 * 1024
 # Over the broker's limit, within relevo's own (16 MiB, 256 KiB a message).
@@ -87,6 +87,14 @@ def test_an_outbox_entry_no_broker_takes_is_set_aside_and_the_turns_behind_it_go
     try:
         big = enqueue_turn(request("acme", deadline_s=30, messages=BIG), app=app)
         asyncio.run(_push(redis_url, outbox_key(namespace), b'{"not": "a message"}'))
+        # An envelope whose priority no AMQP frame carries, naming a turn of its own.
+        poison = {
+            "body": "e30=",
+            "properties": {"priority": "high", "application_headers": {"id": "poison-1"}},
+            "exchange": namespace,
+            "routing_key": namespace,
+        }
+        asyncio.run(_push(redis_url, outbox_key(namespace), json.dumps(poison).encode()))
         from_redis = enqueue_turn(request("beta", deadline_s=30), app=on_redis)
         small = [enqueue_turn(request(f"t{i % 2}", deadline_s=30), app=app) for i in range(4)]
         fleet.start("a")
@@ -100,12 +108,15 @@ def test_an_outbox_entry_no_broker_takes_is_set_aside_and_the_turns_behind_it_go
     assert (failed.status, failed.reason) == (Status.FAILED, "undeliverable")
     assert "max size" in (failed.error or ""), failed.error
     assert {r.status for r in results.values()} == {Status.OK}
+    poisoned = asyncio.run(_result(config, "poison-1"))
+    assert poisoned is not None
+    assert (poisoned.status, poisoned.reason) == (Status.FAILED, "undeliverable")
     dead = asyncio.run(_list(redis_url, dead_letters_key(namespace)))
-    assert len(dead) == 2
+    assert len(dead) == 3
     assert any(big.turn_id.encode() in entry for entry in dead)
     assert b'{"not": "a message"}' in dead
     log = fleet.log.read_text()
-    assert log.count("dispatch.set_aside") == 2
+    assert log.count("dispatch.set_aside") == 3
     assert "broker_unreachable" not in log
 
 
@@ -183,6 +194,15 @@ def test_a_turn_held_past_the_consumer_timeout_does_not_take_the_node_down(
     assert {r.status for r in results.values()} == {Status.OK}, results
     assert len(results) == 4
     assert sim.calls() == 4  # the long turn delivered again, run once
+
+
+async def _result(config: Path, turn_id: str) -> TurnResult | None:
+    settings = load_settings(config, require_secrets=False)
+    client = settings.redis.connect(timeout_s=5.0)
+    try:
+        return await TurnStore(client, namespace=settings.redis.namespace).result(turn_id)
+    finally:
+        await client.aclose()
 
 
 async def _push(url: str, key: str, raw: bytes) -> None:

@@ -17,6 +17,7 @@ transport's channel does. A dispatch round moves it to the outbox, a Redis list
 from __future__ import annotations
 
 import asyncio
+import struct
 import threading
 import weakref
 from collections.abc import Iterator
@@ -73,6 +74,7 @@ _REFUSED: tuple[type[amqp.exceptions.AMQPError], ...] = (
     amqp.exceptions.PreconditionFailed,
     amqp.exceptions.ContentTooLarge,
 )
+_UNENCODABLE: tuple[type[Exception], ...] = (struct.error, TypeError, ValueError)
 # RabbitMQ's default `consumer_timeout` (30 minutes).
 CONSUMER_TIMEOUT_S = 1800.0
 # RabbitMQ's own default `max_message_size` (128 MiB).
@@ -307,6 +309,12 @@ class RabbitQueue:
                 # goes out on a channel opened afresh.
                 why = f"the broker refused it ({type(exc).__name__}: {exc.reply_text})"
                 done.set_aside.append(SetAside.of(raw, "refused", why))
+                continue
+            except _UNENCODABLE as exc:
+                # Properties no AMQP frame can carry (an integer too large, text where a
+                # number goes): py-amqp fails before it writes anything.
+                why = f"its properties cannot be sent ({type(exc).__name__})"
+                done.set_aside.append(SetAside.of(raw, "undecodable", why))
                 continue
             except BROKER_DOWN as exc:
                 done.left = raws[at:]
