@@ -26,7 +26,7 @@ from worker.errors import InputError
 from worker.fleet.app import make_app
 from worker.fleet.enqueue import enqueue_turn, send_turn
 from worker.fleet.fairqueue import FairKeys
-from worker.fleet.rabbitmq import dead_letters_key, outbox_key
+from worker.fleet.rabbitmq import RabbitQueue, dead_letters_key, outbox_key
 from worker.fleet.sweeper import Sweeper
 from worker.fleet.turnstore import TurnKeys, TurnStore
 from worker.settings import BrokerSettings, load_settings
@@ -168,7 +168,7 @@ def test_non_ascii_text_goes_to_the_broker_as_utf8_not_escapes(
 
 
 def test_a_turn_held_past_the_consumer_timeout_does_not_take_the_node_down(
-    config: Path, sim: Simulator, tmp_path: Path
+    config: Path, rabbit: PrivateRabbit, sim: Simulator, tmp_path: Path
 ) -> None:
     """A 10 s turn against a 3 s consumer timeout: the broker closes the worker's channel
     (RabbitMQ 3.10 ignores the consumer's own timeout); the node stays up, opens it
@@ -190,6 +190,11 @@ def test_a_turn_held_past_the_consumer_timeout_does_not_take_the_node_down(
         fleet.stop()
     log = fleet.log.read_text()
     assert alive, log[-3000:]
+    # A RabbitMQ before 3.11.15 ignores the timeout the consumer asks for: the worker
+    # says so at start.
+    version = RabbitQueue(rabbit.url, "any").version_sync()
+    assert version is not None
+    assert ("broker.consumer_timeout_not_set" in log) == (version < (3, 11, 15))
     assert "acknowledgement timed out" in log or "PreconditionFailed" in log, log[-3000:]
     assert {r.status for r in results.values()} == {Status.OK}, results
     assert len(results) == 4

@@ -25,7 +25,7 @@ from worker.fleet.agreement import FleetShape
 from worker.fleet.envelope import redis_message
 from worker.fleet.errors import fleet_errors
 from worker.fleet.fairqueue import DEADLINE_HEADER, TENANT_HEADER, TOKENS_HEADER, enqueue_sync
-from worker.fleet.rabbitmq import rabbitmq_conf
+from worker.fleet.rabbitmq import held_delivery_s, rabbitmq_conf
 from worker.fleet.results import result_backend
 from worker.observability import tracing
 from worker.settings import BrokerSettings, FairnessSettings, RedisSettings, Settings
@@ -79,9 +79,7 @@ def celery_app(settings: Settings | None = None) -> Celery:
     if redis.sentinel_master is not None:
         results["master_name"] = redis.sentinel_master
     if broker.url is not None:
-        # The longest a worker holds a delivery: its turn's run, and a second delivery's
-        # wait for that run's result, each within the deadline and a margin.
-        held_s = 2 * (settings.turn_deadline_s if settings else 3600) + 60
+        held_s = held_delivery_s(settings.turn_deadline_s if settings else 3600)
         fair_namespace = redis.namespace if fairness.enabled else None
         app.conf.update(
             rabbitmq_conf(

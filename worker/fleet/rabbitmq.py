@@ -52,6 +52,7 @@ __all__ = [
     "RabbitQueue",
     "SetAside",
     "dead_letters_key",
+    "held_delivery_s",
     "outbox_key",
     "queue_depth",
     "rabbitmq_conf",
@@ -74,6 +75,8 @@ _REFUSED: tuple[type[amqp.exceptions.AMQPError], ...] = (
     amqp.exceptions.PreconditionFailed,
     amqp.exceptions.ContentTooLarge,
 )
+# The first RabbitMQ that honours a consumer's `x-consumer-timeout` argument.
+_CONSUMER_TIMEOUT_ARGUMENT = (3, 11, 15)
 _UNENCODABLE: tuple[type[Exception], ...] = (struct.error, TypeError, ValueError)
 # RabbitMQ's default `consumer_timeout` (30 minutes).
 CONSUMER_TIMEOUT_S = 1800.0
@@ -85,6 +88,12 @@ _LIMIT_SETTING = "[broker] max_message_bytes"
 def outbox_key(namespace: str) -> str:
     """The Redis list a dispatch round moves turns to, on their way to RabbitMQ."""
     return FairKeys(namespace).key("outbox")
+
+
+def held_delivery_s(turn_deadline_s: float) -> float:
+    """The longest a worker holds a delivery unacknowledged: its turn's run, and a second
+    delivery's wait for that run's result, each within the deadline and a margin."""
+    return 2 * turn_deadline_s + 60
 
 
 def dead_letters_key(namespace: str) -> str:
@@ -259,6 +268,39 @@ class RabbitQueue:
                 connection, self._connection = self._connection, None
                 connection.release()  # type: ignore[no-untyped-call]
                 raise
+
+    def version_sync(self) -> tuple[int, ...] | None:
+        """The broker's version, as its connection announced it (None: it did not say)."""
+        with self._channel() as channel:
+            raw = channel.connection.server_properties.get("version")
+        if isinstance(raw, bytes):
+            raw = raw.decode(errors="replace")
+        numbers = str(raw or "").split("+", 1)[0].split("-", 1)[0].split(".")
+        try:
+            return tuple(int(n) for n in numbers)
+        except ValueError:
+            return None
+
+    def check_consumer_timeout(self, held_s: float) -> bool:
+        """Warn, once at a worker's start, when the broker ignores the consumer timeout each
+        worker asks for (before RabbitMQ 3.11.15): then its `consumer_timeout` must exceed
+        `held_s`, which no client can read. False when it warned."""
+        try:
+            version = self.version_sync()
+        except BROKER_DOWN as exc:
+            log.warning("broker.version_unread", error=type(exc).__name__)
+            return True
+        if version is None or version >= _CONSUMER_TIMEOUT_ARGUMENT:
+            return True
+        log.warning(
+            "broker.consumer_timeout_not_set",
+            broker_version=".".join(map(str, version)),
+            needed_s=held_s,
+            detail="this RabbitMQ ignores the consumer timeout a worker asks for: set its "
+            f"consumer_timeout above {held_s:.0f} s, or a turn held longer costs its "
+            "worker a channel and a redelivery of the turns on it (docs/deploy.md)",
+        )
+        return False
 
     def ready_sync(self) -> int:
         """Turns in the queue that no worker has taken (0 while the queue does not exist).

@@ -32,7 +32,7 @@ from worker.fleet.errors import Unreadable
 from worker.fleet.fairqueue import FairQueue
 from worker.fleet.heartbeat import BEAT_EVERY_S, Heartbeat, beat, read_heartbeats
 from worker.fleet.loop import LoopThread
-from worker.fleet.rabbitmq import RabbitQueue, outbox_key
+from worker.fleet.rabbitmq import RabbitQueue, held_delivery_s, outbox_key
 from worker.fleet.schema import TURN_SCHEMA, log_unreadable
 from worker.fleet.sweeper import Sweeper
 from worker.fleet.turnstore import TurnStore
@@ -247,6 +247,10 @@ class TurnRunner:
         self._dispatching = asyncio.run_coroutine_threadsafe(
             dispatcher.run_forever(), self.loop.loop
         )
+        if self.rabbit is not None:
+            held_s = held_delivery_s(self.settings.turn_deadline_s)
+            check = asyncio.to_thread(self.rabbit.check_consumer_timeout, held_s)
+            asyncio.run_coroutine_threadsafe(check, self.loop.loop)
 
     async def _kill_switch(self) -> KillSwitchState | None:
         """The kill switch as this process sees it, looked at again when the last look is
