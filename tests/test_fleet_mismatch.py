@@ -12,6 +12,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
+import redis
 
 from tests.chainkit import worker_config
 from tests.conftest import skip_unless_ci
@@ -100,3 +101,28 @@ def test_a_rabbitmq_producers_fair_turns_run_on_redis_broker_workers(
     log = workers.log.read_text()
     assert "KeyError" not in log
     assert '"differ": ["broker"]' in log
+
+
+def test_a_message_in_no_format_on_the_redis_brokers_queue_is_dropped_and_the_rest_run(
+    redis_url: str, sim: Simulator, tmp_path: Path, namespace: str
+) -> None:
+    """Something that is no broker message, in the fleet's queue ahead of turns: the
+    worker logs it and goes on."""
+    config = _config(tmp_path / "c.toml", sim, redis_url, namespace, FIFO_WORKERS)
+    workers = Fleet(config, tmp_path / "workers.log")
+    app = make_app(workers.settings)
+    client = redis.Redis.from_url(redis_url)
+    try:
+        client.lpush(namespace, b'{"not": "a message"}', b"not even JSON")
+        handles = [enqueue_turn(request(deadline_s=30), app=app) for _ in range(3)]
+        workers.start("redis", threads=4)
+        results = [h.get(timeout_s=60) for h in handles]
+        alive = all(p.poll() is None for p in workers.procs)
+        left = client.llen(namespace)
+    finally:
+        client.close()
+        app.close()
+        workers.stop()
+    assert alive
+    assert {r.status for r in results} == {Status.OK}
+    assert left == 0

@@ -8,12 +8,14 @@ what a worker does as it starts. Producers and workers configure the app here, o
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
 import redis
+import structlog
 from celery import Celery
 from kombu import serialization
 from kombu.transport import redis as kombu_redis
@@ -40,6 +42,7 @@ __all__ = [
     "store_client",
 ]
 
+log = structlog.get_logger("relevo.broker")
 # The one task every turn is published to (`worker.fleet.app.RunTurn`).
 TASK_NAME = "relevo.run_turn"
 # The broker transport options that turn the fair queue on, and name the fleet's queue.
@@ -200,6 +203,15 @@ class _Channel(kombu_redis.Channel):
 
     _shared: Any = None
     Message = _Message
+
+    def _brpop_read(self, **options: Any) -> Any:
+        # An item that is not even JSON, popped from the queue: kombu's own read would
+        # raise out of the consumer and end the whole worker. Dropped, and said so.
+        try:
+            return super()._brpop_read(**options)  # type: ignore[no-untyped-call]
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            log.error("broker.message_unreadable", error=type(exc).__name__)
+            return True
 
     def _create_client(self, asynchronous: bool = False) -> Any:
         if asynchronous:

@@ -19,13 +19,26 @@ import uuid
 from typing import Any
 
 import amqp
+import structlog
 from pydantic import TypeAdapter, ValidationError
 
 from worker.fleet.fairqueue import TENANT_HEADER
 from worker.types.base import TenantId, TurnId
 
-__all__ = ["Undecodable", "amqp_message", "compact", "envelope", "identify", "redis_message"]
+__all__ = [
+    "UNREADABLE_TYPE",
+    "Undecodable",
+    "amqp_message",
+    "compact",
+    "envelope",
+    "identify",
+    "redis_message",
+]
 
+log = structlog.get_logger("relevo.broker")
+# The content type of a delivery that is no message: no worker accepts it, so Celery logs
+# it and acknowledges it.
+UNREADABLE_TYPE = "application/x-relevo-unreadable"
 _TURN_ID: TypeAdapter[str] = TypeAdapter(TurnId)
 _TENANT: TypeAdapter[str] = TypeAdapter(TenantId)
 # The AMQP basic properties a Redis transport message carries among its `properties`.
@@ -106,14 +119,18 @@ def amqp_message(raw: bytes | str, queue: str) -> tuple[amqp.Message, str, str]:
     return amqp.Message(body, **properties), queue, queue
 
 
-def redis_message(payload: Any) -> Any:
+def redis_message(payload: Any) -> dict[str, Any]:
     """A payload as kombu's Redis transport reads it: an outbox envelope is turned into
-    one (a fresh delivery tag), anything else is left as it is."""
-    if not isinstance(payload, dict) or "exchange" not in payload:
-        return payload
-    props = payload.get("properties")
-    if not isinstance(props, dict) or "delivery_info" in props:
-        return payload
+    one (a fresh delivery tag), one of its own is left as it is, and anything else becomes
+    a message of `UNREADABLE_TYPE`, which Celery refuses (logged, acknowledged) instead
+    of failing its consumer."""
+    props = payload.get("properties") if isinstance(payload, dict) else None
+    if not isinstance(props, dict):
+        return _unreadable(payload)
+    if "delivery_info" in props:
+        return payload if "delivery_tag" in props else _unreadable(payload)
+    if not isinstance(payload.get("body"), str) or "exchange" not in payload:
+        return _unreadable(payload)
     properties = {name: props[name] for name in _AMQP_PROPERTIES if name in props}
     properties.setdefault("priority", 0)
     properties["body_encoding"] = "base64"
@@ -128,6 +145,22 @@ def redis_message(payload: Any) -> Any:
         "content-encoding": props.get("content_encoding"),
         "headers": props.get("application_headers") or {},
         "properties": properties,
+    }
+
+
+def _unreadable(payload: Any) -> dict[str, Any]:
+    log.error("broker.message_unreadable", detail="a delivery that is no broker message")
+    return {
+        "body": base64.b64encode(compact(payload).encode()).decode(),
+        "content-type": UNREADABLE_TYPE,
+        "content-encoding": "binary",
+        "headers": {},
+        "properties": {
+            "delivery_tag": str(uuid.uuid4()),
+            "delivery_info": {"exchange": "", "routing_key": ""},
+            "body_encoding": "base64",
+            "priority": 0,
+        },
     }
 
 
