@@ -126,3 +126,12 @@ def test_a_message_in_no_format_on_the_redis_brokers_queue_is_dropped_and_the_re
     assert alive
     assert {r.status for r in results} == {Status.OK}
     assert left == 0
+
+
+async def test_a_producer_with_no_live_worker_in_its_namespace_is_told_at_start(
+    redis_url: str, sim: Simulator, tmp_path: Path, namespace: str
+) -> None:
+    config = _config(tmp_path / "c.toml", sim, redis_url, namespace, "")
+    settings = load_settings(config, require_secrets=False)
+    async with Producer.from_settings(settings) as producer:
+        assert await producer.compare_fleet() == ["namespace"]
