@@ -16,6 +16,12 @@ from typing import Any, cast
 import hiredis
 from redis.asyncio import BlockingConnectionPool, Connection, Redis
 from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.connection import (
+    AbstractConnection,
+    SSLConnection,
+    UnixDomainSocketConnection,
+    parse_url,
+)
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -67,12 +73,12 @@ def connect(
         return sentinel_client(url, sentinel_master, max_connections=100_000, **options)
     if is_cluster(url):
         return _cluster_client(url, max_connections, options)
-    pool = BlockingConnectionPool.from_url(
-        url,
-        max_connections=max_connections,
-        timeout=timeout_s,
-        connection_class=HiredisPackConnection,
-        **options,
+    # As `from_url` does, but the class is always ours: redis-py releases disagree on
+    # whether a class passed beside a URL overrides the one its scheme names.
+    address: dict[str, Any] = dict(parse_url(url))
+    address["connection_class"] = packing_connection_class(address)
+    pool = BlockingConnectionPool(
+        max_connections=max_connections, timeout=timeout_s, **options, **address
     )
     return Redis.from_pool(pool)  # the client owns the pool: aclose() closes both
 
@@ -88,8 +94,17 @@ def _cluster_client(url: str, max_connections: int, options: dict[str, Any]) -> 
     return cast(Redis, cluster)
 
 
-class HiredisPackConnection(Connection):
-    """redis-py's asyncio connection, packing commands with hiredis (in C).
+def packing_connection_class(address: dict[str, Any]) -> type[AbstractConnection]:
+    """The connection class redis-py names for a parsed URL (TCP, TLS or a Unix socket),
+    packing its commands with hiredis.
+
+    A plain class for a ``rediss://`` URL would be handed TLS options it does not take.
+    """
+    return _PACKING[address.get("connection_class", Connection)]
+
+
+class _HiredisPacking(AbstractConnection):
+    """Packs commands with hiredis (in C).
 
     redis-py's synchronous client already packs with hiredis; its asyncio client
     packs in Python, which was a fifth of the guard's CPU (its scripts take dozens
@@ -108,6 +123,25 @@ class HiredisPackConnection(Connection):
 
     def pack_commands(self, commands: Any) -> list[bytes]:
         return [b"".join(self.pack_command(*command)[0] for command in commands)]
+
+
+class HiredisPackConnection(_HiredisPacking, Connection):
+    """redis-py's asyncio TCP connection, packing commands with hiredis."""
+
+
+class HiredisPackSSLConnection(_HiredisPacking, SSLConnection):
+    """redis-py's asyncio TLS connection (``rediss://``), packing commands with hiredis."""
+
+
+class HiredisPackUnixConnection(_HiredisPacking, UnixDomainSocketConnection):
+    """redis-py's asyncio Unix-socket connection (``unix://``), packing commands with hiredis."""
+
+
+_PACKING: dict[type[AbstractConnection], type[AbstractConnection]] = {
+    Connection: HiredisPackConnection,
+    SSLConnection: HiredisPackSSLConnection,
+    UnixDomainSocketConnection: HiredisPackUnixConnection,
+}
 
 
 def in_memory() -> Redis:

@@ -80,7 +80,9 @@ def sentinel_client(url: str, master: str, **connection: Any) -> Redis:
     """
     address = SentinelAddress.parse(url)
     timeouts = {k: v for k, v in connection.items() if k.startswith("socket_")}
-    manager = Sentinel(list(address.sentinels), sentinel_kwargs=timeouts)  # type: ignore[no-untyped-call]
+    # redis-py types Sentinel's constructor in some releases and not in others.
+    untyped_sentinel: Any = Sentinel
+    manager: Sentinel = untyped_sentinel(list(address.sentinels), sentinel_kwargs=timeouts)
     client: SentinelRedis = manager.master_for(
         master,
         redis_class=SentinelRedis,

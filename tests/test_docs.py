@@ -296,3 +296,26 @@ def _check_python(code: str, where: str) -> None:
     assert not used - defined, f"{where} uses names it never defines: {used - defined}"
     placeholders = [n for n in ast.walk(tree) if isinstance(n, ast.Constant) and n.value is ...]
     assert not placeholders, f"{where} holds `...` where code should be"
+
+
+# What a reader copies to build, install or deploy this release: a wheel's name, an image's
+# tag. Other versions in the docs name releases on purpose (the previous one, upgrades).
+_RELEASE_NAMED = re.compile(
+    r"relevo-(?P<wheel>\d+\.\d+\.\d+)-py3"
+    r"|relevo:(?P<image>\d+\.\d+\.\d+)"
+    r"|newTag: (?P<tag>\d+\.\d+\.\d+)"
+)
+
+
+def test_every_build_and_deploy_instruction_names_this_release() -> None:
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    files = [*PAGES, *sorted((ROOT / "deploy").rglob("*")), *sorted((ROOT / "examples").rglob("*"))]
+    stale = [
+        f"{path.relative_to(ROOT)}:{number}: {match.group(0)}"
+        for path in files
+        if path.is_file()
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+        for match in _RELEASE_NAMED.finditer(line)
+        if version not in match.groups()
+    ]
+    assert stale == [], f"these name another release than {version}"

@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import codecs
 import re
+import shutil
+import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
+from redis.asyncio.connection import SSLConnection
 
+from breakers.connection import HiredisPackSSLConnection, connect
 from tests.chainkit import settings as chain_settings
 from tests.conftest import skip_unless_ci
 from tests.test_security_kit import (
@@ -267,6 +272,55 @@ def test_the_guard_runs_turns_over_tls(
     plain = f"redis://relevo:{PASSWORD}@127.0.0.1:{tls_server.port}/0"
     with pytest.raises(redis.ConnectionError):
         redis.Redis.from_url(plain, socket_timeout=2).ping()  # no plain text on the TLS port
+
+
+async def test_the_control_path_client_speaks_tls_and_packs_with_hiredis(
+    tls_server: PrivateRedis,
+) -> None:
+    # Naming a connection class for the pool replaces redis-py's own choice by scheme:
+    # the TLS options must reach a TLS connection, on every redis-py the range allows.
+    url = tls_server.url()
+    client = connect(url, timeout_s=2.0)
+    try:
+        assert await client.set("relevo-tls-probe", "1", ex=5)
+        assert await client.get("relevo-tls-probe") == b"1"
+        connection = await client.connection_pool.get_connection()
+        try:
+            assert isinstance(connection, SSLConnection)
+            assert isinstance(connection, HiredisPackSSLConnection)
+        finally:
+            await client.connection_pool.release(connection)
+    finally:
+        await client.aclose()
+
+
+@pytest.fixture
+def unix_socket_redis(tmp_path: Path) -> Iterator[Path]:
+    """A private redis-server listening on a Unix socket only."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        skip_unless_ci("no redis-server binary to start a private server")
+    socket_path = tmp_path / "redis.sock"
+    args = [binary, "--port", "0", "--unixsocket", str(socket_path), "--save", ""]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while not socket_path.exists():
+            assert time.monotonic() < deadline, "the private redis-server never made its socket"
+            time.sleep(0.05)
+        yield socket_path
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+async def test_the_control_path_client_speaks_over_a_unix_socket(unix_socket_redis: Path) -> None:
+    client = connect(f"unix://{unix_socket_redis}", timeout_s=2.0)
+    try:
+        assert await client.ping()
+        assert await client.eval("return ARGV[1]", 0, "packed") == b"packed"
+    finally:
+        await client.aclose()
 
 
 def test_tls_refuses_a_server_the_ca_did_not_sign(tls_server: PrivateRedis, tmp_path: Path) -> None:

@@ -28,7 +28,7 @@ from worker.types import (
     ToolCall,
 )
 
-__all__ = ["ORIGIN", "SKIP_SIGNATURE", "request_body"]
+__all__ = ["ORIGIN", "SKIP_SIGNATURE", "request_body", "thinking_tokens"]
 
 ORIGIN = "google"  # the `Reasoning.origin` of Gemini's signatures, wherever served
 # Google's documented stand-in for a function call Gemini did not write (a turn that
@@ -91,6 +91,13 @@ def _generation(call: ProviderCall, *, native_schema: bool) -> dict[str, Any]:
     if thinking is not None:
         config["thinkingConfig"] = thinking
     return config
+
+
+def thinking_tokens(call: ProviderCall) -> int:
+    """The thinking budget `call` sends (`thinkingBudget`), 0 when it sends none. Google
+    documents it beside `maxOutputTokens`, not inside it: the call may bill both."""
+    thinking = _thinking(call)
+    return 0 if thinking is None else int(thinking.get("thinkingBudget", 0))
 
 
 def _thinking(call: ProviderCall) -> dict[str, Any] | None:

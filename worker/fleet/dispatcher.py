@@ -211,8 +211,8 @@ class Dispatcher:
         if self.fifo and done.moved:
             self._drained(len(done.moved))
         if self.metrics is not None:
-            for tenant, waited_ms in done.moved:
-                self.metrics.waited(tenant, waited_ms / 1000)
+            for _, waited_ms in done.moved:
+                self.metrics.waited(waited_ms / 1000)
         now = time.monotonic()
         for tenant, limit in done.held:
             if now - self._held_logged.get((tenant, limit), -_HELD_LOG_EVERY_S) < _HELD_LOG_EVERY_S:

@@ -2,8 +2,11 @@
 
     RelevoError (worker.errors)
     ├── FleetUnavailable    the fleet's Redis (broker or turn store) or its RabbitMQ broker
-    │                       did not answer, refused this client or refused the write;
-    │                       names which one
+    │   │                   did not answer, refused this client or refused the write;
+    │   │                   names which one
+    │   ├── TurnNotSent     sending a turn: nothing of it reached the fleet; it will not run
+    │   └── TurnRecorded    sending a turn: the fleet has its record; it will run (a
+    │                       worker's sweeper sends it): keep its `turn_id`
     ├── TurnTimeout         no result (or no end of its stream) in time; also a TimeoutError
     ├── UnknownTurn         nothing says a turn with that id was sent; also a LookupError
     ├── StreamRestarted     the turn runs again: the text read so far is void
@@ -33,6 +36,8 @@ from worker.observability.redact import redact_url
 __all__ = [
     "FleetUnavailable",
     "StreamRestarted",
+    "TurnNotSent",
+    "TurnRecorded",
     "TurnTimeout",
     "UnknownTurn",
     "Unreadable",
@@ -62,8 +67,8 @@ class FleetUnavailable(RelevoError):
     client (`refused`), or refused the write for a state of its own (a full memory:
     `write_refusal`).
 
-    A turn being sent may or may not have gone out: sending it again with the same turn
-    id is safe, the fleet runs a turn id once.
+    Sending a turn raises one of its two subclasses, which say whether the turn will run
+    (`TurnRecorded`) or not (`TurnNotSent`).
     """
 
     def __init__(self, url: str, error: BaseException, *, during: str | None = None) -> None:
@@ -83,6 +88,45 @@ class FleetUnavailable(RelevoError):
         server = "RabbitMQ" if self.rabbitmq else "Redis"
         message = f"the fleet's {server} at {url} {what}"
         super().__init__(f"{message} {during}" if during else message)
+
+
+class TurnNotSent(FleetUnavailable):
+    """Sending turn `turn_id` failed before anything of it reached the fleet (no
+    connection, or Redis refused the client or the write): it will not run. Send it again
+    when the fleet answers, under this id or another.
+    """
+
+    def __init__(
+        self, url: str, error: BaseException, *, turn_id: str, during: str | None = None
+    ) -> None:
+        super().__init__(url, error, during=during)
+        self.turn_id = turn_id
+
+
+class TurnRecorded(FleetUnavailable):
+    """Sending turn `turn_id` failed after its record reached the fleet's Redis: it will
+    run, as a worker's sweeper sends a recorded turn the broker does not have (after the
+    visibility timeout and a restore interval). Keep `turn_id` and read the turn through
+    it; do not send it under a new id, which would run (and be charged) twice. Sending it
+    again under the same id is safe: the fleet runs a turn id once.
+
+    `acknowledged` is False when the record was sent and Redis did not answer (a stall):
+    a stalled Redis writes it when it wakes. Only a Redis that loses it (restarted empty,
+    which loses acknowledged records too) leaves the turn unknown (`UnknownTurn`).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        error: BaseException,
+        *,
+        turn_id: str,
+        acknowledged: bool,
+        during: str | None = None,
+    ) -> None:
+        super().__init__(url, error, during=during)
+        self.turn_id = turn_id
+        self.acknowledged = acknowledged
 
 
 class TurnTimeout(RelevoError, TimeoutError):

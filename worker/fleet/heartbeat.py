@@ -70,8 +70,9 @@ class Heartbeat(BaseModel):
         return now_ms - self.seen_ms <= ALIVE_S * 1000
 
 
-async def beat(redis: Redis, keys: TurnKeys, heartbeat: Heartbeat) -> None:
-    """Write `heartbeat` (its `seen_ms` now) and drop processes silent past `KEPT_S`."""
+async def beat(redis: Redis, keys: TurnKeys, heartbeat: Heartbeat) -> int:
+    """Write `heartbeat` (its `seen_ms` now) and drop processes silent past `KEPT_S`;
+    return how many processes are alive (seen within `ALIVE_S`), this one included."""
     now_ms = int(time.time() * 1000)
     fresh = heartbeat.model_copy(update={"seen_ms": now_ms})
     pipe = redis.pipeline(transaction=False)
@@ -79,7 +80,9 @@ async def beat(redis: Redis, keys: TurnKeys, heartbeat: Heartbeat) -> None:
     pipe.zadd(keys.workers, {fresh.process: now_ms})
     pipe.zremrangebyscore(keys.workers, "-inf", now_ms - KEPT_S * 1000)
     pipe.expire(keys.workers, KEPT_S)
-    await pipe.execute()
+    pipe.zcount(keys.workers, now_ms - int(ALIVE_S * 1000), "+inf")
+    replies = await pipe.execute()
+    return max(1, int(replies[-1]))
 
 
 @dataclass(frozen=True)

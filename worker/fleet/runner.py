@@ -124,6 +124,7 @@ class TurnRunner:
         )
         self.guard = open_guard(settings)
         self.guard.circuits.on_reset = self.metrics.store_reset
+        self.guard.on_over_worst_case = self.metrics.charged_over_worst_case
         # From now on, turns or none: an idle worker rejoins and keeps its kill switch current.
         self.loop.loop.call_soon_threadsafe(self.guard.circuits.watch)
         self.store = _turn_store(settings, self.guard)
@@ -168,7 +169,8 @@ class TurnRunner:
         )
 
     async def heartbeat(self) -> None:
-        """Tell the fleet this process lives (`worker.fleet.heartbeat`); Redis away: skip."""
+        """Tell the fleet this process lives (`worker.fleet.heartbeat`), and learn how many
+        live processes share a tenant's offline room; Redis away: skip."""
         host, pid = self.holder.rsplit(":", 1)
         now = Heartbeat(
             host=host,
@@ -181,9 +183,12 @@ class TurnRunner:
         )
         try:
             async with asyncio.timeout(self.settings.redis.timeout_s * 4):
-                await beat(self.store.redis, self.store.keys, now)
+                alive = await beat(self.store.redis, self.store.keys, now)
         except _FORGET_ERRORS as exc:
             log.debug("worker.heartbeat_missed", error=type(exc).__name__)
+            return
+        # While Redis is away, the live processes share each tenant's room.
+        self.guard.offline.processes = alive
 
     async def _report_forever(self) -> None:
         # Gauges and heartbeat while idle too: a turn also updates the gauges. Closing

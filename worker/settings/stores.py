@@ -195,8 +195,9 @@ class BudgetSettings(Section):
     reserved (its call may have been billed)."""
     offline_allowance_usd: Decimal = Field(default=Decimal(1), ge=0)
     """While Redis is away, what one worker process lets a tenant start calls worth (each
-    counted at its worst case while it runs) before its turns degrade
-    (`budget_store_unreachable`); settled when Redis answers."""
+    counted at its worst case while it runs), at most its share of the room the tenant
+    had when the process last heard from Redis (the room over the live processes), before
+    its turns degrade (`budget_store_unreachable`); settled when Redis answers."""
 
     def offline_allowance_micros(self) -> int:
         return to_micros(self.offline_allowance_usd)
