@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
-import json
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -31,6 +30,7 @@ from types import TracebackType
 from typing import Any
 
 import redis
+import structlog
 from celery import Celery
 from celery.result import AsyncResult
 from kombu.utils.functional import retry_over_time
@@ -38,6 +38,7 @@ from pydantic import TypeAdapter, ValidationError
 from redis.asyncio import Redis
 
 from worker.errors import STORE_REFUSED, InputError
+from worker.fleet.agreement import FLEET_HEADER, Agreement, FleetShape
 from worker.fleet.broker import (
     DEADLINE_HEADER,
     TASK_NAME,
@@ -46,6 +47,7 @@ from worker.fleet.broker import (
     celery_app,
     store_client,
 )
+from worker.fleet.envelope import compact
 from worker.fleet.errors import (
     FleetUnavailable,
     TurnNotSent,
@@ -54,6 +56,7 @@ from worker.fleet.errors import (
     write_refusal,
 )
 from worker.fleet.handles import AsyncTurnHandle, TurnHandle
+from worker.fleet.heartbeat import read_heartbeats
 from worker.fleet.schema import SCHEMA_HEADER, TURN_SCHEMA
 from worker.fleet.turnstore import TurnKeys, TurnStore
 from worker.observability.redact import redact_url
@@ -64,6 +67,7 @@ from worker.types import TurnId, TurnRequest
 
 __all__ = ["TASK_NAME", "Producer", "enqueue_turn", "send_turn"]
 
+log = structlog.get_logger("relevo.fleet")
 _READ_TIMEOUT_S = 2.0
 # send_task takes well under a millisecond when the broker answers: a few threads suffice.
 _PUBLISH_THREADS = 4
@@ -78,6 +82,8 @@ _BLIPS: tuple[type[BaseException], ...] = (
 )
 # kombu's `Connection.ensure` defaults, for what a publish retry policy leaves out.
 _ENSURE_DEFAULTS = {"max_retries": None, "interval_start": 1, "interval_step": 1, "interval_max": 1}
+# What Celery's message body adds around the payload (its args, kwargs and options).
+_ENVELOPE_BYTES = 256
 _PUBLISHING = "publishing the turn (it is recorded: a worker sends it if it did not go out)"
 _CONNECTING = "connecting to send the turn (nothing was sent: it will not run)"
 
@@ -104,6 +110,8 @@ def send_turn(app: Celery, turn: TurnRequest, *, ignore_result: bool = False) ->
     safe either way.
     """
     payload = turn.model_dump(mode="json")
+    encoded = compact(payload)
+    _check_size(app, len(encoded.encode()))
     url = app.conf.broker_url
     recorded = False
     try:
@@ -112,7 +120,7 @@ def send_turn(app: Celery, turn: TurnRequest, *, ignore_result: bool = False) ->
             producer.connection.ensure_connection(
                 max_retries=1, interval_start=0, timeout=app.conf.relevo_send_timeout_s
             )
-            _record_sent(app, producer.channel, turn.turn_id, json.dumps(payload))
+            _record_sent(app, producer.channel, turn.turn_id, encoded)
             recorded = True
             with fleet_errors(url, during=_PUBLISHING):
                 return app.send_task(
@@ -120,7 +128,11 @@ def send_turn(app: Celery, turn: TurnRequest, *, ignore_result: bool = False) ->
                     args=[payload],
                     task_id=turn.turn_id,
                     # The payload stays as relevo 0.1.0's workers validate it: no field more.
-                    headers={**_fair_headers(turn), SCHEMA_HEADER: TURN_SCHEMA},
+                    headers={
+                        **_fair_headers(turn),
+                        SCHEMA_HEADER: TURN_SCHEMA,
+                        FLEET_HEADER: app.conf.get("relevo_fleet"),
+                    },
                     # None, not False: the task's own setting decides, and the message is
                     # as before.
                     ignore_result=True if ignore_result else None,
@@ -135,6 +147,16 @@ def send_turn(app: Celery, turn: TurnRequest, *, ignore_result: bool = False) ->
                 exc.url, cause, turn_id=turn.turn_id, acknowledged=True, during=_PUBLISHING
             ) from cause
         raise TurnNotSent(exc.url, cause, turn_id=turn.turn_id, during=_CONNECTING) from cause
+
+
+def _check_size(app: Celery, size: int) -> None:
+    """`InputError` for a turn whose message the broker would refuse: nothing is sent."""
+    limit = app.conf.get("relevo_max_message_bytes") or 0
+    if limit and size + _ENVELOPE_BYTES > limit:
+        raise InputError(
+            f"the turn is {size} bytes as a broker message, over the broker's limit of "
+            f"{limit} bytes ([broker] max_message_bytes)"
+        )
 
 
 def _fair_headers(turn: TurnRequest) -> dict[str, Any]:
@@ -323,7 +345,38 @@ class Producer:
             await self.redis.aclose()
 
     async def __aenter__(self) -> Producer:
+        await self.compare_fleet()
         return self
+
+    async def compare_fleet(self) -> list[str]:
+        """Warn at once (log `fleet.settings_differ`) when the live workers state other fleet
+        settings than this producer's, or none is alive in its namespace; returns what
+        differs. Never raises: Redis away (or heartbeats it may not read), it says nothing."""
+        own = FleetShape.parse(self.app.conf.get("relevo_fleet"))
+        if own is None:
+            return []
+        try:
+            found = await read_heartbeats(self.redis, self.store.keys)
+        except Exception as exc:  # advisory: Redis away, or an ACL that hides heartbeats
+            log.debug("fleet.not_compared", error=type(exc).__name__)
+            return []
+        now_ms = int(time.time() * 1000)
+        alive = [b for b in found.beats if b.alive(now_ms)]
+        if not alive:
+            log.warning(
+                "fleet.no_workers",
+                namespace=own.namespace,
+                detail="no worker heartbeat in this namespace: turns wait until a worker "
+                "of this namespace runs",
+            )
+            return ["namespace"]
+        agreement = Agreement(own)
+        differ: set[str] = set()
+        for beat in alive:
+            differ.update(
+                agreement.check(FleetShape.parse(beat.fleet), "worker", where=beat.process)
+            )
+        return sorted(differ)
 
     async def __aexit__(
         self,

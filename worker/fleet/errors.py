@@ -14,7 +14,8 @@
                             release cannot read: a newer release wrote it, or it is damaged
 
 `fleet_errors` is the one place where kombu's, Celery's, py-amqp's and redis-py's failures
-of the fleet's Redis or broker become `FleetUnavailable`, for every producer call.
+of the fleet's Redis or broker become `FleetUnavailable` (or `InputError`, for a turn the
+broker refused as too large), for every producer call.
 """
 
 from __future__ import annotations
@@ -23,13 +24,13 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from types import MappingProxyType
 
-from amqp.exceptions import AccessRefused
+from amqp.exceptions import AccessRefused, ChannelError, ContentTooLarge, PreconditionFailed
 from kombu.exceptions import OperationalError
 from redis.asyncio import Redis
 from redis.exceptions import OutOfMemoryError, ReadOnlyError, ResponseError
 
 from breakers.schema import ReadProblem
-from worker.errors import STORE_DOWN, STORE_REFUSED, RelevoError
+from worker.errors import STORE_DOWN, STORE_REFUSED, InputError, RelevoError
 from worker.observability.redact import redact_url
 
 __all__ = [
@@ -78,6 +79,8 @@ class FleetUnavailable(RelevoError):
         why = write_refusal(error)
         if self.refused:
             what = f"refused this client ({type(error).__name__})"
+        elif isinstance(error, ChannelError):
+            what = f"refused the message ({type(error).__name__}: {error.reply_text})"
         elif why is not None:
             what = f"refused the write ({why})"
         else:
@@ -196,10 +199,26 @@ def fleet_errors(url: str, *, during: str | None = None) -> Iterator[None]:
         yield
     except RelevoError:
         raise  # TurnTimeout is a TimeoutError, which a store error can be too
+    except ChannelError as exc:
+        # RabbitMQ answered and closed the channel over this publish: too large a message
+        # is the turn's fault (`[broker] max_message_bytes` above the broker's own limit).
+        if _too_large(exc):
+            raise InputError(
+                f"the broker refused the turn as too large ({exc.reply_text}); "
+                "[broker] max_message_bytes should be the broker's max_message_size"
+            ) from None
+        raise FleetUnavailable(redact_url(url), exc, during=during) from exc
     except (*STORE_DOWN, *_WRAPPERS) as exc:
         if isinstance(exc, RuntimeError) and not _from_store(exc):
             raise
         raise FleetUnavailable(redact_url(url), exc, during=during) from exc
+
+
+def _too_large(exc: ChannelError) -> bool:
+    if isinstance(exc, ContentTooLarge):
+        return True
+    # RabbitMQ: "PRECONDITION_FAILED - message size 2097254 is larger than configured max size"
+    return isinstance(exc, PreconditionFailed) and "max size" in str(exc.reply_text)
 
 
 def where(client: Redis) -> str:

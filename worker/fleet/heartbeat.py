@@ -58,6 +58,9 @@ class Heartbeat(BaseModel):
     seen_ms: int = 0
     # relevo 0.1.0 ignores it: heartbeats were read leniently from the start.
     schema_version: int = HEARTBEAT_SCHEMA
+    # The fleet settings it runs with (`worker.fleet.agreement.FleetShape.header`); None
+    # from a release that did not say.
+    fleet: str | None = None
 
     @property
     def process(self) -> str:

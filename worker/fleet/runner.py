@@ -25,13 +25,14 @@ from breakers import KillSwitchState
 from breakers.schema import SCHEMA_FIELD, version_problem
 from worker.adapters import make_client
 from worker.errors import STORE_DOWN, InputError
+from worker.fleet.agreement import Agreement, FleetShape
 from worker.fleet.dispatcher import Dispatcher
 from worker.fleet.environment import node_name
 from worker.fleet.errors import Unreadable
 from worker.fleet.fairqueue import FairQueue
-from worker.fleet.heartbeat import BEAT_EVERY_S, Heartbeat, beat
+from worker.fleet.heartbeat import BEAT_EVERY_S, Heartbeat, beat, read_heartbeats
 from worker.fleet.loop import LoopThread
-from worker.fleet.rabbitmq import RabbitQueue, outbox_key
+from worker.fleet.rabbitmq import RabbitQueue, held_delivery_s, outbox_key
 from worker.fleet.schema import TURN_SCHEMA, log_unreadable
 from worker.fleet.sweeper import Sweeper
 from worker.fleet.turnstore import TurnStore
@@ -60,6 +61,8 @@ UNREADABLE = "unreadable"
 _TURN_ID: TypeAdapter[str] = TypeAdapter(TurnId)
 # How old a look at the kill switch the dispatcher acts on (the guard looks at it too).
 _KILL_FRESH_S = 0.5
+# Every this many heartbeats, a worker compares the other workers' fleet settings with its own.
+_COMPARE_EVERY = 12
 # Redis gone or slow: a record kept, a heartbeat missed.
 _FORGET_ERRORS: tuple[type[BaseException], ...] = (*STORE_DOWN, TimeoutError)
 
@@ -115,6 +118,10 @@ class TurnRunner:
         redact_secrets(provider_secrets(settings))
         tracing.configure_tracing(settings.observability)
         self.holder = f"{node_name()}:{os.getpid()}"
+        self.agreement = Agreement(
+            FleetShape.of(settings),
+            on_differ=lambda name: self.metrics.set_aside("fleet settings", name),
+        )
         self.guard = open_guard(settings)
         self.guard.circuits.on_reset = self.metrics.store_reset
         self.guard.on_over_worst_case = self.metrics.charged_over_worst_case
@@ -126,7 +133,15 @@ class TurnRunner:
         self._sweeping: concurrent.futures.Future[None] | None = None
         self._dispatching: concurrent.futures.Future[None] | None = None
         rabbit = settings.broker.url
-        self.rabbit = None if rabbit is None else RabbitQueue(rabbit, settings.worker.queue)
+        self.rabbit = (
+            None
+            if rabbit is None
+            else RabbitQueue(
+                rabbit,
+                settings.worker.queue,
+                max_message_bytes=settings.broker.max_message_bytes,
+            )
+        )
         self._dispatcher: Dispatcher | None = None
         self.fair = FairQueue(
             self.store.redis,
@@ -164,6 +179,7 @@ class TurnRunner:
             in_flight=self.in_flight,
             local_breakers=not self.guard.circuits.fleet_view,
             started_ms=self._started_ms,
+            fleet=self.agreement.own.header(),
         )
         try:
             async with asyncio.timeout(self.settings.redis.timeout_s * 4):
@@ -177,10 +193,27 @@ class TurnRunner:
     async def _report_forever(self) -> None:
         # Gauges and heartbeat while idle too: a turn also updates the gauges. Closing
         # ends it even if a cancel is swallowed (Python 3.11's asyncio.timeout can).
+        beats = 0
         while not self._closing:
             self.report_state()
             await self.heartbeat()
+            if beats % _COMPARE_EVERY == 0:
+                await self.compare_fleet()
+            beats += 1
             await asyncio.sleep(BEAT_EVERY_S)
+
+    async def compare_fleet(self) -> None:
+        """Warn about the live workers whose heartbeats state other fleet settings."""
+        try:
+            async with asyncio.timeout(self.settings.redis.timeout_s * 4):
+                found = await read_heartbeats(self.store.redis, self.store.keys)
+        except _FORGET_ERRORS:
+            return
+        now_ms = int(time.time() * 1000)
+        for other in found.beats:
+            if other.alive(now_ms) and other.process != self.holder:
+                shape = FleetShape.parse(other.fleet)
+                self.agreement.check(shape, "worker", where=other.process)
 
     def start_sweeper(self, send: Callable[[TurnRequest], object]) -> None:
         """Re-send, from now on, the turns the broker lost (`worker.fleet.sweeper`), on this
@@ -201,8 +234,9 @@ class TurnRunner:
 
     def start_dispatcher(self) -> None:
         """Move turns from the fair queue to the broker's queue, from now on, on this
-        runner's loop (`worker.fleet.dispatcher`); nothing when `[fairness]` is off. Once."""
-        if self._dispatching is not None or not self.settings.fairness.enabled:
+        runner's loop (`worker.fleet.dispatcher`). Once. With `[fairness]` off it only
+        drains what producers with it on queued there, limits unchecked."""
+        if self._dispatching is not None:
             return
         dispatcher = Dispatcher(
             self.fair,
@@ -212,11 +246,16 @@ class TurnRunner:
             primary_model=self.settings.chain.models[0],
             metrics=self.metrics,
             rabbit=self.rabbit,
+            fifo=not self.settings.fairness.enabled,
         )
         self._dispatcher = dispatcher
         self._dispatching = asyncio.run_coroutine_threadsafe(
             dispatcher.run_forever(), self.loop.loop
         )
+        if self.rabbit is not None:
+            held_s = held_delivery_s(self.settings.turn_deadline_s)
+            check = asyncio.to_thread(self.rabbit.check_consumer_timeout, held_s)
+            asyncio.run_coroutine_threadsafe(check, self.loop.loop)
 
     async def _kill_switch(self) -> KillSwitchState | None:
         """The kill switch as this process sees it, looked at again when the last look is
@@ -258,14 +297,17 @@ class TurnRunner:
         carrier: Mapping[str, Any] | None = None,
         version: object = None,
         task_id: str | None = None,
+        fleet: object = None,
     ) -> dict[str, Any]:
         """Run a task payload from a worker thread; always returns a result dict.
 
         `carrier`: the trace context its message brought (`tracing.carried`), if any;
         `version`: the schema version its message's header says (`worker.fleet.schema`);
-        `task_id`: its message's task id, which names the turn in what cannot be read.
+        `task_id`: its message's task id, which names the turn in what cannot be read;
+        `fleet`: the fleet settings its producer states (`worker.fleet.agreement`).
         Fields of the payload this release does not know are ignored.
         """
+        self.agreement.check(FleetShape.parse(fleet), "producer", where=f"turn {task_id}")
         try:
             _queued_turn(payload, version, task_id)
             request = checked_turn(payload, self.settings.limits, queued=True)

@@ -40,6 +40,7 @@ __all__ = [
     "MODEL_NOT_FOUND_TOTAL",
     "QUEUE_DEPTH",
     "SERIES_NAMES",
+    "SET_ASIDE_TOTAL",
     "STORE_RESETS_TOTAL",
     "TENANT_BUDGET_HELD_MICROS",
     "TENANT_BUDGET_REMAINING_MICROS",
@@ -84,6 +85,7 @@ BACKLOG_WRITES = "relevo_backlog_writes"
 BACKLOG_DROPPED_TOTAL = "relevo_backlog_dropped_total"
 TURNS_RESENT_TOTAL = "relevo_turns_resent_total"
 UNREADABLE_TOTAL = "relevo_unreadable_items_total"
+SET_ASIDE_TOTAL = "relevo_set_aside_total"
 CHARGES_OVER_WORST_CASE_TOTAL = "relevo_charges_over_worst_case_total"
 BUILD_INFO = "relevo_build_info"
 # Read from Redis by the fleet's one exporter (`relevo exporter`), not by every node.
@@ -129,6 +131,10 @@ METRIC_NAMES: dict[str, tuple[str, ...]] = {
     # What a worker could not read ("turn", "request", "result"): a newer release's, or
     # damaged. Under way during an upgrade, it says the order of the roll is wrong.
     UNREADABLE_TOTAL: ("what", "cause"),
+    # What a dispatcher or worker could not use and went on without: an outbox entry no
+    # broker takes ("undecodable", "too_large", "refused"), a turn sent under other fleet
+    # settings ("broker", "fairness", "namespace").
+    SET_ASIDE_TOTAL: ("what", "reason"),
     # Calls the provider billed past their reserved worst case: a bound that failed.
     CHARGES_OVER_WORST_CASE_TOTAL: ("model", "provider"),
     BUILD_INFO: ("version",),
@@ -278,6 +284,12 @@ class TurnMetrics:
             METRIC_NAMES[UNREADABLE_TOTAL],
             registry=r,
         )
+        self.set_aside_items = Counter(
+            _counter_base(SET_ASIDE_TOTAL),
+            "Items a dispatcher or worker set aside and went on without, by reason",
+            METRIC_NAMES[SET_ASIDE_TOTAL],
+            registry=r,
+        )
         self.over_worst_case = Counter(
             _counter_base(CHARGES_OVER_WORST_CASE_TOTAL),
             "Calls charged more than their reserved worst case (charged in full)",
@@ -323,6 +335,10 @@ class TurnMetrics:
     def unreadable(self, what: str, *, newer: bool) -> None:
         """Count an item this process could not read (`worker.fleet.errors.Unreadable`)."""
         self.unreadable_items.labels(what, "newer" if newer else "damaged").inc()
+
+    def set_aside(self, what: str, reason: str) -> None:
+        """Count an item set aside (an outbox entry, a turn of a mismatched fleet)."""
+        self.set_aside_items.labels(what, reason).inc()
 
     def charged_over_worst_case(self, model: str, provider: str) -> None:
         """Count a call charged more than its worst case (`RedisGuard.on_over_worst_case`)."""

@@ -82,6 +82,10 @@ class BrokerSettings(Section):
     """RabbitMQ (`amqp://user:password@host:5672/vhost`, `amqps://` for TLS): the fleet's
     queue becomes a quorum queue, every publish waits for the broker's confirm. Unset: the
     Redis at `[redis] url`. Results, the turn store and the fair queue stay in Redis."""
+    max_message_bytes: int = Field(default=128 * 1024 * 1024, ge=64 * 1024, le=512 * 1024 * 1024)
+    """The largest message the broker takes (RabbitMQ's `max_message_size`, whose default
+    this is): a bigger turn is refused at enqueue (`InputError` naming this limit), and a
+    dispatcher sets aside a queued one instead of publishing it."""
 
     @property
     def rabbitmq(self) -> bool:
