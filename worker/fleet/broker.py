@@ -7,7 +7,6 @@ what a worker does as it starts. Producers and workers configure the app here, o
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,7 +23,7 @@ from kombu.utils.json import dumps, loads
 
 from worker.fleet import environment
 from worker.fleet.agreement import FleetShape
-from worker.fleet.envelope import redis_message
+from worker.fleet.envelope import compact, redis_message
 from worker.fleet.errors import fleet_errors
 from worker.fleet.fairqueue import DEADLINE_HEADER, TENANT_HEADER, TOKENS_HEADER, enqueue_sync
 from worker.fleet.rabbitmq import held_delivery_s, rabbitmq_conf
@@ -60,7 +59,7 @@ _QUICK_RETRY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "in
 COMPACT_JSON = "relevo_json"
 serialization.register(  # type: ignore[no-untyped-call]
     COMPACT_JSON,
-    functools.partial(dumps, ensure_ascii=False, separators=(",", ":")),
+    compact,
     loads,
     content_type="application/json",
     content_encoding="utf-8",

@@ -20,6 +20,7 @@ from typing import Any
 
 import amqp
 import structlog
+from kombu.utils import json as kombu_json
 from pydantic import TypeAdapter, ValidationError
 
 from worker.fleet.fairqueue import TENANT_HEADER
@@ -54,8 +55,18 @@ class Undecodable(ValueError):
 
 
 def compact(data: Any) -> str:
-    """JSON without spaces or escapes: non-ASCII text stays UTF-8, not a `\\u` six bytes."""
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    """JSON without spaces or escapes: non-ASCII text stays UTF-8, not a `\\u` six bytes.
+
+    Text UTF-8 cannot carry (a lone surrogate, which only a hand-made message holds: intake
+    refuses it) keeps its escapes, so the message still reaches the worker that refuses it.
+    """
+    text: str = kombu_json.dumps(data, ensure_ascii=False, separators=(",", ":"))  # type: ignore[no-untyped-call]
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        escaped: str = kombu_json.dumps(data, separators=(",", ":"))  # type: ignore[no-untyped-call]
+        return escaped
+    return text
 
 
 def envelope(msg: Any, exchange: str, routing_key: str) -> str:
