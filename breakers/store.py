@@ -11,6 +11,7 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
 from breakers.keys import Keys, exhausted_member, pair_member, validate_name
+from breakers.killswitch import stored_state
 from breakers.outcomes import Cooldown, Entry, Exhausted, Gone, Outcome, Pair, Verdict
 from breakers.policy import CooldownPolicy, Policy
 from breakers.rediskit import Parse, raise_if_error, read_clock, text
@@ -18,7 +19,6 @@ from breakers.scripts import SCRIPTS
 from breakers.state import (
     BreakerState,
     FleetState,
-    KillSwitchState,
     ScopeState,
     Transition,
     TransitionKind,
@@ -130,8 +130,7 @@ class FleetBreakers:
 
         async def parse(reply: object) -> FleetState:
             row: list[Any] = raise_if_error(reply)
-            who, why, since = text(row[0]), text(row[1]), int(row[2])
-            kill = KillSwitchState(who, why, since) if who else None
+            kill = stored_state(row[0], row[1], row[2]) if row[0] else None
             states = {}
             for i, scope in enumerate(names):
                 state, left, free = text(row[3 + 3 * i]), int(row[4 + 3 * i]), row[5 + 3 * i]

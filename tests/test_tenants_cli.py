@@ -40,6 +40,7 @@ def test_tenants_set_list_and_clear(
             "turns_per_minute": None,
             "input_tokens_per_minute": None,
             "weight": 3,
+            "unreadable": None,
         },
         {
             "tenant": "beta",
@@ -50,6 +51,7 @@ def test_tenants_set_list_and_clear(
             "turns_per_minute": None,
             "input_tokens_per_minute": None,
             "weight": 1,
+            "unreadable": None,
         },
     ]
     assert relevo("tenants", "clear", "acme") == 0

@@ -40,8 +40,9 @@ def _row(load: TenantLoad) -> dict[str, Any]:
         "tenant": load.tenant,
         "queued": load.queued,
         "in_flight": load.in_flight,
-        "share": "own" if load.own else "default",
+        "share": "unreadable" if load.unreadable else "own" if load.own else "default",
         **asdict(load.share),
+        "unreadable": load.unreadable,
     }
 
 
@@ -78,7 +79,7 @@ async def _list(args: argparse.Namespace) -> int:
             r["tenant"],
             str(r["queued"]),
             str(r["in_flight"]),
-            r["share"],
+            r["share"] if not r["unreadable"] else f"unreadable ({r['unreadable']}), default used",
             _limit(r["max_in_flight"]),
             _limit(r["turns_per_minute"]),
             _limit(r["input_tokens_per_minute"]),

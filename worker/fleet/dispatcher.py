@@ -201,6 +201,16 @@ class Dispatcher:
                 continue
             self._held_logged[(tenant, limit)] = now
             log.info("dispatch.tenant_held", tenant_id=tenant, limit=limit)
+        for tenant in done.unreadable:
+            if self.metrics is not None:
+                self.metrics.unreadable("share", newer=False)
+            key = (tenant, "unreadable_share")
+            if now - self._held_logged.get(key, -_HELD_LOG_EVERY_S) < _HELD_LOG_EVERY_S:
+                continue
+            self._held_logged[key] = now
+            # Served on the default share meanwhile: its own limits are not lifted by a
+            # damaged value, nor is it stopped (`relevo tenants set` writes a good one).
+            log.warning("dispatch.share_unreadable", tenant_id=tenant, used="default")
         if len(self._held_logged) > 10_000:
             self._held_logged.clear()
 

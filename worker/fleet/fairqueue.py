@@ -33,13 +33,15 @@ dispatcher (`wake`), or is one field per tenant (`vtime`, `buckets`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
+import structlog
 from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
 
 from breakers.rediskit import LuaScripts, hash_tag, text
+from budgets.errors import InvalidAmountError
 from budgets.shares import Share, Shares
 from worker.fleet.turnstore import TurnKeys
 
@@ -61,6 +63,7 @@ SCRIPTS = LuaScripts("worker.fleet")
 TENANT_HEADER = "relevo_tenant"
 DEADLINE_HEADER = "relevo_queue_deadline_ms"
 TOKENS_HEADER = "relevo_input_tokens"
+log = structlog.get_logger("relevo.dispatch")
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,38 +88,50 @@ class FairKeys:
 class DispatchRound:
     """What one round did: turns moved (tenant, ms waited), tenants held (tenant, limit),
     how many turns it found past their queue deadline, the ms until the first parked
-    tenant is looked at again (None: none parked), and whether a round run at once would
-    find more to move."""
+    tenant is looked at again (None: none parked), whether a round run at once would
+    find more to move, and the tenants whose stored share it could not read (served on
+    the default share)."""
 
     moved: list[tuple[str, int]]
     held: list[tuple[str, str]]
     expired: int
     next_ms: int | None = None
     again: bool = False
+    unreadable: list[str] = field(default_factory=list)
 
     @classmethod
     def from_reply(cls, reply: Any) -> DispatchRound:
-        """The round `dispatch.lua` answered (release 0.1.0's answers the same)."""
-        moved, held, expired, next_ms, again = reply
+        """The round `dispatch.lua` answered (release 0.1.0's answers the first five)."""
+        moved, held, expired, next_ms, again = reply[:5]
+        unreadable = [_name(t) for t in reply[5]] if len(reply) > 5 else []
         waits = [(tenant, int(ms)) for tenant, ms in _pairs(moved)]
         parked = None if int(next_ms) < 0 else int(next_ms)
-        return cls(waits, _pairs(held), int(expired), parked, bool(again))
+        return cls(waits, _pairs(held), int(expired), parked, bool(again), unreadable)
 
 
 @dataclass(frozen=True, slots=True)
 class TenantLoad:
     """A tenant's turns waiting in the fair queue and running under a lease, and its share
-    (`own`: set for it; else the default)."""
+    (`own`: set for it; else the default). `unreadable`: why its stored share could not be
+    read (dispatch then uses the default, which `share` is)."""
 
     tenant: str
     queued: int
     in_flight: int
     share: Share
     own: bool
+    unreadable: str | None = None
 
 
 def _pairs(items: object) -> list[tuple[str, str]]:
-    return [cast(tuple[str, str], tuple(text(i).split("|", 1))) for i in cast(list[Any], items)]
+    return [cast(tuple[str, str], tuple(_name(i).split("|", 1))) for i in cast(list[Any], items)]
+
+
+def _name(value: object) -> str:
+    """A stored name as text; bytes that are not UTF-8 (a hand edit) shown escaped."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "backslashreplace")
+    return str(value)
 
 
 def enqueue_sync(
@@ -226,12 +241,27 @@ class FairQueue:
         pipe.hgetall(self.keys.key("inflight"))
         pipe.hgetall(self.shares.key)
         queued, running, shares = await pipe.execute()
-        counts: dict[str, list[int]] = {text(t): [0, 0] for t in shares}
+        counts: dict[str, list[int]] = {_name(t): [0, 0] for t in shares}
         for at, raw in enumerate((queued, running)):
             for tenant, n in raw.items():
-                counts.setdefault(text(tenant), [0, 0])[at] = int(n)
-        own = {text(t): Share.unpacked(text(v)) for t, v in shares.items()}
+                counts.setdefault(_name(tenant), [0, 0])[at] = _count(n)
+        own: dict[str, Share] = {}
+        bad: dict[str, str] = {}
+        for t, v in shares.items():
+            try:
+                own[_name(t)] = Share.unpacked(_name(v))
+            except InvalidAmountError as exc:
+                bad[_name(t)] = f"{_name(v)[:40]!r}: {exc}"
+                log.warning("fair.share_unreadable", tenant_id=_name(t), why=str(exc))
         return [
-            TenantLoad(t, q, r, own.get(t, self.default), t in own)
+            TenantLoad(t, q, r, own.get(t, self.default), t in own or t in bad, bad.get(t))
             for t, (q, r) in sorted(counts.items())
         ]
+
+
+def _count(raw: object) -> int:
+    """A stored count; 0 when it is not one (it is rewritten by the next round)."""
+    try:
+        return int(_name(raw))
+    except ValueError:
+        return 0

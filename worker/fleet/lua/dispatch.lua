@@ -21,11 +21,13 @@
 -- ARGV[8..] "<tenant>|<turn>" of turns concluded since the process's last round: their
 --          leases are given back first, as release.lua does
 --
--- Returns {moved, held, expired, next, again}: moved is "<tenant>|<ms waited>" per turn
+-- Returns {moved, held, expired, next, again, unreadable}: moved is "<tenant>|<ms waited>" per turn
 -- moved, held is "<tenant>|<limit>" per tenant a limit parked this round, expired the
 -- count of turns found past their deadline, next the ms until the first parked tenant is
 -- looked at again (-1: none parked), again 1 when a round run at once would find more to
--- move (it stopped at `most` or at its looks, not for want of room or turns).
+-- move (it stopped at `most` or at its looks, not for want of room or turns), and
+-- unreadable the tenants whose stored share it could not read: each was served on the
+-- default share (ARGV[5]), as if it had none of its own.
 --
 -- The cost is per visit, not per turn: a visit takes as many of the tenant's oldest turns
 -- as its limits allow before the next tenant's virtual time comes (a tenant alone: the
@@ -37,6 +39,8 @@ local LEASES, INFLIGHT, BUCKETS, EXPIRED, SHARES, SENT, QUEUE =
 local now = now_ms()
 local most, depth, lease_ms = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local drain = ARGV[6] == '1'
+-- A share's bounds, as budgets/shares.py checks them when an operator sets one.
+local MAX_LIMIT, MAX_WEIGHT = 1e12, 1000
 
 -- Tenants a limit parked: the first one's time says when to look again.
 local first = redis.call('ZRANGE', PARKED, 0, 0, 'WITHSCORES')[2]
@@ -99,10 +103,45 @@ if first and (drain or first <= now) then
   first = first and tonumber(first)
 end
 
+-- A share as stored, or nil when it is not four fields of whole numbers in range (a
+-- hand edit, another tool): '' is no limit, a weight left out is 1.
+local function parse_share(raw)
+  local f = {string.match(raw, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)$')}
+  if not f[1] then return nil end
+  local out = {}
+  for i = 1, 4 do
+    local s = f[i]
+    if s ~= '' then
+      if #s > 13 or not string.match(s, '^%d+$') then return nil end
+      local n = tonumber(s)
+      if n < 1 or n > (i == 4 and MAX_WEIGHT or MAX_LIMIT) then return nil end
+      out[i] = n
+    end
+  end
+  return out
+end
+
+local default_share = parse_share(ARGV[5])
+-- Tenants whose share could not be read this round: served on the default share.
+local unreadable, reported = {}, {}
 local function share(tenant)
-  local raw = redis.call('HGET', SHARES, tenant) or ARGV[5]
-  local a, b, c, w = string.match(raw, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)$')
-  return tonumber(a), tonumber(b), tonumber(c), math.max(num(w), 1)
+  local raw = redis.call('HGET', SHARES, tenant)
+  local s = raw and parse_share(raw)
+  if raw and not s then
+    if not reported[tenant] then
+      reported[tenant] = true
+      unreadable[#unreadable + 1] = tenant
+    end
+  end
+  s = s or default_share
+  return s[1], s[2], s[3], s[4] or 1
+end
+
+-- A stored number, or nil when it is none (or not finite: nan, inf).
+local function finite(s)
+  local n = s and tonumber(s)
+  if n and n == n and n > -1e15 and n < 1e15 then return n end
+  return nil
 end
 
 -- The tenant's buckets, refilled to now: turn tokens, input tokens.
@@ -111,7 +150,8 @@ local function buckets(tenant, tpm, itpm)
   local turns, tokens, at = tpm, itpm, now
   if raw then
     local a, b, c = string.match(raw, '^([^|]*)|([^|]*)|([^|]*)$')
-    turns, tokens, at = tonumber(a), tonumber(b), tonumber(c)
+    -- A bucket that cannot be read is full (it only ever delays a tenant).
+    turns, tokens, at = finite(a), finite(b), finite(c) or now
   end
   local dt = math.max(now - at, 0)
   if tpm then turns = math.min(tpm, (turns or tpm) + dt * tpm / 60000) end
@@ -261,4 +301,4 @@ for tenant, n in pairs(running) do
 end
 local next_ms = first and int(math.max(first - now, 0)) or -1
 local again = (room > 0 and looks <= 0) or (#moved == most and free > most)
-return {moved, held, expired, next_ms, again and 1 or 0}
+return {moved, held, expired, next_ms, again and 1 or 0, unreadable}
