@@ -41,6 +41,7 @@ def test_tenants_set_list_and_clear(
             "input_tokens_per_minute": None,
             "weight": 3,
             "unreadable": None,
+            "parked_until_ms": None,
         },
         {
             "tenant": "beta",
@@ -52,6 +53,7 @@ def test_tenants_set_list_and_clear(
             "input_tokens_per_minute": None,
             "weight": 1,
             "unreadable": None,
+            "parked_until_ms": None,
         },
     ]
     assert relevo("tenants", "clear", "acme") == 0

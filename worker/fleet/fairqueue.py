@@ -113,7 +113,9 @@ class DispatchRound:
 class TenantLoad:
     """A tenant's turns waiting in the fair queue and running under a lease, and its share
     (`own`: set for it; else the default). `unreadable`: why its stored share could not be
-    read (dispatch then uses the default, which `share` is)."""
+    read (dispatch then uses the default, which `share` is); `parked_until_ms`: while a
+    limit holds it back, when it is looked at again (Redis server time, ms; a time past
+    is the next round)."""
 
     tenant: str
     queued: int
@@ -121,6 +123,7 @@ class TenantLoad:
     share: Share
     own: bool
     unreadable: str | None = None
+    parked_until_ms: int | None = None
 
 
 def _pairs(items: object) -> list[tuple[str, str]]:
@@ -222,6 +225,27 @@ class FairQueue:
         with a dispatcher hands it the lease instead (`Dispatcher.give_back`)."""
         return bool(await self._call("release", self.release_keys, [tenant, turn_id]))
 
+    async def set_share(self, tenant: str, share: Share) -> None:
+        """Set a tenant's share, in effect from the next round: a tenant a limit parked is
+        looked at again at once, under the new share."""
+        await self.shares.set(tenant, share)
+        await self._look_again(tenant)
+
+    async def clear_share(self, tenant: str) -> bool:
+        """Back to the default share, from the next round; False if it had none."""
+        had = await self.shares.clear(tenant)
+        await self._look_again(tenant)
+        return had
+
+    async def _look_again(self, tenant: str) -> None:
+        # Due at once if parked (XX: a tenant not parked stays as it is), and a wake token
+        # for an idle dispatcher, as a lease given back does.
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.zadd(self.keys.key("parked"), {tenant: 0}, xx=True)
+        pipe.lpush(self.keys.key("wake"), "1")
+        pipe.ltrim(self.keys.key("wake"), 0, 0)
+        await pipe.execute()
+
     async def expired(self, count: int = 100) -> list[tuple[str, str, int]]:
         """Turns found past their queue deadline: (turn id, tenant, ms waited)."""
         _, found = await self.redis.hscan(self.keys.key("expired"), 0, count=count)
@@ -240,7 +264,9 @@ class FairQueue:
         pipe.hgetall(self.keys.key("queued"))
         pipe.hgetall(self.keys.key("inflight"))
         pipe.hgetall(self.shares.key)
-        queued, running, shares = await pipe.execute()
+        pipe.zrange(self.keys.key("parked"), 0, -1, withscores=True)
+        queued, running, shares, parked = await pipe.execute()
+        until = {_name(t): int(ms) for t, ms in parked}
         counts: dict[str, list[int]] = {_name(t): [0, 0] for t in shares}
         for at, raw in enumerate((queued, running)):
             for tenant, n in raw.items():
@@ -254,7 +280,9 @@ class FairQueue:
                 bad[_name(t)] = f"{_name(v)[:40]!r}: {exc}"
                 log.warning("fair.share_unreadable", tenant_id=_name(t), why=str(exc))
         return [
-            TenantLoad(t, q, r, own.get(t, self.default), t in own or t in bad, bad.get(t))
+            TenantLoad(
+                t, q, r, own.get(t, self.default), t in own or t in bad, bad.get(t), until.get(t)
+            )
             for t, (q, r) in sorted(counts.items())
         ]
 

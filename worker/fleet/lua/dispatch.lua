@@ -155,7 +155,11 @@ local function buckets(tenant, tpm, itpm)
   end
   local dt = math.max(now - at, 0)
   if tpm then turns = math.min(tpm, (turns or tpm) + dt * tpm / 60000) end
-  if itpm then tokens = math.min(itpm, (tokens or itpm) + dt * itpm / 60000) end
+  if itpm then
+    -- A debt is at most one bucket (a turn larger than the bucket, or a bucket that a
+    -- share since lowered left deeper): read under the share as it is now.
+    tokens = math.max(math.min(itpm, (tokens or itpm) + dt * itpm / 60000), -itpm)
+  end
   return turns, tokens
 end
 
@@ -211,7 +215,9 @@ local function visit(tenant, v, weight, want, turns, tokens, tpm, itpm)
         leases[#leases + 1] = tenant .. '|' .. turn
         moved[#moved + 1] = tenant .. '|' .. int(now - enqueued)
         if tpm then turns = turns - 1 end
-        if itpm then tokens = tokens - need end
+        -- A turn larger than the bucket left a full one: its debt stops at one bucket,
+        -- so that the tenant's next turn waits about a minute at most, not its size.
+        if itpm then tokens = math.max(tokens - need, -itpm) end
         served, tag, after = served + 1, after, after + 1 / weight
       end
     end
