@@ -4,6 +4,7 @@ On the real Redis, with the real dispatch step."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -43,7 +44,8 @@ async def test_a_deeper_debt_already_stored_is_read_as_one_bucket(
     sync_client.hset(fair.keys.key("buckets"), "acme", f"|-87351|{int(time.time() * 1000)}")
     put(sync_client, fair, "acme", "a0", tokens=10)
     done = await fair.dispatch(most=8, depth=8)
-    assert done.next_ms is not None and done.next_ms <= 61_000
+    assert done.next_ms is not None
+    assert done.next_ms <= 61_000
 
 
 async def test_a_new_share_takes_effect_at_the_next_round(
@@ -53,10 +55,12 @@ async def test_a_new_share_takes_effect_at_the_next_round(
     put(sync_client, fair, "acme", "huge", tokens=93_000)
     put(sync_client, fair, "acme", "small", tokens=10)
     done = await fair.dispatch(most=8, depth=8)
-    assert len(done.moved) == 1 and done.next_ms is not None and done.next_ms > 50_000
+    assert len(done.moved) == 1
+    assert done.next_ms is not None
+    assert done.next_ms > 50_000
     await fair.set_share("acme", Share(input_tokens_per_minute=100_000_000))
     assert await fair.wait(0.1), "an idle dispatcher is woken"
-    time.sleep(0.01)
+    await asyncio.sleep(0.01)
     done = await fair.dispatch(most=8, depth=8)
     assert [t for t, _ in done.moved] == ["acme"]
 
@@ -68,7 +72,8 @@ async def test_clearing_a_share_takes_effect_at_the_next_round(
     put(sync_client, fair, "acme", "a0")
     put(sync_client, fair, "acme", "a1")
     done = await fair.dispatch(most=8, depth=8)
-    assert len(done.moved) == 1 and done.held == [("acme", "turns_per_minute")]
+    assert len(done.moved) == 1
+    assert done.held == [("acme", "turns_per_minute")]
     assert await fair.clear_share("acme")
     done = await fair.dispatch(most=8, depth=8)
     assert [t for t, _ in done.moved] == ["acme"]
@@ -86,8 +91,6 @@ def test_relevo_tenants_shows_a_parked_tenant_and_until_when(
     async def round_() -> None:
         await fair.dispatch(most=8, depth=8)
         await fair.redis.aclose()
-
-    import asyncio
 
     asyncio.run(round_())
     capsys.readouterr()
