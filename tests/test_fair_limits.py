@@ -11,8 +11,9 @@ import pytest
 import redis
 
 from budgets import Share
-from tests.test_fair_dispatch import put
+from tests.test_fair_dispatch import _dispatcher, put
 from tests.test_operate import ns, out_json, relevo
+from worker.fleet.dispatcher import QUEUE_DEADLINE
 from worker.fleet.fairqueue import FairQueue
 
 __all__ = ["ns"]
@@ -102,3 +103,41 @@ def test_relevo_tenants_shows_a_parked_tenant_and_until_when(
     assert "(in " in capsys.readouterr().out
     with redis.Redis.from_url(redis_url) as client:
         client.delete(f"{ns}:q", *client.scan_iter(match=f"{{{ns}}}:*"))
+
+
+@pytest.mark.parametrize(
+    ("share", "limit"),
+    [
+        (Share(turns_per_minute=1), "turns_per_minute"),
+        (Share(max_in_flight=1), "max_in_flight"),
+        (Share(input_tokens_per_minute=600), "input_tokens_per_minute"),
+    ],
+)
+async def test_a_queued_turn_ends_within_a_round_of_its_deadline_whatever_holds_its_tenant(
+    sync_client: redis.Redis, fair: FairQueue, share: Share, limit: str
+) -> None:
+    await fair.shares.set("acme", share)
+    put(sync_client, fair, "acme", "first", tokens=600)
+    for i in range(3):
+        put(sync_client, fair, "acme", f"late{i}", deadline_ms=1500, tokens=600)
+    dispatcher = _dispatcher(fair, [None])
+    first = await dispatcher.round()
+    assert len(first.moved) == 1
+    assert first.held == [("acme", limit)]
+    started = time.monotonic()
+    ended: list[str] = []
+    while len(ended) < 3 and time.monotonic() - started < 10:
+        await dispatcher.round()
+        for i in range(3):
+            result = await dispatcher.store.result(f"late{i}")
+            if result is not None and f"late{i}" not in ended:
+                assert result.reason == QUEUE_DEADLINE
+                ended.append(f"late{i}")
+        await asyncio.sleep(0.2)
+    # Each ended within a round (here 0.2 s) of its 1.5 s deadline, not when the limit let go.
+    assert len(ended) == 3
+    assert time.monotonic() - started < 1.5 + 0.5
+    loads = {load.tenant: load for load in await fair.load()}
+    assert "acme" not in loads or loads["acme"].queued == 0
+    # The tenant is idle: a new turn is dispatched as its limits allow, not lost.
+    assert await fair.redis.zscore(fair.keys.key("parked"), "acme") is None

@@ -23,6 +23,8 @@ one atomic step, nothing lost or sent twice between them (docs/fairness.md).
     {N}:fair:leases     zset   "<tenant>|<turn>" -> lease expiry ms
     {N}:fair:buckets    hash   tenant -> token buckets "turns|input tokens|ms"
     {N}:fair:expired    hash   turn id -> "<tenant>|<ms waited>", until its result is saved
+    {N}:fair:deadlines  zset   "<tenant>|<seq>" -> queue deadline ms, while queued: each
+                               round ends the turns past theirs, whatever holds the tenant
     {N}:fair:wake       list   at most one token: a turn arrived for an idle tenant, or a
                                lease was given back; idle dispatchers block on it (BLPOP)
 
@@ -150,7 +152,7 @@ def enqueue_sync(
     """Queue a broker message for its tenant, on a blocking client (the broker channel's);
     False when the turn is queued already."""
     fair = FairKeys(namespace)
-    keys = [*fair.common(), fair.key("seq"), fair.key("wake")]
+    keys = [*fair.common(), fair.key("seq"), fair.key("wake"), fair.key("deadlines")]
     args = ["", tenant, turn_id, deadline_ms, input_tokens, message]
     try:
         return bool(client.evalsha(SCRIPTS.sha("enqueue"), len(keys), *keys, *args))
@@ -188,6 +190,7 @@ class FairQueue:
             self.shares.key,
             TurnKeys(namespace).sent,
             queue,
+            self.keys.key("deadlines"),
         ]
         self.release_keys = [*self.keys.common(), self.keys.key("leases")]
         self.release_keys += [self.keys.key("inflight"), self.keys.key("wake")]

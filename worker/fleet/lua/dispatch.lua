@@ -12,6 +12,9 @@
 -- KEYS[13] shares hash  tenant -> "max_in_flight|turns_per_minute|input_tokens_per_minute|weight"
 -- KEYS[14] the turn store's sent zset (turn id -> ms sent): the sweeper's clock restarts
 -- KEYS[15] the broker's queue (a list: LPUSH in, the workers BRPOP out)
+-- KEYS[16] deadlines zset "<tenant>|<seq>" -> queue deadline ms (enqueue.lua's; 0.1.0's
+--          enqueue writes none, and its turns are found late only when their tenant is
+--          visited, as 0.1.0 does)
 -- ARGV[1]  clock (clock.lua)   ARGV[2]  most turns to move   ARGV[3]  queue depth
 -- ARGV[4]  lease ms            ARGV[5]  the default share, as KEYS[13]'s values
 -- ARGV[6]  '1' while the kill switch is on: every tenant is served, no limit checked and
@@ -34,8 +37,8 @@
 -- whole room), each key written once for all of them. The order is start-time fair
 -- queueing's, as if each turn were a visit of its own.
 
-local LEASES, INFLIGHT, BUCKETS, EXPIRED, SHARES, SENT, QUEUE =
-  KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15]
+local LEASES, INFLIGHT, BUCKETS, EXPIRED, SHARES, SENT, QUEUE, DEADLINES =
+  KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16]
 local now = now_ms()
 local most, depth, lease_ms = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local drain = ARGV[6] == '1'
@@ -226,6 +229,7 @@ local function visit(tenant, v, weight, want, turns, tokens, tpm, itpm)
   if gone[1] then
     redis.call('ZREM', PENDING, unpack(gone))
     redis.call('HDEL', MSGS, unpack(gone))
+    redis.call('ZREM', DEADLINES, unpack(gone))
     if turn_ids[1] then
       redis.call('HDEL', INDEX, unpack(turn_ids))
     end
@@ -259,6 +263,50 @@ local function visit(tenant, v, weight, want, turns, tokens, tpm, itpm)
   end
   return served, #members
 end
+
+-- Turns past their queue deadline, whatever holds their tenant (a limit, or the order):
+-- each round ends the first hundred, so none waits more than a round past it.
+local function end_late()
+  local due = redis.call('ZRANGEBYSCORE', DEADLINES, '-inf', now, 'LIMIT', 0, 100)
+  if not due[1] then return end
+  redis.call('ZREM', DEADLINES, unpack(due))
+  local entries = redis.call('HMGET', MSGS, unpack(due))
+  local gone, turn_ids, late, per = {}, {}, {}, {}
+  for i, member in ipairs(due) do
+    local entry = entries[i]
+    -- Gone already: dispatched (by a release that leaves the index alone) or ended.
+    if entry then
+      local tenant = string.match(member, '^(.*)|[^|]*$')
+      local turn, enqueued = string.match(entry, '^([^|]*)|([^|]*)|')
+      gone[#gone + 1] = member
+      if turn and tenant then
+        turn_ids[#turn_ids + 1] = turn
+        late[#late + 1] = turn
+        late[#late + 1] = tenant .. '|' .. int(now - (finite(enqueued) or now))
+        per[tenant] = (per[tenant] or 0) + 1
+      end
+    end
+  end
+  if not gone[1] then return end
+  redis.call('ZREM', PENDING, unpack(gone))
+  redis.call('HDEL', MSGS, unpack(gone))
+  if turn_ids[1] then
+    redis.call('HDEL', INDEX, unpack(turn_ids))
+    redis.call('HSET', EXPIRED, unpack(late))
+    expired = expired + #late / 2
+  end
+  for tenant, n in pairs(per) do
+    if redis.call('HINCRBY', QUEUED, tenant, -n) <= 0 then
+      -- Nothing queued: idle, in neither ready nor parked (lib.lua), at its virtual time.
+      redis.call('HDEL', QUEUED, tenant)
+      local v = redis.call('ZSCORE', READY, tenant)
+      if v then redis.call('HSET', VTIME, tenant, v) end
+      redis.call('ZREM', READY, tenant)
+      redis.call('ZREM', PARKED, tenant)
+    end
+  end
+end
+end_late()
 
 local free = depth - redis.call('LLEN', QUEUE)
 local room = math.min(most, free)
