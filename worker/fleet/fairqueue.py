@@ -192,6 +192,8 @@ class FairQueue:
             queue,
             self.keys.key("deadlines"),
         ]
+        self.lease_keys = [*self.keys.common(), self.keys.key("leases")]
+        self.lease_keys += [self.keys.key("inflight"), self.shares.key]
         self.release_keys = [*self.keys.common(), self.keys.key("leases")]
         self.release_keys += [self.keys.key("inflight"), self.keys.key("wake")]
 
@@ -222,6 +224,21 @@ class FairQueue:
         """Block until a turn arrives for an idle tenant or a lease is given back (True),
         or `timeout_s` passes (False)."""
         return await self.blocking.blpop([self.keys.key("wake")], timeout=timeout_s) is not None
+
+    async def lease(self, tenant: str, turn_id: str, *, hold_s: float) -> bool:
+        """Hold the lease of a turn about to run, for `hold_s` unless renewed: the one its
+        dispatch took, or a new one if the tenant holds fewer than its `max_in_flight`
+        (a turn redelivered after its lease ran out). False: the tenant holds that many;
+        the turn waits for one."""
+        args: list[str | int] = [tenant, turn_id, int(hold_s * 1000), self.default.packed()]
+        return bool(await self._call("lease", self.lease_keys, args))
+
+    async def renew(self, leases: Sequence[tuple[str, str]], *, hold_s: float) -> None:
+        """Hold the leases of turns still running (tenant, turn id) `hold_s` longer; one
+        that ran out meanwhile stays out."""
+        if leases:
+            args: list[str | int] = [int(hold_s * 1000), *(f"{t}|{turn}" for t, turn in leases)]
+            await self._call("renew", self.release_keys[:9], args)
 
     async def release(self, tenant: str, turn_id: str) -> bool:
         """Give back the lease of a concluded turn now; False if it held none. A process

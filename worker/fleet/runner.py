@@ -25,11 +25,11 @@ from breakers import KillSwitchState
 from breakers.schema import SCHEMA_FIELD, version_problem
 from worker.adapters import make_client
 from worker.errors import STORE_DOWN, InputError
-from worker.fleet.dispatcher import Dispatcher
+from worker.fleet.dispatcher import QUEUE_DEADLINE, Dispatcher
 from worker.fleet.environment import node_name
 from worker.fleet.errors import Unreadable
 from worker.fleet.fairqueue import FairQueue
-from worker.fleet.heartbeat import BEAT_EVERY_S, Heartbeat, beat
+from worker.fleet.heartbeat import ALIVE_S, BEAT_EVERY_S, Heartbeat, beat
 from worker.fleet.loop import LoopThread
 from worker.fleet.rabbitmq import RabbitQueue, outbox_key
 from worker.fleet.schema import TURN_SCHEMA, log_unreadable
@@ -58,6 +58,11 @@ INVALID_INPUT = "invalid_input"
 # it is answered and stored (when it names its turn), never run.
 UNREADABLE = "unreadable"
 _TURN_ID: TypeAdapter[str] = TypeAdapter(TurnId)
+# A running turn's lease holds this long past its process's last heartbeat: a dead
+# process's leases end when its heartbeat says it is dead, not a turn deadline later.
+_LEASE_HOLD_S = ALIVE_S
+# How often a turn that found its tenant at max_in_flight looks for a lease again.
+_LEASE_POLL_S = 0.5
 # How old a look at the kill switch the dispatcher acts on (the guard looks at it too).
 _KILL_FRESH_S = 0.5
 # Redis gone or slow: a record kept, a heartbeat missed.
@@ -141,6 +146,8 @@ class TurnRunner:
             ),
         )
         self.in_flight = 0
+        # Turns this process runs under a lease (turn id -> tenant), renewed with each beat.
+        self._leased: dict[str, str] = {}
         self._closing = False
         self._started_ms = int(time.time() * 1000)
         self._reporting = asyncio.run_coroutine_threadsafe(self._report_forever(), self.loop.loop)
@@ -175,7 +182,16 @@ class TurnRunner:
         while not self._closing:
             self.report_state()
             await self.heartbeat()
+            await self._renew_leases()
             await asyncio.sleep(BEAT_EVERY_S)
+
+    async def _renew_leases(self) -> None:
+        leases = [(tenant, turn) for turn, tenant in self._leased.items()]
+        try:
+            async with asyncio.timeout(self.settings.redis.timeout_s * 4):
+                await self.fair.renew(leases, hold_s=_LEASE_HOLD_S)
+        except _FORGET_ERRORS as exc:
+            log.debug("worker.leases_not_renewed", error=type(exc).__name__)
 
     def start_sweeper(self, send: Callable[[TurnRequest], object]) -> None:
         """Re-send, from now on, the turns the broker lost (`worker.fleet.sweeper`), on this
@@ -330,7 +346,46 @@ class TurnRunner:
         except Unreadable as exc:
             # Answered, by a release whose result this one cannot read: it stands, unread.
             return self._standing_unread(request, exc)
+        late = await self._lease(request, budget_s)
+        if late is not None:
+            return await self._save(late, end_stream=request.stream)
         return await self._save(await self._run(request), end_stream=request.stream)
+
+    async def _lease(self, request: TurnRequest, budget_s: float) -> TurnResult | None:
+        """Hold the tenant's lease while the turn runs: the one its dispatch took, or, for
+        a turn redelivered after it ran out, a new one once the tenant is below its
+        `max_in_flight`. None: go on; else the turn's result (no lease within its deadline).
+        Redis away: the turn runs, as every other check lets it then."""
+        if not self.settings.fairness.enabled:
+            return None
+        until = time.monotonic() + budget_s
+        waited = False
+        while True:
+            try:
+                if await self.fair.lease(request.tenant_id, request.turn_id, hold_s=_LEASE_HOLD_S):
+                    self._leased[request.turn_id] = request.tenant_id
+                    return None
+            except STORE_DOWN as exc:
+                log.warning("turn.lease_skipped", turn_id=request.turn_id, error=type(exc).__name__)
+                return None
+            if not waited:
+                waited = True
+                log.info("turn.lease_wait", turn_id=request.turn_id, tenant_id=request.tenant_id)
+            if time.monotonic() >= until:
+                break
+            await asyncio.sleep(_LEASE_POLL_S)
+        log.warning("turn.queue_deadline", turn_id=request.turn_id, tenant_id=request.tenant_id)
+        result = TurnResult(
+            turn_id=request.turn_id,
+            tenant_id=request.tenant_id,
+            status=Status.FAILED,
+            reason=QUEUE_DEADLINE,
+            error=f"waited {budget_s:.1f} s for a lease of its tenant (max_in_flight), past "
+            "its deadline",
+            primary_model=self.settings.chain.models[0],
+        )
+        self.metrics.record(result)
+        return result
 
     def _standing_unread(self, request: TurnRequest, exc: Unreadable) -> TurnResult:
         """What this process hands Celery for a turn whose stored result it cannot read
@@ -349,6 +404,7 @@ class TurnRunner:
         """Give the tenant's lease back: to this process's dispatcher, whose next round
         carries it, or else at once (a lease Redis missed runs out by itself). With
         `[fairness]` off no dispatcher takes leases, so none is given back."""
+        self._leased.pop(request.turn_id, None)
         if self._dispatcher is not None:
             self._dispatcher.give_back(request.tenant_id, request.turn_id)
             return

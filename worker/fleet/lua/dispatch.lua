@@ -42,8 +42,6 @@ local LEASES, INFLIGHT, BUCKETS, EXPIRED, SHARES, SENT, QUEUE, DEADLINES =
 local now = now_ms()
 local most, depth, lease_ms = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local drain = ARGV[6] == '1'
--- A share's bounds, as budgets/shares.py checks them when an operator sets one.
-local MAX_LIMIT, MAX_WEIGHT = 1e12, 1000
 
 -- Tenants a limit parked: the first one's time says when to look again.
 local first = redis.call('ZRANGE', PARKED, 0, 0, 'WITHSCORES')[2]
@@ -106,24 +104,6 @@ if first and (drain or first <= now) then
   first = first and tonumber(first)
 end
 
--- A share as stored, or nil when it is not four fields of whole numbers in range (a
--- hand edit, another tool): '' is no limit, a weight left out is 1.
-local function parse_share(raw)
-  local f = {string.match(raw, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)$')}
-  if not f[1] then return nil end
-  local out = {}
-  for i = 1, 4 do
-    local s = f[i]
-    if s ~= '' then
-      if #s > 13 or not string.match(s, '^%d+$') then return nil end
-      local n = tonumber(s)
-      if n < 1 or n > (i == 4 and MAX_WEIGHT or MAX_LIMIT) then return nil end
-      out[i] = n
-    end
-  end
-  return out
-end
-
 local default_share = parse_share(ARGV[5])
 -- Tenants whose share could not be read this round: served on the default share.
 local unreadable, reported = {}, {}
@@ -138,13 +118,6 @@ local function share(tenant)
   end
   s = s or default_share
   return s[1], s[2], s[3], s[4] or 1
-end
-
--- A stored number, or nil when it is none (or not finite: nan, inf).
-local function finite(s)
-  local n = s and tonumber(s)
-  if n and n == n and n > -1e15 and n < 1e15 then return n end
-  return nil
 end
 
 -- The tenant's buckets, refilled to now: turn tokens, input tokens.
