@@ -97,6 +97,8 @@ class FleetView:
     queue: str = ""
     counts: dict[str, int] = field(default_factory=dict)  # the window's turns, by kind
     errors: dict[str, list[ScopeError]] = field(default_factory=dict)
+    # When the store was last found to have lost its data, and the kinds of state lost.
+    reset: tuple[int, str] | None = None
 
     @property
     def scopes(self) -> list[breakers.ScopeReport]:
@@ -153,7 +155,7 @@ async def fleet_view(fleet: OperatorFleet, client: Redis) -> FleetView:
     watch = _observability(fleet)
     queue = _worker(fleet).queue
     # Two groups: asyncio.gather keeps the types of at most six.
-    (report, state, held, recent, audit), (beats, queued) = await asyncio.gather(
+    (report, state, held, recent, audit), (beats, queued, reset) = await asyncio.gather(
         asyncio.gather(
             breakers.Operators(fleet.store(client)).report(),
             breakers.KillSwitch(client, namespace=namespace).status(),
@@ -163,7 +165,11 @@ async def fleet_view(fleet: OperatorFleet, client: Redis) -> FleetView:
             read_recent(client, _keys(fleet), _worker(fleet).result_ttl_s),
             AuditTrail(client, namespace=namespace).latest(),
         ),
-        asyncio.gather(read_heartbeats(client, _keys(fleet)), _queued(fleet, client, queue)),
+        asyncio.gather(
+            read_heartbeats(client, _keys(fleet)),
+            _queued(fleet, client, queue),
+            fleet.store(client).reset(),
+        ),
     )
     kept, recent = recent, recent.since(int((time.time() - watch.fallback_window_s) * 1000))
     finished = [r for r in recent.results if r.step is not None]
@@ -187,6 +193,7 @@ async def fleet_view(fleet: OperatorFleet, client: Redis) -> FleetView:
         queue,
         _counts(recent),
         errors_by_scope(fleet, kept),
+        reset,
     )
 
 

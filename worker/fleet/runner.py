@@ -61,6 +61,13 @@ _TURN_ID: TypeAdapter[str] = TypeAdapter(TurnId)
 # A running turn's lease holds this long past its process's last heartbeat: a dead
 # process's leases end when its heartbeat says it is dead, not a turn deadline later.
 _LEASE_HOLD_S = ALIVE_S
+# What the broker's Redis holds of the turns, lost when it loses its data.
+_TURN_STATE = (
+    "turns queued (the fair queue and the broker's queue: their producers are told they were lost)",
+    "tenants' shares and buckets",
+    "leases",
+    "results and streams",
+)
 # How often a turn that found its tenant at max_in_flight looks for a lease again.
 _LEASE_POLL_S = 0.5
 # How old a look at the kill switch the dispatcher acts on (the guard looks at it too).
@@ -122,6 +129,9 @@ class TurnRunner:
         self.holder = f"{node_name()}:{os.getpid()}"
         self.guard = open_guard(settings)
         self.guard.circuits.on_reset = self.metrics.store_reset
+        if settings.redis.shared_url is None:
+            # One Redis for all: the broker's queue and the turn store went with it.
+            self.guard.circuits.memory.also_lost = _TURN_STATE
         # From now on, turns or none: an idle worker rejoins and keeps its kill switch current.
         self.loop.loop.call_soon_threadsafe(self.guard.circuits.watch)
         self.store = _turn_store(settings, self.guard)
@@ -148,6 +158,8 @@ class TurnRunner:
         self.in_flight = 0
         # Turns this process runs under a lease (turn id -> tenant), renewed with each beat.
         self._leased: dict[str, str] = {}
+        # Turns this process runs now: their claims are written again with each beat.
+        self._running: set[str] = set()
         self._closing = False
         self._started_ms = int(time.time() * 1000)
         self._reporting = asyncio.run_coroutine_threadsafe(self._report_forever(), self.loop.loop)
@@ -186,10 +198,19 @@ class TurnRunner:
             await asyncio.sleep(BEAT_EVERY_S)
 
     async def _renew_leases(self) -> None:
+        """Hold the leases of the turns this process runs, and write their claims again if
+        the store lost them (emptied): a producer waiting on one finds it still known."""
         leases = [(tenant, turn) for turn, tenant in self._leased.items()]
+        ttl_ms = int((self.settings.turn_deadline_s + _MARGIN_S) * 1000)
         try:
             async with asyncio.timeout(self.settings.redis.timeout_s * 4):
                 await self.fair.renew(leases, hold_s=_LEASE_HOLD_S)
+                if self._running:
+                    pipe = self.store.redis.pipeline(transaction=False)
+                    for turn_id in list(self._running):
+                        claim = self.store.keys.claim(turn_id)
+                        pipe.set(claim, self.holder, nx=True, px=ttl_ms)
+                    await pipe.execute()
         except _FORGET_ERRORS as exc:
             log.debug("worker.leases_not_renewed", error=type(exc).__name__)
 
@@ -435,10 +456,12 @@ class TurnRunner:
     async def _run(self, request: TurnRequest) -> TurnResult:
         """Run the turn (it was not run before) and count it, once."""
         self.in_flight += 1  # on the loop's one thread: no lock
+        self._running.add(request.turn_id)
         try:
             result = await self._run_chain(request)
         finally:
             self.in_flight -= 1
+            self._running.discard(request.turn_id)
         self.metrics.record(result)
         self.report_state()
         return result
