@@ -21,13 +21,14 @@ from budgets.keys import BudgetKeys
 from tests.chainkit import KEY
 from tests.consolekit import console_config, csrf_of, http_console, log_in
 from tests.test_console import OPERATOR, TOKENS
-from tests.test_fair_dispatch import drain, put
+from tests.test_fair_dispatch import _dispatcher, drain, put
 from tests.test_operate import out_json, relevo
 from worker.fleet.exporter import FleetCollector
 from worker.fleet.fairqueue import FairQueue
 from worker.fleet.turnstore import TurnKeys
 from worker.observability.metrics import TENANT_QUEUED
 from worker.settings import load_settings
+from worker.types import Status
 
 BAD_SHARES = ("|||abc", "|||nan", "|||inf", "abc|||1", "1|2", "-1|||1", "1.5|||1", "|||0")
 
@@ -208,3 +209,27 @@ def test_the_commands_skip_members_they_cannot_read(
     for command in (("breakers",), ("budgets", "list"), ("tenants",), ("breakers", "--json")):
         assert relevo(*command) == 0, command
     capsys.readouterr()
+
+
+async def test_damaged_fair_queue_items_are_set_aside_and_the_rest_dispatched(
+    sync_client: redis.Redis, fair: FairQueue
+) -> None:
+    put(sync_client, fair, "acme", "a0")
+    put(sync_client, fair, "acme", "a1")
+    put(sync_client, fair, "beta", "b0")
+    # A queue entry, a count, a lease and an expired mark that are not what they should be.
+    first = sync_client.zrange(fair.keys.key("pending"), 0, 0)[0]
+    sync_client.hset(fair.keys.key("msgs"), first, "a0|x|y|z|msg")
+    sync_client.hset(fair.keys.key("queued"), "beta", "many")
+    sync_client.hset(fair.keys.key("inflight"), "beta", "nan")
+    sync_client.zadd(fair.keys.key("leases"), {"no-bar-here": 1})
+    sync_client.hset(fair.keys.key("expired"), "gone?", "not|a number")
+    dispatcher = _dispatcher(fair, [None])
+    done = await dispatcher.round()
+    assert sorted(t for t, _ in done.moved) == ["acme", "beta"]
+    answered = await dispatcher.store.result("a0")
+    assert answered is not None
+    assert (answered.status, answered.reason) == (Status.FAILED, "unreadable")
+    assert await fair.expired() == []
+    assert sorted(await drain(fair)) == ["acme", "beta"]
+    assert not sync_client.hexists(fair.keys.key("inflight"), "beta")

@@ -40,6 +40,8 @@ __all__ = ["QUEUE_DEADLINE", "Dispatcher"]
 
 log = structlog.get_logger("relevo.dispatch")
 QUEUE_DEADLINE = "queue_deadline"
+# The reason of a turn whose entry in the fair queue could not be read (the runner's word).
+_UNREADABLE = "unreadable"
 # A tenant held back is logged once in this long per process, not once per round.
 _HELD_LOG_EVERY_S = 10.0
 # Every this many rounds, a dispatcher also concludes expired turns another one left.
@@ -226,6 +228,15 @@ class Dispatcher:
                 error=f"waited {waited_ms / 1000:.1f} s in the fair queue, past its deadline",
                 primary_model=self.primary_model,
             )
+            if waited_ms < 0:  # its entry in the fair queue could not be read (dispatch.lua)
+                result = result.model_copy(
+                    update={
+                        "reason": _UNREADABLE,
+                        "error": "its entry in the fair queue could not be read: set aside",
+                    }
+                )
+                if self.metrics is not None:
+                    self.metrics.unreadable("fair_entry", newer=False)
             stored = await self.store.save(result)
             if stored is result and self.metrics is not None:
                 self.metrics.record(result)

@@ -269,10 +269,17 @@ class FairQueue:
     async def expired(self, count: int = 100) -> list[tuple[str, str, int]]:
         """Turns found past their queue deadline: (turn id, tenant, ms waited)."""
         _, found = await self.redis.hscan(self.keys.key("expired"), 0, count=count)
-        out = []
+        out, bad = [], []
         for turn_id, value in cast(dict[bytes | str, bytes | str], found).items():
-            tenant, waited = text(value).split("|", 1)
-            out.append((text(turn_id), tenant, int(waited)))
+            try:
+                tenant, waited = text(value).split("|", 1)
+                out.append((text(turn_id), tenant, int(waited)))
+            except (ValueError, UnicodeDecodeError):
+                # A hand edit: dropped, so that it is not met again every round.
+                bad.append(turn_id)
+                log.warning("fair.expired_unreadable", turn_id=_name(turn_id)[:80])
+        if bad:
+            await self.redis.hdel(self.keys.key("expired"), *bad)
         return out
 
     async def forget_expired(self, *turn_ids: str) -> None:

@@ -72,8 +72,9 @@ if #ARGV > 7 then
   for i, m in ipairs(given) do
     if held[i] then
       gone[#gone + 1] = m
+      -- A member not "<tenant>|<turn>" (a hand edit) is dropped, counted for no one.
       local tenant = string.match(m, '^([^|]*)|')
-      per[tenant] = (per[tenant] or 0) + 1
+      if tenant then per[tenant] = (per[tenant] or 0) + 1 end
     end
   end
   if gone[1] then
@@ -87,7 +88,8 @@ end
 if ARGV[7] == '1' then
   for _, m in ipairs(redis.call('ZRANGEBYSCORE', LEASES, '-inf', now, 'LIMIT', 0, 100)) do
     redis.call('ZREM', LEASES, m)
-    given_back(string.match(m, '^([^|]*)|'), 1)
+    local tenant = string.match(m, '^([^|]*)|')
+    if tenant then given_back(tenant, 1) end
   end
 end
 -- Tenants whose wait is over (every one, while draining) are dispatched again.
@@ -149,6 +151,17 @@ local function park(tenant, v, wake_at, limit)
   first = math.min(first or wake_at, wake_at)
 end
 
+-- The tenant's queued count less n; a count that is not one (a hand edit) is counted again
+-- from its queue.
+local function count_down(tenant, n)
+  local ok, left = pcall(redis.call, 'HINCRBY', QUEUED, tenant, -n)
+  if not ok then
+    left = redis.call('ZLEXCOUNT', PENDING, '[' .. tenant .. '|', '(' .. tenant .. '|\255')
+    redis.call('HSET', QUEUED, tenant, left)
+  end
+  return left
+end
+
 -- Takes up to `want` of the tenant's oldest turns, while its input tokens allow; those
 -- past their deadline go to `expired`. Leaves the tenant ready at its new virtual time,
 -- parked, or idle. Returns how many turns it moved and how many it looked at.
@@ -171,8 +184,17 @@ local function visit(tenant, v, weight, want, turns, tokens, tpm, itpm)
     else
       local turn, enqueued, deadline, need, message =
         string.match(entry, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
-      enqueued, deadline, need = tonumber(enqueued), tonumber(deadline), tonumber(need)
-      if deadline <= now then
+      enqueued, deadline, need = finite(enqueued), finite(deadline), finite(need)
+      if not (enqueued and deadline and need and message) then
+        -- An entry that cannot be read (a hand edit, another tool): set aside, its turn
+        -- (if named) answered as unreadable (`waited` -1), never blocking the rest.
+        gone[#gone + 1] = member
+        if turn and turn ~= '' then
+          turn_ids[#turn_ids + 1] = turn
+          late[#late + 1] = turn
+          late[#late + 1] = tenant .. '|-1'
+        end
+      elseif deadline <= now then
         gone[#gone + 1] = member
         turn_ids[#turn_ids + 1] = turn
         late[#late + 1] = turn
@@ -206,7 +228,7 @@ local function visit(tenant, v, weight, want, turns, tokens, tpm, itpm)
     if turn_ids[1] then
       redis.call('HDEL', INDEX, unpack(turn_ids))
     end
-    left = redis.call('HINCRBY', QUEUED, tenant, -#gone)
+    left = count_down(tenant, #gone)
     if left <= 0 then
       redis.call('HDEL', QUEUED, tenant)
     end
@@ -269,7 +291,7 @@ local function end_late()
     expired = expired + #late / 2
   end
   for tenant, n in pairs(per) do
-    if redis.call('HINCRBY', QUEUED, tenant, -n) <= 0 then
+    if count_down(tenant, n) <= 0 then
       -- Nothing queued: idle, in neither ready nor parked (lib.lua), at its virtual time.
       redis.call('HDEL', QUEUED, tenant)
       local v = redis.call('ZSCORE', READY, tenant)
@@ -322,7 +344,16 @@ if served_at then
   redis.call('SET', CLOCK, served_at)
 end
 for tenant, n in pairs(running) do
-  if n ~= 0 and redis.call('HINCRBY', INFLIGHT, tenant, n) <= 0 then
+  local ok, held_after = true, 1
+  if n ~= 0 then
+    ok, held_after = pcall(redis.call, 'HINCRBY', INFLIGHT, tenant, n)
+  end
+  if not ok then
+    -- A count that is not one (a hand edit) starts again from this round's change.
+    held_after = math.max(n, 0)
+    redis.call('HSET', INFLIGHT, tenant, held_after)
+  end
+  if held_after <= 0 then
     redis.call('HDEL', INFLIGHT, tenant)
   end
 end

@@ -20,11 +20,13 @@
 local PENDING, MSGS, INDEX, READY, PARKED, VTIME, CLOCK, QUEUED =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 
+-- A stored number; 0 when there is none or it is not one (nan, inf, a hand edit).
 local function num(v)
-  if v == false or v == nil or v == '' then
-    return 0
+  local n = v and tonumber(v)
+  if n and n == n and n > -1e300 and n < 1e300 then
+    return n
   end
-  return tonumber(v)
+  return 0
 end
 
 -- A share's bounds, as budgets/shares.py checks them when an operator sets one.
