@@ -81,6 +81,10 @@ class FallbackRate:
         return rate is not None and self.turns >= self.min_turns and rate > self.threshold
 
 
+# How long the fleet page says the store lost its data.
+_RESET_SHOWN_MS = 86_400_000
+
+
 @dataclass(frozen=True)
 class FleetView:
     """The fleet page: breakers, cooldowns, marks, kill switch, fallback rate, audit trail."""
@@ -193,7 +197,8 @@ async def fleet_view(fleet: OperatorFleet, client: Redis) -> FleetView:
         queue,
         _counts(recent),
         errors_by_scope(fleet, kept),
-        reset,
+        # A day on, the reset is history: the alert and the logs keep it.
+        reset if reset is not None and time.time() * 1000 - reset[0] < _RESET_SHOWN_MS else None,
     )
 
 
