@@ -9,7 +9,7 @@ from typing import Any
 import structlog
 from redis.asyncio.client import Pipeline
 
-from breakers.errors import UnknownScopeError
+from breakers.errors import InvalidNameError, UnknownScopeError
 from breakers.keys import pair_member, split_pair, validate_name
 from breakers.outcomes import Pair
 from breakers.rediskit import Parse, raise_if_error, text, unavailable_as_error
@@ -85,6 +85,21 @@ class FleetReport:
     exhausted: list[ExhaustedReport]
 
 
+def _readable_scopes(members: list[Any]) -> list[str]:
+    """The index's members that are scope names; any other (a hand edit, another tool) is
+    left out and logged, so that one cannot stop every listing."""
+    found = []
+    for member in members:
+        try:
+            found.append(validate_name(text(member), "scope"))
+        except (UnicodeDecodeError, InvalidNameError):
+            shown = (
+                member.decode("utf-8", "backslashreplace") if isinstance(member, bytes) else member
+            )
+            log.warning("breakers.scope_unreadable", member=str(shown)[:80], key="idx:scopes")
+    return found
+
+
 class Operators:
     """Operator commands on the fleet store. Redis errors raise `StoreUnavailableError`."""
 
@@ -96,7 +111,7 @@ class Operators:
         """Every known scope: configured ones and those the fleet recorded, sorted."""
         async with unavailable_as_error("list scopes"):
             seen = await self._store.redis.zrange(self._keys.scope_index, 0, -1)
-        return sorted(self._store.known_scopes | {text(s) for s in seen})
+        return sorted(self._store.known_scopes | set(_readable_scopes(seen)))
 
     async def report(self) -> FleetReport:
         """States, window counts, probe holders, cooldowns and exhausted marks."""

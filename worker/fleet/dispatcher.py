@@ -45,6 +45,8 @@ UNDELIVERABLE = "undeliverable"
 # The outbox entries set aside are kept this many, this long, for a person to look at.
 _DEAD_KEPT = 1000
 _DEAD_KEPT_S = 7 * 86_400
+# The reason of a turn whose entry in the fair queue could not be read (the runner's word).
+_UNREADABLE = "unreadable"
 # A tenant held back is logged once in this long per process, not once per round.
 _HELD_LOG_EVERY_S = 10.0
 # Every this many rounds, a dispatcher also concludes expired turns another one left.
@@ -219,6 +221,16 @@ class Dispatcher:
                 continue
             self._held_logged[(tenant, limit)] = now
             log.info("dispatch.tenant_held", tenant_id=tenant, limit=limit)
+        for tenant in done.unreadable:
+            if self.metrics is not None:
+                self.metrics.unreadable("share", newer=False)
+            key = (tenant, "unreadable_share")
+            if now - self._held_logged.get(key, -_HELD_LOG_EVERY_S) < _HELD_LOG_EVERY_S:
+                continue
+            self._held_logged[key] = now
+            # Served on the default share meanwhile: its own limits are not lifted by a
+            # damaged value, nor is it stopped (`relevo tenants set` writes a good one).
+            log.warning("dispatch.share_unreadable", tenant_id=tenant, used="default")
         if len(self._held_logged) > 10_000:
             self._held_logged.clear()
 
@@ -286,6 +298,15 @@ class Dispatcher:
                 error=f"waited {waited_ms / 1000:.1f} s in the fair queue, past its deadline",
                 primary_model=self.primary_model,
             )
+            if waited_ms < 0:  # its entry in the fair queue could not be read (dispatch.lua)
+                result = result.model_copy(
+                    update={
+                        "reason": _UNREADABLE,
+                        "error": "its entry in the fair queue could not be read: set aside",
+                    }
+                )
+                if self.metrics is not None:
+                    self.metrics.unreadable("fair_entry", newer=False)
             stored = await self.store.save(result)
             if stored is result and self.metrics is not None:
                 self.metrics.record(result)

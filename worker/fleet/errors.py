@@ -9,6 +9,7 @@
     │                       worker's sweeper sends it): keep its `turn_id`
     ├── TurnTimeout         no result (or no end of its stream) in time; also a TimeoutError
     ├── UnknownTurn         nothing says a turn with that id was sent; also a LookupError
+    │                       (`lost`: it was known while a producer waited, and is no longer)
     ├── StreamRestarted     the turn runs again: the text read so far is void
     └── Unreadable          a stored item (a turn's result, a piece of its stream) this
                             release cannot read: a newer release wrote it, or it is damaged
@@ -148,12 +149,22 @@ class UnknownTurn(RelevoError, LookupError):
     kept (`worker.result_ttl_s`) and its result expired with its other traces.
     """
 
-    def __init__(self, turn_id: str) -> None:
-        super().__init__(
-            f"unknown turn {turn_id!r}: no turn with that id is queued, running or finished "
-            "(never sent, or its result expired)"
-        )
+    def __init__(self, turn_id: str, *, lost: bool = False) -> None:
+        """`lost`: the turn was known while a producer waited on it, and no longer is."""
+        if lost:
+            message = (
+                f"turn {turn_id!r} was lost: the turn store no longer knows it (its Redis was "
+                "emptied or replaced while the turn waited, and queued turns went with it); "
+                "send it again"
+            )
+        else:
+            message = (
+                f"unknown turn {turn_id!r}: no turn with that id is queued, running or "
+                "finished (never sent, or its result expired)"
+            )
+        super().__init__(message)
         self.turn_id = turn_id
+        self.lost = lost
 
 
 class StreamRestarted(RelevoError):

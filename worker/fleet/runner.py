@@ -26,11 +26,11 @@ from breakers.schema import SCHEMA_FIELD, version_problem
 from worker.adapters import make_client
 from worker.errors import STORE_DOWN, InputError
 from worker.fleet.agreement import Agreement, FleetShape
-from worker.fleet.dispatcher import Dispatcher
+from worker.fleet.dispatcher import QUEUE_DEADLINE, Dispatcher
 from worker.fleet.environment import node_name
 from worker.fleet.errors import Unreadable
 from worker.fleet.fairqueue import FairQueue
-from worker.fleet.heartbeat import BEAT_EVERY_S, Heartbeat, beat, read_heartbeats
+from worker.fleet.heartbeat import ALIVE_S, BEAT_EVERY_S, Heartbeat, beat, read_heartbeats
 from worker.fleet.loop import LoopThread
 from worker.fleet.rabbitmq import RabbitQueue, held_delivery_s, outbox_key
 from worker.fleet.schema import TURN_SCHEMA, log_unreadable
@@ -59,6 +59,18 @@ INVALID_INPUT = "invalid_input"
 # it is answered and stored (when it names its turn), never run.
 UNREADABLE = "unreadable"
 _TURN_ID: TypeAdapter[str] = TypeAdapter(TurnId)
+# A running turn's lease holds this long past its process's last heartbeat: a dead
+# process's leases end when its heartbeat says it is dead, not a turn deadline later.
+_LEASE_HOLD_S = ALIVE_S
+# What the broker's Redis holds of the turns, lost when it loses its data.
+_TURN_STATE = (
+    "turns queued (the fair queue and the broker's queue: their producers are told they were lost)",
+    "tenants' shares and buckets",
+    "leases",
+    "results and streams",
+)
+# How often a turn that found its tenant at max_in_flight looks for a lease again.
+_LEASE_POLL_S = 0.5
 # How old a look at the kill switch the dispatcher acts on (the guard looks at it too).
 _KILL_FRESH_S = 0.5
 # Every this many heartbeats, a worker compares the other workers' fleet settings with its own.
@@ -125,6 +137,9 @@ class TurnRunner:
         self.guard = open_guard(settings)
         self.guard.circuits.on_reset = self.metrics.store_reset
         self.guard.on_over_worst_case = self.metrics.charged_over_worst_case
+        if settings.redis.shared_url is None:
+            # One Redis for all: the broker's queue and the turn store went with it.
+            self.guard.circuits.memory.also_lost = _TURN_STATE
         # From now on, turns or none: an idle worker rejoins and keeps its kill switch current.
         self.loop.loop.call_soon_threadsafe(self.guard.circuits.watch)
         self.store = _turn_store(settings, self.guard)
@@ -157,6 +172,10 @@ class TurnRunner:
             ),
         )
         self.in_flight = 0
+        # Turns this process runs under a lease (turn id -> tenant), renewed with each beat.
+        self._leased: dict[str, str] = {}
+        # Turns this process runs now: their claims are written again with each beat.
+        self._running: set[str] = set()
         self._closing = False
         self._started_ms = int(time.time() * 1000)
         self._reporting = asyncio.run_coroutine_threadsafe(self._report_forever(), self.loop.loop)
@@ -200,6 +219,7 @@ class TurnRunner:
             if beats % _COMPARE_EVERY == 0:
                 await self.compare_fleet()
             beats += 1
+            await self._renew_leases()
             await asyncio.sleep(BEAT_EVERY_S)
 
     async def compare_fleet(self) -> None:
@@ -214,6 +234,23 @@ class TurnRunner:
             if other.alive(now_ms) and other.process != self.holder:
                 shape = FleetShape.parse(other.fleet)
                 self.agreement.check(shape, "worker", where=other.process)
+
+    async def _renew_leases(self) -> None:
+        """Hold the leases of the turns this process runs, and write their claims again if
+        the store lost them (emptied): a producer waiting on one finds it still known."""
+        leases = [(tenant, turn) for turn, tenant in self._leased.items()]
+        ttl_ms = int((self.settings.turn_deadline_s + _MARGIN_S) * 1000)
+        try:
+            async with asyncio.timeout(self.settings.redis.timeout_s * 4):
+                await self.fair.renew(leases, hold_s=_LEASE_HOLD_S)
+                if self._running:
+                    pipe = self.store.redis.pipeline(transaction=False)
+                    for turn_id in list(self._running):
+                        claim = self.store.keys.claim(turn_id)
+                        pipe.set(claim, self.holder, nx=True, px=ttl_ms)
+                    await pipe.execute()
+        except _FORGET_ERRORS as exc:
+            log.debug("worker.leases_not_renewed", error=type(exc).__name__)
 
     def start_sweeper(self, send: Callable[[TurnRequest], object]) -> None:
         """Re-send, from now on, the turns the broker lost (`worker.fleet.sweeper`), on this
@@ -377,7 +414,46 @@ class TurnRunner:
         except Unreadable as exc:
             # Answered, by a release whose result this one cannot read: it stands, unread.
             return self._standing_unread(request, exc)
+        late = await self._lease(request, budget_s)
+        if late is not None:
+            return await self._save(late, end_stream=request.stream)
         return await self._save(await self._run(request), end_stream=request.stream)
+
+    async def _lease(self, request: TurnRequest, budget_s: float) -> TurnResult | None:
+        """Hold the tenant's lease while the turn runs: the one its dispatch took, or, for
+        a turn redelivered after it ran out, a new one once the tenant is below its
+        `max_in_flight`. None: go on; else the turn's result (no lease within its deadline).
+        Redis away: the turn runs, as every other check lets it then."""
+        if not self.settings.fairness.enabled:
+            return None
+        until = time.monotonic() + budget_s
+        waited = False
+        while True:
+            try:
+                if await self.fair.lease(request.tenant_id, request.turn_id, hold_s=_LEASE_HOLD_S):
+                    self._leased[request.turn_id] = request.tenant_id
+                    return None
+            except STORE_DOWN as exc:
+                log.warning("turn.lease_skipped", turn_id=request.turn_id, error=type(exc).__name__)
+                return None
+            if not waited:
+                waited = True
+                log.info("turn.lease_wait", turn_id=request.turn_id, tenant_id=request.tenant_id)
+            if time.monotonic() >= until:
+                break
+            await asyncio.sleep(_LEASE_POLL_S)
+        log.warning("turn.queue_deadline", turn_id=request.turn_id, tenant_id=request.tenant_id)
+        result = TurnResult(
+            turn_id=request.turn_id,
+            tenant_id=request.tenant_id,
+            status=Status.FAILED,
+            reason=QUEUE_DEADLINE,
+            error=f"waited {budget_s:.1f} s for a lease of its tenant (max_in_flight), past "
+            "its deadline",
+            primary_model=self.settings.chain.models[0],
+        )
+        self.metrics.record(result)
+        return result
 
     def _standing_unread(self, request: TurnRequest, exc: Unreadable) -> TurnResult:
         """What this process hands Celery for a turn whose stored result it cannot read
@@ -396,6 +472,7 @@ class TurnRunner:
         """Give the tenant's lease back: to this process's dispatcher, whose next round
         carries it, or else at once (a lease Redis missed runs out by itself). With
         `[fairness]` off no dispatcher takes leases, so none is given back."""
+        self._leased.pop(request.turn_id, None)
         if self._dispatcher is not None:
             self._dispatcher.give_back(request.tenant_id, request.turn_id)
             return
@@ -426,10 +503,12 @@ class TurnRunner:
     async def _run(self, request: TurnRequest) -> TurnResult:
         """Run the turn (it was not run before) and count it, once."""
         self.in_flight += 1  # on the loop's one thread: no lock
+        self._running.add(request.turn_id)
         try:
             result = await self._run_chain(request)
         finally:
             self.in_flight -= 1
+            self._running.discard(request.turn_id)
         self.metrics.record(result)
         self.report_state()
         return result
