@@ -269,12 +269,15 @@ async def test_chat_completions_reads_no_reasoning_and_counts_it_all(sim: Simula
 
 
 def test_reasoning_family_per_target() -> None:
-    def family(kind: str, model_id: str, **extra: Any) -> str | None:
+    def family(kind: str, model_id: str, reasoning: bool = True, **extra: Any) -> str | None:
         base = {"base_url": "https://x"} if kind != "bedrock" else {}
-        return reasoning_family(ProviderSettings(kind=kind, **base, **extra), model_id)  # type: ignore[arg-type]
+        settings = ProviderSettings(kind=kind, **base, **extra)  # type: ignore[arg-type]
+        return reasoning_family(settings, model_id, reasoning=reasoning)
 
     assert family("openai", "gpt-5") is None
     assert family("openai", "gpt-5", api="responses") == "openai"
+    # The Responses API refuses encrypted reasoning to a model that does not reason.
+    assert family("openai", "gpt-4.1", False, api="responses") is None
     assert family("anthropic", "claude-sonnet-4") == "anthropic"
     assert family("gemini", "gemini-3-pro") == "google"
 

@@ -22,6 +22,8 @@ from typing import Any
 
 from worker.adapters import Adapter, ProviderCall, reasoning_family
 from worker.adapters.base import Completion, TextDelta
+from worker.adapters.left_out import left_out
+from worker.adapters.reasoning_models import reasons
 from worker.errors import FirstByteTimeout, MalformedResponse, ProviderError, ResponseTimeout
 from worker.guard.protocol import Availability, Charge, Conclusion, Guard, Refusal, Signal, Target
 from worker.observability import tracing
@@ -303,10 +305,10 @@ class Attempts:
         target, fit = flight.plan.target, flight.plan.fit
         provider = self.settings.providers[target.provider]
         request, model = self.request, self.settings.models[target.model]
+        reasoning = reasons(target.provider_model, model.reasoning)
         # Only the reasoning this target can read back travels; the rest is counted.
-        family = reasoning_family(provider, target.provider_model)
-        messages, left_out = carried_reasoning(fit.messages, family)
-        self.report.carrying(target, left_out)
+        family = reasoning_family(provider, target.provider_model, reasoning=reasoning)
+        messages, reasoning_left_out = carried_reasoning(fit.messages, family)
         call = ProviderCall(
             model_id=target.provider_model,
             messages=messages,
@@ -322,8 +324,9 @@ class Attempts:
             seed=request.seed,
             reasoning_effort=request.reasoning_effort,
             parallel_tool_calls=request.parallel_tool_calls,
-            reasoning=model.reasoning,
+            reasoning=reasoning,
         )
+        self.report.carrying(target, reasoning_left_out, left_out(provider.wire, call))
         loop = asyncio.get_running_loop()
         total_at = loop.time() + provider.total_timeout_s
         events = self.adapters[target.provider].send(call)
