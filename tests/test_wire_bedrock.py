@@ -490,6 +490,11 @@ async def test_a_failed_tools_result_has_status_error(
     await answer(bedrock, ask(model, *messages, tools=(WEATHER,)))
     [block] = sent(sim, model)["messages"][-1]["content"]
     assert block["toolResult"]["status"] == "error"
+    # "Only supported by Amazon Nova and Anthropic Claude 3 and 4 models" (the service
+    # model): another family gets the failed tool's text alone.
+    for other, has in (("amazon.nova-pro-v1:0", True), ("meta.llama3-70b-instruct-v1:0", False)):
+        body = bedrock.request(ask(other, *messages, tools=(WEATHER,))).body
+        assert ("status" in body["messages"][-1]["content"][0]["toolResult"]) is has
 
 
 @pytest.mark.parametrize(
