@@ -10,11 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from tests.chainkit import KEY, model, run, settings, turn
 from worker.adapters.reasoning_models import reasons, reasons_by_id
-from worker.simulator import Simulator
-from worker.types import Status, Tool, TurnRequest
+from worker.simulator import Fault, Simulator
+from worker.types import AttemptOutcome, Status, Tool, TurnRequest
 
 WEATHER = Tool(
     name="get_weather",
@@ -81,7 +82,7 @@ async def test_gpt5_mini_needs_no_setting_to_get_its_effort_and_no_sampling(
     body = sim.requests(model_id)[-1].body
     assert body["reasoning_effort"] == "low"
     assert "temperature" not in body
-    assert result.attempts[0].left_out == ("temperature",)
+    assert result.attempts[0].detail == "left out: temperature"
 
 
 async def test_an_effort_to_a_model_that_does_not_reason_is_named_left_out(
@@ -95,16 +96,18 @@ async def test_an_effort_to_a_model_that_does_not_reason_is_named_left_out(
     body = sim.requests(model_id)[-1].body
     assert "reasoning_effort" not in body
     assert body["temperature"] == 0.3
-    assert result.attempts[0].left_out == ("reasoning_effort",)
+    assert result.attempts[0].detail == "left out: reasoning_effort"
 
 
 async def test_the_setting_overrides_the_id(sim: Simulator) -> None:
-    """An Azure-style deployment name says nothing: `reasoning = true` makes it reason."""
-    model_id = "prod-deployment-left3"
-    config = one_model(sim, "oa", model_id, reasoning=True)
+    """An alias says nothing of its model: `reasoning = true` makes it think."""
+    model_id = "gemini-flash-latest-left3"
+    config = one_model(sim, "gg", model_id, reasoning=True)
     result = await run(config, asking(reasoning_effort="medium"))
-    assert sim.requests(model_id)[-1].body["reasoning_effort"] == "medium"
-    assert result.attempts[0].left_out == ()
+    assert result.status is Status.OK
+    thinking = sim.requests(model_id)[-1].body["generationConfig"]["thinkingConfig"]
+    assert thinking == {"thinkingBudget": 8192}
+    assert result.attempts[0].detail is None
 
 
 async def test_gemini25_thinks_by_its_id_and_parallel_tool_calls_is_left_out(
@@ -117,7 +120,7 @@ async def test_gemini25_thinks_by_its_id_and_parallel_tool_calls_is_left_out(
     config = sim.requests(model_id)[-1].body["generationConfig"]
     assert "thinkingConfig" in config
     assert config["seed"] == 7
-    assert result.attempts[0].left_out == ("parallel_tool_calls",)
+    assert result.attempts[0].detail == "left out: parallel_tool_calls"
 
 
 async def test_claude_thinking_leaves_out_the_sampling_and_the_seed(sim: Simulator) -> None:
@@ -129,4 +132,19 @@ async def test_claude_thinking_leaves_out_the_sampling_and_the_seed(sim: Simulat
     body = sim.requests(model_id)[-1].body
     assert body["thinking"]["type"] == "enabled"
     assert "temperature" not in body
-    assert result.attempts[0].left_out == ("temperature", "seed")
+    assert result.attempts[0].detail == "left out: temperature, seed"
+
+
+async def test_a_failed_rows_detail_stays_its_error_and_its_log_line_names_what_was_left_out(
+    sim: Simulator,
+) -> None:
+    model_id = "gpt-4.1-left6"
+    sim.set_faults(model_id, Fault(status=400, times=1))
+    with capture_logs() as events:
+        result = await run(one_model(sim, "oa", model_id), asking(reasoning_effort="low"))
+    row = result.attempts[0]
+    assert row.outcome is AttemptOutcome.ERROR
+    assert row.detail is not None
+    assert not row.detail.startswith("left out")
+    [line] = [e for e in events if e["event"] == "turn.attempt" and e["provider_model"] == model_id]
+    assert line["left_out"] == ["reasoning_effort"]

@@ -644,25 +644,3 @@ def test_an_image_whose_base64_passes_5_mb_is_more_than_the_api_carries(
     image = ImagePart(media_type="image/png", data="A" * (decoded_bytes * 4 // 3))
     request = TurnRequest(tenant_id="acme", messages=(Message(role="user", content=(image,)),))
     assert (wire_unfit(request, "anthropic", "m") is None) is fits
-
-
-@pytest.mark.parametrize("wire", WIRES)
-async def test_a_failed_tools_result_is_marked_is_error(
-    wire: str, sim: Simulator, client: httpx.AsyncClient
-) -> None:
-    """`tool_result.is_error: true` for a tool message that reports a failure."""
-    made = ToolCall(id="toolu_9", name="get_weather", arguments={"city": "Oslo"})
-    messages = (
-        Message(role="user", content="Weather?"),
-        Message(role="assistant", tool_calls=(made,)),
-        Message(role="tool", tool_call_id="toolu_9", content="timed out", is_error=True),
-    )
-    asked = ask(model_id(), *messages, tools=(WEATHER,))
-    body, _ = await sent(sim, claude(wire, sim.url, client), asked)
-    [result] = body["messages"][-1]["content"]
-    assert result == {
-        "type": "tool_result",
-        "tool_use_id": "toolu_9",
-        "content": "timed out",
-        "is_error": True,
-    }

@@ -476,27 +476,6 @@ async def test_the_simulated_converse_refuses_a_budget_and_sampling_to_an_adapti
     assert response.status_code == 200
 
 
-async def test_a_failed_tools_result_has_status_error(
-    sim: Simulator, bedrock: BedrockAdapter, model: str
-) -> None:
-    """ToolResultBlock.status: `error` for a tool message that reports a failure (the
-    simulator checks it against the service model's enum, success | error)."""
-    made = ToolCall(id="tooluse_9", name="get_weather", arguments={"city": "Oslo"})
-    messages = (
-        Message(role="user", content="Weather?"),
-        Message(role="assistant", tool_calls=(made,)),
-        Message(role="tool", tool_call_id="tooluse_9", content="timed out", is_error=True),
-    )
-    await answer(bedrock, ask(model, *messages, tools=(WEATHER,)))
-    [block] = sent(sim, model)["messages"][-1]["content"]
-    assert block["toolResult"]["status"] == "error"
-    # "Only supported by Amazon Nova and Anthropic Claude 3 and 4 models" (the service
-    # model): another family gets the failed tool's text alone.
-    for other, has in (("amazon.nova-pro-v1:0", True), ("meta.llama3-70b-instruct-v1:0", False)):
-        body = bedrock.request(ask(other, *messages, tools=(WEATHER,))).body
-        assert ("status" in body["messages"][-1]["content"][0]["toolResult"]) is has
-
-
 @pytest.mark.parametrize(
     "fields",
     [

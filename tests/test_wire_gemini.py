@@ -275,7 +275,8 @@ async def test_parallel_calls_to_one_function_carry_their_ids_there_and_back(
 ) -> None:
     """FunctionCall.id goes back in the replayed call, and FunctionResponse.id names the
     call a response is for: two calls to one function are paired by id, not by order.
-    The result is `response.output`, a failed tool's `response.error`."""
+    The result is `response.output` (FunctionResponse.response: "Use "output" key to
+    specify function output")."""
     calls = (
         ToolCall(id="fc_paris", name="get_weather", arguments={"city": "Paris"}),
         ToolCall(id="fc_rome", name="get_weather", arguments={"city": "Rome"}),
@@ -284,7 +285,7 @@ async def test_parallel_calls_to_one_function_carry_their_ids_there_and_back(
         Message(role="user", content="Weather in Paris and Rome?"),
         Message(role="assistant", tool_calls=calls),
         Message(role="tool", tool_call_id="fc_rome", content="21C"),
-        Message(role="tool", tool_call_id="fc_paris", content="no station", is_error=True),
+        Message(role="tool", tool_call_id="fc_paris", content="19C"),
     )
     asked = call(named("gemini-2.5-flash"), *messages, tools=(WEATHER,))
     body, answer = await sent(sim, client, asked)
@@ -292,7 +293,7 @@ async def test_parallel_calls_to_one_function_carry_their_ids_there_and_back(
     assert [p["functionCall"]["id"] for p in model_turn] == ["fc_paris", "fc_rome"]
     assert [p["functionResponse"] for p in results] == [
         {"id": "fc_rome", "name": "get_weather", "response": {"output": "21C"}},
-        {"id": "fc_paris", "name": "get_weather", "response": {"error": "no station"}},
+        {"id": "fc_paris", "name": "get_weather", "response": {"output": "19C"}},
     ]
     assert answer.text
 

@@ -97,7 +97,7 @@ TARGETS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
 
 
 def _conversation() -> tuple[Message, ...]:
-    """A tool loop with every kind of content: two calls, one failed, reasoning of every
+    """A tool loop with every kind of content: two calls, reasoning of every
     vendor, attachments by data and by URL in the question and in a result."""
     calls = (
         ToolCall(id="call_1", name="get_weather", arguments={"city": "Paris"}, signature="sig"),
@@ -121,7 +121,7 @@ def _conversation() -> tuple[Message, ...]:
         Message(role="user", content=question),
         Message(role="assistant", content="Checking.", tool_calls=calls, reasoning=reasoning),
         Message(role="tool", tool_call_id="call_1", content=result),
-        Message(role="tool", tool_call_id="call_2", content="no station", is_error=True),
+        Message(role="tool", tool_call_id="call_2", content="no station"),
         Message(role="user", content="And tomorrow?"),
     )
 

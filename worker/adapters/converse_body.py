@@ -75,7 +75,7 @@ def converse_body(call: ProviderCall, origin: str) -> dict[str, Any]:
     # A Claude that takes only adaptive thinking refuses the sampling fields, always.
     adaptive_only = origin == "anthropic" and generation(call.model_id).adaptive_only
     body: dict[str, Any] = {
-        "messages": _messages(call.messages, origin, statuses=_statuses(call, origin)),
+        "messages": _messages(call.messages, origin),
         "inferenceConfig": _inference(call, sampling=thinking is None and not adaptive_only),
     }
     system = "\n\n".join(m.text for m in call.messages if m.role == "system" and m.text)
@@ -165,15 +165,7 @@ def _thinking(call: ProviderCall, origin: str, *, forced: bool) -> dict[str, Any
     return None if budget is None else {"type": "enabled", "budget_tokens": budget}
 
 
-def _statuses(call: ProviderCall, origin: str) -> bool:
-    """ToolResultBlock.status: "only supported by Amazon Nova and Anthropic Claude 3 and
-    4 models" (the service model); another family gets a failed tool's text alone."""
-    return origin == "anthropic" or ".nova-" in call.model_id
-
-
-def _messages(
-    messages: tuple[Message, ...], origin: str, *, statuses: bool
-) -> list[dict[str, Any]]:
+def _messages(messages: tuple[Message, ...], origin: str) -> list[dict[str, Any]]:
     """Converse's alternating user and assistant messages. Tool results, and a user message
     that follows them, share one user message (Converse refuses two in a row)."""
     names = _DocumentNames()
@@ -185,7 +177,7 @@ def _messages(
             out.append({"role": "assistant", "content": _assistant_blocks(message, origin)})
             continue
         if message.role == "tool":
-            blocks = [{"toolResult": _tool_result(message, names, status=statuses)}]
+            blocks = [{"toolResult": _tool_result(message, names)}]
         else:
             blocks = _part_blocks(message, names) or [{"text": message.text}]
         if out and out[-1]["role"] == "user":
@@ -212,14 +204,10 @@ def _assistant_blocks(message: Message, origin: str) -> list[dict[str, Any]]:
     return blocks
 
 
-def _tool_result(message: Message, names: _DocumentNames, *, status: bool) -> dict[str, Any]:
-    """ToolResultBlock: its content takes text, image and document blocks alike; a
-    failed tool's `status` is `error` where the model takes one."""
+def _tool_result(message: Message, names: _DocumentNames) -> dict[str, Any]:
+    """ToolResultBlock: its content takes text, image and document blocks alike."""
     content = _part_blocks(message, names) or [{"text": message.text}]
-    result: dict[str, Any] = {"toolUseId": message.tool_call_id, "content": content}
-    if message.is_error and status:
-        result["status"] = "error"
-    return result
+    return {"toolUseId": message.tool_call_id, "content": content}
 
 
 def _part_blocks(message: Message, names: _DocumentNames) -> list[dict[str, Any]]:

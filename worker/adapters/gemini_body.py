@@ -166,13 +166,13 @@ def _function_response(
 ) -> tuple[dict[str, Any], list[ImagePart | DocumentPart]]:
     """The functionResponse part, and the attachments that go beside it instead of in it.
 
-    FunctionResponse.response: the tool's text under "output", or under "error" for a
-    tool that failed (`Message.is_error`). Gemini 3 takes inline images and PDFs in the
-    response ("Multimodal function responses", function calling guide); a URL has no
-    place there on the Gemini API.
+    FunctionResponse.response: the tool's text under "output" (a turn's tool message
+    does not say whether the tool failed, so "error" is never sent). Gemini 3 takes
+    inline images and PDFs in the response ("Multimodal function responses", function
+    calling guide); a URL has no place there on the Gemini API.
     """
-    result = {"error" if message.is_error else "output": message.text}
-    response: dict[str, Any] = {"id": call_id, "name": name, "response": result}
+    output = {"output": message.text}
+    response: dict[str, Any] = {"id": call_id, "name": name, "response": output}
     inside = [(p, p.data) for p in message.attachments if newer and p.data is not None]
     if inside:
         response["parts"] = [{"inlineData": _inline(p, data)} for p, data in inside]

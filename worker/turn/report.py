@@ -33,7 +33,10 @@ from worker.types import (
     Usage,
 )
 
-__all__ = ["WITHHELD", "TurnReport", "jumps"]
+__all__ = ["LEFT_OUT", "WITHHELD", "TurnReport", "jumps"]
+
+LEFT_OUT = "left out: "
+"""How an attempt's `detail` starts when it names the turn's fields its call did not carry."""
 
 log = structlog.get_logger("relevo.turn")
 
@@ -106,10 +109,15 @@ class TurnReport:
     ) -> None:
         now = time.monotonic()
         fields: dict[str, object] = {"ended_ms": round((now - self.started) * 1000)}
+        left_out: tuple[str, ...] = ()
         if attempt.outcome is not AttemptOutcome.SKIPPED:
             key = (attempt.model, attempt.provider, attempt.provider_model)
-            reasoning, left_out = self._left_out.get(key, (0, ()))
-            fields["reasoning_left_out"], fields["left_out"] = reasoning, left_out
+            fields["reasoning_left_out"], left_out = self._left_out.get(key, (0, ()))
+            # Results keep relevo 0.1.0's shape while it may read them (no new field):
+            # the fields a call did not carry are named in the row's detail, when the
+            # row has none of its own, and always on its log line.
+            if left_out and attempt.detail is None:
+                fields["detail"] = LEFT_OUT + ", ".join(left_out)
         if self._first_byte_at is not None and attempt.outcome is not AttemptOutcome.HEDGE_LOST:
             # Content streams at most once a turn: after it, no other model is tried (a
             # hedge that lost the race sent none).
@@ -136,6 +144,8 @@ class TurnReport:
             semconv[GEN_AI_OUTPUT_TOKENS] = usage.output_tokens
         if finish_reason is not None:
             semconv[GEN_AI_FINISH_REASONS] = [finish_reason]
+        if left_out:
+            semconv["left_out"] = list(left_out)
         (log.debug if answered else log.info)(
             "turn.attempt",
             turn_id=self.request.turn_id,

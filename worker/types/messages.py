@@ -111,8 +111,6 @@ class Message(Frozen):
     content: str | tuple[Part, ...] = ""
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = Field(default=None, max_length=256)
-    # A tool result that reports the tool's failure (its content says what went wrong).
-    is_error: bool = False
     reasoning: tuple[Reasoning, ...] = ()
 
     @property
@@ -146,8 +144,6 @@ class Message(Frozen):
             raise ValueError("a tool message needs the tool_call_id it answers")
         if self.role != "tool" and self.tool_call_id is not None:
             raise ValueError("only tool messages carry a tool_call_id")
-        if self.role != "tool" and self.is_error:
-            raise ValueError("only tool messages carry is_error")
         if self.attachments and self.role not in ("user", "tool"):
             raise ValueError("only user and tool messages carry images and documents")
         return self

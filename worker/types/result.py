@@ -89,9 +89,6 @@ class Attempt(Frozen):
     # Reasoning items of the conversation this call did not carry: another vendor wrote
     # them, and only their writer can read them back.
     reasoning_left_out: int = 0
-    # The turn's fields this call's body did not carry (`worker.adapters.left_out`): the
-    # API has none, or refuses it for this model. Nothing is dropped without a name.
-    left_out: tuple[str, ...] = ()
 
 
 FinishReasonName = Literal["stop", "length", "tool_calls", "content_filter", "refusal", "other"]
