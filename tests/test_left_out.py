@@ -7,15 +7,18 @@ reason); the attempt's report row names the turn's fields its body left out.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from structlog.testing import capture_logs
 
 from tests.chainkit import KEY, model, run, settings, turn
+from worker.adapters.base import ProviderCall
+from worker.adapters.left_out import left_out
 from worker.adapters.reasoning_models import reasons, reasons_by_id
 from worker.simulator import Fault, Simulator
-from worker.types import AttemptOutcome, Status, Tool, TurnRequest
+from worker.types import AttemptOutcome, Message, Status, Tool, ToolCall, TurnRequest
 
 WEATHER = Tool(
     name="get_weather",
@@ -148,3 +151,27 @@ async def test_a_failed_rows_detail_stays_its_error_and_its_log_line_names_what_
     assert not row.detail.startswith("left out")
     [line] = [e for e in events if e["event"] == "turn.attempt" and e["provider_model"] == model_id]
     assert line["left_out"] == ["reasoning_effort"]
+
+
+def test_a_claude_tool_loop_another_vendor_began_names_the_effort_it_could_not_send() -> None:
+    """Claude may not think on a tool loop whose last assistant turn has no thinking of
+    its own: the effort is not sent, and named (read from the conversation's tail)."""
+    call = ToolCall(id="call_1", name="get_weather", arguments={"city": "Oslo"})
+    history = (
+        Message(role="user", content="Weather?"),
+        Message(role="assistant", content="Hello."),
+        Message(role="user", content="And now?"),
+        Message(role="assistant", tool_calls=(call,)),
+        Message(role="tool", tool_call_id="call_1", content="sunny"),
+    )
+    asked = ProviderCall(
+        model_id="claude-sonnet-4-5",
+        messages=history,
+        tools=(WEATHER,),
+        max_tokens=8000,
+        stream=False,
+        reasoning_effort="low",
+        reasoning=True,
+    )
+    assert left_out("anthropic", asked) == ("reasoning_effort",)
+    assert left_out("anthropic", replace(asked, messages=history[:3])) == ()

@@ -5,7 +5,10 @@ no seed, a reasoning model refuses the sampling fields, a model that does not re
 refuses an effort, Claude refuses sampling while it thinks. What a wire leaves out is
 read from the body the wire's own builder makes for the call, against the table below
 (where each field goes on each wire), so the row names what was really not sent and
-cannot drift from the builders. A field relevo applies itself (stop sequences cut from
+cannot drift from the builders. Only the conversation's tail goes into that body (from
+its last assistant turn on, which is all that decides whether Claude may think): what a
+field becomes never depends on the messages before it, and a long history is not
+built twice (`bench/left_out.py`). A field relevo applies itself (stop sequences cut from
 the answer where the API has none) is not left out; `parallel_tool_calls` means
 nothing without tools, and is not counted then.
 """
@@ -13,6 +16,7 @@ nothing without tools, and is not counted then.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
@@ -26,6 +30,7 @@ from worker.adapters.openai import chat_options
 from worker.adapters.responses_body import responses_body
 from worker.adapters.vertex import publisher
 from worker.errors import InvalidRequest
+from worker.types import Message
 
 __all__ = ["SENT_AS", "left_out"]
 
@@ -91,7 +96,7 @@ paths present means it was sent; none (an empty tuple) means the API has no fiel
 def left_out(wire: str, call: ProviderCall) -> tuple[str, ...]:
     """The names of the turn's fields set on `call` that `wire`'s body does not carry."""
     try:
-        body, table = _body(wire, call)
+        body, table = _body(wire, replace(call, messages=_tail(call.messages)))
     except InvalidRequest:
         return ()  # the call itself is refused before it is sent
     missing: list[str] = []
@@ -122,6 +127,11 @@ def _body(
             return request_body(call, vertex=wire == "vertex-google"), table
         case _:
             return converse_body(call, reasoning_origin(call.model_id)), table
+
+
+def _tail(messages: tuple[Message, ...]) -> tuple[Message, ...]:
+    last = max((i for i, m in enumerate(messages) if m.role == "assistant"), default=None)
+    return messages[-1:] if last is None else messages[last:]
 
 
 def _has(body: Mapping[str, Any], path: Path) -> bool:
