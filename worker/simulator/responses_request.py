@@ -12,7 +12,8 @@ tools are strict unless `strict: false`, and a strict schema outside Structured 
 subset is refused, as is a strict `text.format`. A reasoning model (`o*`, `gpt-5*`)
 refuses `temperature` and `top_p`; any other model `reasoning`, and encrypted reasoning:
 `include: ["reasoning.encrypted_content"]` ("Encrypted content is not supported with this
-model.", `param: include`) and a reasoning item that carries it.
+model.", `param: include`) and a reasoning item that carries it. `max_output_tokens`
+is at least 16.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ _ASSISTANT_PARTS = ("output_text", "refusal")
 _ROLES = ("user", "assistant", "system", "developer")
 _JSON_OBJECT = {"type": "object"}
 _ENCRYPTED = "reasoning.encrypted_content"
+_MIN_OUTPUT_TOKENS = 16
 
 
 def reasoning_signature(item_id: str) -> str:
@@ -55,6 +57,14 @@ def check_responses_request(body: Mapping[str, Any], model: str) -> Mapping[str,
         _check_items(items, stored=body.get("store") is not False)
     elif not isinstance(items, str):
         raise _refused("Missing required parameter: 'input'.", "input")
+    limit = body.get("max_output_tokens")
+    if isinstance(limit, int) and limit < _MIN_OUTPUT_TOKENS:
+        raise _refused(
+            "Invalid 'max_output_tokens': integer below minimum value. Expected a value >= "
+            f"{_MIN_OUTPUT_TOKENS}, but got {limit} instead.",
+            "max_output_tokens",
+            "integer_below_min_value",
+        )
     names = _check_tools(body)
     _check_sampling(body, model)
     _check_encrypted(body, model)
