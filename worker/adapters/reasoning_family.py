@@ -4,8 +4,8 @@ Reasoning is only readable by the vendor that wrote it: Anthropic's signed think
 Gemini's thought signatures, OpenAI's encrypted reasoning items, Bedrock's own models'
 reasoning. A target (a provider and a model id) reads one family's, or none: Chat
 Completions takes no reasoning back at all, nor the Responses API on a model that does
-not reason (it refuses encrypted reasoning there). The turn plans each call with this family's
-reasoning only (`worker.turn.reasoning`).
+not reason (it refuses encrypted reasoning there). The turn plans each call with this
+family's reasoning only (`worker.turn.reasoning`).
 """
 
 from __future__ import annotations

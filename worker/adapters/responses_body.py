@@ -7,8 +7,8 @@ model that does not reason refuses that `include`: "Encrypted content is not sup
 with this model."). The system prompt that opens the turn is `instructions`; later
 system messages stay where they are. An assistant turn is its reasoning items (OpenAI's
 own only, and only to a reasoning model: the call was planned with them alone), its
-text, then one `function_call` item per tool call; a tool
-result is a `function_call_output`, its images and PDFs as content parts. Function tools
+text, then one `function_call` item per tool call; a tool result is a
+`function_call_output`, its images and PDFs as content parts. Function tools
 are sent with `strict: false`: the API's default is strict, which the turn never asked for.
 The API has no `stop` and no `seed`: stop sequences are applied to the answer
 (`worker.adapters.stop_cut`), a seed is not sent.
