@@ -235,8 +235,9 @@ class ModelSettings(Section):
     """Whether it answers in a given JSON schema (`response_format`); if not, such turns
     skip it."""
     # OpenAI's reasoning models refuse the sampling fields: they are not sent to them.
-    reasoning: bool = False
-    """Whether it is a reasoning model: only those are sent a turn's `reasoning_effort`."""
+    reasoning: bool | None = None
+    """Whether it is a reasoning model: only those are sent a turn's `reasoning_effort`;
+    unset, its model id says (o-series, GPT-5, Gemini 2.5 and 3 reason)."""
 
     @model_validator(mode="after")
     def _tiers_in_order(self) -> ModelSettings:

@@ -22,7 +22,9 @@ from typing import Any
 
 from worker.adapters import Adapter, ProviderCall, reasoning_family
 from worker.adapters.base import Completion, TextDelta
+from worker.adapters.left_out import left_out
 from worker.adapters.output_limit import billable_output_tokens
+from worker.adapters.reasoning_models import reasons
 from worker.errors import FirstByteTimeout, MalformedResponse, ProviderError, ResponseTimeout
 from worker.guard.protocol import Availability, Charge, Conclusion, Guard, Refusal, Signal, Target
 from worker.observability import tracing
@@ -281,7 +283,7 @@ class Attempts:
             charged = charge.micros
             if flight.content:
                 charged = self._produced_micros(flight)
-            elif not self.request.stream or _thinks(self.settings.models[target.model]):
+            elif not self.request.stream or _thinks(target, self.settings.models[target.model]):
                 charged = charge.worst
             self.report.interrupted(target, latency_s, flight.plan.retry_index, charged)
             signal = Signal.FAILURE if holder is not None else None
@@ -295,7 +297,7 @@ class Attempts:
         been billed for thinking it never streamed: it is charged its worst case."""
         plan = flight.plan
         model = self.settings.models[plan.target.model]
-        if _thinks(model):
+        if _thinks(plan.target, model):
             return flight.charge.worst
         output_tokens = min(self.request.max_tokens, text_tokens("".join(flight.streamed)))
         margin = self.settings.budgets.input_margin_pct
@@ -345,18 +347,19 @@ class Attempts:
             seed=request.seed,
             reasoning_effort=request.reasoning_effort,
             parallel_tool_calls=request.parallel_tool_calls,
-            reasoning=model.reasoning,
+            reasoning=reasons(target.provider_model, model.reasoning),
         )
 
     async def _send(self, flight: Flight) -> Completion:
         """One HTTP call, bounded by the first-byte timeout and then the total timeout."""
         target, fit = flight.plan.target, flight.plan.fit
         provider = self.settings.providers[target.provider]
+        reasoning = reasons(target.provider_model, self.settings.models[target.model].reasoning)
         # Only the reasoning this target can read back travels; the rest is counted.
-        family = reasoning_family(provider, target.provider_model)
-        messages, left_out = carried_reasoning(fit.messages, family)
-        self.report.carrying(target, left_out)
+        family = reasoning_family(provider, target.provider_model, reasoning=reasoning)
+        messages, reasoning_left_out = carried_reasoning(fit.messages, family)
         call = self._provider_call(target, messages, fit.tools)
+        self.report.carrying(target, reasoning_left_out, left_out(provider.wire, call))
         loop = asyncio.get_running_loop()
         total_at = loop.time() + provider.total_timeout_s
         events = self.adapters[target.provider].send(call)
@@ -393,6 +396,9 @@ class Attempts:
         raise MalformedResponse("the response ended without a complete answer")
 
 
-def _thinks(model: ModelSettings) -> bool:
-    """Whether calls of `model` may be billed for thinking they never stream."""
-    return model.reasoning or model.thinking_budget_tokens is not None
+def _thinks(target: Target, model: ModelSettings) -> bool:
+    """Whether calls of `model` may be billed for thinking they never stream (its
+    `reasoning` setting, else what its id says)."""
+    return reasons(target.provider_model, model.reasoning) or (
+        model.thinking_budget_tokens is not None
+    )
