@@ -4,13 +4,19 @@ One stream: relevo's own events and the standard-library loggers' (Celery's, kom
 redis-py's, at warning and above unless the level is debug) come out in one format,
 each line with its logger's name. Every event passes the `Redactor` last, after
 exceptions are rendered to text, so API keys and prompts are removed from tracebacks too.
+
+Content stays out: Celery's task lines (`celery.app.trace`: "succeeded in ...: <return
+value>", failures with the task's arguments) carry whole turns and results, so their
+arguments and return value are replaced by `[content]` unless `content=True`
+(`[observability] log_content`, for debugging). Tracebacks are plain text, never rich's
+frame locals (a Redis URL's password is a local somewhere).
 """
 
 from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, TextIO
 
 import structlog
@@ -29,10 +35,12 @@ def configure_logging(
     json: bool | None = None,
     stream: TextIO | None = None,
     secrets: Iterable[str] = (),
+    content: bool = False,
 ) -> None:
     """Send structured logs to `stream` (stderr by default), JSON unless it is a terminal.
 
     `secrets` are exact values (API keys) removed from every line, besides the key patterns.
+    `content` keeps the turns and results in Celery's task lines (debugging only).
     """
     global _redactor  # noqa: PLW0603 - structlog's configuration is process-wide too
     out = stream or sys.stderr
@@ -65,6 +73,8 @@ def configure_logging(
     )
     handler = logging.StreamHandler(out)
     handler.set_name(_HANDLER)
+    if not content:
+        handler.addFilter(_hide_task_content)
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             foreign_pre_chain=named,
@@ -80,6 +90,20 @@ def configure_logging(
 
 
 _HANDLER = "relevo"
+# What Celery's task lines put in their arguments: the payload (a whole turn) and the
+# return value (a whole result). Exceptions stay: relevo's errors name fields, not values.
+_CONTENT_FIELDS = frozenset({"args", "kwargs", "return_value"})
+_HIDDEN = "[content]"
+
+
+def _hide_task_content(record: logging.LogRecord) -> bool:
+    """Blank the content fields of a Celery task line; every other record passes as it is."""
+    if record.name.startswith("celery.") and isinstance(record.args, Mapping):
+        hidden = {k: _HIDDEN if k in _CONTENT_FIELDS else v for k, v in record.args.items()}
+        record.args = hidden
+        if isinstance(getattr(record, "data", None), Mapping):
+            record.data = hidden
+    return True
 
 
 class _NamedWriteLogger(structlog.WriteLogger):
@@ -104,7 +128,11 @@ def configure_from_settings(settings: Settings, *, stream: TextIO | None = None)
     """Logging as `[observability]` says, with the configured providers' keys redacted."""
     obs = settings.observability
     configure_logging(
-        level=obs.log_level, json=obs.log_json, stream=stream, secrets=provider_secrets(settings)
+        level=obs.log_level,
+        json=obs.log_json,
+        stream=stream,
+        secrets=provider_secrets(settings),
+        content=obs.log_content,
     )
 
 
