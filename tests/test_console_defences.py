@@ -20,7 +20,7 @@ import pytest
 import redis
 from structlog.testing import capture_logs
 
-from tests.consolekit import console_config, csrf_of, http_console, log_in
+from tests.consolekit import console_config, console_process, csrf_of, http_console, log_in
 from tests.test_cli_surface import redis_only, relevo
 from worker.console.auth import TOKENS_ENV, Principal, Role, Tokens, load_tokens
 from worker.console.gate import exposure_warnings
@@ -244,6 +244,26 @@ async def test_behind_a_trusted_tls_proxy_logins_work_and_cookies_are_secure(
         config, redis_url, TOKENS, peer=("192.0.2.99", 40000), **settings
     ) as http:
         assert (await http.get("/login", headers=proxied)).status_code == 421
+
+
+def test_the_served_console_ignores_forwarded_headers_from_a_proxy_not_configured(
+    config: Path,
+) -> None:
+    """`relevo console` over TCP from loopback, no `trusted_proxies`: a client forging a new
+    X-Forwarded-For on every wrong token is still throttled as one address, and
+    X-Forwarded-Proto: https sets no Secure cookie (only relevo's own check decides)."""
+    env = {TOKENS_ENV: f"alice operator {OPERATOR};bob viewer {VIEWER}"}
+    with console_process(config, env) as url:
+        statuses = []
+        for attempt in range(22):  # the default allows 20 a minute from one address
+            forged = {"x-forwarded-for": f"6.6.6.{attempt}", "x-forwarded-proto": "https"}
+            with httpx.Client(base_url=url, headers=forged) as browser:
+                page = browser.get("/login")
+                assert "secure" not in page.headers["set-cookie"].lower()
+                form = {"csrf": csrf_of(page.text), "token": f"wrong-{attempt}-{OPERATOR}"}
+                statuses.append(browser.post("/login", data=form).status_code)
+    assert statuses[:20] == [401] * 20
+    assert statuses[20:] == [429, 429]
 
 
 async def test_a_host_not_configured_is_refused(client: httpx.AsyncClient) -> None:
