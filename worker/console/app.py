@@ -234,7 +234,13 @@ class _Console:
             return self.page(request, "error.html", 400, error=f"sort: one of {', '.join(SORTS)}")
         desc = request.query_params.get("desc", "1") != "0"
         tenants = await tenant_rows(
-            self.fleet, self.clients.viewer, search=search, sort=sort, desc=desc
+            self.fleet,
+            self.clients.viewer,
+            search=search,
+            sort=sort,
+            desc=desc,
+            # A viewer reads no prompt: hand-offs (whole turns) are counted for operators only.
+            handoffs_from=self.clients.operator if who.may_act else None,
         )
         loads = await tenant_loads(self.fleet, self.clients.viewer, search=search)
         return self.page(

@@ -204,7 +204,7 @@ class TenantRow:
 
     report: budgets.BudgetReport
     degraded_turns: int  # among the fleet's recent turns, in the fallback window
-    handoffs: int  # among the newest hand-offs
+    handoffs: int | None  # among the newest hand-offs; None: not for this role to read
 
     @property
     def tenant(self) -> str:
@@ -236,7 +236,7 @@ SORTS = {
     "spent_month": lambda r: r.report.month.spent_micros,
     "fallback_today": lambda r: r.report.day.fallback_spent_micros,
     "degraded": lambda r: r.degraded_turns,
-    "handoffs": lambda r: r.handoffs,
+    "handoffs": lambda r: r.handoffs or 0,
 }
 
 
@@ -250,22 +250,40 @@ class Tenants:
     unreadable_handoffs: int = 0
 
 
+async def _handoffs(fleet: OperatorFleet, client: Redis | None) -> list[budgets.Handoff]:
+    if client is None:
+        return []
+    return await budgets.Handoffs(client, namespace=fleet.config.redis.namespace).list(
+        _HANDOFFS_READ
+    )
+
+
 async def tenant_rows(
-    fleet: OperatorFleet, client: Redis, *, search: str = "", sort: str = "used", desc: bool = True
+    fleet: OperatorFleet,
+    client: Redis,
+    *,
+    search: str = "",
+    sort: str = "used",
+    desc: bool = True,
+    handoffs_from: Redis | None = None,
 ) -> Tenants:
-    """Every tenant with limits or spend whose id contains `search`, sorted by `sort`."""
-    namespace = fleet.config.redis.namespace
+    """Every tenant with limits or spend whose id contains `search`, sorted by `sort`.
+
+    Hand-offs hold whole turns (prompts): they are counted through `handoffs_from`, the
+    operator's client, and not at all (None in each row) for a viewer."""
     watch = _observability(fleet)
     reports, recent, handoffs = await asyncio.gather(
         budget_reports(fleet.ledger(client)),
         read_recent(client, _keys(fleet), watch.fallback_window_s),
-        budgets.Handoffs(client, namespace=namespace).list(_HANDOFFS_READ),
+        _handoffs(fleet, handoffs_from),
     )
     degraded = Counter(r.tenant_id for r in recent.results if r.status is Status.DEGRADED)
     handed = Counter(h.tenant for h in handoffs if h.problem is None)
     needle = search.casefold()
     rows = [
-        TenantRow(r, degraded[r.tenant], handed[r.tenant])
+        TenantRow(
+            r, degraded[r.tenant], None if handoffs_from is None else handed[r.tenant]
+        )
         for r in reports
         if needle in r.tenant.casefold()
     ]

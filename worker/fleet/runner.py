@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import httpx
 import structlog
 from pydantic import TypeAdapter, ValidationError
+from redis.exceptions import RedisError
 
 from breakers import KillSwitchState
 from breakers.schema import SCHEMA_FIELD, version_problem
@@ -29,7 +30,7 @@ from worker.fleet.dispatcher import Dispatcher
 from worker.fleet.environment import node_name
 from worker.fleet.errors import Unreadable
 from worker.fleet.fairqueue import FairQueue
-from worker.fleet.heartbeat import BEAT_EVERY_S, Heartbeat, beat
+from worker.fleet.heartbeat import BEAT_EVERY_S, Heartbeat, beat, keep_scripts
 from worker.fleet.loop import LoopThread
 from worker.fleet.rabbitmq import RabbitQueue, outbox_key
 from worker.fleet.schema import TURN_SCHEMA, log_unreadable
@@ -62,6 +63,8 @@ _TURN_ID: TypeAdapter[str] = TypeAdapter(TurnId)
 _KILL_FRESH_S = 0.5
 # Redis gone or slow: a record kept, a heartbeat missed.
 _FORGET_ERRORS: tuple[type[BaseException], ...] = (*STORE_DOWN, TimeoutError)
+# A worker user without SCRIPT LOAD (not the deploy's) too: its turns need none.
+_KEEP_ERRORS: tuple[type[BaseException], ...] = (*_FORGET_ERRORS, RedisError)
 
 
 def rejected_input(
@@ -168,6 +171,13 @@ class TurnRunner:
                 await beat(self.store.redis, self.store.keys, now)
         except _FORGET_ERRORS as exc:
             log.debug("worker.heartbeat_missed", error=type(exc).__name__)
+            return
+        try:
+            # Each beat: a restart or a failover can empty the script cache at any time.
+            async with asyncio.timeout(self.settings.redis.timeout_s * 4):
+                await keep_scripts(self.store.redis, self.guard.redis)
+        except _KEEP_ERRORS as exc:
+            log.debug("worker.scripts_not_kept", error=type(exc).__name__)
 
     async def _report_forever(self) -> None:
         # Gauges and heartbeat while idle too: a turn also updates the gauges. Closing

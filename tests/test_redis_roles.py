@@ -1,0 +1,243 @@
+"""The deploy's Redis users, role by role, on a real server: what each is refused, what each needs.
+
+deploy/redis/start.sh renders deploy/redis/users.acl.in; a private `redis-server` runs
+on it with the deploy's redis.conf. Each role then sends the commands of its table
+below: every one it must be refused gets NOPERM from Redis, every one it needs does not.
+docs/security.md ("Redis users") shows the same table.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+import redis
+from redis.asyncio import Redis as AsyncRedis
+from redis.exceptions import NoPermissionError, ResponseError
+
+from tests.test_deploy import PASSWORDS, password_env, started_redis, wait_answering
+from worker.fleet.fairqueue import SCRIPTS, enqueue_sync
+from worker.fleet.heartbeat import keep_scripts
+
+pytestmark = pytest.mark.redis
+
+ENDLESS = "redis.call('SET', KEYS[1], '1') while true do end"
+# Seeded as the workers and producers leave them: each holds a prompt or a reply.
+PROMPT, REPLY = "a tenant's prompt", "a model's reply"
+
+Command = tuple[str, ...]
+
+# Commands no role may send: they stop, stall or reach into the whole server.
+NOBODY: list[Command] = [
+    ("CLIENT", "PAUSE", "3000", "ALL"),
+    ("CLIENT", "KILL", "USER", "relevo"),
+    ("CLIENT", "LIST"),
+    ("CLIENT", "NO-EVICT", "ON"),
+    ("CLIENT", "UNBLOCK", "1"),
+    ("SCRIPT", "FLUSH"),
+    ("FUNCTION", "FLUSH"),
+    ("FUNCTION", "LOAD", "#!lua name=x\nredis.register_function('f', function() end)"),
+    ("FCALL", "f", "0"),
+    ("CONFIG", "GET", "*"),
+    ("FLUSHALL",),
+    ("KEYS", "*"),
+    ("ACL", "LIST"),
+    ("GET", "otherapp:secret"),
+]
+
+REFUSED: dict[str, list[Command]] = {
+    "producer": [
+        *NOBODY,
+        ("CLIENT", "TRACKING", "ON"),
+        ("EVAL", ENDLESS, "1", "{relevo}:fair:queued"),
+        ("EVAL_RO", "return 1", "0"),
+        ("SCRIPT", "LOAD", ENDLESS),
+        ("EVALSHA", "<endless>", "1", "{relevo}:fair:queued"),  # loaded by another role
+        ("LRANGE", "relevo", "0", "-1"),
+        ("LPOP", "relevo"),
+        ("HGET", "{relevo}:turns:payloads", "t1"),
+        ("HGETALL", "{relevo}:turns:payloads"),
+        ("HGET", "{relevo}:fair:msgs", "seed|0000000000000001"),
+        ("HGETALL", "{relevo}:fair:msgs"),
+        ("HVALS", "{relevo}:fair:msgs"),
+        ("XRANGE", "{relevo}:held", "-", "+"),
+        ("XRANGE", "{relevo}:handoffs", "-", "+"),
+        ("HSET", "{relevo}:kill", "who", "mallory"),
+        ("HGETALL", "{relevo}:br:vendor:openai"),
+        ("SET", "{relevo}:turn:t1:result", "forged"),
+        ("XADD", "{relevo}:turn:t1:chunks", "*", "text", "forged"),
+        ("SCAN", "0"),
+    ],
+    "viewer": [
+        *NOBODY,
+        ("CLIENT", "TRACKING", "ON"),
+        ("SCRIPT", "LOAD", "return 1"),
+        ("EVAL", ENDLESS, "1", "{relevo}:kill"),
+        ("EVAL_RO", "return 1", "0"),
+        ("EVALSHA", "<endless>", "1", "{relevo}:kill"),
+        ("LRANGE", "relevo", "0", "-1"),
+        ("LINDEX", "relevo", "0"),
+        ("HGETALL", "{relevo}:turns:payloads"),
+        ("HGET", "{relevo}:fair:msgs", "seed|0000000000000001"),
+        ("XRANGE", "{relevo}:held", "-", "+"),
+        ("XREVRANGE", "{relevo}:handoffs", "+", "-"),
+        ("XRANGE", "relevo:handoffs", "-", "+"),
+        ("SCAN", "0"),
+        ("HSET", "{relevo}:kill", "who", "mallory"),
+        ("DEL", "{relevo}:turns:recent"),
+    ],
+    "operator": [
+        *NOBODY,
+        ("LRANGE", "relevo", "0", "-1"),
+        ("LPOP", "relevo"),
+        ("LINDEX", "relevo", "0"),
+    ],
+    "relevo": NOBODY,
+}
+
+NEEDED: dict[str, list[Command]] = {
+    "producer": [
+        ("PING",),
+        ("LPUSH", "relevo", "a turn"),
+        ("LLEN", "relevo"),
+        ("SADD", "_kombu.binding.relevo", "relevo"),
+        ("ZADD", "{relevo}:turns:sent", "1", "t2"),
+        ("ZSCORE", "{relevo}:turns:sent", "t2"),
+        ("HSET", "{relevo}:turns:payloads", "t2", "a payload"),
+        ("EXPIRE", "{relevo}:turns:payloads", "600"),
+        ("GET", "{relevo}:turn:t1:result"),
+        ("MGET", "celery-task-meta-t1", "{relevo}:turn:t1:result"),
+        ("EXISTS", "{relevo}:turn:t1:result", "{relevo}:turn:t1:claim"),
+        ("XREAD", "COUNT", "1", "STREAMS", "{relevo}:turn:t1:chunks", "0"),
+    ],
+    "viewer": [
+        ("PING",),
+        ("LLEN", "relevo"),
+        ("XLEN", "{relevo}:held"),
+        ("GET", "{relevo}:turn:t1:result"),
+        ("XRANGE", "{relevo}:turn:t1:chunks", "-", "+"),
+        ("HMGET", "{relevo}:kill", "who", "why"),
+        ("ZRANGE", "{relevo}:turns:recent", "0", "-1"),
+        ("ZRANGE", "{relevo}:workers", "0", "-1"),
+        ("MGET", "{relevo}:worker:h:1"),
+        ("HGETALL", "{relevo}:fair:queued"),
+        ("HGETALL", "{relevo}:fair:inflight"),
+        ("HGETALL", "{relevo}:budget:shares"),
+        ("SMEMBERS", "{relevo}:budget:tenants"),
+        ("XREVRANGE", "{relevo}:console:audit", "+", "-", "COUNT", "20"),
+        ("HGETALL", "{relevo/acme}:budget:limits"),
+    ],
+    "operator": [
+        ("LLEN", "relevo"),
+        ("LPUSH", "relevo", "a replayed turn"),
+        ("XRANGE", "{relevo}:held", "-", "+"),
+        ("XREVRANGE", "{relevo}:handoffs", "+", "-"),
+        ("HSET", "{relevo}:kill", "who", "alice"),
+        ("DEL", "{relevo}:kill"),
+        ("SCRIPT", "LOAD", "return 1"),
+        ("INFO", "memory"),
+    ],
+    "relevo": [
+        ("LRANGE", "relevo", "0", "-1"),
+        ("SCRIPT", "LOAD", "return 1"),
+        ("SCRIPT", "EXISTS", "e0e1f9fabfc9d4800c877a703b823ac0578ff8db"),
+        ("EVAL", "return 1", "0"),
+        ("HGETALL", "{relevo}:turns:payloads"),
+        ("INFO", "persistence"),
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def users(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, redis.Redis]]:
+    """A private redis-server on the rendered ACL file: one client per role, the data
+    seeded by the workers' user."""
+    folder = tmp_path_factory.mktemp("roles")
+    acl = folder / "users.acl"
+    proc, port = started_redis(folder, "--aclfile", str(acl), env=password_env(acl))
+    made = {
+        user: redis.Redis(host="127.0.0.1", port=port, username=user, password=pw)
+        for user, pw in PASSWORDS.items()
+    }
+    try:
+        wait_answering(proc, f"redis://relevo:{PASSWORDS['relevo']}@127.0.0.1:{port}/0")
+        seed(made["relevo"])
+        yield made
+    finally:
+        for client in made.values():
+            client.close()
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def seed(worker: redis.Redis) -> None:
+    worker.lpush("relevo", PROMPT)
+    worker.hset("{relevo}:turns:payloads", "t1", PROMPT)
+    worker.hset("{relevo}:fair:msgs", "seed|0000000000000001", PROMPT)
+    worker.xadd("{relevo}:held", {"payload": PROMPT})
+    worker.xadd("{relevo}:handoffs", {"payload": PROMPT})
+    worker.xadd("relevo:handoffs", {"payload": PROMPT})
+    worker.set("{relevo}:turn:t1:result", REPLY)
+
+
+def sent(client: redis.Redis, command: Command, endless_sha: str) -> None:
+    args = [endless_sha if a == "<endless>" else a for a in command]
+    client.execute_command(*args)
+
+
+@pytest.mark.parametrize("role", sorted(REFUSED))
+def test_each_role_is_refused_what_would_harm_the_server_or_show_it_others_text(
+    users: dict[str, redis.Redis], role: str
+) -> None:
+    endless = users["relevo"].script_load(ENDLESS)
+    allowed = []
+    for command in REFUSED[role]:
+        try:
+            sent(users[role], command, endless)
+        except NoPermissionError:
+            continue
+        except ResponseError as exc:  # refused, but not by the ACL: the command ran
+            allowed.append((command[:2], str(exc)[:60]))
+        else:
+            allowed.append((command[:2], "ran"))
+    assert allowed == []
+
+
+@pytest.mark.parametrize("role", sorted(NEEDED))
+def test_each_role_may_send_what_it_needs(users: dict[str, redis.Redis], role: str) -> None:
+    refused = []
+    for command in NEEDED[role]:
+        try:
+            sent(users[role], command, "")
+        except NoPermissionError as exc:
+            refused.append((command, str(exc)))
+    assert refused == []
+
+
+def test_the_producer_queues_a_fair_turn_by_sha_once_a_worker_loaded_the_script(
+    users: dict[str, redis.Redis],
+) -> None:
+    """The fair enqueue runs by its SHA1 with the producer's rights (every command inside
+    it included); until a worker loads it, the producer cannot load it itself."""
+    worker, producer = users["relevo"], users["producer"]
+    turn = {"tenant": "acme", "deadline_ms": 60_000, "input_tokens": 10, "message": PROMPT}
+    assert worker.script_exists(SCRIPTS.sha("enqueue")) == [False]  # a fresh server
+    with pytest.raises(NoPermissionError):  # the EVAL after NOSCRIPT
+        enqueue_sync(producer, "relevo", turn_id="t-fair-0", **turn)  # type: ignore[arg-type]
+    asyncio.run(loaded_by_a_worker(users))
+    for i in range(2):
+        assert enqueue_sync(producer, "relevo", turn_id=f"t-fair-{i}", **turn)  # type: ignore[arg-type]
+    assert worker.hlen("{relevo}:fair:msgs") == 3
+    with pytest.raises(NoPermissionError):
+        producer.hgetall("{relevo}:fair:msgs")
+
+
+async def loaded_by_a_worker(users: dict[str, redis.Redis]) -> None:
+    kwargs = users["relevo"].connection_pool.connection_kwargs
+    worker = AsyncRedis(**{k: kwargs[k] for k in ("host", "port", "username", "password")})
+    try:
+        assert await keep_scripts(worker, worker) == 3
+        assert await keep_scripts(worker, worker) == 0  # loaded: one SCRIPT EXISTS each
+    finally:
+        await worker.aclose()
