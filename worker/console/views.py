@@ -281,9 +281,7 @@ async def tenant_rows(
     handed = Counter(h.tenant for h in handoffs if h.problem is None)
     needle = search.casefold()
     rows = [
-        TenantRow(
-            r, degraded[r.tenant], None if handoffs_from is None else handed[r.tenant]
-        )
+        TenantRow(r, degraded[r.tenant], None if handoffs_from is None else handed[r.tenant])
         for r in reports
         if needle in r.tenant.casefold()
     ]
