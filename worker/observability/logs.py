@@ -22,6 +22,7 @@ from typing import Any, TextIO
 import structlog
 
 from worker.observability.redact import Redactor, provider_secrets
+from worker.observability.visible import visible
 from worker.settings import Settings
 
 __all__ = ["configure_from_settings", "configure_logging", "redact_secrets"]
@@ -62,6 +63,8 @@ def configure_logging(
     rendered: list[structlog.typing.Processor] = [
         structlog.processors.format_exc_info,
         _redactor,
+        # JSON escapes what would act on a terminal; readable lines write it out.
+        *(() if as_json else (_inert,)),
         renderer,
     ]
     number = logging.getLevelNamesMapping()[level.upper()]
@@ -90,6 +93,13 @@ def configure_logging(
 
 
 _HANDLER = "relevo"
+
+
+def _inert(logger: Any, method: str, event: dict[str, Any]) -> dict[str, Any]:
+    """Every text of a readable line with its control and bidi characters written out."""
+    return {k: visible(v) if isinstance(v, str) else v for k, v in event.items()}
+
+
 # What Celery's task lines put in their arguments: the payload (a whole turn) and the
 # return value (a whole result). Exceptions stay: relevo's errors name fields, not values.
 _CONTENT_FIELDS = frozenset({"args", "kwargs", "return_value"})
