@@ -41,6 +41,17 @@ def percent(value: float | None) -> str:
     return "-" if value is None else f"{value:.0%}"
 
 
+# A field of a stored result (an error, a detail, a model name) is shown up to this long.
+CLIP_CHARS = 1000
+
+
+def clip(value: Any, chars: int = CLIP_CHARS) -> Any:
+    """`value` cut to `chars` characters, saying how many more there were."""
+    if not isinstance(value, str) or len(value) <= chars:
+        return value
+    return f"{value[:chars]}… ({len(value) - chars:,} more characters not shown)"
+
+
 def visible(value: Any) -> Any:
     """`value` with characters that act on the text around them written out."""
     if not isinstance(value, str) or not ACTING.search(value):
@@ -52,5 +63,5 @@ def visible(value: Any) -> Any:
 
 def install(env: Environment) -> None:
     """Add the filters to `env`, and `visible` on everything it prints."""
-    env.filters.update(usd=format_micros, utc=utc, seconds=seconds, percent=percent)
+    env.filters.update(usd=format_micros, utc=utc, seconds=seconds, percent=percent, clip=clip)
     env.finalize = visible
