@@ -9,6 +9,7 @@ docs/security.md ("Redis users") shows the same table.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -16,12 +17,13 @@ import redis
 from redis.asyncio import Redis as AsyncRedis
 from redis.exceptions import NoPermissionError, ResponseError
 
-from tests.test_deploy import PASSWORDS, password_env, started_redis, wait_answering
+from tests.test_deploy import PASSWORDS, password_env, start_sh, started_redis, wait_answering
 from worker.fleet.fairqueue import SCRIPTS, enqueue_sync
 from worker.fleet.heartbeat import keep_scripts
 
 pytestmark = pytest.mark.redis
 
+ADMIN = "adminpassword000000000"
 ENDLESS = "redis.call('SET', KEYS[1], '1') while true do end"
 # Seeded as the workers and producers leave them: each holds a prompt or a reply.
 PROMPT, REPLY = "a tenant's prompt", "a model's reply"
@@ -155,10 +157,13 @@ def users(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, redis.
     seeded by the workers' user."""
     folder = tmp_path_factory.mktemp("roles")
     acl = folder / "users.acl"
-    proc, port = started_redis(folder, "--aclfile", str(acl), env=password_env(acl))
+    assert start_sh(password_env(acl), "true").returncode == 0
+    # The test's own administrator, to empty the script cache as a restart would.
+    acl.write_text(acl.read_text() + f"user admin on >{ADMIN} ~* &* +@all\n")
+    proc, port = started_redis(folder, "--aclfile", str(acl))
     made = {
         user: redis.Redis(host="127.0.0.1", port=port, username=user, password=pw)
-        for user, pw in PASSWORDS.items()
+        for user, pw in [*PASSWORDS.items(), ("admin", ADMIN)]
     }
     try:
         wait_answering(proc, f"redis://relevo:{PASSWORDS['relevo']}@127.0.0.1:{port}/0")
@@ -222,7 +227,8 @@ def test_the_producer_queues_a_fair_turn_by_sha_once_a_worker_loaded_the_script(
     it included); until a worker loads it, the producer cannot load it itself."""
     worker, producer = users["relevo"], users["producer"]
     turn = {"tenant": "acme", "deadline_ms": 60_000, "input_tokens": 10, "message": PROMPT}
-    assert worker.script_exists(SCRIPTS.sha("enqueue")) == [False]  # a fresh server
+    users["admin"].script_flush()  # as a restart leaves Redis
+
     with pytest.raises(NoPermissionError):  # the EVAL after NOSCRIPT
         enqueue_sync(producer, "relevo", turn_id="t-fair-0", **turn)  # type: ignore[arg-type]
     asyncio.run(loaded_by_a_worker(users))
@@ -241,3 +247,32 @@ async def loaded_by_a_worker(users: dict[str, redis.Redis]) -> None:
         assert await keep_scripts(worker, worker) == 0  # loaded: one SCRIPT EXISTS each
     finally:
         await worker.aclose()
+
+
+def test_a_worker_loads_the_scripts_other_roles_run_by_sha_as_it_starts(
+    users: dict[str, redis.Redis], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker process (`TurnRunner`, as the `relevo` user) loads the producer's and the
+    viewer's scripts with its first heartbeat (and each one after: a restart empties
+    Redis's script cache)."""
+    from breakers.scripts import SCRIPTS as BREAKER_SCRIPTS
+    from budgets.scripts import SCRIPTS as BUDGET_SCRIPTS
+    from tests.chainkit import KEY
+    from tests.chainkit import settings as chain_settings
+    from worker.fleet.runner import TurnRunner
+
+    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
+    users["admin"].script_flush()  # as a restart leaves Redis
+    kwargs = users["relevo"].connection_pool.connection_kwargs
+    url = f"redis://relevo:{PASSWORDS['relevo']}@127.0.0.1:{kwargs['port']}/0"
+    shas = [SCRIPTS.sha("enqueue"), BREAKER_SCRIPTS.sha("inspect"), BUDGET_SCRIPTS.sha("report")]
+    runner = TurnRunner(
+        chain_settings("http://127.0.0.1:9", redis={"url": url, "namespace": "relevo"})
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while users["relevo"].script_exists(*shas) != [True] * 3:
+            assert time.monotonic() < deadline, "no heartbeat loaded the scripts"
+            time.sleep(0.05)
+    finally:
+        runner.close()
