@@ -86,6 +86,8 @@ REFUSED: dict[str, list[Command]] = {
         ("XREVRANGE", "{relevo}:handoffs", "+", "-"),
         ("XRANGE", "relevo:handoffs", "-", "+"),
         ("SCAN", "0"),
+        ("RANDOMKEY",),
+        ("LCS", "{relevo}:turn:t1:result", "{relevo}:turn:t1:result"),  # O(N*M): blocks
         ("HSET", "{relevo}:kill", "who", "mallory"),
         ("DEL", "{relevo}:turns:recent"),
     ],
