@@ -19,8 +19,13 @@ from redis.asyncio import Redis as AsyncRedis
 from redis.exceptions import NoPermissionError, ResponseError
 
 from tests.test_deploy import PASSWORDS, password_env, start_sh, started_redis, wait_answering
+from worker.fleet.app import make_app
+from worker.fleet.enqueue import enqueue_turn
 from worker.fleet.fairqueue import SCRIPTS, enqueue_sync
 from worker.fleet.heartbeat import keep_scripts
+from worker.settings import load_settings
+from worker.simulator import Simulator
+from worker.types import Message, Status, TurnRequest
 
 pytestmark = pytest.mark.redis
 
@@ -179,6 +184,12 @@ def users(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, redis.
         proc.wait(timeout=10)
 
 
+def turn(stream: bool) -> TurnRequest:
+    return TurnRequest(
+        tenant_id="acme", messages=(Message(role="user", content="hi"),), stream=stream
+    )
+
+
 def seed(worker: redis.Redis) -> None:
     worker.lpush("relevo", PROMPT)
     worker.hset("{relevo}:turns:payloads", "t1", PROMPT)
@@ -227,13 +238,14 @@ def test_the_producer_queues_a_fair_turn_by_sha_once_a_worker_loaded_the_script(
     users: dict[str, redis.Redis],
 ) -> None:
     """The fair enqueue runs by its SHA1 with the producer's rights (every command inside
-    it included); until a worker loads it, the producer cannot load it itself."""
+    it included); until a worker loads it, the producer cannot load it itself and the
+    turn goes to the broker's queue as it is."""
     worker, producer = users["relevo"], users["producer"]
     turn = {"tenant": "acme", "deadline_ms": 60_000, "input_tokens": 10, "message": PROMPT}
     users["admin"].script_flush()  # as a restart leaves Redis
 
-    with pytest.raises(NoPermissionError):  # the EVAL after NOSCRIPT
-        enqueue_sync(producer, "relevo", turn_id="t-fair-0", **turn)  # type: ignore[arg-type]
+    # NOSCRIPT, then EVAL refused: the caller sends the message to the broker's queue.
+    assert enqueue_sync(producer, "relevo", turn_id="t-fair-0", **turn) is None  # type: ignore[arg-type]
     asyncio.run(loaded_by_a_worker(users))
     for i in range(2):
         assert enqueue_sync(producer, "relevo", turn_id=f"t-fair-{i}", **turn)  # type: ignore[arg-type]
@@ -308,3 +320,37 @@ async def test_the_viewers_pages_are_refused_until_a_worker_loads_their_scripts(
         assert (await fleet_view(fleet, viewer)).queued is not None
     finally:
         await viewer.aclose()
+
+
+@pytest.mark.slow
+def test_a_producer_sends_a_turn_to_a_worker_and_reads_its_result_on_the_deploy_users(
+    users: dict[str, redis.Redis], sim: Simulator, tmp_path: Path
+) -> None:
+    """A real `celery worker` as `relevo`, `enqueue_turn` and the result's wait as
+    `producer`: every command of the round trip is one its user may send."""
+    from tests.chainkit import worker_config
+    from tests.test_security_kit import KEY_ENV, celery_worker
+
+    sim.reset()
+    port = users["relevo"].connection_pool.connection_kwargs["port"]
+
+    def config(user: str) -> Path:
+        url = f"redis://{user}:{PASSWORDS[user]}@127.0.0.1:{port}/0"
+        path = tmp_path / f"{user}.toml"
+        text = worker_config(sim=sim.url, redis_url=url, namespace="relevo", key_env=KEY_ENV)
+        path.write_text(text)
+        return path
+
+    # The table's turns above and the fair queue's made-up messages were no turns.
+    users["relevo"].delete("relevo", *users["admin"].keys("{relevo}:fair:*"))
+    users["admin"].execute_command("ACL", "LOG", "RESET")
+    with celery_worker(config("relevo"), "relevo"):
+        app = make_app(load_settings(config("producer"), require_secrets=False))
+        try:
+            handles = [enqueue_turn(turn(stream), app=app) for stream in (False, True)]
+            results = [handle.get(timeout_s=60) for handle in handles]
+        finally:
+            app.close()
+    assert [r.status for r in results] == [Status.OK, Status.OK]
+    refused = [(e["username"], e["object"]) for e in users["admin"].acl_log()]
+    assert set(refused) <= {("producer", "eval")}  # the fallback before a worker was up

@@ -136,7 +136,7 @@ class _Channel(pyamqp.Channel):
             return False
         backend = app.backend
         with fleet_errors(backend.url):  # the fair queue's Redis failed, not RabbitMQ
-            enqueue_sync(
+            queued = enqueue_sync(
                 backend.client,
                 fair.namespace,
                 tenant=tenant,
@@ -145,7 +145,7 @@ class _Channel(pyamqp.Channel):
                 input_tokens=int(headers[TOKENS_HEADER]),
                 message=_envelope(msg, exchange, routing_key),
             )
-        return True
+        return queued is not None  # None: not loaded yet, publish to RabbitMQ as it is
 
 
 def _envelope(msg: Any, exchange: str, routing_key: str) -> str:
