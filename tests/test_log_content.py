@@ -7,6 +7,7 @@ carry a canary; every line of every process is searched for them.
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import logging
@@ -151,3 +152,39 @@ def test_log_content_keeps_celerys_task_values_only_when_asked(content: bool) ->
     (line,) = out.getvalue().splitlines()
     shown = REPLY if content else "[content]"
     assert json.loads(line)["event"] == f"Task relevo.run_turn[t1] succeeded in 0.5s: {shown}"
+
+
+@pytest.mark.parametrize("content", [False, True])
+def test_a_message_celery_cannot_run_is_logged_without_its_body(content: bool) -> None:
+    """An unknown task's or an undecodable message's line (`dump_body`) keeps the size."""
+    from celery.worker.consumer import consumer
+
+    class Message:
+        body = json.dumps([{"messages": [{"role": "user", "content": PROMPT}]}]).encode()
+
+    configure_logging(level="debug", json=True, stream=io.StringIO(), content=content)
+    shown = consumer.dump_body(Message(), None)
+    assert (PROMPT in shown) is content
+    configure_logging(level="debug", json=True, stream=io.StringIO())
+
+
+def test_a_sent_turn_shows_celery_no_repr_of_its_payload(
+    sim: Simulator, redis_url: str, namespace: str, tmp_path: Path
+) -> None:
+    """`argsrepr` (what Celery's lines, `celery inspect` and Flower show of a task's
+    arguments) holds no text of the turn; the payload itself is whole."""
+    config = write_config(
+        tmp_path / "chain.toml", sim=sim.url, redis_url=redis_url, namespace=namespace
+    )
+    app = make_app(load_settings(config, require_secrets=False))
+    try:
+        handle = enqueue_turn(turn(stream=False), app=app)
+    finally:
+        app.close()
+    with redis.Redis.from_url(redis_url) as client:
+        (raw,) = client.hvals(f"{{{namespace}}}:fair:msgs")
+        client.delete(*client.keys(f"{{{namespace}}}:*"))
+    message = json.loads(raw.decode().split("|", 4)[4])
+    assert message["headers"]["id"] == handle.turn_id
+    assert (message["headers"]["argsrepr"], message["headers"]["kwargsrepr"]) == ("[content]", "{}")
+    assert PROMPT in base64.b64decode(message["body"]).decode()

@@ -75,6 +75,9 @@ _ENSURE_DEFAULTS = {"max_retries": None, "interval_start": 1, "interval_step": 1
 _PUBLISHING = "publishing the turn (it is recorded: a worker sends it if it did not go out)"
 
 
+_ARGS_SHOWN = "[content]"
+
+
 def send_turn(app: Celery, turn: TurnRequest, *, ignore_result: bool = False) -> AsyncResult:
     """Record the turn as sent, then publish it through Celery's `send_task` (its publish
     signals fire).
@@ -107,6 +110,9 @@ def send_turn(app: Celery, turn: TurnRequest, *, ignore_result: bool = False) ->
                 TASK_NAME,
                 args=[payload],
                 task_id=turn.turn_id,
+                # Shown by Celery's logs, `celery inspect` and Flower: never the turn's text.
+                argsrepr=_ARGS_SHOWN,
+                kwargsrepr="{}",
                 # The payload itself stays as relevo 0.1.0's workers validate it: no field more.
                 headers={**_fair_headers(turn), SCHEMA_HEADER: TURN_SCHEMA},
                 # None, not False: the task's own setting decides, and the message is as before.

@@ -78,6 +78,7 @@ def configure_logging(
     handler.set_name(_HANDLER)
     if not content:
         handler.addFilter(_hide_task_content)
+    _celery_bodies(shown=content)
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             foreign_pre_chain=named,
@@ -104,6 +105,20 @@ def _inert(logger: Any, method: str, event: dict[str, Any]) -> dict[str, Any]:
 # return value (a whole result). Exceptions stay: relevo's errors name fields, not values.
 _CONTENT_FIELDS = frozenset({"args", "kwargs", "return_value"})
 _HIDDEN = "[content]"
+
+
+def _celery_bodies(*, shown: bool) -> None:
+    """Celery's consumer prints a message it cannot run (an unknown task, a body it cannot
+    decode) with its body, a whole turn, through one function: keep the size only."""
+    from celery.worker.consumer import consumer
+
+    original = getattr(consumer, "_relevo_dump_body", consumer.dump_body)
+    consumer._relevo_dump_body = original
+
+    def sized(message: Any, body: Any) -> str:
+        return f"{_HIDDEN} ({len(message.body)}b)"
+
+    consumer.dump_body = original if shown else sized
 
 
 def _hide_task_content(record: logging.LogRecord) -> bool:
