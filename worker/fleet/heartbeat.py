@@ -87,7 +87,7 @@ async def keep_scripts(turns: Redis, shared: Redis) -> int:
     """Load, where Redis lost them (a restart, a failover), the scripts that other roles
     run by SHA only and may not load (deploy/redis/users.acl.in): the producer's fair
     enqueue on the turn store, the viewer's breaker inspection and budget report on the
-    shared store. One SCRIPT EXISTS a store while they are there; how many were loaded."""
+    shared store. Three SCRIPT EXISTS while they are there; how many were loaded."""
     loaded = await FAIR_SCRIPTS.keep_loaded(turns, ("enqueue",))
     loaded += await BREAKER_SCRIPTS.keep_loaded(shared, ("inspect",))
     return loaded + await BUDGET_SCRIPTS.keep_loaded(shared, ("report",))
