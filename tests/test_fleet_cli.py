@@ -8,12 +8,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.chainkit import KEY
+from tests.netkit import free_port
 from tests.test_celery_fleet import write_config
 from worker.cli.main import main
 from worker.fleet.loop import LoopThread
@@ -171,3 +173,56 @@ def test_worker_processes_end_when_relevo_worker_is_killed(config: Path) -> None
     while any(alive(pid) for pid in children):
         assert time.monotonic() < deadline, f"orphaned worker processes: {children}"
         time.sleep(0.2)
+
+
+def healthz(port: int) -> tuple[int, str]:
+    """`relevo worker`'s `/healthz`: its status and body (0 while nothing answers)."""
+    try:
+        response = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5)
+    except httpx.HTTPError:
+        return 0, ""
+    return response.status_code, response.text
+
+
+def wait_for(check: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.2)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_healthz_names_a_worker_process_that_stopped_beating(config: Path) -> None:
+    """The liveness probe asks the node itself: a process whose event loop is stuck
+    (here, stopped) fails it within a few beats; it passes again once it beats."""
+    port = free_port()
+    env = {**os.environ, "RELEVO_TEST_KEY": KEY, "RELEVO_OBSERVABILITY__LIVENESS_STALE_S": "6"}
+    args = ["--config", str(config), "--processes", "2", "--threads", "4"]
+    node = subprocess.Popen(
+        [*RELEVO, "worker", *args, "--metrics-port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    stopped = None
+    try:
+        wait_for(lambda: len(children_of(node.pid)) == 2, "relevo worker started no processes")
+        wait_for(
+            lambda: healthz(port) == (200, "ok: 2 of 2 worker processes beat within 6 s\n"),
+            f"both processes never beat: {healthz(port)}",
+        )
+        stopped = children_of(node.pid)[0]
+        os.kill(stopped, signal.SIGSTOP)
+        wait_for(lambda: healthz(port)[0] == 503, "/healthz still 200 with a process stopped")
+        _, body = healthz(port)
+        assert body.startswith("stale: 1 of 2 worker processes beat within 6 s"), body
+        assert f"pid {stopped} last beat" in body
+        os.kill(stopped, signal.SIGCONT)
+        stopped = None
+        wait_for(lambda: healthz(port)[0] == 200, "/healthz stayed 503 once the process beat")
+    finally:
+        if stopped is not None:
+            os.kill(stopped, signal.SIGCONT)
+        node.send_signal(signal.SIGTERM)
+        node.wait(timeout=30)

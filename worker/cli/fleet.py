@@ -104,7 +104,7 @@ def _worker(args: argparse.Namespace) -> int:
     processes = args.processes or settings.worker.processes
     threads = args.threads or settings.worker.threads
     port = settings.observability.metrics_port if args.metrics_port is None else args.metrics_port
-    with serve_metrics(settings, port) as metrics_env:
+    with serve_metrics(settings, port, processes) as metrics_env:
         named = {} if args.node_name is None else {NODE_VARIABLE: args.node_name}
         env = child_env(config, args.log_level, {**metrics_env, **named})
         level = args.log_level or settings.observability.log_level

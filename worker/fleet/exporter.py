@@ -20,6 +20,7 @@ import asyncio
 import tempfile
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TypeVar
 
 import structlog
@@ -30,6 +31,7 @@ from redis.asyncio import Redis
 
 import breakers
 from worker.errors import STORE_DOWN, STORE_REFUSED
+from worker.fleet.liveness import ALIVE_VARIABLE, Liveness
 from worker.fleet.rabbitmq import queue_depth
 from worker.fleet.tenant_snapshot import TenantSnapshots
 from worker.guard.stores import breaker_store
@@ -181,10 +183,12 @@ async def _queue_depth(settings: Settings, broker: Redis, timeout_s: float) -> i
 
 
 @contextmanager
-def serve_metrics(settings: Settings, port: int) -> Iterator[dict[str, str]]:
-    """Serve the node's metrics on `port` while the block runs.
+def serve_metrics(settings: Settings, port: int, processes: int = 1) -> Iterator[dict[str, str]]:
+    """Serve the node's metrics on `port` while the block runs, and its `processes`
+    worker processes' liveness on `/healthz` (`worker.fleet.liveness`).
 
-    Yields the environment the worker processes need (the multiprocess directory).
+    Yields the environment the worker processes need (the multiprocess directory, which
+    also holds their liveness files).
     With `port` 0, or a port that cannot be bound, nothing is served and the
     environment is empty: a node without its metrics endpoint still runs turns
     (and Prometheus sees the target down).
@@ -195,8 +199,11 @@ def serve_metrics(settings: Settings, port: int) -> Iterator[dict[str, str]]:
     with tempfile.TemporaryDirectory(prefix="relevo-metrics-") as path:
         registry = CollectorRegistry()
         MultiProcessCollector(registry, path=path)  # type: ignore[no-untyped-call]
-        with _served(settings, port, lambda: generate_latest(registry)) as served:
-            yield {MULTIPROC_ENV: path} if served else {}
+        stale_s = settings.observability.liveness_stale_s
+        alive = Liveness(Path(path), processes, stale_s)
+        scrape = lambda: generate_latest(registry)  # noqa: E731
+        with _served(settings, port, scrape, alive.verdict) as served:
+            yield {MULTIPROC_ENV: path, ALIVE_VARIABLE: path} if served else {}
 
 
 @contextmanager
@@ -215,11 +222,16 @@ def serve_fleet_metrics(settings: Settings, port: int) -> Iterator[bool]:
 
 
 @contextmanager
-def _served(settings: Settings, port: int, body: Callable[[], bytes]) -> Iterator[bool]:
+def _served(
+    settings: Settings,
+    port: int,
+    body: Callable[[], bytes],
+    health: Callable[[], tuple[bool, str]] = lambda: (True, "ok"),
+) -> Iterator[bool]:
     addr = settings.observability.metrics_addr
     token = load_token(settings.observability.metrics_token_file)
     try:
-        server = serve_body(addr, port, body, token)
+        server = serve_body(addr, port, body, token, health)
     except OSError as exc:
         log.error("metrics.not_served", addr=addr, port=port, error=exc.strerror or str(exc))
         yield False

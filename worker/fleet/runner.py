@@ -26,6 +26,7 @@ from breakers import KillSwitchState
 from breakers.schema import SCHEMA_FIELD, version_problem
 from worker.adapters import make_client
 from worker.errors import STORE_DOWN, InputError
+from worker.fleet import liveness
 from worker.fleet.agreement import Agreement, FleetShape
 from worker.fleet.dispatcher import QUEUE_DEADLINE, Dispatcher
 from worker.fleet.environment import node_name
@@ -230,6 +231,7 @@ class TurnRunner:
         # ends it even if a cancel is swallowed (Python 3.11's asyncio.timeout can).
         beats = 0
         while not self._closing:
+            liveness.touch()  # before Redis is asked: its absence is not this process's
             self.report_state()
             await self.heartbeat()
             if beats % _COMPARE_EVERY == 0:

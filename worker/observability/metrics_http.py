@@ -80,13 +80,19 @@ def _scrape(body: Callable[[], bytes]) -> Callable[[Environ, StartResponse], Ite
     return scrape
 
 
-def _guarded(app: Callable[[Environ, StartResponse], Iterable[bytes]], token: str | None) -> Any:
+def _guarded(
+    app: Callable[[Environ, StartResponse], Iterable[bytes]],
+    token: str | None,
+    health: Callable[[], tuple[bool, str]],
+) -> Any:
     wanted = None if token is None else f"Bearer {token}".encode()
 
     def guarded(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         if environ.get("PATH_INFO") == "/healthz":
-            start_response("200 OK", [("Content-Type", "text/plain")])
-            return [b"ok\n"]
+            healthy, said = health()
+            status = "200 OK" if healthy else "503 Service Unavailable"
+            start_response(status, [("Content-Type", "text/plain")])
+            return [f"{said}\n".encode()]
         given = environ.get("HTTP_AUTHORIZATION", "").encode("latin-1", "replace")
         if wanted is not None and not hmac.compare_digest(given, wanted):
             start_response(
@@ -111,15 +117,22 @@ class MetricsServer:
         self.thread.join(timeout=5)
 
 
-def serve_body(addr: str, port: int, body: Callable[[], bytes], token: str | None) -> MetricsServer:
+def serve_body(
+    addr: str,
+    port: int,
+    body: Callable[[], bytes],
+    token: str | None,
+    health: Callable[[], tuple[bool, str]] = lambda: (True, "ok"),
+) -> MetricsServer:
     """Serve what `body` returns (Prometheus' text format) at each scrape, on
-    `addr`:`port` in a daemon thread (raises `OSError` when the port cannot be bound)."""
+    `addr`:`port` in a daemon thread (raises `OSError` when the port cannot be bound).
+    `/healthz` answers 200 or 503 as `health` says, with its words."""
     family = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM)[0][0]
 
     class Server(_Server):
         address_family = family
 
-    app = _guarded(_scrape(body), token)
+    app = _guarded(_scrape(body), token, health)
     server = make_server(addr, port, app, Server, handler_class=_QuietHandler)
     thread = threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True)
     thread.start()

@@ -22,6 +22,9 @@ class ObservabilitySettings(Section):
     metrics_token_file: Path | None = None
     """A file holding the bearer token every scrape must send (a mounted secret);
     `RELEVO_METRICS_TOKEN` holds the same. Unset and unset: no token asked."""
+    liveness_stale_s: float = Field(default=60.0, ge=1, le=3600)
+    """A worker process that has not ticked its heartbeat for this long (its event loop
+    stuck) makes `relevo worker`'s `/healthz` answer 503: what a liveness probe asks."""
     exporter_snapshot_every_s: float = Field(default=15.0, ge=1, le=3600)
     """How often `relevo exporter` reads every tenant again, in the background."""
     exporter_max_tenants: int = Field(default=1000, ge=0, le=10_000)
