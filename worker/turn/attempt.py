@@ -23,7 +23,13 @@ from typing import Any
 from worker.adapters import Adapter, ProviderCall, reasoning_family
 from worker.adapters.base import Completion, TextDelta
 from worker.adapters.output_limit import billable_output_tokens
-from worker.errors import FirstByteTimeout, MalformedResponse, ProviderError, ResponseTimeout
+from worker.errors import (
+    FirstByteTimeout,
+    MalformedResponse,
+    ProviderError,
+    ResponseCutOff,
+    ResponseTimeout,
+)
 from worker.guard.protocol import Availability, Charge, Conclusion, Guard, Refusal, Signal, Target
 from worker.observability import tracing
 from worker.settings import ModelSettings, Settings
@@ -219,6 +225,10 @@ class Attempts:
             billed = charge.micros if rule.billed or self.report.locked else None
             if flight.content:
                 billed = self._produced_micros(flight)
+            elif isinstance(error, ResponseCutOff) and self._writes_unseen(model):
+                # The provider answered, then the body broke: a whole answer, or thinking,
+                # was written that nothing counts.
+                billed = charge.worst
             if completion is not None:
                 billed = cost_of(completion.usage, model)
             await self.guard.conclude(
@@ -281,12 +291,17 @@ class Attempts:
             charged = charge.micros
             if flight.content:
                 charged = self._produced_micros(flight)
-            elif not self.request.stream or _thinks(self.settings.models[target.model]):
+            elif self._writes_unseen(self.settings.models[target.model]):
                 charged = charge.worst
             self.report.interrupted(target, latency_s, flight.plan.retry_index, charged)
             signal = Signal.FAILURE if holder is not None else None
             end = Conclusion(target, charge, signal, charged, holder)
         await self.guard.conclude(end)
+
+    def _writes_unseen(self, model: ModelSettings) -> bool:
+        """Whether a call may be writing output that nothing shows until it ends: a whole
+        answer not streamed, or thinking."""
+        return not self.request.stream or _thinks(model)
 
     def _produced_micros(self, flight: Flight) -> int:
         """What a call cut after content is charged, the provider's usage unknown: its

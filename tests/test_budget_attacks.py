@@ -1,0 +1,114 @@
+"""A tenant trying to pay less than the provider bills: calls the provider answered but that
+broke on the way back, and thinking a cut Gemini stream reported before it broke.
+
+Each runs a turn through `TurnRunner` on real Redis and the simulator over HTTP, and checks
+what the ledger charged against what the simulated provider bills for the call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis.asyncio as aredis
+
+from budgets.ledger import Ledger
+from tests import chainkit
+from worker.fleet.runner import TurnRunner
+from worker.settings import Settings
+from worker.simulator import Fault, Simulator
+from worker.simulator.wire import estimate_tokens
+
+OPENAI = ("openai/alpha", "anthropic/beta")  # $2 / $8 per million tokens
+GEMINI = ("google/gamma", "openai/alpha")  # $1 / $4
+
+
+@pytest.fixture(autouse=True)
+def _key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RELEVO_TEST_KEY", chainkit.KEY)
+
+
+@pytest.fixture
+def runner_of(redis_url: str, namespace: str, sim: Simulator) -> Iterator[Any]:
+    sim.reset()
+    runners: list[TurnRunner] = []
+
+    def make(chain: tuple[str, ...], **sections: Any) -> tuple[TurnRunner, Settings]:
+        redis = {"url": redis_url, "namespace": namespace}
+        config = chainkit.settings(sim.url, chain, redis=redis, **sections)
+        runners.append(TurnRunner(config))
+        return runners[-1], config
+
+    yield make
+    for runner in runners:
+        runner.close()
+
+
+def spent(redis_url: str, namespace: str) -> int:
+    async def read() -> int:
+        client = aredis.from_url(redis_url)
+        try:
+            return (await Ledger(client, namespace=namespace).report("acme")).day.spent_micros
+        finally:
+            await client.aclose()
+
+    return asyncio.run(read())
+
+
+def payload(**fields: Any) -> dict[str, Any]:
+    return {
+        "turn_id": uuid.uuid4().hex,
+        "tenant_id": "acme",
+        "messages": [
+            {"role": "system", "content": "You are the support agent."},
+            {"role": "user", "content": "Where is my order?"},
+        ],
+        "deadline_s": 10,
+        **fields,
+    }
+
+
+def prompt_tokens(sim: Simulator, model: str) -> int:
+    """The prompt tokens the simulator bills the last call of `model` (OpenAI's shape)."""
+    return estimate_tokens(json.dumps(sim.requests(model)[-1].body["messages"]))
+
+
+def test_an_answer_not_streamed_that_breaks_on_the_way_back_is_charged_what_it_billed(
+    runner_of: Any, sim: Simulator, redis_url: str, namespace: str
+) -> None:
+    # The provider wrote all 3,000 tokens before sending a byte, then the body broke
+    # half-way: it bills every one of them, twice (the retry breaks too).
+    runner, _ = runner_of(OPENAI)
+    sim.set_faults("alpha", Fault(tokens=3000, error_after_tokens=1, times=2))
+    result = runner.run(payload(max_tokens=4000))
+    cut = [a for a in result["attempts"] if a["model"] == "openai/alpha"]
+    billed = prompt_tokens(sim, "alpha") * 2 + 3000 * 8
+    charges = [a["charged_micros"] for a in cut]
+    print(f"each torn answer: billed {billed} µ$, charged {charges}")
+    assert len(cut) == 2
+    assert sim.calls("alpha", "dropped") == 2
+    assert all(c is not None and c >= billed for c in charges)
+    assert sum(a["charged_micros"] or 0 for a in result["attempts"]) == result["cost_micros"]
+    assert spent(redis_url, namespace) == result["cost_micros"]
+
+
+def test_a_stream_that_breaks_after_its_status_and_before_content_is_charged(
+    runner_of: Any, sim: Simulator, redis_url: str, namespace: str
+) -> None:
+    # The model took the prompt and began its stream: the provider bills the prompt at
+    # least. Nothing was streamed to count: the expected hold, then the fallback answers.
+    runner, _ = runner_of(OPENAI)
+    sim.set_faults("alpha", Fault(error_after_tokens=0, drop=True, times=2))
+    result = runner.run(payload(stream=True, max_tokens=4000))
+    cut = [a for a in result["attempts"] if a["model"] == "openai/alpha"]
+    prompt = prompt_tokens(sim, "alpha") * 2
+    print(f"each stream broken before content: prompt {prompt} µ$, charged", cut)
+    assert result["status"] == "ok"
+    assert sim.calls("alpha", "dropped") == 2
+    assert all(a["charged_micros"] is not None and a["charged_micros"] >= prompt for a in cut)
+    assert sum(a["charged_micros"] or 0 for a in result["attempts"]) == result["cost_micros"]
+    assert spent(redis_url, namespace) == result["cost_micros"]
