@@ -112,3 +112,43 @@ def test_a_stream_that_breaks_after_its_status_and_before_content_is_charged(
     assert all(a["charged_micros"] is not None and a["charged_micros"] >= prompt for a in cut)
     assert sum(a["charged_micros"] or 0 for a in result["attempts"]) == result["cost_micros"]
     assert spent(redis_url, namespace) == result["cost_micros"]
+
+
+@pytest.mark.parametrize(
+    ("cut", "fault", "deadline_s"),
+    [
+        (
+            "dropped",
+            Fault(tokens=3000, reasoning_tokens=5000, error_after_tokens=100, drop=True),
+            10,
+        ),
+        (
+            "deadline",
+            Fault(tokens=3000, reasoning_tokens=5000, stall_after_tokens=100, stall_after_s=5),
+            2,
+        ),
+    ],
+)
+def test_a_cut_gemini_stream_is_charged_the_thinking_it_reported(
+    runner_of: Any,
+    sim: Simulator,
+    *,
+    redis_url: str,
+    namespace: str,
+    cut: str,
+    fault: Fault,
+    deadline_s: float,
+) -> None:
+    # Gemini 2.5 thinks unasked (no thinking budget sent) and reports it in each chunk's
+    # usageMetadata before the answer: 5,000 thinking tokens, then 100 of the answer, then
+    # the cut. The provider bills them all; the stream's text counts only the 100.
+    runner, _ = runner_of(GEMINI, first_byte_timeout_s=3)
+    sim.set_faults("gamma", fault)
+    result = runner.run(payload(stream=True, max_tokens=4000, deadline_s=deadline_s))
+    (attempt,) = result["attempts"]
+    output_billed = (5000 + 100) * 4
+    print(f"gemini {cut}: output billed {output_billed} µ$, charged {attempt['charged_micros']}")
+    assert attempt["model"] == "google/gamma"
+    assert attempt["charged_micros"] >= output_billed
+    assert result["cost_micros"] == attempt["charged_micros"]
+    assert spent(redis_url, namespace) == result["cost_micros"]

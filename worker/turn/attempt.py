@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from worker.adapters import Adapter, ProviderCall, reasoning_family
-from worker.adapters.base import Completion, TextDelta
+from worker.adapters.base import Completion, TextDelta, UsageSoFar
 from worker.adapters.output_limit import billable_output_tokens
 from worker.errors import (
     FirstByteTimeout,
@@ -231,6 +231,8 @@ class Attempts:
                 billed = charge.worst
             if completion is not None:
                 billed = cost_of(completion.usage, model)
+            elif flight.usage_seen is not None:
+                billed = max(billed or 0, cost_of(flight.usage_seen, model))
             await self.guard.conclude(
                 Conclusion(
                     target,
@@ -293,6 +295,10 @@ class Attempts:
                 charged = self._produced_micros(flight)
             elif self._writes_unseen(self.settings.models[target.model]):
                 charged = charge.worst
+            if flight.usage_seen is not None:
+                charged = max(
+                    charged, cost_of(flight.usage_seen, self.settings.models[target.model])
+                )
             self.report.interrupted(target, latency_s, flight.plan.retry_index, charged)
             signal = Signal.FAILURE if holder is not None else None
             end = Conclusion(target, charge, signal, charged, holder)
@@ -313,6 +319,9 @@ class Attempts:
         if _thinks(model):
             return flight.charge.worst
         output_tokens = min(self.request.max_tokens, text_tokens("".join(flight.streamed)))
+        if flight.usage_seen is not None:
+            # Thinking the provider reported, billed beside the answer's tokens.
+            output_tokens += flight.usage_seen.reasoning_tokens
         margin = self.settings.budgets.input_margin_pct
         return reservation_micros(
             plan.fit.input_tokens, output_tokens, model, input_margin_pct=margin
@@ -378,6 +387,9 @@ class Attempts:
         try:
             async with asyncio.timeout(provider.first_byte_timeout_s) as limit:
                 async for event in events:
+                    if isinstance(event, UsageSoFar):
+                        flight.usage_seen = event.usage
+                        continue
                     if not self.report.locked:
                         # First content: from now on only the total timeout applies.
                         limit.reschedule(total_at)
