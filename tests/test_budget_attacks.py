@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -152,3 +153,33 @@ def test_a_cut_gemini_stream_is_charged_the_thinking_it_reported(
     assert attempt["charged_micros"] >= output_billed
     assert result["cost_micros"] == attempt["charged_micros"]
     assert spent(redis_url, namespace) == result["cost_micros"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_lost_hedge_is_charged_its_worst_case_unless_it_streamed(
+    runner_of: Any, sim: Simulator, *, redis_url: str, namespace: str, stream: bool
+) -> None:
+    # The primary writes a whole 3,000-token answer before sending it; its hedge sends
+    # content first and the primary is cut. The provider bills the answer it wrote all the
+    # same; the tenant asked for no stream, and nothing shows how far the primary got.
+    hedging = {"enabled": True, "fallback_s": 0.3, "floor_s": 0.05, "budget_share": 1.0}
+    runner, _ = runner_of(OPENAI, hedging=hedging, first_byte_timeout_s=5)
+    for _ in range(3):  # each answered attempt earns the fleet's hedge budget its share
+        assert runner.run(payload())["status"] == "ok"
+    time.sleep(1.0)  # the evidence is written after each turn, on its own pipeline
+    before = spent(redis_url, namespace)
+    # Streamed, the primary sends nothing for 2 s: it has written nothing, and is charged
+    # its prompt.
+    sim.set_faults("alpha", Fault(tokens=3000, stall_first_byte_s=2))
+    result = runner.run(payload(max_tokens=4000, stream=stream))
+    lost, won = result["attempts"]
+    prompt = prompt_tokens(sim, "alpha") * 2
+    billed = prompt + (0 if stream else 3000 * 8)
+    print(f"lost hedge, stream {stream}: billed {billed} µ$, charged {lost['charged_micros']}")
+    assert lost["outcome"] == "hedge_lost"
+    assert won["outcome"] == "ok"
+    assert lost["charged_micros"] >= billed
+    if stream:
+        assert lost["charged_micros"] < 10 * prompt  # the prompt (as estimated), no output
+    assert lost["charged_micros"] + won["charged_micros"] == result["cost_micros"]
+    assert spent(redis_url, namespace) - before == result["cost_micros"]

@@ -225,7 +225,7 @@ class Attempts:
             billed = charge.micros if rule.billed or self.report.locked else None
             if flight.content:
                 billed = self._produced_micros(flight)
-            elif isinstance(error, ResponseCutOff) and self._writes_unseen(model):
+            elif isinstance(error, ResponseCutOff) and self.writes_unseen(model):
                 # The provider answered, then the body broke: a whole answer, or thinking,
                 # was written that nothing counts.
                 billed = charge.worst
@@ -293,7 +293,7 @@ class Attempts:
             charged = charge.micros
             if flight.content:
                 charged = self._produced_micros(flight)
-            elif self._writes_unseen(self.settings.models[target.model]):
+            elif self.writes_unseen(self.settings.models[target.model]):
                 charged = charge.worst
             if flight.usage_seen is not None:
                 charged = max(
@@ -304,7 +304,7 @@ class Attempts:
             end = Conclusion(target, charge, signal, charged, holder)
         await self.guard.conclude(end)
 
-    def _writes_unseen(self, model: ModelSettings) -> bool:
+    def writes_unseen(self, model: ModelSettings) -> bool:
         """Whether a call may be writing output that nothing shows until it ends: a whole
         answer not streamed, or thinking."""
         return not self.request.stream or _thinks(model)
