@@ -183,3 +183,34 @@ def test_a_lost_hedge_is_charged_its_worst_case_unless_it_streamed(
         assert lost["charged_micros"] < 10 * prompt  # the prompt (as estimated), no output
     assert lost["charged_micros"] + won["charged_micros"] == result["cost_micros"]
     assert spent(redis_url, namespace) - before == result["cost_micros"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_first_byte_timeout_that_may_hide_a_written_answer_is_charged_its_worst_case(
+    runner_of: Any, sim: Simulator, *, redis_url: str, namespace: str, stream: bool
+) -> None:
+    # Five short answers make the expected hold a few tokens. Then the primary takes longer
+    # than its first-byte timeout: writing a whole 3,000-token answer before sending any
+    # (not streamed), or thinking 3,000 tokens before its first (a reasoning model).
+    # The provider bills them; the expected hold would charge a few tokens.
+    budgets = {"evidence_min_samples": 3, "evidence_refresh_s": 0.2}
+    models = {"openai/alpha": chainkit.model("openai", ("oa", "alpha"), prices=(2, 8))}
+    if stream:
+        models["openai/alpha"]["reasoning"] = True
+    runner, _ = runner_of(OPENAI, budgets=budgets, models=models, first_byte_timeout_s=1)
+    for _ in range(5):
+        assert runner.run(payload(max_tokens=4000))["status"] == "ok"
+    for _ in range(2):  # a turn after the refresh interval reads the evidence again
+        time.sleep(0.5)
+        assert runner.run(payload(max_tokens=4000))["status"] == "ok"
+    before = spent(redis_url, namespace)
+    hidden = {"reasoning_tokens": 3000} if stream else {"tokens": 3000}
+    sim.set_faults("alpha", Fault(stall_first_byte_s=3, **hidden))
+    result = runner.run(payload(max_tokens=4000, stream=stream))
+    timed_out, answered = result["attempts"]
+    billed = prompt_tokens(sim, "alpha") * 2 + 3000 * 8
+    print(f"first-byte timeout, stream {stream}: billed {billed}, charged", timed_out)
+    assert timed_out["error_class"] == "first_byte_timeout"
+    assert answered["model"] == "anthropic/beta"
+    assert timed_out["charged_micros"] >= billed
+    assert spent(redis_url, namespace) - before == result["cost_micros"]

@@ -27,7 +27,6 @@ from worker.errors import (
     FirstByteTimeout,
     MalformedResponse,
     ProviderError,
-    ResponseCutOff,
     ResponseTimeout,
 )
 from worker.guard.protocol import Availability, Charge, Conclusion, Guard, Refusal, Signal, Target
@@ -220,14 +219,15 @@ class Attempts:
         except ProviderError as error:
             rule = rule_for(error)
             # A call the provider may bill without content (a first-byte timeout) is charged
-            # its expected cost; one cut after content what it produced, as the provider
-            # bills it; one that answered (in the wrong shape) what it cost.
+            # its expected cost, or its worst case when it may be writing unseen; one cut
+            # after content what it produced, as the provider bills it; one that answered
+            # (in the wrong shape) what it cost.
             billed = charge.micros if rule.billed or self.report.locked else None
             if flight.content:
                 billed = self._produced_micros(flight)
-            elif isinstance(error, ResponseCutOff) and self.writes_unseen(model):
-                # The provider answered, then the body broke: a whole answer, or thinking,
-                # was written that nothing counts.
+            elif rule.billed and self.writes_unseen(model):
+                # Billed with nothing to count (a timeout, or a body that broke after its
+                # status): a whole answer, or thinking, may have been written unseen.
                 billed = charge.worst
             if completion is not None:
                 billed = cost_of(completion.usage, model)
