@@ -103,7 +103,8 @@ class _ChunkDecoder:
         return self.absorb(as_object(data))
 
     def absorb(self, chunk: dict[str, Any]) -> list[Event]:
-        """Take in one response (or stream chunk); return its content deltas."""
+        """Take in one response (or stream chunk); return its content deltas, after the
+        thinking it reports first (`UsageSoFar`)."""
         if chunk.get("error") is not None:
             raise classify_stream_error("gemini", chunk)
         events: list[Event] = []

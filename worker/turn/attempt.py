@@ -23,12 +23,7 @@ from typing import Any
 from worker.adapters import Adapter, ProviderCall, reasoning_family
 from worker.adapters.base import Completion, TextDelta, UsageSoFar
 from worker.adapters.output_limit import billable_output_tokens
-from worker.errors import (
-    FirstByteTimeout,
-    MalformedResponse,
-    ProviderError,
-    ResponseTimeout,
-)
+from worker.errors import FirstByteTimeout, MalformedResponse, ProviderError, ResponseTimeout
 from worker.guard.protocol import Availability, Charge, Conclusion, Guard, Refusal, Signal, Target
 from worker.observability import tracing
 from worker.settings import ModelSettings, Settings
