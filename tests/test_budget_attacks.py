@@ -1,5 +1,6 @@
 """A tenant trying to pay less than the provider bills: calls the provider answered but that
-broke on the way back, and thinking a cut Gemini stream reported before it broke.
+broke on the way back, thinking a cut Gemini stream reported before it broke, answers
+written unseen before a first-byte timeout, and a lost hedge that was not streamed.
 
 Each runs a turn through `TurnRunner` on real Redis and the simulator over HTTP, and checks
 what the ledger charged against what the simulated provider bills for the call.
