@@ -16,6 +16,7 @@ chain does next (see `worker.turn.policy.RULES`).
     │   ├── FirstByteTimeout       nothing arrived before the first-byte timeout
     │   ├── ResponseTimeout        content began but the answer did not finish in time
     │   ├── ConnectionFailed       refused, reset or dropped before any content
+    │   │   └── ResponseCutOff         dropped after the provider answered 200: it may bill it
     │   ├── MalformedResponse      a body or stream that cannot be understood
     │   ├── OutputInvalid          an answer that is not the JSON the turn's schema asks for
     │   ├── RateLimited            429 rate limit (maybe with Retry-After)
@@ -56,6 +57,7 @@ __all__ = [
     "QuotaExhausted",
     "RateLimited",
     "RelevoError",
+    "ResponseCutOff",
     "ResponseTimeout",
     "ServerError",
     "StoreForbidden",
@@ -152,6 +154,11 @@ class ResponseTimeout(ProviderError):
 
 class ConnectionFailed(ProviderError):
     code = "connection_error"
+
+
+class ResponseCutOff(ConnectionFailed):
+    """The provider answered (a success status), then the body or stream broke: the call
+    reached a model that may have written the answer, and bills it."""
 
 
 class MalformedResponse(ProviderError):

@@ -23,7 +23,15 @@ from worker.types import (
     Usage,
 )
 
-__all__ = ["Adapter", "Completion", "Event", "ProviderCall", "TextDelta", "ToolCallDelta"]
+__all__ = [
+    "Adapter",
+    "Completion",
+    "Event",
+    "ProviderCall",
+    "TextDelta",
+    "ToolCallDelta",
+    "UsageSoFar",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +79,14 @@ class ToolCallDelta:
 
 
 @dataclass(frozen=True, slots=True)
+class UsageSoFar:
+    """What the provider says a stream has used before its end (Gemini reports its thinking
+    in the chunks ahead of the answer): billed even when the stream is cut. Not content."""
+
+    usage: Usage
+
+
+@dataclass(frozen=True, slots=True)
 class Completion:
     """The whole answer. Always the last event of a successful call."""
 
@@ -86,7 +102,7 @@ class Completion:
     model: str | None = None
 
 
-Event = TextDelta | ToolCallDelta | Completion
+Event = TextDelta | ToolCallDelta | UsageSoFar | Completion
 
 
 class Adapter(Protocol):

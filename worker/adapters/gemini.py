@@ -15,7 +15,14 @@ import uuid
 from typing import Any
 from urllib.parse import quote
 
-from worker.adapters.base import Completion, Event, ProviderCall, TextDelta, ToolCallDelta
+from worker.adapters.base import (
+    Completion,
+    Event,
+    ProviderCall,
+    TextDelta,
+    ToolCallDelta,
+    UsageSoFar,
+)
 from worker.adapters.classify import classify_stream_error
 from worker.adapters.finish import FinishReason, normalize_finish
 from worker.adapters.gemini_body import ORIGIN, SKIP_SIGNATURE, request_body
@@ -96,11 +103,17 @@ class _ChunkDecoder:
         return self.absorb(as_object(data))
 
     def absorb(self, chunk: dict[str, Any]) -> list[Event]:
-        """Take in one response (or stream chunk); return its content deltas."""
+        """Take in one response (or stream chunk); return its content deltas, after the
+        thinking it reports first (`UsageSoFar`)."""
         if chunk.get("error") is not None:
             raise classify_stream_error("gemini", chunk)
+        events: list[Event] = []
         if chunk.get("usageMetadata") is not None:
-            self._usage = _usage(as_object(chunk["usageMetadata"]))
+            usage = _usage(as_object(chunk["usageMetadata"]))
+            if usage.reasoning_tokens > self._usage.reasoning_tokens:
+                # Thinking is counted before the answer streams: billed even if it is cut.
+                events.append(UsageSoFar(usage))
+            self._usage = usage
         self._model = as_str(chunk.get("modelVersion")) or self._model
         candidates = chunk.get("candidates") or ()
         if not candidates:
@@ -108,11 +121,10 @@ class _ChunkDecoder:
             if feedback.get("blockReason") is not None:
                 # The prompt itself was blocked, whatever the reason's name.
                 self._finish_reason = FinishReason.CONTENT_FILTER
-            return []
+            return events
         candidate = as_object(candidates[0])
         if candidate.get("finishReason") is not None:
             self._finish_reason = normalize_finish("gemini", as_str(candidate["finishReason"]))
-        events: list[Event] = []
         for raw in as_object(candidate.get("content") or {}).get("parts") or ():
             part = as_object(raw)
             signature = as_str(part.get("thoughtSignature")) or None

@@ -35,6 +35,7 @@ from worker.errors import (
     FirstByteTimeout,
     MalformedResponse,
     ProviderError,
+    ResponseCutOff,
 )
 from worker.observability.redact import redact_exact, redact_text
 from worker.settings import HttpSettings, ProviderSettings
@@ -193,6 +194,7 @@ class HttpAdapter(ABC, Generic[_FrameT]):
         """Yield content deltas (when streaming), then one `Completion`."""
         request = self.request(call)
         started = False
+        answered = False  # a success status arrived: the provider may bill what follows
         try:
             async with self._client.stream(
                 "POST",
@@ -203,6 +205,7 @@ class HttpAdapter(ABC, Generic[_FrameT]):
                 auth=self._auth,
             ) as response:
                 await self._check(response, streaming=call.stream)
+                answered = True
                 if not call.stream:
                     body = await _read_capped(response, MAX_RESPONSE_BYTES)
                     with self._malformed():
@@ -224,9 +227,10 @@ class HttpAdapter(ABC, Generic[_FrameT]):
                     with self._malformed():
                         completion = decoder.completion()
         except ProviderError as exc:
-            raise self._scrubbed(exc) from None
+            raise self._scrubbed(_cut_off(exc) if answered else exc) from None
         except (httpx.HTTPError, aiohttp.ClientError, OSError) as exc:
-            raise self._scrubbed(_translate(exc, started=started)) from None
+            error = _translate(exc, started=started)
+            raise self._scrubbed(_cut_off(error) if answered else error) from None
         yield completion
 
     async def _check(self, response: httpx.Response, *, streaming: bool) -> None:
@@ -317,6 +321,14 @@ def _root(exc: BaseException) -> BaseException:
 _CONNECT_TIMEOUTS = (aiohttp.ConnectionTimeoutError, httpx.ConnectTimeout, httpx.PoolTimeout)
 _READ_TIMEOUTS = (TimeoutError, httpx.TimeoutException)
 _MALFORMED = (httpx.DecodingError, aiohttp.ClientResponseError)
+
+
+def _cut_off(error: ProviderError) -> ProviderError:
+    """A connection that failed after a success status is a response cut off, which the
+    provider may bill (`worker.turn.policy`); any other error stays as it is."""
+    if type(error) is not ConnectionFailed:
+        return error
+    return ResponseCutOff(error.message, status=error.status, provider_code=error.provider_code)
 
 
 def _translate(exc: BaseException, *, started: bool) -> ProviderError:

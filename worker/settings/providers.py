@@ -42,7 +42,8 @@ class ProviderSettings(Section):
     azure_api_version: str | None = None
     """Set for Azure OpenAI: deployment URLs and the `api-key` header."""
     first_byte_timeout_s: float = Field(default=15.0, gt=0)
-    """No content by then: the next provider or model."""
+    """No content by then: the next provider or model. Such a call is charged its worst
+    case when not streamed or of a reasoning model (it may have been written unseen)."""
     total_timeout_s: float = Field(default=120.0, gt=0)
     """The whole answer by then."""
     region: str | None = Field(default=None, pattern=r"^[a-z0-9-]{1,32}$")

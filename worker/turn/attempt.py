@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from worker.adapters import Adapter, ProviderCall, reasoning_family
-from worker.adapters.base import Completion, TextDelta
+from worker.adapters.base import Completion, TextDelta, UsageSoFar
 from worker.adapters.left_out import left_out
 from worker.adapters.output_limit import billable_output_tokens
 from worker.adapters.reasoning_models import reasons
@@ -216,13 +216,20 @@ class Attempts:
         except ProviderError as error:
             rule = rule_for(error)
             # A call the provider may bill without content (a first-byte timeout) is charged
-            # its expected cost; one cut after content what it produced, as the provider
-            # bills it; one that answered (in the wrong shape) what it cost.
+            # its expected cost, or its worst case when it may be writing unseen; one cut
+            # after content what it produced, as the provider bills it; one that answered
+            # (in the wrong shape) what it cost.
             billed = charge.micros if rule.billed or self.report.locked else None
             if flight.content:
                 billed = self._produced_micros(flight)
+            elif rule.billed and self.writes_unseen(flight.plan.target, model):
+                # Billed with nothing to count (a timeout, or a body that broke after its
+                # status): a whole answer, or thinking, may have been written unseen.
+                billed = charge.worst
             if completion is not None:
                 billed = cost_of(completion.usage, model)
+            elif flight.usage_seen is not None:
+                billed = max(billed or 0, cost_of(flight.usage_seen, model))
             await self.guard.conclude(
                 Conclusion(
                     target,
@@ -283,12 +290,21 @@ class Attempts:
             charged = charge.micros
             if flight.content:
                 charged = self._produced_micros(flight)
-            elif not self.request.stream or _thinks(target, self.settings.models[target.model]):
+            elif self.writes_unseen(target, self.settings.models[target.model]):
                 charged = charge.worst
+            if flight.usage_seen is not None:
+                charged = max(
+                    charged, cost_of(flight.usage_seen, self.settings.models[target.model])
+                )
             self.report.interrupted(target, latency_s, flight.plan.retry_index, charged)
             signal = Signal.FAILURE if holder is not None else None
             end = Conclusion(target, charge, signal, charged, holder)
         await self.guard.conclude(end)
+
+    def writes_unseen(self, target: Target, model: ModelSettings) -> bool:
+        """Whether a call may be writing output that nothing shows until it ends: a whole
+        answer not streamed, or thinking."""
+        return not self.request.stream or _thinks(target, model)
 
     def _produced_micros(self, flight: Flight) -> int:
         """What a call cut after content is charged, the provider's usage unknown: its
@@ -300,6 +316,9 @@ class Attempts:
         if _thinks(plan.target, model):
             return flight.charge.worst
         output_tokens = min(self.request.max_tokens, text_tokens("".join(flight.streamed)))
+        if flight.usage_seen is not None:
+            # Thinking the provider reported, billed beside the answer's tokens.
+            output_tokens += flight.usage_seen.reasoning_tokens
         margin = self.settings.budgets.input_margin_pct
         return reservation_micros(
             plan.fit.input_tokens, output_tokens, model, input_margin_pct=margin
@@ -366,6 +385,9 @@ class Attempts:
         try:
             async with asyncio.timeout(provider.first_byte_timeout_s) as limit:
                 async for event in events:
+                    if isinstance(event, UsageSoFar):
+                        flight.usage_seen = event.usage
+                        continue
                     if not self.report.locked:
                         # First content: from now on only the total timeout applies.
                         limit.reschedule(total_at)

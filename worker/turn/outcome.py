@@ -10,6 +10,7 @@ from typing import Protocol
 
 from worker.guard.protocol import Charge, Refusal, Target
 from worker.turn.capability import Fit
+from worker.types import Usage
 
 __all__ = [
     "Answered",
@@ -51,6 +52,8 @@ class Flight:
     # What the call has streamed (text, tool names and arguments), counted if it is cut.
     streamed: list[str] = field(default_factory=list)
     content: bool = False  # it has sent content: a cut is charged what it produced
+    # What the provider reported the call had used before its end (Gemini's thinking).
+    usage_seen: Usage | None = None
 
 
 @dataclass(frozen=True, slots=True)

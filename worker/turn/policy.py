@@ -29,6 +29,7 @@ from worker.errors import (
     Overloaded,
     QuotaExhausted,
     RateLimited,
+    ResponseCutOff,
     ResponseTimeout,
     ServerError,
 )
@@ -64,6 +65,7 @@ RULES: Mapping[type[BaseException], Rule] = MappingProxyType(
     {
         ServerError: Rule(Decision.RETRY_THEN_NEXT, Signal.FAILURE),
         ConnectionFailed: Rule(Decision.RETRY_THEN_NEXT, Signal.FAILURE),
+        ResponseCutOff: Rule(Decision.RETRY_THEN_NEXT, Signal.FAILURE, billed=True),
         MalformedResponse: Rule(Decision.RETRY_THEN_NEXT, Signal.FAILURE, billed=True),
         # The model answered, in the wrong shape: the backup may follow the schema; the
         # same model, asked the same, tends to answer the same. Its health is not at issue.

@@ -45,7 +45,7 @@ class _Racer:
     flight: Flight
     started: float
     delay_s: float
-    prompt_micros: int  # what the call costs if cut before any output
+    prompt_micros: int  # what the call costs if cut before any content
     hedge: bool
     lost: bool = False
 
@@ -98,6 +98,9 @@ class HedgedAttempts:
         plan = flight.plan
         model = self.attempts.settings.models[plan.target.model]
         prompt = cost_of(Usage(input_tokens=plan.fit.input_tokens), model)
+        if self.attempts.writes_unseen(plan.target, model):
+            # Cut, it may have written a whole answer, or thought, that nothing counts.
+            prompt = flight.charge.worst
         delay = self.book.delay_s(plan.target)
         racer = _Racer(flight, time.monotonic(), delay, prompt, hedge)
         flight.on_content = functools.partial(self._claim, task)
