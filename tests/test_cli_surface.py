@@ -490,3 +490,12 @@ def test_exit_codes_are_defined_only_in_common() -> None:
         if module.name != "common.py":
             assert not re.search(r"^EXIT_\w+\s*=", module.read_text(), re.M), module
             assert not re.search(r"return (1\d\d|[1-9])\b", module.read_text()), module
+
+
+def test_every_command_lists_its_exit_codes_in_order_and_every_option_says_what_it_is() -> None:
+    for path, parser in parsers(build_parser()):
+        codes = [int(c) for c in re.findall(r"^ {2}(\d+) ", parser.epilog or "", re.M)]
+        assert codes == sorted(codes), path
+        for action in parser._actions:
+            if action.option_strings and action.help != argparse.SUPPRESS:
+                assert action.help, (path, action.option_strings)

@@ -42,6 +42,7 @@ __all__ = [
     "EXIT_INTERRUPTED",
     "EXIT_MEANINGS",
     "EXIT_OK",
+    "EXIT_PORT",
     "EXIT_REFUSED",
     "EXIT_REJECTED",
     "EXIT_TIMEOUT",
@@ -57,6 +58,7 @@ __all__ = [
     "emit_json",
     "iso",
     "note",
+    "operator_action",
     "operator_command",
     "operator_redis",
     "operator_who",
@@ -77,6 +79,7 @@ EXIT_UNAVAILABLE = 6  # Redis did not answer, or refused this client
 EXIT_REFUSED = 7  # the kill switch is on
 EXIT_TIMEOUT = 8  # gave up waiting; the turn may still finish
 EXIT_UNREADABLE = 9  # something stored this release cannot read: newer, or damaged
+EXIT_PORT = 10  # a port to serve on could not be bound
 EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports SIGINT
 EXIT_BROKEN_PIPE = 141  # stdout closed early (`| head`), as a shell reports SIGPIPE
 EXIT_MEANINGS: Mapping[int, str] = MappingProxyType(
@@ -95,6 +98,7 @@ EXIT_MEANINGS: Mapping[int, str] = MappingProxyType(
         EXIT_UNREADABLE: "this release cannot read what is stored (a turn's result, some of "
         "its stream, a held turn): a newer release wrote it (use that release's relevo), "
         "or it is damaged",
+        EXIT_PORT: "a port to serve on could not be bound (in use, or not allowed)",
         EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
         EXIT_BROKEN_PIPE: "standard output was closed early (e.g. | head)",
     }
@@ -233,6 +237,24 @@ def operator_command(handler: Handler) -> Callable[[Any], int]:
 
     def run(args: Any) -> int:
         return asyncio.run(handler(args))
+
+    return run
+
+
+def operator_action(handler: Handler) -> Callable[[Any], int]:
+    """`operator_command` for an action the audit trail records (`worker.fleet.audit`).
+
+    Unless `--log-level` is given, only errors are logged: the trail keeps the action and
+    stdout confirms it, so its log lines on the operator's terminal would only repeat them.
+    """
+    command = operator_command(handler)
+
+    def run(args: Any) -> int:
+        if getattr(args, "log_level", None) is None:
+            from worker.observability.logs import configure_logging
+
+            configure_logging(level="error")
+        return command(args)
 
     return run
 

@@ -165,8 +165,12 @@ def _add_local_commands(commands: Commands) -> None:
     simulate = add_command(
         commands, "simulate", "serve simulated providers on loopback", exits=(EXIT_OK,)
     )
-    simulate.add_argument("--host", default="127.0.0.1")
-    simulate.add_argument("--port", type=int, default=8900)
+    simulate.add_argument(
+        "--host", default="127.0.0.1", help="the address to listen on (default: %(default)s)"
+    )
+    simulate.add_argument(
+        "--port", type=int, default=8900, help="the port to listen on (default: %(default)s)"
+    )
     simulate.add_argument(
         "--seed", type=int, default=None, help="seed the faults' random draws (reproducible)"
     )
@@ -223,7 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"relevo {_version()}")
-    parser.add_argument("--log-level", choices=LOG_LEVELS)
+    parser.add_argument("--log-level", choices=LOG_LEVELS, help="what this command logs on stderr")
     parser.set_defaults(**SHARED_DEFAULTS)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_local_commands(commands)
