@@ -7,7 +7,7 @@
     relevo breakers [open|close|reset SCOPE]       relevo kill-switch on|off|status
     relevo budgets list|show|set ...               relevo replay-held --config FILE
     relevo handoffs                                relevo console --config FILE
-    relevo tenants [list|set|clear ...]
+    relevo tenants [list|set|clear ...]            relevo config check --config FILE
 
 Exit codes are `worker.cli.common`'s (`relevo --help` lists them). Errors the user can
 fix are one line on stderr, never a traceback; so is a closed stdout (`| head`).
@@ -26,6 +26,7 @@ from importlib import metadata
 from worker.cli import (
     breakers,
     budgets,
+    config_command,
     console_command,
     enqueue,
     fleet,
@@ -50,6 +51,7 @@ from worker.cli.common import (
     OperatorError,
     OutputClosed,
     read_input,
+    warn,
 )
 from worker.cli.parsing import (
     CONFIG_HELP,
@@ -85,6 +87,12 @@ _OPTIONS_ANYWHERE = (
 
 def _cmd_turn(args: argparse.Namespace) -> int:
     settings = load_config(args.config)
+    if args.input == "-" and sys.stdin.isatty():
+        # Else it would wait for input no one knows it expects, then call it invalid JSON.
+        raise OperatorError(
+            "turn: the turn request is JSON on stdin or in --input FILE, e.g. "
+            "relevo turn --config FILE --input examples/turn.json"
+        )
     request = checked_turn(read_input(args.input), settings.limits)
     echo = _Echo() if args.stream else None
     if args.stream and not request.stream:
@@ -241,6 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
         budgets.register,
         tenants.register,
         console_command.register,
+        config_command.register,
     ):
         register(commands)
     return parser
@@ -267,6 +276,8 @@ def _run(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(level=args.log_level or "info")
     args.config = environment.config_path(args.config)
+    for line in config_command.stray_variables(args.config):
+        warn(line)
     if args.needs_config and args.config is None:
         return _fail(f"{args.command}: --config FILE is needed (or RELEVO_CONFIG)", EXIT_USAGE)
     func: Callable[[argparse.Namespace], int] = args.func

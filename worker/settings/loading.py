@@ -27,7 +27,7 @@ from worker.settings.fleet import FairnessSettings, LimitsSettings, WorkerSettin
 from worker.settings.operations import ConsoleSettings, HttpSettings, ObservabilitySettings
 from worker.settings.providers import ModelSettings, ProviderSettings
 from worker.settings.stores import BreakerSettings, BrokerSettings, BudgetSettings, RedisSettings
-from worker.settings.variables import assignments, json_problems, nearest_key
+from worker.settings.variables import PREFIX, json_problems, nearest_key
 
 
 class Settings(BaseSettings):
@@ -212,7 +212,7 @@ def load_settings(
 def _describe(exc: ValidationError, environ: Mapping[str, str]) -> str:
     """One line: each problem's key, the variable that set it if one did, and a
     "did you mean" for a key that does not exist."""
-    by_path = {path: name for name, path in assignments(environ, Settings).items()}
+    given = {name.upper() for name, text in environ.items() if text}
     lines = []
     for error in exc.errors(include_input=False, include_url=False):
         loc = error["loc"]
@@ -222,10 +222,9 @@ def _describe(exc: ValidationError, environ: Mapping[str, str]) -> str:
             nearest = nearest_key(Settings, loc)
             message += f" (did you mean {nearest!r}?)" if nearest else ""
         where = ".".join(parts) or "(root)"
-        keys = tuple(str(p).lower() for p in loc)
-        setter = next(
-            (by_path[keys[:n]] for n in range(len(keys), 0, -1) if keys[:n] in by_path), None
-        )
+        # The variable that set this key, or a table above it, if one did.
+        names = [PREFIX + "__".join(map(str, loc[:n])).upper() for n in range(len(loc), 0, -1)]
+        setter = next((name for name in names if name in given), None)
         if setter is not None:
             where = f"{setter} ({where})"
         lines.append(f"{where}: {message}")

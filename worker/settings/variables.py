@@ -62,22 +62,38 @@ def assignments(environ: Mapping[str, str], model: type[BaseModel]) -> dict[str,
 def unknown(
     environ: Mapping[str, str], model: type[BaseModel], others: Iterable[str] = ()
 ) -> list[str]:
-    """The `RELEVO_` variables of `environ` that set nothing: not a setting, not one of
-    `others` (names relevo reads besides the settings, any case), sorted."""
+    """The `RELEVO_` variables of `environ` that pydantic-settings ignores: not under a
+    setting, not one of `others` (names relevo reads besides the settings, any case),
+    sorted. One under a table that is no key of it is not ignored: it fails validation."""
     skip = {name.upper() for name in others}
     return sorted(
         name
         for name in environ
-        if name.upper().startswith(PREFIX)
-        and name.upper() not in skip
-        and setting_of(name, model) is None
+        if name.upper().startswith(PREFIX) and name.upper() not in skip and not _read(name, model)
+    )
+
+
+def _read(name: str, model: type[BaseModel]) -> bool:
+    """Whether pydantic-settings takes `name` in: its first part is a key, and a table's
+    when more parts follow."""
+    head, *rest = name[len(PREFIX) :].lower().split(_DELIMITER)
+    field = model.model_fields.get(head)
+    if field is None:
+        return False
+    return (
+        not rest
+        or _model(field.annotation) is not None
+        or _dict_value(field.annotation) is not None
     )
 
 
 def nearest_variable(name: str, model: type[BaseModel]) -> str | None:
     """The real variable closest to `name` (`RELEVO_REDIS_URL`: `RELEVO_REDIS__URL`)."""
-    close = difflib.get_close_matches(name.upper(), list(_variables(model)), n=1, cutoff=0.75)
-    return close[0] if close else None
+    # Compared without the prefix they all share, which would make any two look alike.
+    real = {variable[len(PREFIX) :]: variable for variable in _variables(model)}
+    wanted = name.upper().removeprefix(PREFIX)
+    close = difflib.get_close_matches(wanted, list(real), n=1, cutoff=0.75)
+    return real[close[0]] if close else None
 
 
 def _variables(model: type[BaseModel], path: str = PREFIX.rstrip("_")) -> Iterator[str]:
