@@ -32,9 +32,9 @@ from worker.settings.variables import assignments, nearest_variable, unknown
 __all__ = ["register", "stray_variables"]
 
 # What relevo reads besides the settings; the test suite's and the benchmarks' own
-# variables (keys, servers) start with the prefixes below.
+# variables (keys, servers, where screenshots go) start as below.
 OTHER_VARIABLES = (CONFIG_VARIABLE, NODE_VARIABLE, PARENT_ENV, TOKENS_ENV)
-_OWN_PREFIXES = ("RELEVO_TEST_", "RELEVO_BENCH_")
+_OWN_PREFIXES = ("RELEVO_TEST_", "RELEVO_SECURITY_TEST_", "RELEVO_BENCH_", "RELEVO_SCREENSHOTS")
 
 
 def stray_variables(config: str | None, environ: Mapping[str, str] | None = None) -> list[str]:
