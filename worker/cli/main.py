@@ -87,13 +87,14 @@ _OPTIONS_ANYWHERE = (
 
 def _cmd_turn(args: argparse.Namespace) -> int:
     settings = load_config(args.config)
-    if args.input == "-" and sys.stdin.isatty():
+    if args.input is None and sys.stdin.isatty():
         # Else it would wait for input no one knows it expects, then call it invalid JSON.
+        # `--input -` at a terminal is asked for: the JSON may be typed or pasted.
         raise OperatorError(
             "turn: the turn request is JSON on stdin or in --input FILE, e.g. "
             "relevo turn --config FILE --input examples/turn.json"
         )
-    request = checked_turn(read_input(args.input), settings.limits)
+    request = checked_turn(read_input(args.input or "-"), settings.limits)
     echo = _Echo() if args.stream else None
     if args.stream and not request.stream:
         request = request.model_copy(update={"stream": True})
@@ -166,7 +167,9 @@ def _add_local_commands(commands: Commands) -> None:
         "as it arrives. No Redis: no shared breakers or budgets.",
     )
     add_config_option(turn, "chain configuration")
-    turn.add_argument("--input", default="-", help="turn request JSON file, or - for stdin")
+    turn.add_argument(
+        "--input", help="turn request JSON file, or - for stdin (the default, unless a terminal)"
+    )
     turn.add_argument("--stream", action="store_true", help="stream content to stderr")
     turn.set_defaults(func=_cmd_turn)
 
