@@ -146,7 +146,7 @@ def json_problems(message: str, environ: Mapping[str, str], model: type[BaseMode
         try:
             json.loads(environ[name])
         except ValueError:
-            problems.append(f"{name}: expects JSON ({expected}), not a plain string")
+            problems.append(f"{name}: expects JSON ({expected}) and is not valid JSON")
     return problems
 
 
