@@ -18,6 +18,8 @@ import structlog
 
 from tests.chainkit import KEY, worker_config
 from worker.cli.main import main
+from worker.settings import Settings
+from worker.settings.variables import nearest_variable, setting_of, unknown
 
 ROOT = Path(__file__).parent.parent
 SIMULATED = str(ROOT / "examples" / "simulated.toml")
@@ -231,3 +233,26 @@ def _fresh(args: list[str]) -> tuple[int, str, str]:
         check=False,
     )
     return done.returncode, done.stdout, done.stderr
+
+
+def test_which_variables_set_what_and_which_are_ignored() -> None:
+    """As pydantic-settings reads them: any case, tables by name, a list's items never; a
+    variable under a table is taken in (and fails if no key); an empty one is unset."""
+    assert setting_of("relevo_redis__url", Settings) == ("redis", "url")
+    assert setting_of("RELEVO_PROVIDERS__OA__BASE_URL", Settings) == ("providers", "oa", "base_url")
+    assert setting_of("RELEVO_CHAIN__MODELS__0", Settings) is None
+    assert setting_of("RELEVO_REDIS__URL__X", Settings) is None
+    env = {
+        "RELEVO_REDIS_URL": "x",
+        "RELEVO_CHAIN__MODEL": "x",
+        "RELEVO_TURN_DEADLINE_S__X": "1",
+        "RELEVO_EMPTY": "",
+        "relevo_config": "f.toml",
+        "OTHER": "x",
+    }
+    assert unknown(env, Settings, ["RELEVO_CONFIG"]) == [
+        "RELEVO_REDIS_URL",
+        "RELEVO_TURN_DEADLINE_S__X",
+    ]
+    assert nearest_variable("RELEVO_CHAIN_MODELS", Settings) == "RELEVO_CHAIN__MODELS"
+    assert nearest_variable("RELEVO_XYZZY", Settings) is None

@@ -64,12 +64,16 @@ def unknown(
 ) -> list[str]:
     """The `RELEVO_` variables of `environ` that pydantic-settings ignores: not under a
     setting, not one of `others` (names relevo reads besides the settings, any case),
-    sorted. One under a table that is no key of it is not ignored: it fails validation."""
+    not empty (an empty variable is an unset one), sorted. One under a table that is no
+    key of it is not ignored: it fails validation."""
     skip = {name.upper() for name in others}
     return sorted(
         name
-        for name in environ
-        if name.upper().startswith(PREFIX) and name.upper() not in skip and not _read(name, model)
+        for name, text in environ.items()
+        if text
+        and name.upper().startswith(PREFIX)
+        and name.upper() not in skip
+        and not _read(name, model)
     )
 
 
