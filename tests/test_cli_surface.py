@@ -7,6 +7,8 @@ import argparse
 import asyncio
 import os
 import re
+import secrets
+import socket
 import subprocess
 import sys
 import time
@@ -499,3 +501,26 @@ def test_every_command_lists_its_exit_codes_in_order_and_every_option_says_what_
         for action in parser._actions:
             if action.option_strings and action.help != argparse.SUPPRESS:
                 assert action.help, (path, action.option_strings)
+
+
+def test_a_taken_port_ends_the_console_with_exit_10_and_one_line(
+    tmp_path: Path, redis_url: str, namespace: str
+) -> None:
+    """uvicorn's own "could not start" is 3, which relevo gives a degraded turn."""
+    config = redis_only(tmp_path / "redis.toml", redis_url, namespace)
+    env = {**os.environ, "RELEVO_CONSOLE_TOKENS": "alice operator " + secrets.token_urlsafe(32)}
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        done = subprocess.run(
+            [*RELEVO, "console", "--config", str(config), "--port", str(port)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert done.returncode == 10, done.stderr
+    assert f"relevo: console: could not serve on 127.0.0.1 port {port}" in done.stderr
+    assert "Traceback" not in done.stderr
