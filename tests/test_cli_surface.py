@@ -524,3 +524,16 @@ def test_a_taken_port_ends_the_console_with_exit_10_and_one_line(
     assert done.returncode == 10, done.stderr
     assert f"relevo: console: could not serve on 127.0.0.1 port {port}" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_taken_port_ends_the_simulator_with_exit_10_and_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert relevo("simulate", "--port", str(port)) == 10
+    err = capsys.readouterr().err
+    assert err.startswith(f"relevo: simulate: could not listen on 127.0.0.1 port {port} (")
+    assert len(err.splitlines()) == 1

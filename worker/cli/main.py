@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import os
 import sys
 import textwrap
@@ -44,6 +45,7 @@ from worker.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_MEANINGS,
     EXIT_OK,
+    EXIT_PORT,
     EXIT_REJECTED,
     EXIT_UNREADABLE,
     EXIT_USAGE,
@@ -135,10 +137,23 @@ class _Echo:
             sys.stderr.flush()
 
 
+# The errors of a port that is taken, not ours to bind, or on no interface here.
+_UNBINDABLE = frozenset({errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL})
+
+
 def _cmd_simulate(args: argparse.Namespace) -> int:
     from worker.simulator import serve
 
-    serve(args.host, args.port, seed=args.seed)
+    try:
+        serve(args.host, args.port, seed=args.seed)
+    except OSError as exc:
+        if exc.errno not in _UNBINDABLE:
+            raise
+        raise OperatorError(
+            f"simulate: could not listen on {args.host} port {args.port} ({exc.strerror}); "
+            "choose another with --port",
+            EXIT_PORT,
+        ) from None
     return EXIT_OK
 
 
@@ -174,7 +189,10 @@ def _add_local_commands(commands: Commands) -> None:
     turn.set_defaults(func=_cmd_turn)
 
     simulate = add_command(
-        commands, "simulate", "serve simulated providers on loopback", exits=(EXIT_OK,)
+        commands,
+        "simulate",
+        "serve simulated providers on loopback",
+        exits=(EXIT_OK, EXIT_PORT),
     )
     simulate.add_argument(
         "--host", default="127.0.0.1", help="the address to listen on (default: %(default)s)"
