@@ -32,6 +32,14 @@ the producer stops, every turn enqueued is waited for (at most `--drain-s`).
   (tests/releases/client.py). At the fault node a is upgraded: SIGTERM to `relevo worker`
   (it finishes its turns), then it starts again on this checkout.
 
+- fair_items: one item no one can read, and a worker killed, at once. Two tenants (acme
+  and beta, turns alternating) under `[fairness] default_max_in_flight = 8`; at the fault
+  beta's share becomes `|||nan`, node a's `relevo worker` is killed (SIGKILL) while it
+  holds leases, and the kill switch hash is written with `since_ms=yesterday` (on for the
+  workers); `relevo kill-switch status` must show it and `off` turn it off. After the
+  drain, `relevo replay-held` runs the turns held meanwhile. Per tenant: sent, answered,
+  lost, and the most leases it held in samples every 50 ms (the bound is 8).
+
 Per fault (`<fault>_<figure>`): turns enqueued, answered (ok or degraded), retrievable (a
 stored result), lost (enqueued - retrievable); the simulator's provider calls beside the
 turns answered; the spend the ledger recorded (acme, today) beside the sum of the stored
@@ -94,6 +102,11 @@ from worker.types import Status, TurnResult
 T = TypeVar("T")
 
 MIXED = "mixed_versions"
+FAIR = "fair_items"
+# fair_items: a second tenant's turns alternate with acme's; both share the fleet's default
+# max_in_flight, which the samples of the leases check.
+OTHER = "beta"
+BOUND = 8
 FAULTS = (
     "debug_sleep",
     "redis_sigstop",
@@ -102,6 +115,7 @@ FAULTS = (
     MIXED,
     "redis_restart",
     "rabbitmq_restart",
+    FAIR,
 )
 TENANT = "acme"
 PRIMARY = "claude-sim"  # the simulator's model id of the chain's primary
@@ -192,7 +206,13 @@ def wait_for(check: Callable[[], bool], what: str, timeout_s: float = 60.0) -> N
 
 
 def _config(
-    sim_url: str, redis_port: int, namespace: str, broker_url: str | None, processes: int
+    sim_url: str,
+    redis_port: int,
+    namespace: str,
+    broker_url: str | None,
+    processes: int,
+    *,
+    fairness: str = "",
 ) -> str:
     base = (kit.ROOT / "examples" / "simulated.toml").read_text()
     if EXAMPLE_SIM not in base:
@@ -225,7 +245,7 @@ metrics_port = 0
 log_json = true
 log_level = "info"
 """
-    return base.replace(EXAMPLE_SIM, sim_url) + extra
+    return base.replace(EXAMPLE_SIM, sim_url) + extra + fairness
 
 
 @dataclass
@@ -252,6 +272,8 @@ class Rig:
         self.persistent = fault == "redis_restart"
         self.rabbit = PrivateRabbit() if fault == "rabbitmq_restart" else None
         self.latency_s = latency_s
+        self.fair = fault == FAIR
+        self.leases: LeaseSampler | None = None
         self.nodes: list[Node] = []
         self._stack = contextlib.ExitStack()
         self.redis: subprocess.Popen[bytes] | None = None
@@ -269,7 +291,10 @@ class Rig:
             # Celery's remote-control queue is exclusive on RabbitMQ: two nodes on one host
             # would share node names (relevo-0@host), so one node runs both processes.
             self.names, processes = (("a",), 2) if self.rabbit else (("a", "b"), 1)
-            config = _config(self.sim_url, self.redis_port, self.namespace, broker, processes)
+            fairness = f"\n[fairness]\ndefault_max_in_flight = {BOUND}\n" if self.fair else ""
+            config = _config(
+                self.sim_url, self.redis_port, self.namespace, broker, processes, fairness=fairness
+            )
             self.config.write_text(config)
             self.settings: Settings = load_settings(self.config)
             self.start_redis()
@@ -478,14 +503,17 @@ class Producer(threading.Thread):
         rate: float,
         duration_s: float,
         previous: PreviousProducer | None = None,
+        tenants: Sequence[str] = (TENANT,),
     ) -> None:
         super().__init__(name="chaos-producer", daemon=True)
+        self.tenants = tuple(tenants)
         self.app = make_app(settings)
         self.limits = settings.limits
         self.interval_s = 1.0 / rate
         self.duration_s = duration_s
         self.previous = previous
         self.sent: list[tuple[str, float]] = []  # turn id, time.time() its enqueue returned
+        self.tenant_of: dict[str, str] = {}
         self.failed: list[tuple[str, str]] = []  # turn id, the exception's type
         self.t0 = time.monotonic()
 
@@ -499,7 +527,8 @@ class Producer(threading.Thread):
         while (now := time.monotonic()) < self.t0 + self.duration_s:
             if next_at > now:
                 time.sleep(next_at - now)
-            turn = {**TURN, "turn_id": uuid.uuid4().hex}
+            tenant = self.tenants[count % len(self.tenants)]
+            turn = {**TURN, "turn_id": uuid.uuid4().hex, "tenant_id": tenant}
             count += 1
             if self.previous is not None and count % 2:
                 self.previous.send(turn)  # it says when it sent the turn
@@ -515,6 +544,7 @@ class Producer(threading.Thread):
             self.failed.append((turn["turn_id"], type(exc).__name__))
         else:
             self.sent.append((turn["turn_id"], time.time()))
+            self.tenant_of[turn["turn_id"]] = turn["tenant_id"]
 
     def close(self) -> None:
         """After `join`: the app closed, the previous producer's turns counted in."""
@@ -663,6 +693,71 @@ def rabbitmq_restart(rig: Rig, producer: Producer, run: Run, args: argparse.Name
     )
 
 
+class LeaseSampler(threading.Thread):
+    """The leases each tenant holds, sampled every 50 ms until `stop`: the most seen."""
+
+    def __init__(self, rig: Rig) -> None:
+        super().__init__(name="chaos-leases", daemon=True)
+        self.rig = rig
+        self.most: Counter[str] = Counter()
+        self.samples = 0
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        key = f"{{{self.rig.namespace}}}:fair:inflight"
+        with contextlib.closing(self.rig.sync_redis()) as client:
+            while not self.done.wait(0.05):
+                with contextlib.suppress(redis_sync.RedisError, ValueError):
+                    for tenant, held in client.hgetall(key).items():
+                        name = tenant.decode() if isinstance(tenant, bytes) else str(tenant)
+                        self.most[name] = max(self.most[name], int(held))
+                    self.samples += 1
+
+
+def fair_items(rig: Rig, producer: Producer, run: Run, args: argparse.Namespace) -> None:
+    """A damaged share for beta, a worker killed while it holds leases, and a kill switch
+    hash no one can read (on for the workers) that an operator reads and turns off."""
+    rig.leases = LeaseSampler(rig)
+    rig.leases.start()
+    node = rig.nodes[0]
+    producer.at(args.fault_at_s)
+    run.begin(rig)
+    with contextlib.closing(rig.sync_redis()) as client:
+        client.hset(f"{{{rig.namespace}}}:budget:shares", OTHER, "|||nan")
+        node.proc.kill()
+        node.proc.wait(timeout=10)
+        client.hset(
+            f"{{{rig.namespace}}}:kill",
+            mapping={"who": "a hand edit", "why": "chaos", "since_ms": "yesterday"},
+        )
+    status = rig.relevo("kill-switch", "status")
+    run.figure("kill_switch_status_exit_code", status.returncode, "code")
+    run.figure("kill_switch_shown_unreadable", int("unreadable" in status.stdout), "bool")
+    off = rig.relevo("kill-switch", "off", "--who", "chaos-bench")
+    run.figure("kill_switch_off_exit_code", off.returncode, "code")
+    run.end = time.time()
+    tenants = rig.relevo("tenants", "--json")
+    run.figure("tenants_exit_code", tenants.returncode, "code")
+    kit.say(f"# {run.fault}: beta's share damaged, node a killed, the kill switch off again")
+
+
+def fair_figures(rig: Rig, producer: Producer, run: Run) -> None:
+    """Per tenant: turns sent, answered, lost; the most leases each held in the samples."""
+    assert rig.leases is not None
+    rig.leases.done.set()
+    rig.leases.join(timeout=5)
+    results = rig.results([i for i, _ in producer.sent])
+    for tenant in (TENANT, OTHER):
+        sent = [i for i, _ in producer.sent if producer.tenant_of.get(i) == tenant]
+        answered = sum(1 for i in sent if i in results and results[i].status in ANSWERED)
+        run.figure(f"{tenant}_enqueued", len(sent), "turns")
+        run.figure(f"{tenant}_answered", answered, "turns")
+        run.figure(f"{tenant}_lost", sum(1 for i in sent if i not in results), "turns")
+        run.figure(f"{tenant}_most_leases", rig.leases.most[tenant], "leases")
+    run.figure("max_in_flight", BOUND, "leases")
+    run.figure("lease_samples", rig.leases.samples, "samples")
+
+
 INJECT: dict[str, Inject] = {
     "debug_sleep": debug_sleep,
     "redis_sigstop": redis_sigstop,
@@ -671,6 +766,7 @@ INJECT: dict[str, Inject] = {
     MIXED: mixed_versions,
     "redis_restart": redis_restart,
     "rabbitmq_restart": rabbitmq_restart,
+    FAIR: fair_items,
 }
 
 
@@ -744,7 +840,8 @@ def one_fault(fault: str, root: Path, args: argparse.Namespace) -> None:
         previous = PreviousProducer(rig) if rig.previous is not None else None
         if previous is not None:
             wait_for(lambda: bool(previous.imported), "the previous release's producer")
-        producer = Producer(rig.settings, args.rate, args.duration_s, previous)
+        tenants = (TENANT, OTHER) if rig.fair else (TENANT,)
+        producer = Producer(rig.settings, args.rate, args.duration_s, previous, tenants)
         run = Run(fault)
         producer.start()
         kit.say(f"# {fault}: producing {args.rate:g} turns/s for {args.duration_s:g} s")
@@ -757,8 +854,10 @@ def one_fault(fault: str, root: Path, args: argparse.Namespace) -> None:
         run.figure("drain_s", time.monotonic() - drained_at, "s")
         run.figure("missing_after_drain", missing, "turns")
         run.figure("kill_switch_on_after", int(rig.kill_switch() is not None), "bool")
-        if fault == "empty_restart":
+        if fault in ("empty_restart", FAIR):
             replay(rig, run, producer)
+        if fault == FAIR:
+            fair_figures(rig, producer, run)
         report(rig, producer, run)
     kit.say(f"# {fault}: done in {time.monotonic() - started:.0f} s (logs in {rig.dir})")
 
@@ -789,7 +888,8 @@ def turn_figures(rig: Rig, producer: Producer, run: Run, fig: Figure) -> None:
     statuses = Counter(results[i].status for i in sent if i in results)
     answered = sum(statuses[s] for s in ANSWERED)
     retrievable = sum(statuses.values())
-    stored_cost = sum(r.cost_micros for r in results.values())
+    # The books read are acme's (fair_items sends beta's turns too).
+    stored_cost = sum(r.cost_micros for r in results.values() if r.tenant_id == TENANT)
     spent, reserved = settled_books(rig, stored_cost)
     calls = {model: c.get("calls", 0) for model, c in rig.sim.counts().items()}
     fig("enqueued", len(sent), "turns")

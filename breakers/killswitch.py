@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import Any, cast
 
 import structlog
 from redis.asyncio import Redis
@@ -16,7 +16,7 @@ from breakers.rediskit import Parse, raise_if_error, text, unavailable_as_error
 from breakers.scripts import SCRIPTS
 from breakers.state import KillSwitchState
 
-__all__ = ["KillSwitch"]
+__all__ = ["KillSwitch", "stored_state"]
 
 log = structlog.get_logger("relevo.breakers")
 _MAX_TEXT = 1000
@@ -33,7 +33,24 @@ def _check_text(value: str, what: str) -> str:
 
 
 def _state(row: list[Any]) -> KillSwitchState | None:
-    return KillSwitchState(text(row[0]), text(row[1]), int(row[2])) if row else None
+    return stored_state(row[0], row[1], row[2]) if row else None
+
+
+def stored_state(who: object, why: object, since: object) -> KillSwitchState:
+    """The switch as stored: on whatever its fields hold, saying which it could not read."""
+    bad = []
+    fields = []
+    for name, value in (("who", who), ("why", why or b"")):
+        try:
+            fields.append(text(value))
+        except UnicodeDecodeError:
+            fields.append(cast(bytes, value).decode("utf-8", "replace"))
+            bad.append(f"{name} is not UTF-8")
+    raw = since.decode("utf-8", "replace") if isinstance(since, bytes) else str(since or "0")
+    since_ms = int(raw) if raw.isascii() and raw.isdigit() and len(raw) < 16 else 0
+    if since_ms == 0 and raw != "0":
+        bad.append(f"since_ms {raw[:40]!r} is not a time")
+    return KillSwitchState(fields[0], fields[1], since_ms, "; ".join(bad) or None)
 
 
 class KillSwitch:
@@ -118,7 +135,7 @@ class KillSwitch:
             who, why, since = await self._redis.hmget(self._keys.kill, ["who", "why", "since_ms"])
         if who is None:
             return None
-        return KillSwitchState(text(who), text(why or b""), int(since or 0))
+        return stored_state(who, why, since)
 
     async def restore(
         self, seen: KillSwitchState, epoch: str, *, within_s: float

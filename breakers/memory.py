@@ -43,6 +43,14 @@ _EPOCH_UNREAD: tuple[type[BaseException], ...] = (*STORE_ERRORS, StoreUnavailabl
 # The first wait before a restore is tried again; each wait doubles, up to `fresh_s`.
 _RETRY_FIRST_S = 0.05
 log = structlog.get_logger("relevo.breakers")
+# What the fleet store holds, and so loses with its data.
+STORE_HOLDS = (
+    "breakers and cooldowns",
+    "exhausted and gone marks",
+    "budgets' spend and holds",
+    "held turns",
+    "the kill switch",
+)
 
 
 class FleetMemory:
@@ -61,6 +69,10 @@ class FleetMemory:
         self._unanswered: float | None = None
         self._epoch: str | None = None
         self._restore: _Restore | None = None  # the current epoch's, if any
+        # What else the store held, for the reset's log line and the epoch's note (the
+        # worker says: the turns queued, the shares, the results, when they live here).
+        self.also_lost: tuple[str, ...] = ()
+        self._noting: asyncio.Future[None] | None = None
 
     def lost(self, asked_at: float) -> None:
         """A question asked at `asked_at` got no answer: the store was last seen before."""
@@ -112,19 +124,29 @@ class FleetMemory:
         seen = last if age_s <= self.fresh_s else None
         self._on_reset()
         restore = seen is not None and state.kill_switch is None and not state.epoch_off_by
+        lost = [*STORE_HOLDS, *self.also_lost]
         log.error(
             "breakers.store_reset",
-            detail="the store lost its data (breakers, cooldowns, budgets, held turns)",
+            detail=f"the store lost its data: {', '.join(lost)}",
+            lost=lost,
             kill_switch_seen_on=last is not None,
             look_age_s=round(age_s, 3) if math.isfinite(age_s) else None,
             restoring=restore,
         )
+        self._noting = asyncio.ensure_future(self._note(epoch, lost))
         self.close()  # an earlier epoch's restore: this reset supersedes it
         if not restore or seen is None:
             return
         tried = asyncio.get_running_loop().create_future()
         task = asyncio.ensure_future(self._restore_until_answered(seen, epoch, tried))
         self._restore = _Restore(seen, tried, task)
+
+    async def _note(self, epoch: str, lost: list[str]) -> None:
+        """Say in the new epoch what was lost, for operators (the console); best effort."""
+        try:
+            await self.fleet.note_reset(epoch, lost)
+        except _EPOCH_UNREAD as exc:
+            log.warning("breakers.store_reset_not_noted", error=type(exc).__name__)
 
     async def _restored(self) -> KillSwitchState | None:
         """The restore's answer; while the store has not given one (a try failed), the

@@ -9,7 +9,7 @@ from typing import Any
 import structlog
 from redis.asyncio.client import Pipeline
 
-from breakers.errors import UnknownScopeError
+from breakers.errors import InvalidNameError, UnknownScopeError
 from breakers.keys import pair_member, split_pair, validate_name
 from breakers.outcomes import Pair
 from breakers.rediskit import Parse, raise_if_error, text, unavailable_as_error
@@ -32,11 +32,29 @@ class ScopeReport:
     opened_at_ms: int | None
     retry_in_s: float  # open: break left (inf while pinned open); else 0
     probe_holders: tuple[str, ...]
+    # The window that opened it (a failed probe's 1/1 on a reopen); 0, 0 when closed or
+    # opened by an operator. An open breaker's own window is empty.
+    opened_calls: int = 0
+    opened_failures: int = 0
+
+    @property
+    def opened_by_operator(self) -> bool:
+        """Open (or half-open) with no window behind it: an operator opened it."""
+        return self.state is not BreakerState.CLOSED and not self.opened_calls
+
+    @property
+    def window_shown(self) -> tuple[int, int]:
+        """(failures, calls) to show: the window that opened it while it is not closed,
+        else the live window."""
+        if self.state is not BreakerState.CLOSED and self.opened_calls:
+            return self.opened_failures, self.opened_calls
+        return self.failures_in_window, self.calls_in_window
 
     @property
     def failure_rate(self) -> float | None:
-        """Failures / calls in the window (None with no calls)."""
-        return self.failures_in_window / self.calls_in_window if self.calls_in_window else None
+        """Failures / calls of `window_shown` (None with no calls)."""
+        failures, calls = self.window_shown
+        return failures / calls if calls else None
 
 
 @dataclass(frozen=True)
@@ -67,6 +85,21 @@ class FleetReport:
     exhausted: list[ExhaustedReport]
 
 
+def _readable_scopes(members: list[Any]) -> list[str]:
+    """The index's members that are scope names; any other (a hand edit, another tool) is
+    left out and logged, so that one cannot stop every listing."""
+    found = []
+    for member in members:
+        try:
+            found.append(validate_name(text(member), "scope"))
+        except (UnicodeDecodeError, InvalidNameError):
+            shown = (
+                member.decode("utf-8", "backslashreplace") if isinstance(member, bytes) else member
+            )
+            log.warning("breakers.scope_unreadable", member=str(shown)[:80], key="idx:scopes")
+    return found
+
+
 class Operators:
     """Operator commands on the fleet store. Redis errors raise `StoreUnavailableError`."""
 
@@ -78,7 +111,7 @@ class Operators:
         """Every known scope: configured ones and those the fleet recorded, sorted."""
         async with unavailable_as_error("list scopes"):
             seen = await self._store.redis.zrange(self._keys.scope_index, 0, -1)
-        return sorted(self._store.known_scopes | {text(s) for s in seen})
+        return sorted(self._store.known_scopes | set(_readable_scopes(seen)))
 
     async def report(self) -> FleetReport:
         """States, window counts, probe holders, cooldowns and exhausted marks."""
@@ -105,7 +138,8 @@ class Operators:
             gone_pairs = {text(m) for m, _ in _pairs(gone)}
             scopes = []
             for i, scope in enumerate(names):
-                state, left, opened, calls, fails, holders = rows[6 * i : 6 * i + 6]
+                row = rows[8 * i : 8 * i + 8]
+                state, left, opened, calls, fails, holders, by_calls, by_fails = row
                 scopes.append(
                     ScopeReport(
                         scope=scope,
@@ -115,6 +149,8 @@ class Operators:
                         opened_at_ms=int(opened) or None,
                         retry_in_s=float("inf") if int(left) < 0 else int(left) / 1000,
                         probe_holders=tuple(h for h in text(holders).split(",") if h),
+                        opened_calls=int(by_calls),
+                        opened_failures=int(by_fails),
                     )
                 )
             return FleetReport(

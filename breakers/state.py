@@ -45,11 +45,15 @@ class Transition:
 
 @dataclass(frozen=True)
 class KillSwitchState:
-    """The kill switch while it is on: who turned it on, why, and when (Redis server time)."""
+    """The kill switch while it is on: who turned it on, why, and when (Redis server time).
+
+    `unreadable` says what of the stored switch could not be read (a hand edit): it is on
+    all the same, and a person can turn it off."""
 
     who: str
     reason: str
     since_ms: int
+    unreadable: str | None = None
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -11,14 +12,14 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
 from breakers.keys import Keys, exhausted_member, pair_member, validate_name
+from breakers.killswitch import stored_state
 from breakers.outcomes import Cooldown, Entry, Exhausted, Gone, Outcome, Pair, Verdict
 from breakers.policy import CooldownPolicy, Policy
-from breakers.rediskit import Parse, raise_if_error, read_clock, text
+from breakers.rediskit import Parse, raise_if_error, read_clock, text, unavailable_as_error
 from breakers.scripts import SCRIPTS
 from breakers.state import (
     BreakerState,
     FleetState,
-    KillSwitchState,
     ScopeState,
     Transition,
     TransitionKind,
@@ -130,8 +131,7 @@ class FleetBreakers:
 
         async def parse(reply: object) -> FleetState:
             row: list[Any] = raise_if_error(reply)
-            who, why, since = text(row[0]), text(row[1]), int(row[2])
-            kill = KillSwitchState(who, why, since) if who else None
+            kill = stored_state(row[0], row[1], row[2]) if row[0] else None
             states = {}
             for i, scope in enumerate(names):
                 state, left, free = text(row[3 + 3 * i]), int(row[4 + 3 * i]), row[5 + 3 * i]
@@ -170,6 +170,27 @@ class FleetBreakers:
             for a in wanted_accounts
         ]
         return names, wanted_pairs, wanted_accounts, keys, args
+
+    async def note_reset(self, epoch: str, lost: Sequence[str]) -> None:
+        """Note in the store's epoch `epoch` when it was found to have lost its data, and
+        what kinds of state went with it (`reset`): what the console tells operators."""
+        async with unavailable_as_error("note the store's reset"):
+            if text(await self.redis.hget(self.keys.epoch, "id") or b"") == epoch:
+                await self.redis.hset(
+                    self.keys.epoch,
+                    mapping={"reset_ms": int(time.time() * 1000), "lost": "; ".join(lost)},
+                )
+
+    async def reset(self) -> tuple[int, str] | None:
+        """When the store was last found to have lost its data, and what went with it."""
+        async with unavailable_as_error("read the store's epoch"):
+            at, lost = await self.redis.hmget(self.keys.epoch, ["reset_ms", "lost"])
+        if at is None:
+            return None
+        try:
+            return int(text(at)), text(lost or b"")
+        except (ValueError, UnicodeDecodeError):
+            return None
 
     async def start_epoch(self) -> str:
         """The store's epoch id, made now if it has none (a new store, or one that lost

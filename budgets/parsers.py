@@ -28,9 +28,10 @@ def reply(raw: Any) -> list[Any]:
 
 
 def parse_reservation(tenant: str, charge_id: str, micros: int, raw: Any) -> Reservation | Refusal:
-    state, replayed, held, expires, fb, prov, reclaimed, reason, period, left, in_flight, _ = reply(
-        raw
-    )
+    fields = reply(raw)
+    state, replayed, held, expires, fb, prov, reclaimed, reason, period, left, flight = fields[:11]
+    # The room (its 13th) is "" on a replay.
+    room = int(fields[12]) if len(fields) > 12 and text(fields[12]) else None
     if text(state) == "refused":
         where = text(period)
         return Refusal(
@@ -41,7 +42,8 @@ def parse_reservation(tenant: str, charge_id: str, micros: int, raw: Any) -> Res
             period="day" if where == "day" else "month" if where else None,
             remaining_micros=int(left),
             reclaimed=int(reclaimed),
-            held_micros=int(in_flight),
+            held_micros=int(flight),
+            room_micros=room,
         )
     return Reservation(
         tenant=tenant,
@@ -53,6 +55,7 @@ def parse_reservation(tenant: str, charge_id: str, micros: int, raw: Any) -> Res
         provider=text(prov),
         replayed=bool(int(replayed)),
         reclaimed=int(reclaimed),
+        room_micros=room,
     )
 
 

@@ -54,9 +54,13 @@ class Share:
 
     @classmethod
     def unpacked(cls, raw: str) -> Share:
+        """The share `packed` wrote; `InvalidAmountError` for anything else (the dispatch
+        script reads it as strictly: a share it cannot read is not one)."""
         parts = raw.split("|")
         if len(parts) != 4:
             raise InvalidAmountError("share: not four fields")
+        if not all(p == "" or (p.isascii() and p.isdigit() and len(p) <= 13) for p in parts):
+            raise InvalidAmountError("share: a field is not a whole number")
         limits = [int(p) if p else None for p in parts[:3]]
         return cls(limits[0], limits[1], limits[2], int(parts[3] or 1))
 
@@ -80,6 +84,12 @@ class Shares:
         return bool(await self.redis.hdel(self.key, check_tenant(tenant)))
 
     async def all(self) -> dict[str, Share]:
-        """Every tenant with a share of its own."""
+        """Every tenant with a share of its own that can be read."""
         raw = await self.redis.hgetall(self.key)
-        return {text(t): Share.unpacked(text(v)) for t, v in raw.items()}
+        out = {}
+        for t, v in raw.items():
+            try:
+                out[text(t)] = Share.unpacked(text(v))
+            except (InvalidAmountError, UnicodeDecodeError):
+                continue
+        return out

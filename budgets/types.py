@@ -62,6 +62,9 @@ class Reservation:
 
     `replayed` is True when the charge id was already reserved or settled: nothing
     new was held. `reclaimed` counts expired holds this call reclaimed (any charge).
+    `room_micros` is what the tenant's worst cases may still take with this hold
+    (limit + overdraft - spent - held worst, the least of the day and the month); None
+    on a replay.
     """
 
     tenant: str
@@ -73,6 +76,7 @@ class Reservation:
     provider: str
     replayed: bool
     reclaimed: int = 0
+    room_micros: int | None = None
 
     @property
     def ok(self) -> Literal[True]:
@@ -85,7 +89,8 @@ class Refusal:
 
     `period` is "day" or "month" for the tenant's budget, "day" for the fallback
     cap, None for an unknown tenant; `remaining_micros` is what was free there (limit
-    minus spent minus held) and `held_micros` what attempts in flight held.
+    minus spent minus held) and `held_micros` what attempts in flight held;
+    `room_micros` what the tenant's worst cases may still take (see `Reservation`).
     """
 
     reason: RefusalReason
@@ -96,6 +101,7 @@ class Refusal:
     remaining_micros: int = 0
     reclaimed: int = 0
     held_micros: int = 0
+    room_micros: int | None = None
 
     @property
     def ok(self) -> Literal[False]:

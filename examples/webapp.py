@@ -7,6 +7,8 @@
 
     POST /turns              a TurnRequest (JSON) -> 202 {"turn_id": ...}
                              422 {"error": "messages: ..."} if it is not a valid turn
+                             503 if the fleet did not answer before recording it (it
+                             will not run; a recorded turn whose publish failed is a 202)
     GET  /turns/{id}         200 the result; 202 {"status": "pending"}; 404 unknown
     GET  /turns/{id}/stream  text/event-stream: "text" events (data: a JSON string),
                              then one "result" event (data: the result), or "error"
@@ -57,6 +59,7 @@ from worker.fleet import (
     FleetUnavailable,
     Producer,
     StreamEvent,
+    TurnRecorded,
     TurnTimeout,
     UnknownTurn,
 )
@@ -138,6 +141,10 @@ class TurnsApi:
             handle = await self.producer.enqueue(turn)
         except InputError as exc:
             return _error(422, str(exc))
+        except TurnRecorded as exc:
+            # Recorded, its publish failed: a worker's sweeper sends it, so it is accepted
+            # like any other (a 503 would have the client send it again, under a new id).
+            handle = self.producer.turn(exc.turn_id)
         self._remember(handle.turn_id, tenant)
         where = f"/turns/{handle.turn_id}"
         return JSONResponse(
@@ -311,7 +318,8 @@ def _unknown() -> JSONResponse:
 
 
 async def _unavailable(request: Request, exc: Exception) -> Response:
-    # Redis or the broker did not answer. The turn was not sent: send it again.
+    # Redis or the broker did not answer before the turn was recorded (TurnNotSent): it
+    # will not run, so the client may send it again.
     return _error(503, "the fleet's Redis or broker did not answer; try again")
 
 

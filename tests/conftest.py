@@ -90,12 +90,14 @@ def redis_url() -> Iterator[str]:
 
 @pytest.fixture
 def private_redis() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """A redis-server of this test's own on a free port (URL, process): to stop, kill, restart."""
+    """A redis-server of this test's own on a free port (URL, process): to stop, kill,
+    restart, or stall (`DEBUG SLEEP`, taken from loopback)."""
     binary = shutil.which("redis-server")
     if binary is None:
         skip_unless_ci("no redis-server binary to start a private server")
     port = free_port()
     args = [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no"]
+    args += ["--enable-debug-command", "local"]  # DEBUG SLEEP: a stall
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"redis://127.0.0.1:{port}/0"
     try:

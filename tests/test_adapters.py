@@ -273,8 +273,17 @@ def expected_body(api: str, model: str) -> dict[str, Any]:
             ],
         }
 
-    def response(text: str) -> dict[str, Any]:
-        return {"functionResponse": {"name": "get_weather", "response": {"content": text}}}
+    def response(call_id: str, text: str) -> dict[str, Any]:
+        return {
+            "functionResponse": {
+                "id": call_id,
+                "name": "get_weather",
+                "response": {"output": text},
+            }
+        }
+
+    def function_call(call_id: str, city: str) -> dict[str, Any]:
+        return {"functionCall": {"id": call_id, "name": "get_weather", "args": {"city": city}}}
 
     return {
         "systemInstruction": {"parts": [{"text": "Be brief."}]},
@@ -286,15 +295,19 @@ def expected_body(api: str, model: str) -> dict[str, Any]:
                     {"text": "Checking."},
                     # No vendor signed these calls: Google's stand-in on the first only.
                     {
-                        "functionCall": {"name": "get_weather", "args": {"city": "Paris"}},
+                        **function_call("call_1", "Paris"),
                         "thoughtSignature": "skip_thought_signature_validator",
                     },
-                    {"functionCall": {"name": "get_weather", "args": {"city": "Rome"}}},
+                    function_call("call_2", "Rome"),
                 ],
             },
             {
                 "role": "user",
-                "parts": [response("18C"), response("21C"), {"text": "And tomorrow?"}],
+                "parts": [
+                    response("call_1", "18C"),
+                    response("call_2", "21C"),
+                    {"text": "And tomorrow?"},
+                ],
             },
         ],
         "generationConfig": {"maxOutputTokens": 100},
@@ -304,7 +317,7 @@ def expected_body(api: str, model: str) -> dict[str, Any]:
                     {
                         "name": "get_weather",
                         "description": "Current weather in a city",
-                        "parameters": SCHEMA,
+                        "parametersJsonSchema": SCHEMA,
                     }
                 ]
             }

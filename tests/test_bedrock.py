@@ -107,7 +107,7 @@ def aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 @pytest.fixture
 def model() -> str:
     """A Claude-shaped model id (with the `:` of a version) no other test uses."""
-    return f"anthropic.claude-sim-{uuid.uuid4().hex[:8]}-v1:0"
+    return f"anthropic.claude-sim-x{uuid.uuid4().hex[:8]}-v1:0"
 
 
 def provider(sim: Simulator, signing: str = REGION, **extra: float) -> ProviderSettings:

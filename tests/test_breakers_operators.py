@@ -160,8 +160,32 @@ async def test_report_lists_state_rate_opened_at_probe_holder_and_marks(
     assert opened.state is BreakerState.HALF_OPEN
     assert opened.probe_holders == ("worker-7",)
     assert (report.now_ms, opened.opened_at_ms) == (clock(), clock() - 250)
+    # Its own window was emptied when it opened: the report shows the one that opened it.
+    assert (opened.failures_in_window, opened.calls_in_window) == (0, 0)
+    assert opened.window_shown == (3, 3)
+    assert opened.failure_rate == 1.0
+    assert not opened.opened_by_operator
     assert [(c.pair, c.remaining_s) for c in report.cooldowns] == [(Pair("acct", "m"), 4.75)]
     assert [(e.account, e.remaining_s) for e in report.exhausted] == [("acct", 59.75)]
+
+
+async def test_a_reopened_breaker_shows_its_failed_probe_and_a_forced_one_its_operator(
+    store: FleetBreakers, clock: ManualClock
+) -> None:
+    ops = Operators(store)
+    await store.record([Outcome(SCOPE, V.FAILURE)] * 2 + [Outcome(SCOPE, V.SUCCESS)] * 2)
+    await store.record([Outcome(SCOPE, V.FAILURE)])
+    first = {s.scope: s for s in (await ops.report()).scopes}[SCOPE]
+    assert (first.state, first.window_shown) == (BreakerState.OPEN, (3, 5))
+    clock.advance(0.25)
+    assert await store.acquire_probe(SCOPE, "worker-7")
+    await store.record([Outcome(SCOPE, V.FAILURE, "worker-7")])
+    reopened = {s.scope: s for s in (await ops.report()).scopes}[SCOPE]
+    assert (reopened.state, reopened.window_shown) == (BreakerState.OPEN, (1, 1))
+    await ops.force_open("vendor:configured", seconds=30)
+    forced = {s.scope: s for s in (await ops.report()).scopes}["vendor:configured"]
+    assert forced.opened_by_operator
+    assert (forced.window_shown, forced.failure_rate) == ((0, 0), None)
 
 
 async def test_a_gone_mark_is_listed_as_gone_and_an_operator_clears_it(

@@ -503,7 +503,7 @@ def test_every_command_lists_its_exit_codes_in_order_and_every_option_says_what_
                 assert action.help, (path, action.option_strings)
 
 
-def test_a_taken_port_ends_the_console_with_exit_10_and_one_line(
+def test_a_taken_port_ends_the_console_with_exit_11_and_one_line(
     tmp_path: Path, redis_url: str, namespace: str
 ) -> None:
     """uvicorn's own "could not start" is 3, which relevo gives a degraded turn."""
@@ -521,19 +521,19 @@ def test_a_taken_port_ends_the_console_with_exit_10_and_one_line(
             timeout=60,
             check=False,
         )
-    assert done.returncode == 10, done.stderr
+    assert done.returncode == 11, done.stderr
     assert f"relevo: console: could not serve on 127.0.0.1 port {port}" in done.stderr
     assert "Traceback" not in done.stderr
 
 
-def test_a_taken_port_ends_the_simulator_with_exit_10_and_one_line(
+def test_a_taken_port_ends_the_simulator_with_exit_11_and_one_line(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        assert relevo("simulate", "--port", str(port)) == 10
+        assert relevo("simulate", "--port", str(port)) == 11
     err = capsys.readouterr().err
     assert err.startswith(f"relevo: simulate: could not listen on 127.0.0.1 port {port} (")
     assert len(err.splitlines()) == 1

@@ -212,6 +212,7 @@ ALERT_OF_GAUGE = {
     "relevo_queue_depth": "RelevoQueueNotDraining",
     "relevo_turns_resent_total": "RelevoTurnsResent",
     "relevo_unreadable_items_total": "RelevoUnreadableItems",
+    "relevo_set_aside_total": "RelevoItemsSetAside",
     "relevo_kill_switch": "RelevoExporterDown",
 }
 

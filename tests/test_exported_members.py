@@ -30,7 +30,8 @@ SURFACES: dict[str, str] = {
     " LocalHedges OpenGuard RedisGuard Refusal Signal Target hedge_book open_guard",
     "worker.guard.testing": "ScriptedGuard",
     "worker.fleet": "AsyncTurnHandle FleetUnavailable Producer StreamEvent StreamRestarted"
-    " TurnHandle TurnStore TurnTimeout UnknownTurn Unreadable enqueue_turn make_app",
+    " TurnHandle TurnNotSent TurnRecorded TurnStore TurnTimeout UnknownTurn Unreadable"
+    " enqueue_turn make_app",
     "worker.fleet.testing": "InProcessRedis InProcessWorker StubFleet stub_fleet",
     "worker.observability": "Redactor TurnMetrics configure_logging configure_tracing redact_text",
     "worker.simulator": "CallOutcome Fault RequestRecord Simulator SimulatorClient serve",

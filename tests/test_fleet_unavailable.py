@@ -23,7 +23,14 @@ from tests.netkit import free_port
 from tests.test_store_faults import restart_empty
 from worker.cli.common import OperatorError, operator_redis
 from worker.errors import RelevoError
-from worker.fleet import FleetUnavailable, Producer, TurnHandle, enqueue_turn, make_app
+from worker.fleet import (
+    FleetUnavailable,
+    Producer,
+    TurnHandle,
+    TurnNotSent,
+    enqueue_turn,
+    make_app,
+)
 from worker.fleet.broker import SEND_TIMEOUT_S, celery_app
 from worker.fleet.enqueue import send_turn
 from worker.fleet.fairqueue import FairKeys
@@ -279,16 +286,16 @@ def test_an_outage_longer_than_the_publish_retry_policy_fails_naming_the_record(
     private_redis: tuple[str, subprocess.Popen[bytes]], producer_app: Any
 ) -> None:
     """As many tries as the publish gets (three: `task_publish_retry_policy`), then our own
-    error, saying nothing was published."""
+    error, saying nothing was recorded: the turn will not run."""
     url, proc = private_redis
     proc.kill()
     proc.wait(timeout=10)
     started = time.monotonic()
-    with pytest.raises(FleetUnavailable) as failed:
+    with pytest.raises(TurnNotSent) as failed:
         send_turn(producer_app, turn(), ignore_result=True)
     assert time.monotonic() - started < SEND_S
     assert re.fullmatch(
         re.escape(f"the fleet's Redis at {url} did not answer (ConnectionError) ")
-        + r"recording the turn \(3 tries in \d+\.\d s; it was not published\)",
+        + r"recording the turn \(3 tries in \d+\.\d s; nothing was recorded: it will not run\)",
         str(failed.value),
     )

@@ -61,6 +61,8 @@ async def until(check: object, timeout_s: float) -> None:
 async def test_the_allowance_counts_a_call_at_its_worst_while_it_runs_then_at_its_cost() -> None:
     backlog = Backlog(retry_every_s=3600)
     allowance = OfflineAllowance(2 * 3_000 + 500, backlog)  # two worst cases, and a little
+    for tenant in ("acme", "other"):
+        allowance.heard(tenant, 10**9)  # room enough: the allowance decides
     assert [allowance.admit(charge(n)) for n in range(3)] == [
         None,
         None,
@@ -118,6 +120,7 @@ async def test_calls_admitted_offline_count_at_their_worst_until_they_end(
     _, proc = private_redis
     guard.offline.micros = 2 * 3_000 + 500  # two worst cases, and a little
     await guard.admit([ALPHA], None)
+    guard.offline.heard("acme", 10**9)  # room enough: the allowance decides
     proc.send_signal(signal.SIGSTOP)
     # Three calls start before any ends: the third would pass the allowance at its worst.
     refusals = [(await guard.admit([ALPHA], charge(n))).refusal for n in range(3)]

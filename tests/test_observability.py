@@ -241,6 +241,30 @@ def test_a_turn_that_never_ran_counts_with_empty_labels() -> None:
     assert _sample(metrics, TURNS_TOTAL, status="rejected", effective_model="", step="") == 1
 
 
+def test_a_workers_series_carry_no_tenant_label() -> None:
+    metrics = TurnMetrics()
+    for tenant in ("acme", "globex"):
+        metrics.waited(0.2)
+        metrics.record(
+            TurnResult(
+                turn_id=f"t-{tenant}",
+                tenant_id=tenant,
+                status=Status.OK,
+                latency_ms=5,
+                primary_model="openai/alpha",
+            )
+        )
+    labelled = {s.name for family in metrics.registry.collect() for s in family.samples if s.labels}
+    assert labelled
+    assert not [
+        s.name
+        for family in metrics.registry.collect()
+        for s in family.samples
+        if "tenant" in s.labels
+    ]
+    assert metrics.registry.get_sample_value("relevo_fair_queue_wait_seconds_count") == 2
+
+
 def test_every_metric_name_is_a_series_we_export() -> None:
     assert all(name.startswith("relevo_") for name in METRIC_NAMES)
     assert is_exported("relevo_turn_duration_seconds_bucket")
@@ -259,7 +283,7 @@ def test_every_metric_name_is_a_series_we_export() -> None:
 def _gauges(collector: FleetCollector) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in collector.collect()
+        for family in text_string_to_metric_families(collector.render().decode())
         for s in family.samples
     }
 
@@ -288,7 +312,9 @@ def test_fleet_collector_reads_breakers_budgets_and_kill_switch(
             await client.aclose()
 
     asyncio.run(arrange())
-    gauges = _gauges(FleetCollector(config))
+    collector = FleetCollector(config)
+    assert collector.tenants.refresh() is not None
+    gauges = _gauges(collector)
     assert gauges[("relevo_breaker_state", (("scope", "vendor:openai"),))] == 2
     assert gauges[("relevo_breaker_state", (("scope", "vendor:anthropic"),))] == 0
     day = (("period", "day"), ("tenant", "acme"))
@@ -300,12 +326,23 @@ def test_fleet_collector_reads_breakers_budgets_and_kill_switch(
     assert gauges[("relevo_kill_switch", ())] == 1
 
 
-def test_fleet_collector_with_redis_down_yields_nothing_and_says_so(sim: Simulator) -> None:
+def test_fleet_collector_with_redis_down_says_which_parts_it_could_not_read(
+    sim: Simulator,
+) -> None:
     port = free_port()
     config = settings(sim.url, redis={"url": f"redis://127.0.0.1:{port}/0"})
+    collector = FleetCollector(config, timeout_s=1)
     with capture_logs() as events:
-        assert list(FleetCollector(config, timeout_s=1).collect()) == []
-    assert [e["event"] for e in events] == ["metrics.fleet_unreadable"]
+        assert collector.tenants.refresh() is None
+        gauges = _gauges(collector)
+    parts = ("breakers", "kill_switch", "held_turns", "queue_depth", "tenants")
+    assert {p: gauges[("relevo_exporter_read_ok", (("part", p),))] for p in parts} == dict.fromkeys(
+        parts, 0
+    )
+    assert gauges[("relevo_tenant_snapshot_age_seconds", ())] >= 0
+    assert ("relevo_kill_switch", ()) not in gauges
+    unreadable = sorted(e.get("part", "tenants") for e in events if "unreadable" in e["event"])
+    assert unreadable == sorted(parts)
 
 
 def test_metrics_port_zero_serves_nothing(sim: Simulator) -> None:
@@ -398,16 +435,19 @@ def test_relevo_worker_serves_turn_metrics_and_the_fleet_state_adds_up(
         spent_by_results = sum(r.cost_micros for r in results)
         deadline = time.monotonic() + 10
         series = _scrape(port)
+        node_series = dict(series)
         # The fleet's state is the exporter's, read from the same Redis; the spend gauge
         # may lag the results a moment.
         spent_key = (
             "relevo_tenant_spend_micros",
             frozenset({"tenant": "obs", "period": "day"}.items()),
         )
+        collector = FleetCollector(config)
         while True:
+            collector.tenants.refresh()
             fleet = {
                 (s.name, frozenset(s.labels.items())): s.value
-                for family in FleetCollector(config).collect()
+                for family in text_string_to_metric_families(collector.render().decode())
                 for s in family.samples
             }
             if fleet.get(spent_key) == spent_by_results or time.monotonic() >= deadline:
@@ -419,6 +459,10 @@ def test_relevo_worker_serves_turn_metrics_and_the_fleet_state_adds_up(
         node.wait(timeout=30)
 
     assert [r.step for r in results] == [0] * 6 + [1] * 4
+    # A node's series name no tenant, however many it serves: the exporter's do, bounded.
+    assert not [name for name, labels in node_series if "tenant" in dict(labels)]
+    waited = node_series[("relevo_fair_queue_wait_seconds_count", frozenset())]
+    assert waited == len(results)
 
     def value(name: str, **labels: str) -> float:
         return series.get((name, frozenset(labels.items())), 0.0)

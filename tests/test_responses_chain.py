@@ -268,13 +268,37 @@ async def test_chat_completions_reads_no_reasoning_and_counts_it_all(sim: Simula
     assert "gAAAx" not in str(sim.requests("alpha")[-1].body)
 
 
+async def test_a_turn_of_under_16_output_tokens_skips_the_responses_api(sim: Simulator) -> None:
+    """`max_output_tokens` is at least 16 (the simulator refuses less, as the API does:
+    "integer below minimum value"): capability fit skips the wire, the next model answers."""
+    result = await run(config(sim.url), turn(HELLO).model_copy(update={"max_tokens": 8}))
+    assert result.status is Status.OK
+    skipped, answered = result.attempts
+    assert skipped.outcome is AttemptOutcome.SKIPPED
+    assert skipped.detail is not None
+    assert "max_tokens under 16" in skipped.detail
+    assert answered.model == "anthropic/beta"
+    assert sim.calls(PRIMARY) == 0
+    async with httpx.AsyncClient() as client:
+        refused = await client.post(
+            f"{sim.url}/v1/responses",
+            json={"model": PRIMARY, "input": "Hi", "max_output_tokens": 8},
+            headers={"authorization": KEY},
+        )
+    assert refused.status_code == 400
+    assert refused.json()["error"]["param"] == "max_output_tokens"
+
+
 def test_reasoning_family_per_target() -> None:
-    def family(kind: str, model_id: str, **extra: Any) -> str | None:
+    def family(kind: str, model_id: str, reasoning: bool = True, **extra: Any) -> str | None:
         base = {"base_url": "https://x"} if kind != "bedrock" else {}
-        return reasoning_family(ProviderSettings(kind=kind, **base, **extra), model_id)  # type: ignore[arg-type]
+        settings = ProviderSettings(kind=kind, **base, **extra)  # type: ignore[arg-type]
+        return reasoning_family(settings, model_id, reasoning=reasoning)
 
     assert family("openai", "gpt-5") is None
     assert family("openai", "gpt-5", api="responses") == "openai"
+    # The Responses API refuses encrypted reasoning to a model that does not reason.
+    assert family("openai", "gpt-4.1", False, api="responses") is None
     assert family("anthropic", "claude-sonnet-4") == "anthropic"
     assert family("gemini", "gemini-3-pro") == "google"
 

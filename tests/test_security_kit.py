@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
+import tomllib
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -160,6 +162,22 @@ def private_redis(tls: Tls | None = None) -> Iterator[PrivateRedis]:
         proc.wait(timeout=10)
 
 
+def _wait_until_it_answers(config: Path, name: str, proc: subprocess.Popen[bytes]) -> None:
+    """Until the worker answers a ping: a turn sent before it consumes waits in the queue,
+    and on a loaded machine a start can outlast the turn's queue deadline."""
+    from celery import Celery
+
+    stores = tomllib.loads(config.read_text())
+    app = Celery(broker=stores.get("broker", {}).get("url") or stores["redis"]["url"])
+    deadline = time.monotonic() + 90
+    try:
+        while not app.control.ping(destination=[name], timeout=1.0):
+            assert proc.poll() is None, f"the celery worker exited ({proc.returncode})"
+            assert time.monotonic() < deadline, "the celery worker never answered a ping"
+    finally:
+        app.close()
+
+
 @contextmanager
 def celery_worker(config: Path, queue: str, env: Mapping[str, str] | None = None) -> Iterator[None]:
     """One `celery worker` process (threads pool) reading `config`, with the API key in its env."""
@@ -176,6 +194,7 @@ def celery_worker(config: Path, queue: str, env: Mapping[str, str] | None = None
         stderr=subprocess.DEVNULL,
     )
     try:
+        _wait_until_it_answers(config, f"security-{queue}@{socket.gethostname()}", proc)
         yield
     finally:
         proc.terminate()

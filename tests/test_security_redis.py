@@ -340,7 +340,7 @@ def test_a_celery_round_trip_over_tls(
     with celery_worker(config, settings.worker.queue):
         app = make_app(settings)
         result = enqueue_turn(request(), app=app, limits=settings.limits).get(timeout_s=60)
-    assert result.status == "ok"
+    assert result.status == "ok", (result.reason, result.error)
     with redis.Redis.from_url(url) as client:
         assert client.exists(f"{{{namespace}}}:turn:{result.turn_id}:result")
         assert not client.exists(f"celery-task-meta-{result.turn_id}")

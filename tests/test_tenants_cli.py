@@ -40,6 +40,8 @@ def test_tenants_set_list_and_clear(
             "turns_per_minute": None,
             "input_tokens_per_minute": None,
             "weight": 3,
+            "unreadable": None,
+            "parked_until_ms": None,
         },
         {
             "tenant": "beta",
@@ -50,6 +52,8 @@ def test_tenants_set_list_and_clear(
             "turns_per_minute": None,
             "input_tokens_per_minute": None,
             "weight": 1,
+            "unreadable": None,
+            "parked_until_ms": None,
         },
     ]
     assert relevo("tenants", "clear", "acme") == 0

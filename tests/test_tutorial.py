@@ -23,7 +23,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -34,12 +33,15 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import skip_unless_ci
+from tests.netkit import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 TUTORIAL = ROOT / "docs" / "tutorial.md"
 WHERE = "docs/tutorial.md"
-# The ports the walkthrough names: the simulator, and each worker node's metrics.
+# The ports the walkthrough names: the simulator, each worker node's metrics, the
+# exporter's. The test runs it on free ports instead (`on_ports`), beside anything else.
 FLEET_PORTS = (8900, 9464, 9465, 9466)
+_FLEET_PORT = re.compile(r"\b(" + "|".join(map(str, FLEET_PORTS)) + r")\b")
 TOOLS = ("bash", "curl", "grep", "mktemp")
 RUN_TIMEOUT_S = 100
 # A line before each block's output and after the last, with the time it was printed.
@@ -133,14 +135,18 @@ def split_output(stdout: str, count: int) -> tuple[list[str | None], list[float 
     return outputs, seconds
 
 
-def _port_taken(port: int) -> bool:
-    with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("0.0.0.0", port))  # the metrics listen on every interface
-        except OSError:
-            return True
-    return False
+def on_ports(text: str, ports: dict[int, int]) -> str:
+    """`text` with each port the walkthrough names replaced by the one the test chose."""
+    return _FLEET_PORT.sub(lambda m: str(ports[int(m.group(1))]), text)
+
+
+@pytest.fixture
+def ports() -> dict[int, int]:
+    """A free port for each one the walkthrough names."""
+    chosen: dict[int, int] = {}
+    while len(set(chosen.values())) < len(FLEET_PORTS):
+        chosen = {port: free_port() for port in FLEET_PORTS}
+    return chosen
 
 
 def _group_alive(pgid: int) -> bool:
@@ -154,24 +160,29 @@ def _group_alive(pgid: int) -> bool:
 
 
 @pytest.fixture
-def fleet_dir(tmp_path: Path) -> Path:
-    """A directory laid out as the walkthrough expects: `examples/` as in the repository."""
+def fleet_dir(tmp_path: Path, ports: dict[int, int]) -> Path:
+    """A directory laid out as the walkthrough expects: `examples/` as in the repository,
+    on the test's ports."""
     shutil.copytree(ROOT / "examples", tmp_path / "examples")
+    for config in (tmp_path / "examples").rglob("*.toml"):
+        config.write_text(on_ports(config.read_text(encoding="utf-8"), ports), encoding="utf-8")
     (tmp_path / "tmp").mkdir()
     return tmp_path
 
 
+def tutorial_blocks(ports: dict[int, int]) -> list[Block]:
+    """The walkthrough's blocks and their outputs, on the test's ports."""
+    return marked_blocks(on_ports(TUTORIAL.read_text(encoding="utf-8"), ports))
+
+
 @pytest.fixture
 def walkthrough(
-    fleet_dir: Path, private_redis: tuple[str, subprocess.Popen[bytes]]
+    fleet_dir: Path, ports: dict[int, int], private_redis: tuple[str, subprocess.Popen[bytes]]
 ) -> Iterator[tuple[subprocess.Popen[str], float]]:
     """The tutorial's marked blocks, started as one bash script; killed whatever happens."""
     for tool in TOOLS:
         if shutil.which(tool) is None:
             skip_unless_ci(f"the tutorial's walkthrough needs {tool}")
-    for port in FLEET_PORTS:
-        if _port_taken(port):
-            skip_unless_ci(f"port {port} is in use; the tutorial's walkthrough serves there")
     url, _ = private_redis
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RELEVO_", "PROMETHEUS_"))}
     bindir = str(Path(sys.executable).parent)  # `relevo` and `python` of this environment
@@ -181,7 +192,7 @@ def walkthrough(
         TMPDIR=str(fleet_dir / "tmp"),
     )
     script = fleet_dir / "walkthrough.sh"
-    script.write_text(script_of(marked_blocks(TUTORIAL.read_text(encoding="utf-8"))))
+    script.write_text(script_of(tutorial_blocks(ports)))
     started = time.monotonic()
     proc = subprocess.Popen(
         ["bash", str(script)],
@@ -210,10 +221,10 @@ def _logs(fleet_dir: Path) -> str:
 @pytest.mark.slow
 @pytest.mark.timeout(RUN_TIMEOUT_S + 30)
 def test_the_tutorial_runs_as_written(
-    walkthrough: tuple[subprocess.Popen[str], float], fleet_dir: Path
+    walkthrough: tuple[subprocess.Popen[str], float], fleet_dir: Path, ports: dict[int, int]
 ) -> None:
     proc, started = walkthrough
-    blocks = marked_blocks(TUTORIAL.read_text(encoding="utf-8"))
+    blocks = tutorial_blocks(ports)
     try:
         stdout, stderr = proc.communicate(timeout=RUN_TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -281,3 +292,11 @@ def test_the_output_matcher() -> None:
     assert table.fullmatch("Title at 12:00\n┏━━┓\n│ one │ open │ 1 │\n└──┘")
     assert not table.fullmatch("Title at 12:00\n│ one │ closed │ 1 │")
     assert not output_pattern("a … b\n").fullmatch("a x\ny b")
+
+
+def test_the_walkthrough_moves_to_other_ports_whole() -> None:
+    ports = {8900: 18900, 9464: 19464, 9465: 19465, 9466: 19466}
+    moved = "\n".join(b.code for b in tutorial_blocks(ports))
+    assert not _FLEET_PORT.search(moved), "a port the walkthrough names was left in place"
+    assert "127.0.0.1:18900" in moved
+    assert on_ports("port 89001 and 8900/v1", ports) == "port 89001 and 18900/v1"

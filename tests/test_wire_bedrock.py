@@ -25,6 +25,7 @@ from worker.adapters.base import Event
 from worker.adapters.classify import classify_response
 from worker.adapters.claude_options import EFFORT_BUDGET_TOKENS
 from worker.adapters.finish import normalize_finish
+from worker.adapters.left_out import left_out
 from worker.adapters.sigv4 import SigV4
 from worker.errors import InvalidRequest
 from worker.settings import ProviderSettings, load_settings
@@ -86,8 +87,9 @@ async def bedrock(sim: Simulator) -> AsyncIterator[BedrockAdapter]:
 
 @pytest.fixture
 def model() -> str:
-    """A Claude-shaped model id of this test's own."""
-    return f"anthropic.claude-wire-{uuid.uuid4().hex[:8]}-v1:0"
+    """A Claude-shaped model id of this test's own (no version in it: a current Claude
+    that still takes a thinking budget)."""
+    return f"anthropic.claude-wire-x{uuid.uuid4().hex[:8]}-v1:0"
 
 
 def base_url(sim: Simulator) -> str:
@@ -417,6 +419,61 @@ async def test_an_effort_goes_only_to_a_reasoning_claude_with_room_to_think(
     configured = dataclasses.replace(call, reasoning_effort=None, thinking_budget_tokens=2000)
     fields = bedrock.request(configured).body["additionalModelRequestFields"]
     assert fields == {"thinking": {"type": "enabled", "budget_tokens": 2000}}
+
+
+@pytest.mark.parametrize("effort", ["low", "high"])
+async def test_an_adaptive_only_claude_thinks_adaptively_with_its_effort_and_no_sampling(
+    sim: Simulator, bedrock: BedrockAdapter, effort: str
+) -> None:
+    """Claude Opus 4.7 and later take only adaptive thinking, and refuse a thinking budget,
+    temperature and top_p (the simulated Converse refuses them for such a model, as
+    Anthropic's API does): `thinking: {type: adaptive}` and OutputConfig.effort, as the
+    same model gets `output_config.effort` on Anthropic and on Vertex AI."""
+    # https://platform.claude.com/docs/en/about-claude/models/migration-guide
+    model = f"us.anthropic.claude-opus-4-7-{uuid.uuid4().hex[:6]}"
+    call = ask(
+        model,
+        max_tokens=8000,
+        reasoning=True,
+        reasoning_effort=effort,
+        temperature=0.2,
+        top_p=0.5,
+    )
+    _, done = await answer(bedrock, call)
+    body = sent(sim, model)
+    assert body["additionalModelRequestFields"] == {"thinking": {"type": "adaptive"}}
+    assert body["outputConfig"] == {"effort": effort}
+    assert body["inferenceConfig"] == {"maxTokens": 8000}
+    assert done.text
+    # No effort asked: no thinking, and still no sampling.
+    await answer(bedrock, ask(model, temperature=0.2))
+    body = sent(sim, model)
+    assert "additionalModelRequestFields" not in body
+    assert body["inferenceConfig"] == {"maxTokens": 100}
+    assert left_out("bedrock", ask(model, temperature=0.2)) == ("temperature",)
+
+
+async def test_the_simulated_converse_refuses_a_budget_and_sampling_to_an_adaptive_only_claude(
+    sim: Simulator,
+) -> None:
+    model = "us.anthropic.claude-opus-4-7"
+    url = f"{base_url(sim)}/model/{model}/converse"
+    user = [{"role": "user", "content": [{"text": "Hi"}]}]
+    budget = {"thinking": {"type": "enabled", "budget_tokens": 2048}}
+    refused = [
+        {"messages": user, "additionalModelRequestFields": budget},
+        {"messages": user, "inferenceConfig": {"temperature": 0.5}},
+        {"messages": user, "inferenceConfig": {"topP": 0.5}},
+    ]
+    async with httpx.AsyncClient() as http:
+        for body in refused:
+            response = await http.post(url, json=body, auth=SigV4(service="bedrock", region=REGION))
+            assert response.status_code == 400, body
+            assert "for this model" in response.json()["message"]
+        adaptive = {"thinking": {"type": "adaptive"}}
+        body = {"messages": user, "additionalModelRequestFields": adaptive}
+        response = await http.post(url, json=body, auth=SigV4(service="bedrock", region=REGION))
+    assert response.status_code == 200
 
 
 @pytest.mark.parametrize(

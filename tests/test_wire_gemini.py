@@ -36,6 +36,7 @@ from worker.types import (
     NamedTool,
     Part,
     TextPart,
+    Tool,
     ToolCall,
     TurnRequest,
 )
@@ -72,9 +73,8 @@ def named(family: str) -> str:
 
 def call(model: str, *messages: Message, **fields: Any) -> ProviderCall:
     asked = messages or (Message(role="user", content="Hello?"),)
-    return ProviderCall(
-        model_id=model, messages=asked, tools=(), max_tokens=100, stream=False, **fields
-    )
+    fields.setdefault("tools", ())
+    return ProviderCall(model_id=model, messages=asked, max_tokens=100, stream=False, **fields)
 
 
 def user(*parts: Part) -> Message:
@@ -168,8 +168,9 @@ def tool_loop(*result: Part) -> tuple[Message, ...]:
     )
 
 
-def response(text: str, **extra: Any) -> dict[str, Any]:
-    return {"functionResponse": {"name": "get_weather", "response": {"content": text}, **extra}}
+def response(call_id: str, text: str, **extra: Any) -> dict[str, Any]:
+    result = {"id": call_id, "name": "get_weather", "response": {"output": text}, **extra}
+    return {"functionResponse": result}
 
 
 async def test_gemini3_takes_inline_media_inside_the_function_response(
@@ -182,8 +183,8 @@ async def test_gemini3_takes_inline_media_inside_the_function_response(
     asked = call(named("gemini-3-flash"), *messages)
     body, _ = await sent(sim, client, ProviderCall(**{**vars_of(asked), "tools": (WEATHER,)}))
     assert body["contents"][2]["parts"] == [
-        response("map", parts=[{"inlineData": {"mimeType": "image/png", "data": PNG}}]),
-        response("21C"),
+        response("c1", "map", parts=[{"inlineData": {"mimeType": "image/png", "data": PNG}}]),
+        response("c2", "21C"),
         {"fileData": {"mimeType": "application/pdf", "fileUri": INVOICE}},
     ]
 
@@ -197,14 +198,122 @@ async def test_gemini25_gets_tool_result_media_after_the_function_responses(
     asked = call(named("gemini-2.5-flash"), *messages)
     body, _ = await sent(sim, client, ProviderCall(**{**vars_of(asked), "tools": (WEATHER,)}))
     assert body["contents"][2]["parts"] == [
-        response("map"),
-        response("21C"),
+        response("c1", "map"),
+        response("c2", "21C"),
         {"inlineData": {"mimeType": "image/png", "data": PNG}},
     ]
 
 
 def vars_of(asked: ProviderCall) -> dict[str, Any]:
     return {name: getattr(asked, name) for name in ProviderCall.__slots__}
+
+
+# --- tools and their results -------------------------------------------------------------
+
+# A pydantic- or OpenAI-style schema: a nullable type, `const`, `oneOf`, `$defs`.
+JSON_SCHEMA_TOOL = Tool(
+    name="set_unit",
+    description="Set the unit",
+    parameters={
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "properties": {
+            "unit": {"oneOf": [{"const": "C"}, {"const": "F"}]},
+            "note": {"type": ["string", "null"]},
+            "place": {"$ref": "#/$defs/place"},
+        },
+        "$defs": {"place": {"type": "object", "properties": {"city": {"type": "string"}}}},
+    },
+)
+
+
+@pytest.mark.parametrize("family", ["gemini-2.5-flash", "gemini-3-flash"])
+async def test_a_tool_schema_is_sent_whole_as_parameters_json_schema(
+    family: str, sim: Simulator, client: httpx.AsyncClient
+) -> None:
+    """FunctionDeclaration.parametersJsonSchema takes JSON Schema; `parameters` is the
+    OpenAPI subset (`Schema`), which refuses `const`, `oneOf`, `$defs` and a list of
+    types, as the simulator does (googleapis/python-genai `types.FunctionDeclaration`)."""
+    asked = call(named(family), tools=(JSON_SCHEMA_TOOL,))
+    body, answer = await sent(sim, client, asked)
+    [declaration] = body["tools"][0]["functionDeclarations"]
+    assert declaration == {
+        "name": "set_unit",
+        "description": "Set the unit",
+        "parametersJsonSchema": JSON_SCHEMA_TOOL.parameters,
+    }
+    assert answer.text
+
+
+@pytest.mark.parametrize(
+    ("schema", "says"),
+    [
+        ({"type": "object", "properties": {"u": {"const": "C"}}}, 'Unknown name "const"'),
+        ({"type": "object", "oneOf": []}, 'Unknown name "oneOf"'),
+        ({"type": ["string", "null"]}, "cannot start list"),
+    ],
+)
+def test_the_simulator_refuses_json_schema_keywords_in_parameters(
+    schema: dict[str, Any], says: str, sim: Simulator
+) -> None:
+    declaration = {"name": "f", "parameters": schema}
+    body = {
+        "contents": [{"role": "user", "parts": [{"text": "Hi"}]}],
+        "tools": [{"functionDeclarations": [declaration]}],
+    }
+    url = f"{sim.url}/v1beta/models/gemini-2.5-flash:generateContent"
+    refused = httpx.post(url, json=body, headers={"x-goog-api-key": SECRET})
+    assert refused.status_code == 400
+    assert says in refused.json()["error"]["message"]
+    both = {**declaration, "parametersJsonSchema": {"type": "object"}}
+    body["tools"] = [{"functionDeclarations": [both]}]
+    assert httpx.post(url, json=body, headers={"x-goog-api-key": SECRET}).status_code == 400
+
+
+async def test_parallel_calls_to_one_function_carry_their_ids_there_and_back(
+    sim: Simulator, client: httpx.AsyncClient
+) -> None:
+    """FunctionCall.id goes back in the replayed call, and FunctionResponse.id names the
+    call a response is for: two calls to one function are paired by id, not by order.
+    The result is `response.output` (FunctionResponse.response: "Use "output" key to
+    specify function output")."""
+    calls = (
+        ToolCall(id="fc_paris", name="get_weather", arguments={"city": "Paris"}),
+        ToolCall(id="fc_rome", name="get_weather", arguments={"city": "Rome"}),
+    )
+    messages = (
+        Message(role="user", content="Weather in Paris and Rome?"),
+        Message(role="assistant", tool_calls=calls),
+        Message(role="tool", tool_call_id="fc_rome", content="21C"),
+        Message(role="tool", tool_call_id="fc_paris", content="19C"),
+    )
+    asked = call(named("gemini-2.5-flash"), *messages, tools=(WEATHER,))
+    body, answer = await sent(sim, client, asked)
+    model_turn, results = body["contents"][1]["parts"], body["contents"][2]["parts"]
+    assert [p["functionCall"]["id"] for p in model_turn] == ["fc_paris", "fc_rome"]
+    assert [p["functionResponse"] for p in results] == [
+        {"id": "fc_rome", "name": "get_weather", "response": {"output": "21C"}},
+        {"id": "fc_paris", "name": "get_weather", "response": {"output": "19C"}},
+    ]
+    assert answer.text
+
+
+async def test_a_function_calls_own_id_is_the_tool_calls_id(
+    sim: Simulator, client: httpx.AsyncClient
+) -> None:
+    """Gemini's `functionCall.id` is read into `ToolCall.id`, and sent back as it came."""
+    model = named("gemini-3-flash")
+    sim.set_faults(model, Fault(reply_tool="get_weather", tool_args={"city": "Oslo"}, times=1))
+    _, first = await sent(sim, client, call(model, tools=(WEATHER,)))
+    [made] = first.tool_calls
+    follow = (
+        Message(role="user", content="Hello?"),
+        Message(role="assistant", tool_calls=first.tool_calls),
+        Message(role="tool", tool_call_id=made.id, content="sunny"),
+    )
+    body, _ = await sent(sim, client, call(model, *follow, tools=(WEATHER,)))
+    assert body["contents"][1]["parts"][0]["functionCall"]["id"] == made.id
+    assert body["contents"][2]["parts"][0]["functionResponse"]["id"] == made.id
 
 
 # --- tool_choice --------------------------------------------------------------------------
@@ -478,6 +587,21 @@ async def test_vertex_gets_the_same_parts_and_config(
     ]
     assert body["generationConfig"]["responseJsonSchema"] == ORDER.json_schema
     assert body["generationConfig"]["thinkingConfig"] == {"thinkingBudget": 1024}
+
+
+@pytest.mark.usefixtures("vertex_credentials")
+async def test_vertex_takes_a_tool_schema_as_parameters_json_schema(
+    sim: Simulator, client: httpx.AsyncClient
+) -> None:
+    """Vertex's FunctionDeclaration has `parametersJsonSchema` too, and the same `Schema`
+    subset in `parameters`."""
+    model = named("gemini-2.5-pro")
+    await collect(
+        build_adapter(vertex(sim.url), client).send(call(model, tools=(JSON_SCHEMA_TOOL,)))
+    )
+    [declaration] = sim.requests(model)[-1].body["tools"][0]["functionDeclarations"]
+    assert declaration["parametersJsonSchema"] == JSON_SCHEMA_TOOL.parameters
+    assert sim.calls(model, "ok") == 1
 
 
 @pytest.mark.usefixtures("vertex_credentials")

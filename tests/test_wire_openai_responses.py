@@ -135,8 +135,9 @@ _NOWHERE: Any = _Nowhere()
 async def test_the_request_is_stateless_and_whole(
     api: str, sim: Simulator, client: httpx.AsyncClient
 ) -> None:
-    """store: false, the reasoning's encrypted content asked for, the system prompt as
-    instructions, the rest as input items; Azure's route with the deployment in the body."""
+    """store: false, no encrypted reasoning asked of a model that does not reason, the
+    system prompt as instructions, the rest as input items; Azure's route with the
+    deployment in the body."""
     model = unique()
     call = ask(
         model,
@@ -147,7 +148,7 @@ async def test_the_request_is_stateless_and_whole(
     )
     events, body = await send(api, sim, client, call)
     assert body["store"] is False
-    assert body["include"] == ["reasoning.encrypted_content"]
+    assert "include" not in body
     assert body["instructions"] == "Be brief."
     assert body["model"] == model
     assert body["max_output_tokens"] == 100
@@ -302,6 +303,7 @@ async def test_a_reasoning_model_gets_its_effort_and_no_sampling(
     call = ask(unique("gpt-5"), reasoning=True, reasoning_effort="low", temperature=0.3, top_p=0.5)
     events, body = await send("openai", sim, client, call)
     assert body["reasoning"] == {"effort": "low"}
+    assert body["include"] == ["reasoning.encrypted_content"]
     assert "temperature" not in body
     assert "top_p" not in body
     [item] = answer(events).reasoning
@@ -318,7 +320,8 @@ async def test_a_reasoning_item_goes_back_as_it_came(
 ) -> None:
     model = unique("o4-mini")
     sim.set_faults(model, Fault(reply_tool="get_weather", tool_args={"city": "Oslo"}, times=1))
-    events, _ = await send("openai", sim, client, ask(model, tools=(WEATHER,), stream=stream))
+    first_call = ask(model, tools=(WEATHER,), stream=stream, reasoning=True)
+    events, _ = await send("openai", sim, client, first_call)
     first = answer(events)
     [item] = first.reasoning
     [call] = first.tool_calls
@@ -327,7 +330,8 @@ async def test_a_reasoning_item_goes_back_as_it_came(
         Message(role="assistant", tool_calls=first.tool_calls, reasoning=first.reasoning),
         Message(role="tool", tool_call_id=call.id, content="sunny"),
     )
-    events, body = await send("openai", sim, client, ask(model, *follow, tools=(WEATHER,)))
+    again = ask(model, *follow, tools=(WEATHER,), reasoning=True)
+    events, body = await send("openai", sim, client, again)
     assert body["input"][1] == {
         "type": "reasoning",
         "id": item.id,
@@ -335,6 +339,49 @@ async def test_a_reasoning_item_goes_back_as_it_came(
         "encrypted_content": item.encrypted,
     }
     assert answer(events).text
+
+
+@pytest.mark.parametrize("api", APIS)
+async def test_a_model_that_does_not_reason_is_sent_no_encrypted_reasoning(
+    api: str, sim: Simulator, client: httpx.AsyncClient
+) -> None:
+    """A tool loop that a reasoning model began, on gpt-4.1: no `include`, no reasoning
+    item (the API refuses both there, "Encrypted content is not supported with this
+    model."), and the turn is answered."""
+    model = unique("gpt-4.1")
+    call_made = ToolCall(id="call_1", name="get_weather", arguments={"city": "Oslo"})
+    carried = Reasoning(origin="openai", id="rs_1", text="thought", encrypted="gAAAxyz")
+    history = (
+        Message(role="user", content="Weather?"),
+        Message(role="assistant", tool_calls=(call_made,), reasoning=(carried,)),
+        Message(role="tool", tool_call_id="call_1", content="sunny"),
+    )
+    events, body = await send(api, sim, client, ask(model, *history, tools=(WEATHER,)))
+    assert "include" not in body
+    assert [i["type"] for i in body["input"]] == [
+        "message",
+        "function_call",
+        "function_call_output",
+    ]
+    assert answer(events).text
+
+
+def test_the_simulator_refuses_encrypted_reasoning_to_a_model_that_does_not_reason(
+    sim: Simulator,
+) -> None:
+    def post(**fields: Any) -> httpx.Response:
+        body = {"model": "gpt-4.1", "store": False, "input": "Hi", **fields}
+        return httpx.post(f"{sim.url}/v1/responses", json=body, headers={"authorization": KEY})
+
+    refused = post(include=["reasoning.encrypted_content"])
+    assert refused.status_code == 400
+    error = refused.json()["error"]
+    assert error["message"] == "Encrypted content is not supported with this model."
+    assert error["param"] == "include"
+    item = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAAx"}
+    follows = {"role": "user", "content": "Again"}
+    assert post(input=[item, follows]).status_code == 400
+    assert post().status_code == 200
 
 
 def test_a_reasoning_item_the_simulator_did_not_issue_is_refused_as_openai_does(

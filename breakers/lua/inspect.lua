@@ -7,9 +7,11 @@
 -- ARGV[1+i]                per scope: window ms
 --
 -- Returns { now_ms, {member, end_ms, ...} cooldowns, {account, end_ms, ...} exhausted,
---           {state, remaining_ms, opened_at_ms, calls, failures, "holder,holder", ...},
+--           {state, remaining_ms, opened_at_ms, calls, failures, "holder,holder",
+--            opened_calls, opened_failures, ...},
 --           {member, end_ms, ...} gone marks (each also among the cooldowns) }
--- remaining_ms is -1 while pinned open.
+-- remaining_ms is -1 while pinned open. opened_calls and opened_failures are the window
+-- that opened the breaker (0, 0 when closed, or opened by an operator).
 
 local now = now_ms()
 
@@ -26,13 +28,18 @@ end
 local scopes = {}
 for i = 1, #ARGV - 1 do
   local bkey, wkey, pkey = KEYS[3 * i], KEYS[3 * i + 1], KEYS[3 * i + 2]
-  local h = redis.call('HMGET', bkey, 'state', 'until_ms', 'pinned', 'opened_at_ms')
+  local h = redis.call('HMGET', bkey, 'state', 'until_ms', 'pinned', 'opened_at_ms',
+    'opened_calls', 'opened_failures')
   local state, remaining = phase(h[1], h[2], h[3], now)
-  local opened = 0
-  if h[1] == 'open' then opened = tonumber(h[4]) or 0 end
+  local opened, by_calls, by_fails = 0, 0, 0
+  if h[1] == 'open' then
+    opened, by_calls, by_fails = tonumber(h[4]) or 0, tonumber(h[5]) or 0, tonumber(h[6]) or 0
+  end
   local calls, fails = window_counts(wkey, tonumber(ARGV[1 + i]), now)
   local holders = redis.call('ZRANGEBYSCORE', pkey, '(' .. now, '+inf')
-  for _, v in ipairs({state, remaining, opened, calls, fails, table.concat(holders, ',')}) do
+  local row = {state, remaining, opened, calls, fails, table.concat(holders, ','), by_calls,
+    by_fails}
+  for _, v in ipairs(row) do
     scopes[#scopes + 1] = v
   end
 end

@@ -24,17 +24,20 @@ local now = now_ms()
 local n_out, n_cool, n_exh = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local draw, index_ttl = tonumber(ARGV[5]), tonumber(ARGV[6])
 
-local function open(bkey, wkey, pkey, break_ms, shown_ms, ttl)
+-- `calls` and `fails` are the window that opened it (the probe's 1/1 on a reopen): the
+-- window itself is emptied, and an operator asks why it is open.
+local function open(bkey, wkey, pkey, break_ms, shown_ms, ttl, calls, fails)
   redis.call('HSET', bkey, 'state', 'open', 'opened_at_ms', now, 'until_ms', now + shown_ms,
-    'break_ms', break_ms, 'streak', 0)
+    'break_ms', break_ms, 'streak', 0, 'opened_calls', calls, 'opened_failures', fails)
   redis.call('HDEL', bkey, 'pinned')
   redis.call('PEXPIRE', bkey, ttl)
   redis.call('DEL', wkey, pkey)
 end
 
--- Counts one call; returns whether the breaker trips, and whether the call opened a new
+-- Counts one call; returns whether the breaker trips, whether the call opened a new
 -- bucket (its first: only then are the window's TTL and the scope index written, since a
--- later call in the same bucket would change neither beyond a bucket's width).
+-- later call in the same bucket would change neither beyond a bucket's width), and the
+-- window's calls and failures after a failure (0, 0 after a success).
 local function count(bkey, wkey, verdict, a, streak_was)
   local window_ms, min_calls, rate_ppm, streak_max, ttl = a[1], a[2], a[3], a[4], a[8]
   local current, width = bucket(window_ms, now)
@@ -47,14 +50,14 @@ local function count(bkey, wkey, verdict, a, streak_was)
       redis.call('HSET', bkey, 'streak', 0)
       redis.call('PEXPIRE', bkey, ttl)
     end
-    return false, fresh
+    return false, fresh, 0, 0
   end
   local streak = redis.call('HINCRBY', bkey, 'streak', 1)
   redis.call('PEXPIRE', bkey, ttl)
   local calls, fails, stale = window_counts(wkey, window_ms, now)
   if #stale > 0 then redis.call('HDEL', wkey, unpack(stale)) end
   return streak >= streak_max or (calls >= min_calls and fails * 1000000 >= rate_ppm * calls),
-    fresh
+    fresh, calls, fails
 end
 
 local out = {}
@@ -71,10 +74,10 @@ for i = 1, n_out do
 
   if state == 'closed' then
     if verdict ~= 'n' then
-      local trips, fresh = count(bkey, wkey, verdict, a, h[5])
+      local trips, fresh, calls, fails = count(bkey, wkey, verdict, a, h[5])
       seen = fresh
       if trips then
-        open(bkey, wkey, pkey, a[5], a[5], a[8])
+        open(bkey, wkey, pkey, a[5], a[5], a[8], calls, fails)
         kind, shown = 'opened', a[5]
       end
     end
@@ -87,7 +90,7 @@ for i = 1, n_out do
       elseif verdict == 'f' then
         local grown = math.min(a[6], (tonumber(h[4]) or a[5]) * 2)
         shown = grown - math.floor(grown * (a[7] / 1000000) * (draw / 1000000))
-        open(bkey, wkey, pkey, grown, shown, a[8])
+        open(bkey, wkey, pkey, grown, shown, a[8], 1, 1)
         kind = 'reopened'
       else
         redis.call('ZREM', pkey, holder)

@@ -9,7 +9,12 @@
 --
 -- Returns {state "reserved"|"settled"|"refused", replayed 0/1, micros, expires_at_ms,
 --          fallback "1"/"0", provider, reclaimed, reason, period, free micros,
---          held micros, now_ms}
+--          held micros, now_ms, room micros}
+--
+-- `room` is what the tenant's worst cases may still take, once this attempt is held
+-- (a refusal: as it stands): the least over the day and the month of
+-- limit + overdraft - spent - held worst, at least 0; "" on a replay. A worker keeps it
+-- as the most it may admit for the tenant while Redis does not answer.
 --
 -- Two rules, for the day, the month and (fallback attempts) the fallback cap, where
 -- `left` is the limit minus what is spent:
@@ -28,14 +33,15 @@ local now, dk, mk, _, _, reclaimed = begin()
 -- Idempotency: a live hold or a settled charge is returned as it is.
 local rec = redis.call('HMGET', KEYS[9], 'state', 'micros', 'expires_at', 'fallback', 'provider', 'actual')
 if rec[1] == 'reserved' and live_hold(charge_id) then
-  return {'reserved', 1, num(rec[2]), num(rec[3]), rec[4], rec[5], reclaimed, '', '', 0, 0, now}
+  return {'reserved', 1, num(rec[2]), num(rec[3]), rec[4], rec[5], reclaimed, '', '', 0, 0, now, ''}
 elseif rec[1] == 'settled' then
-  return {'settled', 1, num(rec[6]), 0, rec[4], rec[5], reclaimed, '', '', 0, 0, now}
+  return {'settled', 1, num(rec[6]), 0, rec[4], rec[5], reclaimed, '', '', 0, 0, now, ''}
 end
 
+local room = 0
 local function refuse(reason, period, free, held)
   return {'refused', 0, micros, 0, fallback, provider, reclaimed, reason, period,
-    math.max(0, free), held, now}
+    math.max(0, free), held, now, room}
 end
 
 local lim = redis.call('HMGET', KEYS[8], 'daily', 'monthly', 'fallback_cap', 'overdraft')
@@ -49,6 +55,9 @@ local overdraft = num(lim[4])
 
 local held = redis.call('HMGET', HELD, '=total', '=worst', '=fallback', '=fallback_worst')
 local held_total, held_worst = num(held[1]), num(held[2])
+local day_left = tonumber(lim[1]) - num(redis.call('HGET', dk, 'spent'))
+local month_left = tonumber(lim[2]) - num(redis.call('HGET', mk, 'spent'))
+room = math.max(0, math.min(day_left, month_left) + overdraft - held_worst)
 
 -- The refusal for one limit, or nil when the attempt fits it.
 local function check(left, held_micros, held_worst_micros, exhausted, full, period)
@@ -61,10 +70,10 @@ local function check(left, held_micros, held_worst_micros, exhausted, full, peri
   return nil
 end
 
-local refusal = check(tonumber(lim[1]) - num(redis.call('HGET', dk, 'spent')), held_total,
-    held_worst, 'tenant_budget_exhausted', 'tenant_budget_held', 'day')
-  or check(tonumber(lim[2]) - num(redis.call('HGET', mk, 'spent')), held_total, held_worst,
-    'tenant_budget_exhausted', 'tenant_budget_held', 'month')
+local refusal = check(day_left, held_total, held_worst, 'tenant_budget_exhausted',
+    'tenant_budget_held', 'day')
+  or check(month_left, held_total, held_worst, 'tenant_budget_exhausted', 'tenant_budget_held',
+    'month')
 if not refusal and fallback == '1' and lim[3] and lim[3] ~= '' then
   refusal = check(tonumber(lim[3]) - num(redis.call('HGET', dk, 'fallback')), num(held[3]),
     num(held[4]), 'fallback_cap_reached', 'fallback_cap_held', 'day')
@@ -87,4 +96,5 @@ refresh_hold_ttl(now, tonumber(ARGV[16]))
 redis.call('HSET', KEYS[9], 'state', 'reserved', 'micros', int(micros),
   'expires_at', int(expires_at), 'fallback', fallback, 'provider', provider)
 redis.call('PEXPIRE', KEYS[9], ARGV[8])
-return {'reserved', 0, micros, expires_at, fallback, provider, reclaimed, '', '', 0, 0, now}
+return {'reserved', 0, micros, expires_at, fallback, provider, reclaimed, '', '', 0, 0, now,
+  math.max(0, room - worst)}

@@ -18,7 +18,7 @@ from typing import Any
 from worker.adapters.anthropic import may_think
 from worker.adapters.base import ProviderCall
 from worker.adapters.body import Verbatim
-from worker.adapters.claude_options import thinking_budget
+from worker.adapters.claude_options import generation, thinking_budget
 from worker.errors import InvalidRequest
 from worker.types import (
     DocumentPart,
@@ -71,36 +71,44 @@ def converse_body(call: ProviderCall, origin: str) -> dict[str, Any]:
     answer = answer_tool(call)
     tool_config = _tool_config(call, answer)
     forced = tool_config.get("toolChoice", {}).keys() & {"any", "tool"}
-    budget = _thinking_budget(call, origin, forced=bool(forced))
+    thinking = _thinking(call, origin, forced=bool(forced))
+    # A Claude that takes only adaptive thinking refuses the sampling fields, always.
+    adaptive_only = origin == "anthropic" and generation(call.model_id).adaptive_only
     body: dict[str, Any] = {
         "messages": _messages(call.messages, origin),
-        "inferenceConfig": _inference(call, thinking=budget is not None),
+        "inferenceConfig": _inference(call, sampling=thinking is None and not adaptive_only),
     }
     system = "\n\n".join(m.text for m in call.messages if m.role == "system" and m.text)
     if system:
         body["system"] = [{"text": system}]
     if tool_config:
         body["toolConfig"] = tool_config
-    if budget is not None:
+    if thinking is not None:
         # Claude's own request field, passed through Converse as the model's.
-        thinking = {"type": "enabled", "budget_tokens": budget}
         body["additionalModelRequestFields"] = {"thinking": thinking}
+    output: dict[str, Any] = {}
+    if adaptive_only and call.reasoning and call.reasoning_effort is not None:
+        # OutputConfig.effort: Claude's `output_config.effort`, as on Anthropic's own API.
+        output["effort"] = call.reasoning_effort
     if isinstance(call.response_format, JsonSchemaFormat):
         # OutputConfig.textFormat: the schema travels as a JSON string; Bedrock always
         # enforces it (constrained decoding), so `strict` has no field of its own.
         wanted = call.response_format
         definition = {"schema": json.dumps(wanted.json_schema), "name": wanted.name}
         structure = {"jsonSchema": definition}
-        body["outputConfig"] = {"textFormat": {"type": "json_schema", "structure": structure}}
+        output["textFormat"] = {"type": "json_schema", "structure": structure}
+    if output:
+        body["outputConfig"] = output
     return body
 
 
-def _inference(call: ProviderCall, *, thinking: bool) -> dict[str, Any]:
-    """InferenceConfiguration; Claude refuses temperature and topP while it thinks."""
+def _inference(call: ProviderCall, *, sampling: bool) -> dict[str, Any]:
+    """InferenceConfiguration; Claude refuses temperature and topP while it thinks, and a
+    Claude that takes only adaptive thinking always."""
     config: dict[str, Any] = {"maxTokens": call.max_tokens}
     if call.temperature is not None and call.temperature > _MAX_TEMPERATURE:
         raise InvalidRequest(f"Converse takes a temperature from 0 to 1, not {call.temperature}")
-    if not thinking:
+    if sampling:
         if call.temperature is not None:
             config["temperature"] = call.temperature
         if call.top_p is not None:
@@ -140,15 +148,21 @@ def _tool_spec(tool: Tool) -> dict[str, Any]:
     return {"toolSpec": spec}
 
 
-def _thinking_budget(call: ProviderCall, origin: str, *, forced: bool) -> int | None:
-    """Claude's thinking budget for this call, or None when it does not think.
+def _thinking(call: ProviderCall, origin: str, *, forced: bool) -> dict[str, Any] | None:
+    """Claude's `thinking` for this call, or None when it does not think.
 
-    As on Anthropic's own API (`claude_options.thinking_budget`). Never while a tool is
-    forced (Claude refuses thinking with `any` or `tool`), nor on a tool loop another
-    vendor wrote (`may_think`)."""
+    As on Anthropic's own API (`claude_options`): a budget (`thinking_budget`), or
+    adaptive thinking for a model that takes only that. Never while a tool is forced
+    (Claude refuses thinking with `any` or `tool`), nor on a tool loop another vendor
+    wrote (`may_think`)."""
     if origin != "anthropic" or forced or not may_think(call.messages):
         return None
-    return thinking_budget(call)
+    if generation(call.model_id).adaptive_only:
+        effort = call.reasoning_effort if call.reasoning else None
+        asked = call.thinking_budget_tokens is not None or effort is not None
+        return {"type": "adaptive"} if asked else None
+    budget = thinking_budget(call)
+    return None if budget is None else {"type": "enabled", "budget_tokens": budget}
 
 
 def _messages(messages: tuple[Message, ...], origin: str) -> list[dict[str, Any]]:

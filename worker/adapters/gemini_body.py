@@ -28,7 +28,7 @@ from worker.types import (
     ToolCall,
 )
 
-__all__ = ["ORIGIN", "SKIP_SIGNATURE", "request_body"]
+__all__ = ["ORIGIN", "SKIP_SIGNATURE", "request_body", "thinking_tokens"]
 
 ORIGIN = "google"  # the `Reasoning.origin` of Gemini's signatures, wherever served
 # Google's documented stand-in for a function call Gemini did not write (a turn that
@@ -61,8 +61,10 @@ def request_body(call: ProviderCall, *, vertex: bool) -> dict[str, Any]:
     if system:
         body["systemInstruction"] = {"parts": [{"text": system}]}
     if call.tools:
+        # `parameters` is an OpenAPI subset (one `type`, no `const`, `oneOf`, `$defs`...);
+        # a tool's schema is JSON Schema, which `parametersJsonSchema` takes as it is.
         declarations = [
-            {"name": t.name, "description": t.description, "parameters": t.parameters}
+            {"name": t.name, "description": t.description, "parametersJsonSchema": t.parameters}
             for t in call.tools
         ]
         body["tools"] = [{"functionDeclarations": declarations}]
@@ -91,6 +93,13 @@ def _generation(call: ProviderCall, *, native_schema: bool) -> dict[str, Any]:
     if thinking is not None:
         config["thinkingConfig"] = thinking
     return config
+
+
+def thinking_tokens(call: ProviderCall) -> int:
+    """The thinking budget `call` sends (`thinkingBudget`), 0 when it sends none. Google
+    documents it beside `maxOutputTokens`, not inside it: the call may bill both."""
+    thinking = _thinking(call)
+    return 0 if thinking is None else int(thinking.get("thinkingBudget", 0))
 
 
 def _thinking(call: ProviderCall) -> dict[str, Any] | None:
@@ -140,9 +149,12 @@ def _contents(messages: tuple[Message, ...], *, newer: bool, vertex: bool) -> li
             out.append({"role": role, "parts": []})
         parts: list[dict[str, Any]] = out[-1]["parts"]
         if message.role == "tool":
-            # Gemini matches a response to its call by name (and order), not by id.
+            # The call's id pairs the response with its call (parallel calls to one
+            # function); its name is required too.
             call_id = message.tool_call_id or ""
-            response, loose = _function_response(message, names.get(call_id, call_id), newer)
+            response, loose = _function_response(
+                message, call_id, names.get(call_id, call_id), newer
+            )
             # The turn's function responses come first, media after them all.
             at = sum(1 for part in parts if "functionResponse" in part)
             parts.insert(at, response)
@@ -157,14 +169,17 @@ def _contents(messages: tuple[Message, ...], *, newer: bool, vertex: bool) -> li
 
 
 def _function_response(
-    message: Message, name: str, newer: bool
+    message: Message, call_id: str, name: str, newer: bool
 ) -> tuple[dict[str, Any], list[ImagePart | DocumentPart]]:
     """The functionResponse part, and the attachments that go beside it instead of in it.
 
-    Gemini 3 takes inline images and PDFs in the response ("Multimodal function
-    responses", function calling guide); a URL has no place there on the Gemini API.
+    FunctionResponse.response: the tool's text under "output" (a turn's tool message
+    does not say whether the tool failed, so "error" is never sent). Gemini 3 takes
+    inline images and PDFs in the response ("Multimodal function responses", function
+    calling guide); a URL has no place there on the Gemini API.
     """
-    response: dict[str, Any] = {"name": name, "response": {"content": message.text}}
+    output = {"output": message.text}
+    response: dict[str, Any] = {"id": call_id, "name": name, "response": output}
     inside = [(p, p.data) for p in message.attachments if newer and p.data is not None]
     if inside:
         response["parts"] = [{"inlineData": _inline(p, data)} for p, data in inside]
@@ -211,7 +226,7 @@ def _function_calls(calls: tuple[ToolCall, ...]) -> list[dict[str, Any]]:
     signed = any(call.signature for call in calls)
     return [
         _signed(
-            {"functionCall": {"name": c.name, "args": c.arguments}},
+            {"functionCall": {"id": c.id, "name": c.name, "args": c.arguments}},
             c.signature or (None if signed or i else SKIP_SIGNATURE),
         )
         for i, c in enumerate(calls)

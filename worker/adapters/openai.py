@@ -48,7 +48,7 @@ from worker.types import (
     Usage,
 )
 
-__all__ = ["OpenAIAdapter"]
+__all__ = ["OpenAIAdapter", "chat_options"]
 
 # OpenAI deprecated `max_tokens` for `max_completion_tokens` (its reasoning models
 # reject the old name, Azure accepts the new one since 2024-09-01-preview), while
@@ -85,7 +85,7 @@ class OpenAIAdapter(SseAdapter):
         }
         if call.tools:
             body["tools"] = [_tool(tool) for tool in call.tools]
-        body.update(_options(call))
+        body.update(chat_options(call))
         if call.stream:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
@@ -121,7 +121,7 @@ class OpenAIAdapter(SseAdapter):
         return _ChunkDecoder()
 
 
-def _options(call: ProviderCall) -> dict[str, Any]:
+def chat_options(call: ProviderCall) -> dict[str, Any]:
     """The turn's optional fields that this call sends (none that the caller left unset)."""
     out: dict[str, Any] = {}
     if call.tools:

@@ -1,12 +1,14 @@
 """The body of a Responses API request (`POST /responses`), field by field.
 
-Stateless on purpose: `store: false`, the whole conversation as `input` each call, and
-`include: ["reasoning.encrypted_content"]` so a reasoning model's thinking comes back
-as items the next call can send again, whichever provider answered in between. The
-system prompt that opens the turn is `instructions`; later system messages stay where
-they are. An assistant turn is its reasoning items (OpenAI's own only: the call was
-planned with them alone), its text, then one `function_call` item per tool call; a tool
-result is a `function_call_output`, its images and PDFs as content parts. Function tools
+Stateless on purpose: `store: false`, the whole conversation as `input` each call, and,
+for a reasoning model, `include: ["reasoning.encrypted_content"]` so its thinking comes
+back as items the next call can send again, whichever provider answered in between (a
+model that does not reason refuses that `include`: "Encrypted content is not supported
+with this model."). The system prompt that opens the turn is `instructions`; later
+system messages stay where they are. An assistant turn is its reasoning items (OpenAI's
+own only, and only to a reasoning model: the call was planned with them alone), its
+text, then one `function_call` item per tool call; a tool result is a
+`function_call_output`, its images and PDFs as content parts. Function tools
 are sent with `strict: false`: the API's default is strict, which the turn never asked for.
 The API has no `stop` and no `seed`: stop sequences are applied to the answer
 (`worker.adapters.stop_cut`), a seed is not sent.
@@ -46,9 +48,12 @@ def responses_body(call: ProviderCall) -> dict[str, Any]:
     body: dict[str, Any] = {"model": call.model_id}
     if leading:
         body["instructions"] = "\n\n".join(m.text for m in call.messages[:leading])
-    body["input"] = [item for m in call.messages[leading:] for item in _items(m)]
+    body["input"] = [
+        item for m in call.messages[leading:] for item in _items(m, reasoning=call.reasoning)
+    ]
     body["store"] = False
-    body["include"] = list(_INCLUDE)
+    if call.reasoning:
+        body["include"] = list(_INCLUDE)
     body["max_output_tokens"] = call.max_tokens
     if call.tools:
         body["tools"] = [
@@ -79,7 +84,7 @@ def responses_body(call: ProviderCall) -> dict[str, Any]:
     return body
 
 
-def _items(message: Message) -> list[dict[str, Any]]:
+def _items(message: Message, *, reasoning: bool) -> list[dict[str, Any]]:
     if message.role == "tool":
         output: str | list[dict[str, Any]] = (
             message.text if not message.attachments else [_part(p) for p in message.parts]
@@ -88,7 +93,9 @@ def _items(message: Message) -> list[dict[str, Any]]:
     if message.role != "assistant":
         content = message.text if not message.attachments else [_part(p) for p in message.parts]
         return [{"type": "message", "role": message.role, "content": content}]
-    items = [_reasoning(r) for r in message.reasoning if r.origin == ORIGIN and r.encrypted]
+    items = [
+        _reasoning(r) for r in message.reasoning if reasoning and r.origin == ORIGIN and r.encrypted
+    ]
     if message.text:
         items.append({"type": "message", "role": "assistant", "content": message.text})
     items.extend(

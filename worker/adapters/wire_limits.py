@@ -46,6 +46,7 @@ class WireLimits:
     tool_choice_none: bool = True  # tools may be offered with tool_choice "none"
     max_temperature: float | None = None  # the top of its temperature range
     temperature_with_top_p: bool = True  # both sampling fields in one request
+    min_max_tokens: int = 1  # the smallest output limit it takes
 
 
 WIRE_LIMITS: Mapping[str, WireLimits] = MappingProxyType(
@@ -65,10 +66,12 @@ WIRE_LIMITS: Mapping[str, WireLimits] = MappingProxyType(
         # function_call_output): images by URL or data URL, PDFs as `file_data` or by
         # `file_url`; a tool result's output may be a list of input_text, input_image
         # and input_file parts; the same 20 MB an image, 500 images, 32 MB of files.
+        # `max_output_tokens` is at least 16 ("integer below minimum value").
         "openai-responses": WireLimits(
             max_image_bytes=20 * _MB,
             max_images=500,
             max_document_bytes=32 * _MB,
+            min_max_tokens=16,
         ),
         # Messages (platform.claude.com/docs/en/build-with-claude/vision, .../pdf-support):
         # base64 and URL sources for both, in tool results too; an image's base64 at most

@@ -73,9 +73,13 @@ def _report_json(report: breakers.FleetReport) -> dict[str, Any]:
 
 
 def _rate(s: breakers.ScopeReport) -> str:
+    if s.opened_by_operator:
+        return "opened by hand"
+    failures, calls = s.window_shown
     rate = s.failure_rate
     shown = "-" if rate is None else f"{rate:.0%}"
-    return f"{s.failures_in_window}/{s.calls_in_window} ({shown})"
+    when = " when opened" if s.state is not breakers.BreakerState.CLOSED else ""
+    return f"{failures}/{calls} ({shown}){when}"
 
 
 def _print_report(report: breakers.FleetReport) -> None:

@@ -43,6 +43,7 @@ __all__ = [
     "EXIT_MEANINGS",
     "EXIT_OK",
     "EXIT_PORT",
+    "EXIT_RECORDED",
     "EXIT_REFUSED",
     "EXIT_REJECTED",
     "EXIT_TIMEOUT",
@@ -79,7 +80,8 @@ EXIT_UNAVAILABLE = 6  # Redis did not answer, or refused this client
 EXIT_REFUSED = 7  # the kill switch is on
 EXIT_TIMEOUT = 8  # gave up waiting; the turn may still finish
 EXIT_UNREADABLE = 9  # something stored this release cannot read: newer, or damaged
-EXIT_PORT = 10  # a port to serve on could not be bound
+EXIT_RECORDED = 10  # enqueue: the send failed after the turn was recorded; it will run
+EXIT_PORT = 11  # a port to serve on could not be bound
 EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports SIGINT
 EXIT_BROKEN_PIPE = 141  # stdout closed early (`| head`), as a shell reports SIGPIPE
 EXIT_MEANINGS: Mapping[int, str] = MappingProxyType(
@@ -98,6 +100,8 @@ EXIT_MEANINGS: Mapping[int, str] = MappingProxyType(
         EXIT_UNREADABLE: "this release cannot read what is stored (a turn's result, some of "
         "its stream, a held turn): a newer release wrote it (use that release's relevo), "
         "or it is damaged",
+        EXIT_RECORDED: "enqueue: Redis failed after the turn was recorded: it will run (a "
+        "worker sends it); its id is printed, keep it (relevo result ID)",
         EXIT_PORT: "a port to serve on could not be bound (in use, or not allowed)",
         EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
         EXIT_BROKEN_PIPE: "standard output was closed early (e.g. | head)",

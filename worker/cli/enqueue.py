@@ -4,7 +4,8 @@ relevo enqueue --config FILE [--input FILE|-] [--wait] [--timeout S]
 
 Redis is asked first, with the operator timeout, so that a dead or refusing Redis gets
 its one line at once; should it go away between that question and the send, sending
-gives up within seconds too (`FleetUnavailable`).
+gives up within seconds too, and says whether the turn will run: exit 6 when nothing of
+it was recorded (`TurnNotSent`), exit 10 with its id printed when it was (`TurnRecorded`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from worker.cli.common import (
     EXIT_DEGRADED,
     EXIT_FAILED,
     EXIT_OK,
+    EXIT_RECORDED,
     EXIT_REJECTED,
     EXIT_TIMEOUT,
     EXIT_UNAVAILABLE,
@@ -30,7 +32,7 @@ from worker.cli.common import (
     redis_trouble,
 )
 from worker.cli.parsing import Commands, add_command, add_config_option, positive_seconds
-from worker.fleet.errors import FleetUnavailable
+from worker.fleet.errors import FleetUnavailable, TurnRecorded
 from worker.fleet.operator_config import load_config
 from worker.settings import RedisSettings
 from worker.turn.intake import checked_turn
@@ -39,7 +41,7 @@ __all__ = ["register"]
 
 _EXITS = (
     *(EXIT_OK, EXIT_USAGE, EXIT_DEGRADED, EXIT_FAILED, EXIT_REJECTED),
-    *(EXIT_UNAVAILABLE, EXIT_TIMEOUT, EXIT_UNREADABLE),
+    *(EXIT_UNAVAILABLE, EXIT_TIMEOUT, EXIT_UNREADABLE, EXIT_RECORDED),
 )
 
 
@@ -53,7 +55,12 @@ def register(commands: Commands) -> None:
         details="Prints the turn id; with --wait, the turn's result as JSON, and exits "
         "with its status. A --wait that times out prints the turn id and how to fetch the "
         "result later: the turn stays queued.",
-        notes={EXIT_OK: "queued (without --wait), or the turn answered ok"},
+        notes={
+            EXIT_OK: "queued (without --wait), or the turn answered ok",
+            EXIT_UNAVAILABLE: "Redis did not answer or refused this client: before the turn "
+            "was recorded (it will not run), or while --wait read its result (it runs: "
+            "relevo result ID)",
+        },
     )
     add_config_option(enqueue, "chain configuration (TOML)")
     enqueue.add_argument("--input", default="-", help="turn request JSON file, or - for stdin")
@@ -108,6 +115,14 @@ def _unavailable(where: RedisSettings, hint: str = "") -> Iterator[None]:
     """The fleet's Redis failing becomes `OperatorError` (exit 6), ending with `hint`."""
     try:
         yield
+    except TurnRecorded as exc:
+        # Its id on stdout, as a queued turn's: the turn runs, and a script keeps the id.
+        print(exc.turn_id)
+        raise OperatorError(
+            f"{exc}; turn {exc.turn_id} will run: keep its id (`relevo result {exc.turn_id}`); "
+            "sending it again with the same id is safe, under a new id it runs twice",
+            EXIT_RECORDED,
+        ) from None
     except FleetUnavailable as exc:
         if exc.rabbitmq:
             fix = "the user and password in" if exc.refused else "--config or"

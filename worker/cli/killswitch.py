@@ -70,7 +70,8 @@ async def _kill_off(args: argparse.Namespace) -> int:
         if before is None:
             print("kill switch was already off")
         else:
-            shown = f"on since {utc(before.since_ms)} by {before.who}: {before.reason}"
+            since = utc(before.since_ms) if before.unreadable is None else "?"
+            shown = f"on since {since} by {before.who}: {before.reason}"
             print(f"kill switch OFF ({shown})", flush=True)
         undone = await switch.confirm_off(who, after_s=switch_settle_s(where))
         held = await breakers.HeldTurns(client, namespace=where.namespace).count()
@@ -93,14 +94,17 @@ async def _kill_status(args: argparse.Namespace) -> int:
         on: dict[str, Any] = dict.fromkeys(("who", "reason", "since_ms", "since"))
         if state is not None:
             on = {"who": state.who, "reason": state.reason, "since_ms": state.since_ms}
-            on["since"] = iso(state.since_ms)
+            on["since"] = iso(state.since_ms) if state.unreadable is None else None
+            on["unreadable"] = state.unreadable
         emit_json({"on": state is not None, **on, "held_turns": held})
     elif state is None:
         print(f"kill switch: off\nheld turns: {held}")
     else:
+        since = utc(state.since_ms) if state.unreadable is None else "?"
+        shown = "ON" if state.unreadable is None else f"on (unreadable: {state.unreadable})"
         print(
-            f"kill switch: ON\nwho: {state.who}\nwhy: {state.reason}\n"
-            f"since: {utc(state.since_ms)}\nheld turns: {held}"
+            f"kill switch: {shown}\nwho: {state.who}\nwhy: {state.reason}\n"
+            f"since: {since}\nheld turns: {held}"
         )
     return 0
 

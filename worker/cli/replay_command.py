@@ -57,6 +57,7 @@ async def _replay(args: argparse.Namespace) -> int:
                 limit=args.limit,
                 concurrency=args.concurrency,
                 summary=summary,
+                include_expired=args.include_expired,
             )
         except asyncio.CancelledError:  # Ctrl-C: `main` exits 130 after this line
             print(
@@ -93,6 +94,20 @@ def _verdict(summary: ReplaySummary, left: int) -> int:
             "(their payloads are in the output)"
         )
         code = code or EXIT_FAILED
+    set_aside = []
+    if summary.expired:
+        set_aside.append(f"{summary.expired} past their deadline (ended queue_deadline)")
+    if summary.caller_gone:
+        set_aside.append(
+            f"{summary.caller_gone} whose caller is gone (nothing says they were sent)"
+        )
+    if set_aside:
+        # Not a failure: what the operator asked for, said once, with the way to run them.
+        print(
+            f"relevo: skipped {summary.expired + summary.caller_gone} held turn(s): "
+            f"{'; '.join(set_aside)}; --include-expired runs such turns",
+            file=sys.stderr,
+        )
     if problems:
         raise OperatorError(
             f"{'; '.join(problems)}; replayed {summary.replayed}, {left} still held", code
@@ -115,8 +130,10 @@ def register(commands: Commands) -> None:
             *(EXIT_UNREADABLE, EXIT_INTERRUPTED),
         ),
         details="One JSON result per line; each result replaces the turn's rejected one "
-        "for every reader. Interrupted, it holds its unfinished turns again: run it again "
-        "to resume.",
+        "for every reader. Each turn runs within its tenant's max_in_flight, a tenant's "
+        "turns in the order they were held. A turn whose deadline passed while held ends "
+        "queue_deadline, and one whose caller is gone is dropped, unless --include-expired. "
+        "Interrupted, it holds its unfinished turns again: run it again to resume.",
         notes={
             EXIT_FAILED: "some replayed results could not be stored, or some held turns "
             "were not turn requests (both printed)",
@@ -127,6 +144,11 @@ def register(commands: Commands) -> None:
     )
     add_config_option(replay, "chain configuration (TOML)")
     replay.add_argument("--limit", type=positive_int, metavar="N", help="replay at most N turns")
+    replay.add_argument(
+        "--include-expired",
+        action="store_true",
+        help="run turns whose deadline passed while held, or whose caller is gone, too",
+    )
     replay.add_argument(
         "--concurrency",
         type=positive_int,

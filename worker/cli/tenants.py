@@ -9,6 +9,7 @@ relevo tenants clear TENANT                back to the [fairness] defaults
 from __future__ import annotations
 
 import argparse
+import time
 from dataclasses import asdict
 from typing import Any
 
@@ -24,6 +25,7 @@ from worker.cli.common import (
     emit_json,
     operator_command,
     operator_redis,
+    utc,
 )
 from worker.cli.parsing import Commands, add_command, add_redis_options, positive_int
 from worker.fleet.fairqueue import FairQueue, TenantLoad
@@ -40,8 +42,10 @@ def _row(load: TenantLoad) -> dict[str, Any]:
         "tenant": load.tenant,
         "queued": load.queued,
         "in_flight": load.in_flight,
-        "share": "own" if load.own else "default",
+        "share": "unreadable" if load.unreadable else "own" if load.own else "default",
         **asdict(load.share),
+        "unreadable": load.unreadable,
+        "parked_until_ms": load.parked_until_ms,
     }
 
 
@@ -52,6 +56,14 @@ def _fair(path: str | None, client: Any) -> FairQueue:
     return FairQueue(
         client, namespace=config.redis.namespace, queue=queue, default=fairness.default_share()
     )
+
+
+def _parked(until_ms: int | None) -> str:
+    """When a parked tenant is looked at again; a time past is the next round."""
+    if until_ms is None:
+        return "-"
+    left_s = until_ms / 1000 - time.time()
+    return "next round" if left_s <= 0 else f"{utc(until_ms)} (in {left_s:.0f} s)"
 
 
 def _limit(value: int | None) -> str:
@@ -71,18 +83,19 @@ async def _list(args: argparse.Namespace) -> int:
     table = Table(title="Tenants", title_justify="left")
     for name in ("tenant", "queued", "in flight", "share", "max in flight"):
         table.add_column(name, no_wrap=True)
-    for name in ("turns/min", "input tokens/min", "weight"):
+    for name in ("turns/min", "input tokens/min", "weight", "parked until"):
         table.add_column(name, no_wrap=True)
     for r in rows:
         table.add_row(
             r["tenant"],
             str(r["queued"]),
             str(r["in_flight"]),
-            r["share"],
+            r["share"] if not r["unreadable"] else f"unreadable ({r['unreadable']}), default used",
             _limit(r["max_in_flight"]),
             _limit(r["turns_per_minute"]),
             _limit(r["input_tokens_per_minute"]),
             str(r["weight"]),
+            _parked(r["parked_until_ms"]),
         )
     console().print(table)
     return 0
@@ -98,7 +111,7 @@ async def _set(args: argparse.Namespace) -> int:
         raise OperatorError(f"--{str(exc).replace('_', '-')}") from None
     where = operator_config(args.config).redis
     async with operator_redis(where) as client:
-        await _fair(args.config, client).shares.set(tenant, share)
+        await _fair(args.config, client).set_share(tenant, share)
     if args.json:
         emit_json({"tenant": tenant, **asdict(share)})
     else:
@@ -114,7 +127,7 @@ async def _clear(args: argparse.Namespace) -> int:
     tenant = budgets.check_tenant(args.tenant)
     where = operator_config(args.config).redis
     async with operator_redis(where) as client:
-        had = await _fair(args.config, client).shares.clear(tenant)
+        had = await _fair(args.config, client).clear_share(tenant)
     if args.json:
         emit_json({"tenant": tenant, "cleared": had})
     else:

@@ -55,6 +55,8 @@ async def preview(fleet: OperatorFleet, client: Redis, action: Action) -> Previe
     if action.kind == "kill_switch":
         switch = await breakers.KillSwitch(client, namespace=namespace).status()
         now = "off" if switch is None else f"ON by {switch.who}: {switch.reason}"
+        if switch is not None and switch.unreadable is not None:
+            now += f" (unreadable: {switch.unreadable})"
         warnings = []
         if action.fields["mode"] == "on":  # who would go on running turns regardless
             beats = await read_heartbeats(client, TurnKeys(namespace))

@@ -86,14 +86,29 @@ async def read_recent(
     )
     if not scored:
         return Recent([], [])
-    names = [text(i) for i, _ in scored]
-    raws = await client.mget([keys.result(n) for n in names])
+    # A member that is not text (a hand edit) is no turn id: shown among the unreadable.
+    saved_ms = {_shown(i): int(score) for i, score in scored}
+    bad = [_shown(i) for i, _ in scored if not isinstance(i, str) and not _is_text(i)]
+    names = [n for n in saved_ms if n not in bad]
+    raws = await client.mget([keys.result(n) for n in names]) if names else []
     stored = [_parse(n, raw) for n, raw in zip(names, raws, strict=True) if raw is not None]
     return Recent(
         [s.result for s in stored if s.result is not None],
-        [s.turn_id for s in stored if s.unreadable],
-        {text(i): int(score) for i, score in scored},
+        [*bad, *(s.turn_id for s in stored if s.unreadable)],
+        saved_ms,
     )
+
+
+def _shown(value: Any) -> str:
+    return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else str(value)
+
+
+def _is_text(value: object) -> bool:
+    try:
+        text(value)
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)

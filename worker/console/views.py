@@ -81,6 +81,10 @@ class FallbackRate:
         return rate is not None and self.turns >= self.min_turns and rate > self.threshold
 
 
+# How long the fleet page says the store lost its data.
+_RESET_SHOWN_MS = 86_400_000
+
+
 @dataclass(frozen=True)
 class FleetView:
     """The fleet page: breakers, cooldowns, marks, kill switch, fallback rate, audit trail."""
@@ -97,6 +101,8 @@ class FleetView:
     queue: str = ""
     counts: dict[str, int] = field(default_factory=dict)  # the window's turns, by kind
     errors: dict[str, list[ScopeError]] = field(default_factory=dict)
+    # When the store was last found to have lost its data, and the kinds of state lost.
+    reset: tuple[int, str] | None = None
 
     @property
     def scopes(self) -> list[breakers.ScopeReport]:
@@ -153,7 +159,7 @@ async def fleet_view(fleet: OperatorFleet, client: Redis) -> FleetView:
     watch = _observability(fleet)
     queue = _worker(fleet).queue
     # Two groups: asyncio.gather keeps the types of at most six.
-    (report, state, held, recent, audit), (beats, queued) = await asyncio.gather(
+    (report, state, held, recent, audit), (beats, queued, reset) = await asyncio.gather(
         asyncio.gather(
             breakers.Operators(fleet.store(client)).report(),
             breakers.KillSwitch(client, namespace=namespace).status(),
@@ -163,7 +169,11 @@ async def fleet_view(fleet: OperatorFleet, client: Redis) -> FleetView:
             read_recent(client, _keys(fleet), _worker(fleet).result_ttl_s),
             AuditTrail(client, namespace=namespace).latest(),
         ),
-        asyncio.gather(read_heartbeats(client, _keys(fleet)), _queued(fleet, client, queue)),
+        asyncio.gather(
+            read_heartbeats(client, _keys(fleet)),
+            _queued(fleet, client, queue),
+            fleet.store(client).reset(),
+        ),
     )
     kept, recent = recent, recent.since(int((time.time() - watch.fallback_window_s) * 1000))
     finished = [r for r in recent.results if r.step is not None]
@@ -187,6 +197,8 @@ async def fleet_view(fleet: OperatorFleet, client: Redis) -> FleetView:
         queue,
         _counts(recent),
         errors_by_scope(fleet, kept),
+        # A day on, the reset is history: the alert and the logs keep it.
+        reset if reset is not None and time.time() * 1000 - reset[0] < _RESET_SHOWN_MS else None,
     )
 
 

@@ -128,7 +128,8 @@ def _breakers(fleet: FleetSnapshot, names: Mapping[str, str], *, failures: bool)
     for scope in fleet.scopes:
         state = Text(scope.state.value, style=STATE_STYLE.get(scope.state.value, ""))
         retry = "pinned" if math.isinf(scope.retry_in_s) else f"{scope.retry_in_s:.1f} s"
-        counts = [f"{scope.failures_in_window}/{scope.calls_in_window}"] if failures else []
+        failed, calls = scope.window_shown
+        counts = [f"{failed}/{calls}"] if failures else []
         table.add_row(names[scope.scope], state, *counts, retry if scope.retry_in_s else "")
     for cool in fleet.cooldowns:
         cooling = Text("cooling", style="yellow")

@@ -17,6 +17,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from breakers import BreakerState, ScopeReport
 from budgets import format_micros
 from worker.demo.compact import compact_view
 from worker.demo.drive import BreakerChange, FleetSnapshot
@@ -84,7 +85,7 @@ def _breakers_table(fleet: FleetSnapshot) -> Table:
         table.add_row(
             scope.scope,
             Text(scope.state.value, style=STATE_STYLE.get(scope.state.value, "")),
-            f"{scope.failures_in_window} / {scope.calls_in_window}",
+            _window(scope),
             retry if scope.retry_in_s else "",
         )
     for cool in fleet.cooldowns:
@@ -93,6 +94,13 @@ def _breakers_table(fleet: FleetSnapshot) -> Table:
     if not fleet.scopes and not fleet.cooldowns:
         table.add_row("(no calls yet)", "", "", "")
     return table
+
+
+def _window(scope: ScopeReport) -> str:
+    """The live window, or while not closed the one that opened the breaker."""
+    failures, calls = scope.window_shown
+    closed = scope.state is BreakerState.CLOSED
+    return f"{failures} / {calls}" + ("" if closed else " when opened")
 
 
 def _budgets_table(fleet: FleetSnapshot) -> Table:

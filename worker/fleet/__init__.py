@@ -5,6 +5,8 @@ from worker.fleet.enqueue import Producer, enqueue_turn
 from worker.fleet.errors import (
     FleetUnavailable,
     StreamRestarted,
+    TurnNotSent,
+    TurnRecorded,
     TurnTimeout,
     UnknownTurn,
     Unreadable,
@@ -20,6 +22,8 @@ __all__ = [
     "StreamEvent",
     "StreamRestarted",
     "TurnHandle",
+    "TurnNotSent",
+    "TurnRecorded",
     "TurnStore",
     "TurnTimeout",
     "UnknownTurn",

@@ -21,6 +21,7 @@ from celery.signals import celeryd_init, worker_ready
 
 from worker.errors import ConfigError
 from worker.fleet import environment
+from worker.fleet.agreement import FLEET_HEADER
 from worker.fleet.broker import TASK_NAME, celery_app
 from worker.fleet.enqueue import send_turn
 from worker.fleet.results import TurnResults
@@ -61,6 +62,7 @@ class RunTurn(Task):  # type: ignore[misc]
             carrier=tracing.carried(self.request),
             version=getattr(self.request, SCHEMA_HEADER, None),
             task_id=task_id,
+            fleet=getattr(self.request, FLEET_HEADER, None),
         )
         # Readers wait under the task's id. The turn store holds a result under its turn's
         # id, which `send_turn` makes the task's; not a payload that was not a turn, nor a

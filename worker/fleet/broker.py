@@ -7,20 +7,26 @@ what a worker does as it starts. Producers and workers configure the app here, o
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
 import redis
+import structlog
 from celery import Celery
+from kombu import serialization
 from kombu.transport import redis as kombu_redis
-from kombu.utils.json import dumps
+from kombu.transport.virtual import Message as VirtualMessage
+from kombu.utils.json import dumps, loads
 
 from worker.fleet import environment
+from worker.fleet.agreement import FleetShape
+from worker.fleet.envelope import compact, redis_message
 from worker.fleet.errors import fleet_errors
 from worker.fleet.fairqueue import DEADLINE_HEADER, TENANT_HEADER, TOKENS_HEADER, enqueue_sync
-from worker.fleet.rabbitmq import rabbitmq_conf
+from worker.fleet.rabbitmq import held_delivery_s, rabbitmq_conf
 from worker.fleet.results import result_backend
 from worker.observability import tracing
 from worker.settings import BrokerSettings, FairnessSettings, RedisSettings, Settings
@@ -35,6 +41,7 @@ __all__ = [
     "store_client",
 ]
 
+log = structlog.get_logger("relevo.broker")
 # The one task every turn is published to (`worker.fleet.app.RunTurn`).
 TASK_NAME = "relevo.run_turn"
 # The broker transport options that turn the fair queue on, and name the fleet's queue.
@@ -46,6 +53,18 @@ SEND_TIMEOUT_S = 2.0
 # After a failed publish or result read: two quick tries more, not Celery's defaults
 # (the result store's retries alone last about 20 s).
 _QUICK_RETRY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
+# Celery's JSON, with non-ASCII text as UTF-8: kombu's own escapes each such character
+# (`\u4e2d`, six bytes for three), which doubles a CJK turn on the wire and against the
+# broker's size limit. The content type stays JSON: every release's worker reads it.
+COMPACT_JSON = "relevo_json"
+serialization.register(  # type: ignore[no-untyped-call]
+    COMPACT_JSON,
+    compact,
+    loads,
+    content_type="application/json",
+    content_encoding="utf-8",
+)
+serialization.registry.type_to_name["application/json"] = "json"  # what errors name
 
 
 def celery_app(settings: Settings | None = None) -> Celery:
@@ -62,6 +81,7 @@ def celery_app(settings: Settings | None = None) -> Celery:
     if redis.sentinel_master is not None:
         results["master_name"] = redis.sentinel_master
     if broker.url is not None:
+        held_s = held_delivery_s(settings.turn_deadline_s if settings else 3600)
         fair_namespace = redis.namespace if fairness.enabled else None
         app.conf.update(
             rabbitmq_conf(
@@ -70,6 +90,7 @@ def celery_app(settings: Settings | None = None) -> Celery:
                 queue,
                 fair_namespace=fair_namespace,
                 send_timeout_s=send_timeout_s,
+                held_s=held_s,
             )
         )
     else:
@@ -79,7 +100,7 @@ def celery_app(settings: Settings | None = None) -> Celery:
         )
     app.conf.update(
         # JSON only: with pickle, anyone who can write to the broker runs code on workers.
-        task_serializer="json",
+        task_serializer=COMPACT_JSON,
         result_serializer="json",
         accept_content=["json"],
         result_accept_content=["json"],
@@ -105,8 +126,16 @@ def celery_app(settings: Settings | None = None) -> Celery:
         worker_send_task_events=False,
         # Where `send_turn` records the turns it sends (`TurnKeys.sent`), and how long.
         relevo_namespace=redis.namespace,
-        # How long `send_turn` tries to reach the broker.
+        # How long `send_turn` tries to reach the broker, and the largest turn it takes.
         relevo_send_timeout_s=send_timeout_s,
+        relevo_max_message_bytes=broker.max_message_bytes,
+        # What every turn's message states of the fleet it was sent to (`agreement`).
+        relevo_fleet=FleetShape(
+            "rabbitmq" if broker.url else "redis", fairness.enabled, redis.namespace
+        ).header(),
+        # A channel the broker closes (a delivery held past RabbitMQ's consumer timeout,
+        # a message it refuses) is opened again: Celery's default ends the whole node.
+        broker_channel_error_retry=True,
     )
     # Both sides make the app: a producer's sends and a worker's turns join one trace.
     if settings is not None and tracing.configure_tracing(settings.observability):
@@ -154,6 +183,14 @@ def store_client(app: Celery, channel: Any) -> Iterator[Any]:
             yield backend.client
 
 
+class _Message(VirtualMessage):
+    """A delivery from the Redis broker's queue, in the RabbitMQ outbox's format too: a
+    producer on RabbitMQ queued it in the fair queue, a dispatcher on Redis moved it here."""
+
+    def __init__(self, payload: Any, channel: Any = None, **kwargs: Any) -> None:
+        super().__init__(redis_message(payload), channel=channel, **kwargs)  # type: ignore[no-untyped-call]
+
+
 class _Channel(kombu_redis.Channel):
     """kombu's Redis channel, with one client per pool and a teardown that survives.
 
@@ -164,6 +201,16 @@ class _Channel(kombu_redis.Channel):
     """
 
     _shared: Any = None
+    Message = _Message
+
+    def _brpop_read(self, **options: Any) -> Any:
+        # An item that is not even JSON, popped from the queue: kombu's own read would
+        # raise out of the consumer and end the whole worker. Dropped, and said so.
+        try:
+            return super()._brpop_read(**options)  # type: ignore[no-untyped-call]
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            log.error("broker.message_unreadable", error=type(exc).__name__)
+            return True
 
     def _create_client(self, asynchronous: bool = False) -> Any:
         if asynchronous:

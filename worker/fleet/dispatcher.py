@@ -30,16 +30,23 @@ import structlog
 from breakers import KillSwitchState
 from worker.errors import STORE_DOWN
 from worker.fleet.fairqueue import DispatchRound, FairQueue
-from worker.fleet.rabbitmq import RabbitQueue
+from worker.fleet.rabbitmq import RabbitQueue, SetAside, dead_letters_key
 from worker.fleet.turnstore import TurnStore
 from worker.observability.metrics import TurnMetrics
 from worker.settings import FairnessSettings
 from worker.types import Status, TurnResult
 
-__all__ = ["QUEUE_DEADLINE", "Dispatcher"]
+__all__ = ["QUEUE_DEADLINE", "UNDELIVERABLE", "Dispatcher"]
 
 log = structlog.get_logger("relevo.dispatch")
 QUEUE_DEADLINE = "queue_deadline"
+# The reason of a turn whose message no broker takes (`RabbitQueue.publish_sync`).
+UNDELIVERABLE = "undeliverable"
+# The outbox entries set aside are kept this many, this long, for a person to look at.
+_DEAD_KEPT = 1000
+_DEAD_KEPT_S = 7 * 86_400
+# The reason of a turn whose entry in the fair queue could not be read (the runner's word).
+_UNREADABLE = "unreadable"
 # A tenant held back is logged once in this long per process, not once per round.
 _HELD_LOG_EVERY_S = 10.0
 # Every this many rounds, a dispatcher also concludes expired turns another one left.
@@ -63,9 +70,12 @@ class Dispatcher:
         primary_model: str,
         metrics: TurnMetrics | None = None,
         rabbit: RabbitQueue | None = None,
+        fifo: bool = False,
     ) -> None:
         """`killed`: the kill switch as this process sees it (None: off); `rabbit`: the
-        broker's queue when it is RabbitMQ (the fair queue's `queue` is then the outbox)."""
+        broker's queue when it is RabbitMQ (the fair queue's `queue` is then the outbox);
+        `fifo`: this worker has fair dispatch off: its rounds only drain what
+        producers with it on queued, every tenant's turns at once, no limit checked."""
         self.fair = fair
         self.store = store
         self.settings = settings
@@ -73,6 +83,8 @@ class Dispatcher:
         self.primary_model = primary_model
         self.metrics = metrics
         self.rabbit = rabbit
+        self.fifo = fifo
+        self._drained_logged = -_HELD_LOG_EVERY_S
         self._held_logged: dict[tuple[str, str], float] = {}
         self._rounds = 0
         self._was_killed = False
@@ -161,13 +173,17 @@ class Dispatcher:
         self._poked.clear()  # what it carries needs no round of its own
         released = self._released[:_MOST_RELEASED]
         depth = self.settings.queue_depth
-        if self.rabbit is not None:
+        if self.fifo:
+            # Producers publish straight to the broker's queue: the turns queued fairly
+            # by others join them there at once, behind no depth.
+            depth = _MOST_RELEASED
+        elif self.rabbit is not None:
             depth -= await self.rabbit.ready()
         most = self.settings.batch
         done = await self.fair.dispatch(
             most=most,
             depth=depth,
-            drain=kill is not None,
+            drain=kill is not None or self.fifo,
             expire=expire,
             released=released,
         )
@@ -177,7 +193,9 @@ class Dispatcher:
         if expire:
             self._expired_at = now
         if self.rabbit is not None:
-            await self.rabbit.forward(self.fair.redis, self.fair.queue, most)
+            forwarded = await self.rabbit.forward(self.fair.redis, self.fair.queue, most)
+            for entry in forwarded.set_aside:
+                await self.set_aside(entry)
         self._observe(done)
         if done.expired or self._rounds % _EXPIRED_EVERY == 0:
             await self.conclude_expired()
@@ -192,17 +210,81 @@ class Dispatcher:
             del self._released[: len(released)]
 
     def _observe(self, done: DispatchRound) -> None:
+        if self.fifo and done.moved:
+            self._drained(len(done.moved))
         if self.metrics is not None:
-            for tenant, waited_ms in done.moved:
-                self.metrics.waited(tenant, waited_ms / 1000)
+            for _, waited_ms in done.moved:
+                self.metrics.waited(waited_ms / 1000)
         now = time.monotonic()
         for tenant, limit in done.held:
             if now - self._held_logged.get((tenant, limit), -_HELD_LOG_EVERY_S) < _HELD_LOG_EVERY_S:
                 continue
             self._held_logged[(tenant, limit)] = now
             log.info("dispatch.tenant_held", tenant_id=tenant, limit=limit)
+        for tenant in done.unreadable:
+            if self.metrics is not None:
+                self.metrics.unreadable("share", newer=False)
+            key = (tenant, "unreadable_share")
+            if now - self._held_logged.get(key, -_HELD_LOG_EVERY_S) < _HELD_LOG_EVERY_S:
+                continue
+            self._held_logged[key] = now
+            # Served on the default share meanwhile: its own limits are not lifted by a
+            # damaged value, nor is it stopped (`relevo tenants set` writes a good one).
+            log.warning("dispatch.share_unreadable", tenant_id=tenant, used="default")
         if len(self._held_logged) > 10_000:
             self._held_logged.clear()
+
+    def _drained(self, turns: int) -> None:
+        """Turns a producer with fair dispatch on queued, moved on by a worker with it off."""
+        if self.metrics is not None:
+            self.metrics.set_aside("fleet settings", "fairness")
+        now = time.monotonic()
+        if now - self._drained_logged >= _HELD_LOG_EVERY_S:
+            self._drained_logged = now
+            log.warning(
+                "fleet.settings_differ",
+                differ=["fairness"],
+                source="fair queue",
+                turns=turns,
+                detail="a producer queued turns for fair dispatch, which this worker has "
+                "off: they go to the broker's queue at once, no tenant limit checked",
+            )
+
+    async def set_aside(self, entry: SetAside) -> None:
+        """An outbox entry no broker takes: kept in the dead letters, its turn (when the
+        entry names it) answered `failed` with the reason and its lease given back; the
+        entries behind it go on."""
+        pipe = self.fair.redis.pipeline(transaction=False)
+        dead = dead_letters_key(self.fair.keys.namespace)
+        pipe.lpush(dead, entry.raw)
+        pipe.ltrim(dead, 0, _DEAD_KEPT - 1)
+        pipe.expire(dead, _DEAD_KEPT_S)
+        await pipe.execute()
+        log.error(
+            "dispatch.set_aside",
+            turn_id=entry.turn_id,
+            tenant_id=entry.tenant,
+            reason=entry.reason,
+            why=entry.why,
+        )
+        if self.metrics is not None:
+            self.metrics.set_aside("outbox entry", entry.reason)
+        if entry.turn_id is None:
+            return
+        tenant = entry.tenant or "unknown"
+        result = TurnResult(
+            turn_id=entry.turn_id,
+            tenant_id=tenant,
+            status=Status.FAILED,
+            reason=UNDELIVERABLE,
+            error=f"its broker message was set aside: {entry.why}",
+            primary_model=self.primary_model,
+        )
+        stored = await self.store.save(result)
+        if stored is result and self.metrics is not None:
+            self.metrics.record(result)
+        if entry.tenant is not None:
+            self.give_back(entry.tenant, entry.turn_id)
 
     async def conclude_expired(self) -> int:
         """Save a result for each turn found past its queue deadline; returns how many."""
@@ -216,6 +298,15 @@ class Dispatcher:
                 error=f"waited {waited_ms / 1000:.1f} s in the fair queue, past its deadline",
                 primary_model=self.primary_model,
             )
+            if waited_ms < 0:  # its entry in the fair queue could not be read (dispatch.lua)
+                result = result.model_copy(
+                    update={
+                        "reason": _UNREADABLE,
+                        "error": "its entry in the fair queue could not be read: set aside",
+                    }
+                )
+                if self.metrics is not None:
+                    self.metrics.unreadable("fair_entry", newer=False)
             stored = await self.store.save(result)
             if stored is result and self.metrics is not None:
                 self.metrics.record(result)

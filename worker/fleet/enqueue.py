@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
-import json
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -31,6 +30,7 @@ from types import TracebackType
 from typing import Any
 
 import redis
+import structlog
 from celery import Celery
 from celery.result import AsyncResult
 from kombu.utils.functional import retry_over_time
@@ -38,6 +38,7 @@ from pydantic import TypeAdapter, ValidationError
 from redis.asyncio import Redis
 
 from worker.errors import STORE_REFUSED, InputError
+from worker.fleet.agreement import FLEET_HEADER, Agreement, FleetShape
 from worker.fleet.broker import (
     DEADLINE_HEADER,
     TASK_NAME,
@@ -46,8 +47,16 @@ from worker.fleet.broker import (
     celery_app,
     store_client,
 )
-from worker.fleet.errors import FleetUnavailable, fleet_errors
+from worker.fleet.envelope import compact
+from worker.fleet.errors import (
+    FleetUnavailable,
+    TurnNotSent,
+    TurnRecorded,
+    fleet_errors,
+    write_refusal,
+)
 from worker.fleet.handles import AsyncTurnHandle, TurnHandle
+from worker.fleet.heartbeat import read_heartbeats
 from worker.fleet.schema import SCHEMA_HEADER, TURN_SCHEMA
 from worker.fleet.turnstore import TurnKeys, TurnStore
 from worker.observability.redact import redact_url
@@ -58,6 +67,7 @@ from worker.types import TurnId, TurnRequest
 
 __all__ = ["TASK_NAME", "Producer", "enqueue_turn", "send_turn"]
 
+log = structlog.get_logger("relevo.fleet")
 _READ_TIMEOUT_S = 2.0
 # send_task takes well under a millisecond when the broker answers: a few threads suffice.
 _PUBLISH_THREADS = 4
@@ -72,7 +82,10 @@ _BLIPS: tuple[type[BaseException], ...] = (
 )
 # kombu's `Connection.ensure` defaults, for what a publish retry policy leaves out.
 _ENSURE_DEFAULTS = {"max_retries": None, "interval_start": 1, "interval_step": 1, "interval_max": 1}
+# What Celery's message body adds around the payload (its args, kwargs and options).
+_ENVELOPE_BYTES = 256
 _PUBLISHING = "publishing the turn (it is recorded: a worker sends it if it did not go out)"
+_CONNECTING = "connecting to send the turn (nothing was sent: it will not run)"
 
 
 def send_turn(app: Celery, turn: TurnRequest, *, ignore_result: bool = False) -> AsyncResult:
@@ -88,31 +101,62 @@ def send_turn(app: Celery, turn: TurnRequest, *, ignore_result: bool = False) ->
     `ignore_result`: Celery neither stores the task's return value nor subscribes this
     process to it; the turn store still holds the result (what `Producer` reads).
 
-    `FleetUnavailable` if the broker does not answer within `broker.SEND_TIMEOUT_S` (or the
-    store's timeout, if longer) or refuses this client; its message says which step failed.
-    Unrecorded, the turn was not published. Recorded but not published (the broker failed
-    after the record), the record stays: a worker's sweeper sends the turn once the record
-    is older than the visibility timeout plus a restore interval, as for a turn the broker
-    lost, and sending it again with the same turn id is safe.
+    When the broker does not answer within `broker.SEND_TIMEOUT_S` (or the store's
+    timeout, if longer) or refuses this client, the exception says whether the turn will
+    run: `TurnNotSent` when no part of its record reached Redis (it will not run), and
+    `TurnRecorded` once its record was written, or sent and not answered (it will run: the
+    sweeper sends it once the record is older than the visibility timeout plus a restore
+    interval, as for a turn the broker lost). Sending it again with the same turn id is
+    safe either way.
     """
     payload = turn.model_dump(mode="json")
-    with fleet_errors(app.conf.broker_url), app.producer_or_acquire() as producer:
-        # Within the app's bound: kombu's own default keeps retrying a dead broker for 6 s.
-        producer.connection.ensure_connection(
-            max_retries=1, interval_start=0, timeout=app.conf.relevo_send_timeout_s
-        )
-        _record_sent(app, producer.channel, turn.turn_id, json.dumps(payload))
-        with fleet_errors(app.conf.broker_url, during=_PUBLISHING):
-            return app.send_task(
-                TASK_NAME,
-                args=[payload],
-                task_id=turn.turn_id,
-                # The payload itself stays as relevo 0.1.0's workers validate it: no field more.
-                headers={**_fair_headers(turn), SCHEMA_HEADER: TURN_SCHEMA},
-                # None, not False: the task's own setting decides, and the message is as before.
-                ignore_result=True if ignore_result else None,
-                producer=producer,
+    encoded = compact(payload)
+    _check_size(app, len(encoded.encode()))
+    url = app.conf.broker_url
+    recorded = False
+    try:
+        with fleet_errors(url), app.producer_or_acquire() as producer:
+            # Within the app's bound: kombu's own default keeps retrying a dead broker for 6 s.
+            producer.connection.ensure_connection(
+                max_retries=1, interval_start=0, timeout=app.conf.relevo_send_timeout_s
             )
+            _record_sent(app, producer.channel, turn.turn_id, encoded)
+            recorded = True
+            with fleet_errors(url, during=_PUBLISHING):
+                return app.send_task(
+                    TASK_NAME,
+                    args=[payload],
+                    task_id=turn.turn_id,
+                    # The payload stays as relevo 0.1.0's workers validate it: no field more.
+                    headers={
+                        **_fair_headers(turn),
+                        SCHEMA_HEADER: TURN_SCHEMA,
+                        FLEET_HEADER: app.conf.get("relevo_fleet"),
+                    },
+                    # None, not False: the task's own setting decides, and the message is
+                    # as before.
+                    ignore_result=True if ignore_result else None,
+                    producer=producer,
+                )
+    except (TurnNotSent, TurnRecorded):
+        raise
+    except FleetUnavailable as exc:
+        cause = exc.__cause__ or exc
+        if recorded:
+            raise TurnRecorded(
+                exc.url, cause, turn_id=turn.turn_id, acknowledged=True, during=_PUBLISHING
+            ) from cause
+        raise TurnNotSent(exc.url, cause, turn_id=turn.turn_id, during=_CONNECTING) from cause
+
+
+def _check_size(app: Celery, size: int) -> None:
+    """`InputError` for a turn whose message the broker would refuse: nothing is sent."""
+    limit = app.conf.get("relevo_max_message_bytes") or 0
+    if limit and size + _ENVELOPE_BYTES > limit:
+        raise InputError(
+            f"the turn is {size} bytes as a broker message, over the broker's limit of "
+            f"{limit} bytes ([broker] max_message_bytes)"
+        )
 
 
 def _fair_headers(turn: TurnRequest) -> dict[str, Any]:
@@ -133,17 +177,29 @@ def _record_sent(app: Celery, channel: Any, turn_id: str, payload: str) -> None:
     ttl_s = int(expires.total_seconds() if isinstance(expires, timedelta) else expires)
     policy = {**_ENSURE_DEFAULTS, **(app.conf.task_publish_retry_policy or {})}
     tries, started = 0, time.monotonic()
+    # Whether a write went out on a connection and got no answer: a stalled Redis writes
+    # it when it wakes, so the turn is recorded even though this call gives up.
+    sent = False
 
     def write() -> None:
-        nonlocal tries
+        nonlocal tries, sent
         tries += 1
         with store_client(app, channel) as client:
+            # Connected first (and greeted): a failure here sent nothing of the record.
+            connection = client.connection_pool.get_connection()
             pipe = client.pipeline(transaction=False)
+            pipe.connection = connection  # the pipeline gives it back to the pool
             pipe.zadd(keys.sent, {turn_id: int(time.time() * 1000)})
             pipe.hset(keys.payloads, turn_id, payload)
             pipe.expire(keys.sent, ttl_s)
             pipe.expire(keys.payloads, ttl_s)
-            pipe.execute()
+            try:
+                pipe.execute()
+            except Exception as exc:
+                # Redis answered no (a refused client, a full memory): nothing written.
+                if not (isinstance(exc, STORE_REFUSED) or write_refusal(exc) is not None):
+                    sent = True
+                raise
 
     def again(exc: BaseException, intervals: Iterator[float], retries: int) -> float:
         if isinstance(exc, STORE_REFUSED) or getattr(exc, "refused", False):
@@ -161,13 +217,22 @@ def _record_sent(app: Celery, channel: Any, turn_id: str, payload: str) -> None:
             interval_max=policy["interval_max"],
             timeout=app.conf.relevo_send_timeout_s,
         )
-    except _BLIPS as exc:
+    except (*_BLIPS, *STORE_REFUSED) as exc:
         spent_s = time.monotonic() - started
         attempts = f"{tries} {'try' if tries == 1 else 'tries'} in {spent_s:.1f} s"
-        during = f"recording the turn ({attempts}; it was not published)"
-        if isinstance(exc, FleetUnavailable):  # the result store's, named by `store_client`
-            raise FleetUnavailable(exc.url, exc.__cause__ or exc, during=during) from exc
-        raise FleetUnavailable(redact_url(app.conf.broker_url), exc, during=during) from exc
+        # The result store's failure is named by `store_client`; the broker's, here.
+        where = exc.url if isinstance(exc, FleetUnavailable) else redact_url(app.conf.broker_url)
+        cause = (exc.__cause__ or exc) if isinstance(exc, FleetUnavailable) else exc
+        if sent:
+            during = (
+                f"recording the turn ({attempts}; sent and not answered: Redis records it "
+                "when it answers, and a worker sends it)"
+            )
+            raise TurnRecorded(
+                where, cause, turn_id=turn_id, acknowledged=False, during=during
+            ) from exc
+        during = f"recording the turn ({attempts}; nothing was recorded: it will not run)"
+        raise TurnNotSent(where, cause, turn_id=turn_id, during=during) from exc
 
 
 def enqueue_turn(
@@ -179,8 +244,9 @@ def enqueue_turn(
     """Validate the turn and its size here (a bad one never reaches a worker) and enqueue it.
 
     `limits` should be the workers' (`settings.limits`); the defaults otherwise. Raises
-    `InputError` (naming the field) for a turn that is not valid, nothing sent, and
-    `FleetUnavailable` when the broker does not answer or refuses this client.
+    `InputError` (naming the field) for a turn that is not valid, nothing sent; when the
+    broker does not answer or refuses this client, `TurnNotSent` (it will not run) or
+    `TurnRecorded` (it will run: keep its `turn_id`), both `FleetUnavailable`s.
     """
     turn = checked_turn(request, limits or LimitsSettings())
     return TurnHandle(turn.turn_id, send_turn(app, turn))
@@ -192,7 +258,8 @@ class Producer:
     `redis` is where the workers keep results (bytes replies, as `RedisSettings.connect`
     makes them); `limits` should be the workers'. What each call raises:
 
-        enqueue     InputError (not a valid turn: nothing sent); FleetUnavailable
+        enqueue     InputError (not a valid turn: nothing sent); TurnNotSent (it will
+                    not run) or TurnRecorded (it will run: keep its turn_id)
         turn        InputError (not a turn id)
         handle.running, .known               FleetUnavailable
         handle.peek                          FleetUnavailable, Unreadable
@@ -236,8 +303,9 @@ class Producer:
         return producer
 
     async def enqueue(self, request: TurnRequest | dict[str, Any] | str | bytes) -> AsyncTurnHandle:
-        """Check the turn (`InputError` before anything is sent) and send it;
-        `FleetUnavailable` if the broker does not answer or refuses this client.
+        """Check the turn (`InputError` before anything is sent) and send it; if the
+        broker does not answer or refuses this client, `TurnNotSent` (it will not run) or
+        `TurnRecorded` (it will run: keep its `turn_id`).
 
         A caller cancelled while the turn is being published does not stop the publish.
         """
@@ -277,7 +345,38 @@ class Producer:
             await self.redis.aclose()
 
     async def __aenter__(self) -> Producer:
+        await self.compare_fleet()
         return self
+
+    async def compare_fleet(self) -> list[str]:
+        """Warn at once (log `fleet.settings_differ`) when the live workers state other fleet
+        settings than this producer's, or none is alive in its namespace; returns what
+        differs. Never raises: Redis away (or heartbeats it may not read), it says nothing."""
+        own = FleetShape.parse(self.app.conf.get("relevo_fleet"))
+        if own is None:
+            return []
+        try:
+            found = await read_heartbeats(self.redis, self.store.keys)
+        except Exception as exc:  # advisory: Redis away, or an ACL that hides heartbeats
+            log.debug("fleet.not_compared", error=type(exc).__name__)
+            return []
+        now_ms = int(time.time() * 1000)
+        alive = [b for b in found.beats if b.alive(now_ms)]
+        if not alive:
+            log.warning(
+                "fleet.no_workers",
+                namespace=own.namespace,
+                detail="no worker heartbeat in this namespace: turns wait until a worker "
+                "of this namespace runs",
+            )
+            return ["namespace"]
+        agreement = Agreement(own)
+        differ: set[str] = set()
+        for beat in alive:
+            differ.update(
+                agreement.check(FleetShape.parse(beat.fleet), "worker", where=beat.process)
+            )
+        return sorted(differ)
 
     async def __aexit__(
         self,

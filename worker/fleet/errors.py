@@ -2,16 +2,21 @@
 
     RelevoError (worker.errors)
     ├── FleetUnavailable    the fleet's Redis (broker or turn store) or its RabbitMQ broker
-    │                       did not answer, refused this client or refused the write;
-    │                       names which one
+    │   │                   did not answer, refused this client or refused the write;
+    │   │                   names which one
+    │   ├── TurnNotSent     sending a turn: nothing of it reached the fleet; it will not run
+    │   └── TurnRecorded    sending a turn: the fleet has its record; it will run (a
+    │                       worker's sweeper sends it): keep its `turn_id`
     ├── TurnTimeout         no result (or no end of its stream) in time; also a TimeoutError
     ├── UnknownTurn         nothing says a turn with that id was sent; also a LookupError
+    │                       (`lost`: it was known while a producer waited, and is no longer)
     ├── StreamRestarted     the turn runs again: the text read so far is void
     └── Unreadable          a stored item (a turn's result, a piece of its stream) this
                             release cannot read: a newer release wrote it, or it is damaged
 
 `fleet_errors` is the one place where kombu's, Celery's, py-amqp's and redis-py's failures
-of the fleet's Redis or broker become `FleetUnavailable`, for every producer call.
+of the fleet's Redis or broker become `FleetUnavailable` (or `InputError`, for a turn the
+broker refused as too large), for every producer call.
 """
 
 from __future__ import annotations
@@ -20,18 +25,20 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from types import MappingProxyType
 
-from amqp.exceptions import AccessRefused
+from amqp.exceptions import AccessRefused, ChannelError, ContentTooLarge, PreconditionFailed
 from kombu.exceptions import OperationalError
 from redis.asyncio import Redis
 from redis.exceptions import OutOfMemoryError, ReadOnlyError, ResponseError
 
 from breakers.schema import ReadProblem
-from worker.errors import STORE_DOWN, STORE_REFUSED, RelevoError
+from worker.errors import STORE_DOWN, STORE_REFUSED, InputError, RelevoError
 from worker.observability.redact import redact_url
 
 __all__ = [
     "FleetUnavailable",
     "StreamRestarted",
+    "TurnNotSent",
+    "TurnRecorded",
     "TurnTimeout",
     "UnknownTurn",
     "Unreadable",
@@ -61,8 +68,8 @@ class FleetUnavailable(RelevoError):
     client (`refused`), or refused the write for a state of its own (a full memory:
     `write_refusal`).
 
-    A turn being sent may or may not have gone out: sending it again with the same turn
-    id is safe, the fleet runs a turn id once.
+    Sending a turn raises one of its two subclasses, which say whether the turn will run
+    (`TurnRecorded`) or not (`TurnNotSent`).
     """
 
     def __init__(self, url: str, error: BaseException, *, during: str | None = None) -> None:
@@ -73,6 +80,8 @@ class FleetUnavailable(RelevoError):
         why = write_refusal(error)
         if self.refused:
             what = f"refused this client ({type(error).__name__})"
+        elif isinstance(error, ChannelError):
+            what = f"refused the message ({type(error).__name__}: {error.reply_text})"
         elif why is not None:
             what = f"refused the write ({why})"
         else:
@@ -80,6 +89,45 @@ class FleetUnavailable(RelevoError):
         server = "RabbitMQ" if self.rabbitmq else "Redis"
         message = f"the fleet's {server} at {url} {what}"
         super().__init__(f"{message} {during}" if during else message)
+
+
+class TurnNotSent(FleetUnavailable):
+    """Sending turn `turn_id` failed before anything of it reached the fleet (no
+    connection, or Redis refused the client or the write): it will not run. Send it again
+    when the fleet answers, under this id or another.
+    """
+
+    def __init__(
+        self, url: str, error: BaseException, *, turn_id: str, during: str | None = None
+    ) -> None:
+        super().__init__(url, error, during=during)
+        self.turn_id = turn_id
+
+
+class TurnRecorded(FleetUnavailable):
+    """Sending turn `turn_id` failed after its record reached the fleet's Redis: it will
+    run, as a worker's sweeper sends a recorded turn the broker does not have (after the
+    visibility timeout and a restore interval). Keep `turn_id` and read the turn through
+    it; do not send it under a new id, which would run (and be charged) twice. Sending it
+    again under the same id is safe: the fleet runs a turn id once.
+
+    `acknowledged` is False when the record was sent and Redis did not answer (a stall):
+    a stalled Redis writes it when it wakes. Only a Redis that loses it (restarted empty,
+    which loses acknowledged records too) leaves the turn unknown (`UnknownTurn`).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        error: BaseException,
+        *,
+        turn_id: str,
+        acknowledged: bool,
+        during: str | None = None,
+    ) -> None:
+        super().__init__(url, error, during=during)
+        self.turn_id = turn_id
+        self.acknowledged = acknowledged
 
 
 class TurnTimeout(RelevoError, TimeoutError):
@@ -101,12 +149,22 @@ class UnknownTurn(RelevoError, LookupError):
     kept (`worker.result_ttl_s`) and its result expired with its other traces.
     """
 
-    def __init__(self, turn_id: str) -> None:
-        super().__init__(
-            f"unknown turn {turn_id!r}: no turn with that id is queued, running or finished "
-            "(never sent, or its result expired)"
-        )
+    def __init__(self, turn_id: str, *, lost: bool = False) -> None:
+        """`lost`: the turn was known while a producer waited on it, and no longer is."""
+        if lost:
+            message = (
+                f"turn {turn_id!r} was lost: the turn store no longer knows it (its Redis was "
+                "emptied or replaced while the turn waited, and queued turns went with it); "
+                "send it again"
+            )
+        else:
+            message = (
+                f"unknown turn {turn_id!r}: no turn with that id is queued, running or "
+                "finished (never sent, or its result expired)"
+            )
+        super().__init__(message)
         self.turn_id = turn_id
+        self.lost = lost
 
 
 class StreamRestarted(RelevoError):
@@ -152,10 +210,26 @@ def fleet_errors(url: str, *, during: str | None = None) -> Iterator[None]:
         yield
     except RelevoError:
         raise  # TurnTimeout is a TimeoutError, which a store error can be too
+    except ChannelError as exc:
+        # RabbitMQ answered and closed the channel over this publish: too large a message
+        # is the turn's fault (`[broker] max_message_bytes` above the broker's own limit).
+        if _too_large(exc):
+            raise InputError(
+                f"the broker refused the turn as too large ({exc.reply_text}); "
+                "[broker] max_message_bytes should be the broker's max_message_size"
+            ) from None
+        raise FleetUnavailable(redact_url(url), exc, during=during) from exc
     except (*STORE_DOWN, *_WRAPPERS) as exc:
         if isinstance(exc, RuntimeError) and not _from_store(exc):
             raise
         raise FleetUnavailable(redact_url(url), exc, during=during) from exc
+
+
+def _too_large(exc: ChannelError) -> bool:
+    if isinstance(exc, ContentTooLarge):
+        return True
+    # RabbitMQ: "PRECONDITION_FAILED - message size 2097254 is larger than configured max size"
+    return isinstance(exc, PreconditionFailed) and "max size" in str(exc.reply_text)
 
 
 def where(client: Redis) -> str:

@@ -23,6 +23,8 @@ one atomic step, nothing lost or sent twice between them (docs/fairness.md).
     {N}:fair:leases     zset   "<tenant>|<turn>" -> lease expiry ms
     {N}:fair:buckets    hash   tenant -> token buckets "turns|input tokens|ms"
     {N}:fair:expired    hash   turn id -> "<tenant>|<ms waited>", until its result is saved
+    {N}:fair:deadlines  zset   "<tenant>|<seq>" -> queue deadline ms, while queued: each
+                               round ends the turns past theirs, whatever holds the tenant
     {N}:fair:wake       list   at most one token: a turn arrived for an idle tenant, or a
                                lease was given back; idle dispatchers block on it (BLPOP)
 
@@ -33,13 +35,15 @@ dispatcher (`wake`), or is one field per tenant (`vtime`, `buckets`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
+import structlog
 from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
 
 from breakers.rediskit import LuaScripts, hash_tag, text
+from budgets.errors import InvalidAmountError
 from budgets.shares import Share, Shares
 from worker.fleet.turnstore import TurnKeys
 
@@ -61,6 +65,7 @@ SCRIPTS = LuaScripts("worker.fleet")
 TENANT_HEADER = "relevo_tenant"
 DEADLINE_HEADER = "relevo_queue_deadline_ms"
 TOKENS_HEADER = "relevo_input_tokens"
+log = structlog.get_logger("relevo.dispatch")
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,38 +90,53 @@ class FairKeys:
 class DispatchRound:
     """What one round did: turns moved (tenant, ms waited), tenants held (tenant, limit),
     how many turns it found past their queue deadline, the ms until the first parked
-    tenant is looked at again (None: none parked), and whether a round run at once would
-    find more to move."""
+    tenant is looked at again (None: none parked), whether a round run at once would
+    find more to move, and the tenants whose stored share it could not read (served on
+    the default share)."""
 
     moved: list[tuple[str, int]]
     held: list[tuple[str, str]]
     expired: int
     next_ms: int | None = None
     again: bool = False
+    unreadable: list[str] = field(default_factory=list)
 
     @classmethod
     def from_reply(cls, reply: Any) -> DispatchRound:
-        """The round `dispatch.lua` answered (release 0.1.0's answers the same)."""
-        moved, held, expired, next_ms, again = reply
+        """The round `dispatch.lua` answered (release 0.1.0's answers the first five)."""
+        moved, held, expired, next_ms, again = reply[:5]
+        unreadable = [_name(t) for t in reply[5]] if len(reply) > 5 else []
         waits = [(tenant, int(ms)) for tenant, ms in _pairs(moved)]
         parked = None if int(next_ms) < 0 else int(next_ms)
-        return cls(waits, _pairs(held), int(expired), parked, bool(again))
+        return cls(waits, _pairs(held), int(expired), parked, bool(again), unreadable)
 
 
 @dataclass(frozen=True, slots=True)
 class TenantLoad:
     """A tenant's turns waiting in the fair queue and running under a lease, and its share
-    (`own`: set for it; else the default)."""
+    (`own`: set for it; else the default). `unreadable`: why its stored share could not be
+    read (dispatch then uses the default, which `share` is); `parked_until_ms`: while a
+    limit holds it back, when it is looked at again (Redis server time, ms; a time past
+    is the next round)."""
 
     tenant: str
     queued: int
     in_flight: int
     share: Share
     own: bool
+    unreadable: str | None = None
+    parked_until_ms: int | None = None
 
 
 def _pairs(items: object) -> list[tuple[str, str]]:
-    return [cast(tuple[str, str], tuple(text(i).split("|", 1))) for i in cast(list[Any], items)]
+    return [cast(tuple[str, str], tuple(_name(i).split("|", 1))) for i in cast(list[Any], items)]
+
+
+def _name(value: object) -> str:
+    """A stored name as text; bytes that are not UTF-8 (a hand edit) shown escaped."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "backslashreplace")
+    return str(value)
 
 
 def enqueue_sync(
@@ -132,7 +152,7 @@ def enqueue_sync(
     """Queue a broker message for its tenant, on a blocking client (the broker channel's);
     False when the turn is queued already."""
     fair = FairKeys(namespace)
-    keys = [*fair.common(), fair.key("seq"), fair.key("wake")]
+    keys = [*fair.common(), fair.key("seq"), fair.key("wake"), fair.key("deadlines")]
     args = ["", tenant, turn_id, deadline_ms, input_tokens, message]
     try:
         return bool(client.evalsha(SCRIPTS.sha("enqueue"), len(keys), *keys, *args))
@@ -170,7 +190,10 @@ class FairQueue:
             self.shares.key,
             TurnKeys(namespace).sent,
             queue,
+            self.keys.key("deadlines"),
         ]
+        self.lease_keys = [*self.keys.common(), self.keys.key("leases")]
+        self.lease_keys += [self.keys.key("inflight"), self.shares.key]
         self.release_keys = [*self.keys.common(), self.keys.key("leases")]
         self.release_keys += [self.keys.key("inflight"), self.keys.key("wake")]
 
@@ -202,18 +225,61 @@ class FairQueue:
         or `timeout_s` passes (False)."""
         return await self.blocking.blpop([self.keys.key("wake")], timeout=timeout_s) is not None
 
+    async def lease(self, tenant: str, turn_id: str, *, hold_s: float) -> bool:
+        """Hold the lease of a turn about to run, for `hold_s` unless renewed: the one its
+        dispatch took, or a new one if the tenant holds fewer than its `max_in_flight`
+        (a turn redelivered after its lease ran out). False: the tenant holds that many;
+        the turn waits for one."""
+        args: list[str | int] = [tenant, turn_id, int(hold_s * 1000), self.default.packed()]
+        return bool(await self._call("lease", self.lease_keys, args))
+
+    async def renew(self, leases: Sequence[tuple[str, str]], *, hold_s: float) -> None:
+        """Hold the leases of turns still running (tenant, turn id) `hold_s` longer; one
+        that ran out meanwhile stays out."""
+        if leases:
+            args: list[str | int] = [int(hold_s * 1000), *(f"{t}|{turn}" for t, turn in leases)]
+            await self._call("renew", self.release_keys[:9], args)
+
     async def release(self, tenant: str, turn_id: str) -> bool:
         """Give back the lease of a concluded turn now; False if it held none. A process
         with a dispatcher hands it the lease instead (`Dispatcher.give_back`)."""
         return bool(await self._call("release", self.release_keys, [tenant, turn_id]))
 
+    async def set_share(self, tenant: str, share: Share) -> None:
+        """Set a tenant's share, in effect from the next round: a tenant a limit parked is
+        looked at again at once, under the new share."""
+        await self.shares.set(tenant, share)
+        await self._look_again(tenant)
+
+    async def clear_share(self, tenant: str) -> bool:
+        """Back to the default share, from the next round; False if it had none."""
+        had = await self.shares.clear(tenant)
+        await self._look_again(tenant)
+        return had
+
+    async def _look_again(self, tenant: str) -> None:
+        # Due at once if parked (XX: a tenant not parked stays as it is), and a wake token
+        # for an idle dispatcher, as a lease given back does.
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.zadd(self.keys.key("parked"), {tenant: 0}, xx=True)
+        pipe.lpush(self.keys.key("wake"), "1")
+        pipe.ltrim(self.keys.key("wake"), 0, 0)
+        await pipe.execute()
+
     async def expired(self, count: int = 100) -> list[tuple[str, str, int]]:
         """Turns found past their queue deadline: (turn id, tenant, ms waited)."""
         _, found = await self.redis.hscan(self.keys.key("expired"), 0, count=count)
-        out = []
+        out, bad = [], []
         for turn_id, value in cast(dict[bytes | str, bytes | str], found).items():
-            tenant, waited = text(value).split("|", 1)
-            out.append((text(turn_id), tenant, int(waited)))
+            try:
+                tenant, waited = text(value).split("|", 1)
+                out.append((text(turn_id), tenant, int(waited)))
+            except (ValueError, UnicodeDecodeError):
+                # A hand edit: dropped, so that it is not met again every round.
+                bad.append(turn_id)
+                log.warning("fair.expired_unreadable", turn_id=_name(turn_id)[:80])
+        if bad:
+            await self.redis.hdel(self.keys.key("expired"), *bad)
         return out
 
     async def forget_expired(self, *turn_ids: str) -> None:
@@ -225,13 +291,32 @@ class FairQueue:
         pipe.hgetall(self.keys.key("queued"))
         pipe.hgetall(self.keys.key("inflight"))
         pipe.hgetall(self.shares.key)
-        queued, running, shares = await pipe.execute()
-        counts: dict[str, list[int]] = {text(t): [0, 0] for t in shares}
+        pipe.zrange(self.keys.key("parked"), 0, -1, withscores=True)
+        queued, running, shares, parked = await pipe.execute()
+        until = {_name(t): int(ms) for t, ms in parked}
+        counts: dict[str, list[int]] = {_name(t): [0, 0] for t in shares}
         for at, raw in enumerate((queued, running)):
             for tenant, n in raw.items():
-                counts.setdefault(text(tenant), [0, 0])[at] = int(n)
-        own = {text(t): Share.unpacked(text(v)) for t, v in shares.items()}
+                counts.setdefault(_name(tenant), [0, 0])[at] = _count(n)
+        own: dict[str, Share] = {}
+        bad: dict[str, str] = {}
+        for t, v in shares.items():
+            try:
+                own[_name(t)] = Share.unpacked(_name(v))
+            except InvalidAmountError as exc:
+                bad[_name(t)] = f"{_name(v)[:40]!r}: {exc}"
+                log.warning("fair.share_unreadable", tenant_id=_name(t), why=str(exc))
         return [
-            TenantLoad(t, q, r, own.get(t, self.default), t in own)
+            TenantLoad(
+                t, q, r, own.get(t, self.default), t in own or t in bad, bad.get(t), until.get(t)
+            )
             for t, (q, r) in sorted(counts.items())
         ]
+
+
+def _count(raw: object) -> int:
+    """A stored count; 0 when it is not one (it is rewritten by the next round)."""
+    try:
+        return int(_name(raw))
+    except ValueError:
+        return 0

@@ -6,17 +6,20 @@ waiter polls the turn's stored result on the producer's one redis.asyncio client
 the polls of all waiters in one loop iteration share one round trip (`AutoPipeline`).
 
 Redis commands used: GET on turn results and claims, XREAD on turn streams, and ZSCORE
-and EXISTS once per wait to tell an unknown turn (`UnknownTurn`) from one still queued.
+and EXISTS once per wait, and once a second while it waits, to tell an unknown turn
+(`UnknownTurn`; `lost` when the store forgot it meanwhile) from one still queued.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
+from celery.exceptions import TimeoutError as CeleryTimeout
 from celery.result import AsyncResult
 from redis.asyncio import Redis
 
@@ -37,6 +40,35 @@ from worker.types import TurnResult
 __all__ = ["DEFAULT_WAIT_S", "AsyncTurnHandle", "TurnHandle"]
 
 DEFAULT_WAIT_S = 300.0
+# A waiter asks this often whether the store still knows the turn, and calls it lost once
+# it has not for this long: a worker running a turn writes its claim again with every
+# heartbeat (5 s), so a store emptied under a running turn knows it again by then.
+_KNOWN_EVERY_S = 1.0
+_LOST_AFTER_S = 7.0
+
+
+@dataclass
+class _Known:
+    """When a waiter last asked whether the store knows its turn, and since when it has not."""
+
+    asked_at: float
+    unknown_since: float | None = None
+
+    def due(self, now: float) -> bool:
+        if now - self.asked_at < _KNOWN_EVERY_S:
+            return False
+        self.asked_at = now
+        return True
+
+    def lost(self, known: bool, now: float) -> bool:
+        if known:
+            self.unknown_since = None
+            return False
+        if self.unknown_since is None:
+            self.unknown_since = now
+        return now - self.unknown_since >= _LOST_AFTER_S
+
+
 # How often a waiter asks for the result. Many waiters cost one round trip per poll.
 _POLL_S = 0.1
 # One XREAD waits this long for text before the stream's reader asks for the result
@@ -64,12 +96,32 @@ class TurnHandle:
         check_timeout(timeout_s)
         backend = self.result.backend
         with fleet_errors(backend.url):
-            if isinstance(backend, TurnResults) and not backend.known(self.turn_id):
+            if not isinstance(backend, TurnResults):
+                raw = self.result.get(timeout=timeout_s, disable_sync_subtasks=False)
+                return read_result(raw, self.turn_id)
+            if not backend.known(self.turn_id):
                 raise UnknownTurn(self.turn_id)
-            # The caller may itself run inside a worker (the embedded demo): waiting
-            # here is on purpose, not a task waiting on a subtask.
-            raw = self.result.get(timeout=timeout_s, disable_sync_subtasks=False)
+            raw = self._wait(backend, timeout_s)
         return read_result(raw, self.turn_id)
+
+    def _wait(self, backend: TurnResults, timeout_s: float | None) -> Any:
+        """The result, asking now and then whether the store still knows the turn."""
+        until = None if timeout_s is None else time.monotonic() + timeout_s
+        known = _Known(time.monotonic())
+        while True:
+            step = (
+                _KNOWN_EVERY_S if until is None else min(_KNOWN_EVERY_S, until - time.monotonic())
+            )
+            try:
+                # The caller may itself run inside a worker (the embedded demo): waiting
+                # here is on purpose, not a task waiting on a subtask.
+                return self.result.get(timeout=max(step, 0.0), disable_sync_subtasks=False)
+            except CeleryTimeout:
+                now = time.monotonic()
+                if until is not None and now >= until:
+                    raise
+                if known.due(now) and known.lost(backend.known(self.turn_id), now):
+                    raise UnknownTurn(self.turn_id, lost=True) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,12 +173,16 @@ class AsyncTurnHandle:
         found = await self.peek()
         if found is None and not await self.known():
             raise UnknownTurn(self.turn_id)
+        known = _Known(loop.time())
         while found is None:
             left = until - loop.time()
             if left <= 0:
                 raise TurnTimeout(self.turn_id, timeout_s)
             await asyncio.sleep(min(_POLL_S, left))
             found = await self.peek()
+            now = loop.time()
+            if found is None and known.due(now) and known.lost(await self.known(), now):
+                raise UnknownTurn(self.turn_id, lost=True)
         return found
 
     async def stream(self, *, timeout_s: float = DEFAULT_WAIT_S) -> AsyncIterator[str]:

@@ -58,6 +58,9 @@ class Heartbeat(BaseModel):
     seen_ms: int = 0
     # relevo 0.1.0 ignores it: heartbeats were read leniently from the start.
     schema_version: int = HEARTBEAT_SCHEMA
+    # The fleet settings it runs with (`worker.fleet.agreement.FleetShape.header`); None
+    # from a release that did not say.
+    fleet: str | None = None
 
     @property
     def process(self) -> str:
@@ -67,8 +70,9 @@ class Heartbeat(BaseModel):
         return now_ms - self.seen_ms <= ALIVE_S * 1000
 
 
-async def beat(redis: Redis, keys: TurnKeys, heartbeat: Heartbeat) -> None:
-    """Write `heartbeat` (its `seen_ms` now) and drop processes silent past `KEPT_S`."""
+async def beat(redis: Redis, keys: TurnKeys, heartbeat: Heartbeat) -> int:
+    """Write `heartbeat` (its `seen_ms` now) and drop processes silent past `KEPT_S`;
+    return how many processes are alive (seen within `ALIVE_S`), this one included."""
     now_ms = int(time.time() * 1000)
     fresh = heartbeat.model_copy(update={"seen_ms": now_ms})
     pipe = redis.pipeline(transaction=False)
@@ -76,7 +80,9 @@ async def beat(redis: Redis, keys: TurnKeys, heartbeat: Heartbeat) -> None:
     pipe.zadd(keys.workers, {fresh.process: now_ms})
     pipe.zremrangebyscore(keys.workers, "-inf", now_ms - KEPT_S * 1000)
     pipe.expire(keys.workers, KEPT_S)
-    await pipe.execute()
+    pipe.zcount(keys.workers, now_ms - int(ALIVE_S * 1000), "+inf")
+    replies = await pipe.execute()
+    return max(1, int(replies[-1]))
 
 
 @dataclass(frozen=True)

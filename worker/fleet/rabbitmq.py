@@ -17,13 +17,12 @@ transport's channel does. A dispatch round moves it to the outbox, a Redis list
 from __future__ import annotations
 
 import asyncio
-import base64
-import json
+import struct
 import threading
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -36,6 +35,7 @@ from kombu.exceptions import OperationalError
 from kombu.transport import pyamqp
 from redis.asyncio import Redis
 
+from worker.fleet.envelope import Undecodable, amqp_message, envelope, identify
 from worker.fleet.errors import fleet_errors
 from worker.fleet.fairqueue import (
     DEADLINE_HEADER,
@@ -45,7 +45,18 @@ from worker.fleet.fairqueue import (
     enqueue_sync,
 )
 
-__all__ = ["BROKER_DOWN", "RabbitQueue", "outbox_key", "queue_depth", "rabbitmq_conf"]
+__all__ = [
+    "BROKER_DOWN",
+    "MAX_MESSAGE_BYTES",
+    "Forwarded",
+    "RabbitQueue",
+    "SetAside",
+    "dead_letters_key",
+    "held_delivery_s",
+    "outbox_key",
+    "queue_depth",
+    "rabbitmq_conf",
+]
 
 log = structlog.get_logger("relevo.rabbitmq")
 # What can go wrong between here and RabbitMQ: the socket, the protocol, a confirm not come.
@@ -58,9 +69,36 @@ BROKER_DOWN: tuple[type[BaseException], ...] = (
 )
 
 
+# A channel error over one message (its size, a header the broker refuses): the broker
+# closes the channel, and the next message may go out on a new one.
+_REFUSED: tuple[type[amqp.exceptions.AMQPError], ...] = (
+    amqp.exceptions.PreconditionFailed,
+    amqp.exceptions.ContentTooLarge,
+)
+# The first RabbitMQ that honours a consumer's `x-consumer-timeout` argument.
+_CONSUMER_TIMEOUT_ARGUMENT = (3, 11, 15)
+_UNENCODABLE: tuple[type[Exception], ...] = (struct.error, TypeError, ValueError)
+# RabbitMQ's default `consumer_timeout` (30 minutes).
+CONSUMER_TIMEOUT_S = 1800.0
+# RabbitMQ's own default `max_message_size` (128 MiB).
+MAX_MESSAGE_BYTES = 128 * 1024 * 1024
+_LIMIT_SETTING = "[broker] max_message_bytes"
+
+
 def outbox_key(namespace: str) -> str:
     """The Redis list a dispatch round moves turns to, on their way to RabbitMQ."""
     return FairKeys(namespace).key("outbox")
+
+
+def held_delivery_s(turn_deadline_s: float) -> float:
+    """The longest a worker holds a delivery unacknowledged: its turn's run, and a second
+    delivery's wait for that run's result, each within the deadline and a margin."""
+    return 2 * turn_deadline_s + 60
+
+
+def dead_letters_key(namespace: str) -> str:
+    """The Redis list of outbox entries set aside, newest first (kept for a look)."""
+    return FairKeys(namespace).key("dead")
 
 
 def rabbitmq_conf(
@@ -70,15 +108,24 @@ def rabbitmq_conf(
     *,
     fair_namespace: str | None,
     send_timeout_s: float,
+    held_s: float = CONSUMER_TIMEOUT_S,
 ) -> dict[str, Any]:
     """The Celery settings of a fleet whose broker is the RabbitMQ at `url`;
-    `fair_namespace`: fair dispatch's namespace, None when it is off."""
+    `fair_namespace`: fair dispatch's namespace, None when it is off; `held_s`: the
+    longest a worker may hold a delivery unacknowledged."""
     exchange = Exchange(queue, type="topic")  # type: ignore[no-untyped-call]
     fair = None if fair_namespace is None else _Fair(weakref.ref(app), fair_namespace, queue)
     return {
         "task_queues": [
             Queue(  # type: ignore[no-untyped-call]
-                queue, exchange, routing_key=queue, queue_arguments={"x-queue-type": "quorum"}
+                queue,
+                exchange,
+                routing_key=queue,
+                queue_arguments={"x-queue-type": "quorum"},
+                # Per consumer, not per queue: a queue's arguments are fixed when it is
+                # declared, and an existing queue declared with others refuses the worker.
+                # RabbitMQ 3.11.15 and later honour it; older ones ignore it.
+                consumer_arguments={"x-consumer-timeout": int(held_s * 1000)},
             )
         ],
         "task_default_queue_type": "quorum",
@@ -143,31 +190,9 @@ class _Channel(pyamqp.Channel):
                 turn_id=headers["id"],
                 deadline_ms=int(headers[DEADLINE_HEADER]),
                 input_tokens=int(headers[TOKENS_HEADER]),
-                message=_envelope(msg, exchange, routing_key),
+                message=envelope(msg, exchange, routing_key),
             )
         return True
-
-
-def _envelope(msg: Any, exchange: str, routing_key: str) -> str:
-    """The message as the outbox keeps it, to be published as it was (`_message`)."""
-    body = msg.body
-    if isinstance(body, str):
-        body = body.encode(msg.properties.get("content_encoding") or "utf-8")
-    return json.dumps(
-        {
-            "body": base64.b64encode(body).decode(),
-            "properties": msg.properties,
-            "exchange": exchange,
-            "routing_key": routing_key,
-        },
-        separators=(",", ":"),
-    )
-
-
-def _message(raw: bytes | str) -> tuple[amqp.Message, str, str]:
-    data = json.loads(raw)
-    message = amqp.Message(base64.b64decode(data["body"]), **data["properties"])
-    return message, data["exchange"], data["routing_key"]
 
 
 def _transport(url: str, fair: _Fair | None, confirm_timeout_s: float) -> type[pyamqp.Transport]:
@@ -180,14 +205,49 @@ def _transport(url: str, fair: _Fair | None, confirm_timeout_s: float) -> type[p
     return type("_Transport", (base,), {"Connection": connection})
 
 
+@dataclass(frozen=True, slots=True)
+class SetAside:
+    """An outbox entry no broker will take: why (`reason`, a word; `why`, a sentence), and
+    whose turn, when the entry says."""
+
+    raw: bytes | str
+    reason: str
+    why: str
+    turn_id: str | None
+    tenant: str | None
+
+    @classmethod
+    def of(cls, raw: bytes | str, reason: str, why: str) -> SetAside:
+        return cls(raw, reason, why, *identify(raw))
+
+
+@dataclass(slots=True)
+class Forwarded:
+    """What one publishing of the outbox did: turns sent, entries set aside, entries left
+    for the next round (the broker failed)."""
+
+    sent: int = 0
+    set_aside: list[SetAside] = field(default_factory=list)
+    left: list[bytes | str] = field(default_factory=list)
+
+
 class RabbitQueue:
     """The fleet's queue on RabbitMQ, seen from outside Celery: how many turns wait in it,
     and the fair queue's outbox published to it. Blocking calls run on a thread."""
 
-    def __init__(self, url: str, queue: str, *, timeout_s: float = 2.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        queue: str,
+        *,
+        timeout_s: float = 2.0,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
+    ) -> None:
+        """`max_message_bytes`: the largest message body the broker takes."""
         self.url = url
         self.queue = queue
         self.timeout_s = timeout_s
+        self.max_message_bytes = max_message_bytes
         self._connection: Connection | None = None
         self._lock = threading.Lock()
 
@@ -209,6 +269,39 @@ class RabbitQueue:
                 connection.release()  # type: ignore[no-untyped-call]
                 raise
 
+    def version_sync(self) -> tuple[int, ...] | None:
+        """The broker's version, as its connection announced it (None: it did not say)."""
+        with self._channel() as channel:
+            raw = channel.connection.server_properties.get("version")
+        if isinstance(raw, bytes):
+            raw = raw.decode(errors="replace")
+        numbers = str(raw or "").split("+", 1)[0].split("-", 1)[0].split(".")
+        try:
+            return tuple(int(n) for n in numbers)
+        except ValueError:
+            return None
+
+    def check_consumer_timeout(self, held_s: float) -> bool:
+        """Warn, once at a worker's start, when the broker ignores the consumer timeout each
+        worker asks for (before RabbitMQ 3.11.15): then its `consumer_timeout` must exceed
+        `held_s`, which no client can read. False when it warned."""
+        try:
+            version = self.version_sync()
+        except BROKER_DOWN as exc:
+            log.warning("broker.version_unread", error=type(exc).__name__)
+            return True
+        if version is None or version >= _CONSUMER_TIMEOUT_ARGUMENT:
+            return True
+        log.warning(
+            "broker.consumer_timeout_not_set",
+            broker_version=".".join(map(str, version)),
+            needed_s=held_s,
+            detail="this RabbitMQ ignores the consumer timeout a worker asks for: set its "
+            f"consumer_timeout above {held_s:.0f} s, or a turn held longer costs its "
+            "worker a channel and a redelivery of the turns on it (docs/deploy.md)",
+        )
+        return False
+
     def ready_sync(self) -> int:
         """Turns in the queue that no worker has taken (0 while the queue does not exist).
 
@@ -229,41 +322,65 @@ class RabbitQueue:
             log.warning("dispatch.broker_unreachable", error=type(exc).__name__)
             return 0
 
-    def publish_sync(self, raws: list[bytes | str]) -> int:
-        """Publish outbox messages in order, each confirmed; returns how many went out (all,
-        unless the broker failed: the rest are the caller's to keep)."""
-        sent = 0
-        try:
-            with self._channel() as channel:
-                for raw in raws:
-                    message, exchange, routing_key = _message(raw)
+    def publish_sync(self, raws: list[bytes | str]) -> Forwarded:
+        """Publish outbox entries in order, each confirmed. An entry no broker will take
+        (not a message, over `max_message_bytes`, refused by the broker) is set aside and
+        the rest go on; a broker that fails stops the publishing, the rest are `left`."""
+        done = Forwarded()
+        for at, raw in enumerate(raws):
+            try:
+                message, exchange, routing_key = amqp_message(raw, self.queue)
+            except Undecodable as exc:
+                done.set_aside.append(SetAside.of(raw, "undecodable", exc.why))
+                continue
+            size = len(message.body)
+            if size > self.max_message_bytes:
+                why = f"its {size}-byte message is over the broker's {self.max_message_bytes}"
+                done.set_aside.append(SetAside.of(raw, "too_large", f"{why} ({_LIMIT_SETTING})"))
+                continue
+            try:
+                with self._channel() as channel:
                     channel.basic_publish(
                         message,
                         exchange=exchange,
                         routing_key=routing_key,
                         confirm_timeout=self.timeout_s,
                     )
-                    sent += 1
-        except BROKER_DOWN as exc:
-            log.warning(
-                "dispatch.broker_unreachable", error=type(exc).__name__, left=len(raws) - sent
-            )
-        return sent
+            except _REFUSED as exc:
+                # The broker closed the channel over this message alone; the next one
+                # goes out on a channel opened afresh.
+                why = f"the broker refused it ({type(exc).__name__}: {exc.reply_text})"
+                done.set_aside.append(SetAside.of(raw, "refused", why))
+                continue
+            except _UNENCODABLE as exc:
+                # Properties no AMQP frame can carry (an integer too large, text where a
+                # number goes): py-amqp fails before it writes anything.
+                why = f"its properties cannot be sent ({type(exc).__name__})"
+                done.set_aside.append(SetAside.of(raw, "undecodable", why))
+                continue
+            except BROKER_DOWN as exc:
+                done.left = raws[at:]
+                log.warning(
+                    "dispatch.broker_unreachable", error=type(exc).__name__, left=len(done.left)
+                )
+                break
+            done.sent += 1
+        return done
 
-    async def forward(self, redis: Redis, outbox: str, most: int) -> int:
+    async def forward(self, redis: Redis, outbox: str, most: int) -> Forwarded:
         """Publish up to `most` turns of the outbox, oldest first; those the broker did not
-        take go back where they were. Returns how many were published."""
+        take go back where they were, those set aside are the caller's to answer."""
         raws: list[bytes | str] | None = await redis.rpop(outbox, most)  # type: ignore[assignment]
         if not raws:
-            return 0
-        sent = 0
+            return Forwarded()
+        done = Forwarded(left=raws)
         try:
-            sent = await asyncio.to_thread(self.publish_sync, raws)
+            done = await asyncio.to_thread(self.publish_sync, raws)
         finally:
             # Whatever went wrong, the turns not published are not dropped here.
-            if sent < len(raws):
-                await redis.rpush(outbox, *reversed(raws[sent:]))
-        return sent
+            if done.left:
+                await redis.rpush(outbox, *reversed(done.left))
+        return done
 
     def close(self) -> None:
         with self._lock:

@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import os
 import socket
+import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from enum import StrEnum
@@ -36,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import breakers
 from worker.errors import InputError
 from worker.fleet.errors import Unreadable
+from worker.fleet.replay_gate import Place, ReplayGate, SetAside
 from worker.fleet.schema import read_turn
 from worker.types import Status, TurnRequest, TurnResult
 
@@ -71,6 +73,8 @@ class ReplayOutcome(StrEnum):
     NOT_STORED = "not_stored"  # run, but its result could not be stored: only in the output
     INVALID = "invalid"  # not a turn request: reported with its payload and dropped
     LEFT_HELD = "left_held"  # a newer release's: held again, for that release's replay
+    EXPIRED = "expired"  # its deadline passed while held: ended `queue_deadline`, not run
+    CALLER_GONE = "caller_gone"  # nothing says it was sent, so no one reads it: dropped
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,8 @@ class ReplaySummary:
     not_stored: int = 0
     invalid: int = 0
     left_held: int = 0  # a newer release's, held again for it
+    expired: int = 0  # past their deadline: not run (`include_expired` runs them)
+    caller_gone: int = 0  # no one to read them: not run (`include_expired` runs them)
     given_back: int = 0  # held again after an interruption
     not_given_back: int = 0  # Redis would not take them back: only in the output
     stopped_by: breakers.KillSwitchState | None = None
@@ -114,6 +120,10 @@ class ReplaySummary:
                 self.invalid += 1
             case ReplayOutcome.LEFT_HELD:
                 self.left_held += 1
+            case ReplayOutcome.EXPIRED:
+                self.expired += 1
+            case ReplayOutcome.CALLER_GONE:
+                self.caller_gone += 1
 
 
 class Delivery:
@@ -154,8 +164,9 @@ class Delivery:
             raise
 
 
-def chain_runner(chain: Chain, delivery: Delivery) -> RunHeld:
-    """Run each held turn through `chain` in this process and deliver its `TurnResult`."""
+def chain_runner(chain: Chain, delivery: Delivery, gate: ReplayGate | None = None) -> RunHeld:
+    """Run each held turn through `chain` in this process and deliver its `TurnResult`;
+    `gate` sets aside the turns no longer wanted and holds each run to its tenant's share."""
 
     async def run(turn: breakers.HeldTurn) -> Replayed:
         try:
@@ -166,6 +177,17 @@ def chain_runner(chain: Chain, delivery: Delivery) -> RunHeld:
             if not exc.newer:
                 raise InputError(exc.why) from None
             return _left_held(turn, exc)
+        if gate is None:
+            return await run_read(turn, request, None)
+        place = gate.line_up(request)  # before any await: in the order the turns were held
+        try:
+            return await run_read(turn, request, (gate, place))
+        finally:
+            place.leave()
+
+    async def run_read(
+        turn: breakers.HeldTurn, request: TurnRequest, gated: tuple[ReplayGate, Place] | None
+    ) -> Replayed:
         try:
             before = await delivery.replayed(request.turn_id)
         except Unreadable as exc:
@@ -175,12 +197,47 @@ def chain_runner(chain: Chain, delivery: Delivery) -> RunHeld:
         if before is not None:
             # Delivered again: a replay interrupted after the turn store may have missed Celery's.
             return await _delivered(delivery, before, ReplayOutcome.SKIPPED, turn)
-        result = await delivery.run(chain, request)
+        if gated is None:
+            result = await delivery.run(chain, request)
+        else:
+            gate, place = gated
+            why = await gate.set_aside(turn, request)
+            if why is not None:
+                return await _set_aside(delivery, turn, request, why, chain)
+            async with gate.leased(request, place):
+                result = await delivery.run(chain, request)
         return await _delivered(
             delivery, result, ReplayOutcome.REPLAYED, turn, end_stream=request.stream
         )
 
     return run
+
+
+async def _set_aside(
+    delivery: Delivery, turn: breakers.HeldTurn, request: TurnRequest, why: SetAside, chain: Chain
+) -> Replayed:
+    """A turn not run: one past its deadline ends `failed`, `queue_deadline`, for its readers;
+    one no one can read is only reported."""
+    from worker.fleet.dispatcher import QUEUE_DEADLINE
+
+    line: dict[str, Any] = {"turn_id": turn.turn_id, "tenant_id": request.tenant_id}
+    if why is SetAside.CALLER_GONE:
+        line.update(status=why.value, error="nothing in the turn store says it was sent")
+        return Replayed(line, ReplayOutcome.CALLER_GONE)
+    held_s = max(0.0, time.time() - turn.held_at_ms / 1000)
+    result = TurnResult(
+        turn_id=request.turn_id,
+        tenant_id=request.tenant_id,
+        status=Status.FAILED,
+        reason=QUEUE_DEADLINE,
+        error=f"held {held_s:.0f} s by the kill switch, past its {request.deadline_s:g} s "
+        "deadline: not replayed",
+        primary_model=chain.settings.chain.models[0],
+    )
+    replayed = await _delivered(delivery, result, ReplayOutcome.EXPIRED, turn)
+    if replayed.outcome is ReplayOutcome.EXPIRED:
+        replayed.line["replay"] = why.value
+    return replayed
 
 
 def _left_held(turn: breakers.HeldTurn, exc: Unreadable) -> Replayed:
@@ -328,13 +385,17 @@ async def replay_fleet(
     concurrency: int = CONCURRENCY,
     summary: ReplaySummary | None = None,
     results: Redis | None = None,
+    include_expired: bool = False,
 ) -> int:
     """Replay the fleet's held turns through its chain in this process (`replay_held`),
     delivering each result to every reader; how many turns are still held after.
 
     `client` holds the shared state (kill switch, held turns, breakers, budgets);
-    `results`, when the shared state has a store of its own, holds the turn store."""
+    `results`, when the shared state has a store of its own, holds the turn store and the
+    fair queue. Turns past their deadline or whose caller is gone are set aside unless
+    `include_expired`; the others run within their tenant's `max_in_flight`."""
     from worker.adapters import make_client
+    from worker.fleet.fairqueue import FairQueue
     from worker.fleet.turnstore import TurnStore
     from worker.guard.redis_guard import open_guard
     from worker.turn.chain import Chain
@@ -346,12 +407,21 @@ async def replay_fleet(
         results or client, namespace=where.namespace, ttl_s=settings.worker.result_ttl_s
     )
     delivery = Delivery(store)
+    fair = None
+    if settings.fairness.enabled:
+        fair = FairQueue(
+            results or client,
+            namespace=where.namespace,
+            queue=settings.worker.queue,
+            default=settings.fairness.default_share(),
+        )
+    gate = ReplayGate(store, fair, include_expired=include_expired)
     async with make_client(settings.http) as http:
         chain = Chain.from_settings(settings, http, guard=open_guard(settings, client))
         await replay_held(
             held,
             switch,
-            chain_runner(chain, delivery),
+            chain_runner(chain, delivery, gate),
             emit,
             limit=limit,
             concurrency=concurrency,

@@ -25,13 +25,14 @@ from breakers import KillSwitchState
 from breakers.schema import SCHEMA_FIELD, version_problem
 from worker.adapters import make_client
 from worker.errors import STORE_DOWN, InputError
-from worker.fleet.dispatcher import Dispatcher
+from worker.fleet.agreement import Agreement, FleetShape
+from worker.fleet.dispatcher import QUEUE_DEADLINE, Dispatcher
 from worker.fleet.environment import node_name
 from worker.fleet.errors import Unreadable
 from worker.fleet.fairqueue import FairQueue
-from worker.fleet.heartbeat import BEAT_EVERY_S, Heartbeat, beat
+from worker.fleet.heartbeat import ALIVE_S, BEAT_EVERY_S, Heartbeat, beat, read_heartbeats
 from worker.fleet.loop import LoopThread
-from worker.fleet.rabbitmq import RabbitQueue, outbox_key
+from worker.fleet.rabbitmq import RabbitQueue, held_delivery_s, outbox_key
 from worker.fleet.schema import TURN_SCHEMA, log_unreadable
 from worker.fleet.sweeper import Sweeper
 from worker.fleet.turnstore import TurnStore
@@ -58,8 +59,22 @@ INVALID_INPUT = "invalid_input"
 # it is answered and stored (when it names its turn), never run.
 UNREADABLE = "unreadable"
 _TURN_ID: TypeAdapter[str] = TypeAdapter(TurnId)
+# A running turn's lease holds this long past its process's last heartbeat: a dead
+# process's leases end when its heartbeat says it is dead, not a turn deadline later.
+_LEASE_HOLD_S = ALIVE_S
+# What the broker's Redis holds of the turns, lost when it loses its data.
+_TURN_STATE = (
+    "turns queued (the fair queue and the broker's queue: their producers are told they were lost)",
+    "tenants' shares and buckets",
+    "leases",
+    "results and streams",
+)
+# How often a turn that found its tenant at max_in_flight looks for a lease again.
+_LEASE_POLL_S = 0.5
 # How old a look at the kill switch the dispatcher acts on (the guard looks at it too).
 _KILL_FRESH_S = 0.5
+# Every this many heartbeats, a worker compares the other workers' fleet settings with its own.
+_COMPARE_EVERY = 12
 # Redis gone or slow: a record kept, a heartbeat missed.
 _FORGET_ERRORS: tuple[type[BaseException], ...] = (*STORE_DOWN, TimeoutError)
 
@@ -115,8 +130,16 @@ class TurnRunner:
         redact_secrets(provider_secrets(settings))
         tracing.configure_tracing(settings.observability)
         self.holder = f"{node_name()}:{os.getpid()}"
+        self.agreement = Agreement(
+            FleetShape.of(settings),
+            on_differ=lambda name: self.metrics.set_aside("fleet settings", name),
+        )
         self.guard = open_guard(settings)
         self.guard.circuits.on_reset = self.metrics.store_reset
+        self.guard.on_over_worst_case = self.metrics.charged_over_worst_case
+        if settings.redis.shared_url is None:
+            # One Redis for all: the broker's queue and the turn store went with it.
+            self.guard.circuits.memory.also_lost = _TURN_STATE
         # From now on, turns or none: an idle worker rejoins and keeps its kill switch current.
         self.loop.loop.call_soon_threadsafe(self.guard.circuits.watch)
         self.store = _turn_store(settings, self.guard)
@@ -125,7 +148,15 @@ class TurnRunner:
         self._sweeping: concurrent.futures.Future[None] | None = None
         self._dispatching: concurrent.futures.Future[None] | None = None
         rabbit = settings.broker.url
-        self.rabbit = None if rabbit is None else RabbitQueue(rabbit, settings.worker.queue)
+        self.rabbit = (
+            None
+            if rabbit is None
+            else RabbitQueue(
+                rabbit,
+                settings.worker.queue,
+                max_message_bytes=settings.broker.max_message_bytes,
+            )
+        )
         self._dispatcher: Dispatcher | None = None
         self.fair = FairQueue(
             self.store.redis,
@@ -141,6 +172,10 @@ class TurnRunner:
             ),
         )
         self.in_flight = 0
+        # Turns this process runs under a lease (turn id -> tenant), renewed with each beat.
+        self._leased: dict[str, str] = {}
+        # Turns this process runs now: their claims are written again with each beat.
+        self._running: set[str] = set()
         self._closing = False
         self._started_ms = int(time.time() * 1000)
         self._reporting = asyncio.run_coroutine_threadsafe(self._report_forever(), self.loop.loop)
@@ -153,7 +188,8 @@ class TurnRunner:
         )
 
     async def heartbeat(self) -> None:
-        """Tell the fleet this process lives (`worker.fleet.heartbeat`); Redis away: skip."""
+        """Tell the fleet this process lives (`worker.fleet.heartbeat`), and learn how many
+        live processes share a tenant's offline room; Redis away: skip."""
         host, pid = self.holder.rsplit(":", 1)
         now = Heartbeat(
             host=host,
@@ -162,20 +198,59 @@ class TurnRunner:
             in_flight=self.in_flight,
             local_breakers=not self.guard.circuits.fleet_view,
             started_ms=self._started_ms,
+            fleet=self.agreement.own.header(),
         )
         try:
             async with asyncio.timeout(self.settings.redis.timeout_s * 4):
-                await beat(self.store.redis, self.store.keys, now)
+                alive = await beat(self.store.redis, self.store.keys, now)
         except _FORGET_ERRORS as exc:
             log.debug("worker.heartbeat_missed", error=type(exc).__name__)
+            return
+        # While Redis is away, the live processes share each tenant's room.
+        self.guard.offline.processes = alive
 
     async def _report_forever(self) -> None:
         # Gauges and heartbeat while idle too: a turn also updates the gauges. Closing
         # ends it even if a cancel is swallowed (Python 3.11's asyncio.timeout can).
+        beats = 0
         while not self._closing:
             self.report_state()
             await self.heartbeat()
+            if beats % _COMPARE_EVERY == 0:
+                await self.compare_fleet()
+            beats += 1
+            await self._renew_leases()
             await asyncio.sleep(BEAT_EVERY_S)
+
+    async def compare_fleet(self) -> None:
+        """Warn about the live workers whose heartbeats state other fleet settings."""
+        try:
+            async with asyncio.timeout(self.settings.redis.timeout_s * 4):
+                found = await read_heartbeats(self.store.redis, self.store.keys)
+        except _FORGET_ERRORS:
+            return
+        now_ms = int(time.time() * 1000)
+        for other in found.beats:
+            if other.alive(now_ms) and other.process != self.holder:
+                shape = FleetShape.parse(other.fleet)
+                self.agreement.check(shape, "worker", where=other.process)
+
+    async def _renew_leases(self) -> None:
+        """Hold the leases of the turns this process runs, and write their claims again if
+        the store lost them (emptied): a producer waiting on one finds it still known."""
+        leases = [(tenant, turn) for turn, tenant in self._leased.items()]
+        ttl_ms = int((self.settings.turn_deadline_s + _MARGIN_S) * 1000)
+        try:
+            async with asyncio.timeout(self.settings.redis.timeout_s * 4):
+                await self.fair.renew(leases, hold_s=_LEASE_HOLD_S)
+                if self._running:
+                    pipe = self.store.redis.pipeline(transaction=False)
+                    for turn_id in list(self._running):
+                        claim = self.store.keys.claim(turn_id)
+                        pipe.set(claim, self.holder, nx=True, px=ttl_ms)
+                    await pipe.execute()
+        except _FORGET_ERRORS as exc:
+            log.debug("worker.leases_not_renewed", error=type(exc).__name__)
 
     def start_sweeper(self, send: Callable[[TurnRequest], object]) -> None:
         """Re-send, from now on, the turns the broker lost (`worker.fleet.sweeper`), on this
@@ -196,8 +271,9 @@ class TurnRunner:
 
     def start_dispatcher(self) -> None:
         """Move turns from the fair queue to the broker's queue, from now on, on this
-        runner's loop (`worker.fleet.dispatcher`); nothing when `[fairness]` is off. Once."""
-        if self._dispatching is not None or not self.settings.fairness.enabled:
+        runner's loop (`worker.fleet.dispatcher`). Once. With `[fairness]` off it only
+        drains what producers with it on queued there, limits unchecked."""
+        if self._dispatching is not None:
             return
         dispatcher = Dispatcher(
             self.fair,
@@ -207,11 +283,16 @@ class TurnRunner:
             primary_model=self.settings.chain.models[0],
             metrics=self.metrics,
             rabbit=self.rabbit,
+            fifo=not self.settings.fairness.enabled,
         )
         self._dispatcher = dispatcher
         self._dispatching = asyncio.run_coroutine_threadsafe(
             dispatcher.run_forever(), self.loop.loop
         )
+        if self.rabbit is not None:
+            held_s = held_delivery_s(self.settings.turn_deadline_s)
+            check = asyncio.to_thread(self.rabbit.check_consumer_timeout, held_s)
+            asyncio.run_coroutine_threadsafe(check, self.loop.loop)
 
     async def _kill_switch(self) -> KillSwitchState | None:
         """The kill switch as this process sees it, looked at again when the last look is
@@ -253,14 +334,17 @@ class TurnRunner:
         carrier: Mapping[str, Any] | None = None,
         version: object = None,
         task_id: str | None = None,
+        fleet: object = None,
     ) -> dict[str, Any]:
         """Run a task payload from a worker thread; always returns a result dict.
 
         `carrier`: the trace context its message brought (`tracing.carried`), if any;
         `version`: the schema version its message's header says (`worker.fleet.schema`);
-        `task_id`: its message's task id, which names the turn in what cannot be read.
+        `task_id`: its message's task id, which names the turn in what cannot be read;
+        `fleet`: the fleet settings its producer states (`worker.fleet.agreement`).
         Fields of the payload this release does not know are ignored.
         """
+        self.agreement.check(FleetShape.parse(fleet), "producer", where=f"turn {task_id}")
         try:
             _queued_turn(payload, version, task_id)
             request = checked_turn(payload, self.settings.limits, queued=True)
@@ -330,7 +414,46 @@ class TurnRunner:
         except Unreadable as exc:
             # Answered, by a release whose result this one cannot read: it stands, unread.
             return self._standing_unread(request, exc)
+        late = await self._lease(request, budget_s)
+        if late is not None:
+            return await self._save(late, end_stream=request.stream)
         return await self._save(await self._run(request), end_stream=request.stream)
+
+    async def _lease(self, request: TurnRequest, budget_s: float) -> TurnResult | None:
+        """Hold the tenant's lease while the turn runs: the one its dispatch took, or, for
+        a turn redelivered after it ran out, a new one once the tenant is below its
+        `max_in_flight`. None: go on; else the turn's result (no lease within its deadline).
+        Redis away: the turn runs, as every other check lets it then."""
+        if not self.settings.fairness.enabled:
+            return None
+        until = time.monotonic() + budget_s
+        waited = False
+        while True:
+            try:
+                if await self.fair.lease(request.tenant_id, request.turn_id, hold_s=_LEASE_HOLD_S):
+                    self._leased[request.turn_id] = request.tenant_id
+                    return None
+            except STORE_DOWN as exc:
+                log.warning("turn.lease_skipped", turn_id=request.turn_id, error=type(exc).__name__)
+                return None
+            if not waited:
+                waited = True
+                log.info("turn.lease_wait", turn_id=request.turn_id, tenant_id=request.tenant_id)
+            if time.monotonic() >= until:
+                break
+            await asyncio.sleep(_LEASE_POLL_S)
+        log.warning("turn.queue_deadline", turn_id=request.turn_id, tenant_id=request.tenant_id)
+        result = TurnResult(
+            turn_id=request.turn_id,
+            tenant_id=request.tenant_id,
+            status=Status.FAILED,
+            reason=QUEUE_DEADLINE,
+            error=f"waited {budget_s:.1f} s for a lease of its tenant (max_in_flight), past "
+            "its deadline",
+            primary_model=self.settings.chain.models[0],
+        )
+        self.metrics.record(result)
+        return result
 
     def _standing_unread(self, request: TurnRequest, exc: Unreadable) -> TurnResult:
         """What this process hands Celery for a turn whose stored result it cannot read
@@ -349,6 +472,7 @@ class TurnRunner:
         """Give the tenant's lease back: to this process's dispatcher, whose next round
         carries it, or else at once (a lease Redis missed runs out by itself). With
         `[fairness]` off no dispatcher takes leases, so none is given back."""
+        self._leased.pop(request.turn_id, None)
         if self._dispatcher is not None:
             self._dispatcher.give_back(request.tenant_id, request.turn_id)
             return
@@ -379,10 +503,12 @@ class TurnRunner:
     async def _run(self, request: TurnRequest) -> TurnResult:
         """Run the turn (it was not run before) and count it, once."""
         self.in_flight += 1  # on the loop's one thread: no lock
+        self._running.add(request.turn_id)
         try:
             result = await self._run_chain(request)
         finally:
             self.in_flight -= 1
+            self._running.discard(request.turn_id)
         self.metrics.record(result)
         self.report_state()
         return result

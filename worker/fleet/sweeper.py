@@ -29,12 +29,12 @@ from collections.abc import Callable
 import structlog
 
 from breakers.rediskit import text
-from worker.errors import STORE_DOWN
+from worker.errors import STORE_DOWN, InputError
 from worker.fleet.errors import FleetUnavailable, Unreadable
 from worker.fleet.fairqueue import FairKeys
 from worker.fleet.schema import log_unreadable, read_turn
 from worker.fleet.turnstore import TurnStore
-from worker.types import TurnRequest
+from worker.types import Status, TurnRequest, TurnResult
 
 __all__ = ["Sweeper"]
 
@@ -119,8 +119,7 @@ class Sweeper:
             elif payload is None:
                 answered.append(turn_id)  # nothing to send
             elif isinstance(turn := self._read(turn_id, payload), TurnRequest):
-                await self._resend(turn)
-                resent += 1
+                resent += await self._resend(turn)
             elif not turn.newer:
                 answered.append(turn_id)  # damaged: nothing to send
             # else a newer release's record: its sweepers send it
@@ -145,8 +144,27 @@ class Sweeper:
                 self.on_unreadable(exc)
             return exc
 
-    async def _resend(self, turn: TurnRequest) -> None:
-        """Send the turn again (its record's score becomes now)."""
-        # send_turn records the turn again: the score moves to now.
-        await asyncio.to_thread(self.send, turn)
+    async def _refused(self, turn: TurnRequest, exc: InputError) -> None:
+        log.error("sweep.set_aside", turn_id=turn.turn_id, tenant_id=turn.tenant_id, why=str(exc))
+        result = TurnResult(
+            turn_id=turn.turn_id,
+            tenant_id=turn.tenant_id,
+            status=Status.FAILED,
+            reason="undeliverable",
+            error=f"the broker refuses it: {exc}",
+            primary_model="",
+        )
+        await self.store.save(result)
+
+    async def _resend(self, turn: TurnRequest) -> int:
+        """Send the turn again (its record's score becomes now); 1 if it went."""
+        try:
+            # send_turn records the turn again: the score moves to now.
+            await asyncio.to_thread(self.send, turn)
+        except InputError as exc:
+            # The broker refuses this turn (too large for it): answered, not sent again
+            # each round ahead of the records behind it.
+            await self._refused(turn, exc)
+            return 0
         log.warning("turn.resent", turn_id=turn.turn_id)
+        return 1

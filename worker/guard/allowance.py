@@ -1,9 +1,18 @@
 """The offline allowance: what a tenant may start in one process while the budgets are away.
 
 Redis holds every tenant's limits and spend; while it cannot be reached, a process still
-lets each tenant start calls worth up to its allowance. A call counts at its worst case
-(`Charge.worst`) from its start to its end, then at its cost until Redis has been told
-(the backlog's pending settlements), so calls in flight at once cannot pass it together.
+lets a tenant start calls, within the least of two amounts: the allowance (`micros`, the
+same for every tenant) and its share of the tenant's room, what the tenant's worst cases
+could still take when this process last heard from Redis about it (every reservation's
+reply says it), divided by the live worker `processes` (the fleet's heartbeats say how
+many), since each of them may admit the same tenant offline. A tenant this process has
+not heard about since it started gets the allowance's share (allowance / processes), so
+the fleet's processes together start at most one allowance for it; one with no room
+left starts nothing offline.
+
+A call counts at its worst case (`Charge.worst`) from its start to its end, then at its
+cost until Redis has been told (the backlog's pending settlements), so calls in flight
+at once cannot pass it together.
 """
 
 from __future__ import annotations
@@ -13,9 +22,14 @@ from worker.guard.protocol import Charge, Refusal
 
 __all__ = ["OfflineAllowance"]
 
+# The rooms of this many tenants at most, the least recently heard forgotten first: a
+# forgotten tenant is one never heard about.
+MAX_ROOMS = 100_000
+
 
 class OfflineAllowance:
-    """One process's allowance per tenant, `micros` each (0: no call starts offline)."""
+    """One process's allowance per tenant, `micros` each (0: no call starts offline),
+    within its share of the room each tenant had when this process last heard from Redis."""
 
     def __init__(self, micros: int, backlog: Backlog) -> None:
         self.micros = micros
@@ -24,13 +38,28 @@ class OfflineAllowance:
         # cases summed per tenant.
         self._running: dict[str, Charge] = {}
         self._running_micros: dict[str, int] = {}
+        self._rooms: dict[str, int] = {}
+        self.processes = 1
+        """The live worker processes that share a room (this one until it knows more)."""
+
+    def heard(self, tenant: str, room_micros: int) -> None:
+        """Redis said what `tenant`'s worst cases may still take (its latest word wins)."""
+        self._rooms.pop(tenant, None)
+        self._rooms[tenant] = room_micros
+        if len(self._rooms) > MAX_ROOMS:
+            del self._rooms[next(iter(self._rooms))]
+
+    def room(self, tenant: str) -> int:
+        """The most `tenant` may start offline in this process, before what it did start."""
+        room = self._rooms.get(tenant, self.micros)
+        return min(self.micros, room // max(1, self.processes))
 
     def admit(self, charge: Charge) -> Refusal | None:
         """Start the call only if its worst case fits what its tenant has left, counting
         the calls still running at their worst case and those ended at their cost."""
         tenant = charge.tenant
         spent = self._backlog.pending_micros(tenant) + self._running_micros.get(tenant, 0)
-        if spent + charge.worst > self.micros:
+        if spent + charge.worst > self.room(tenant):
             return Refusal.BUDGET_UNREACHABLE
         self._running[charge.charge_id] = charge
         self._running_micros[tenant] = self._running_micros.get(tenant, 0) + charge.worst

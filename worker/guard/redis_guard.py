@@ -118,6 +118,9 @@ class RedisGuard:
         self.sizer = sizer
         self.budgets_reachable = True
         """False from a budget script Redis missed until the next one it answers."""
+        self.on_over_worst_case: Callable[[str, str], None] | None = None
+        """Told the model and provider of each call charged more than its reserved worst
+        case (a metric counts them)."""
         self._scripts_loaded = False
         self._scripts_loading = asyncio.Lock()
 
@@ -217,6 +220,8 @@ class RedisGuard:
 
     async def conclude(self, end: Conclusion) -> None:
         charge, cost = end.charge, end.cost_micros
+        if cost is not None and cost > charge.worst:
+            self._over_worst_case(end, cost)
         self.offline.ended(charge)
         entries = to_entries(end)
         with _STORE_ERRORS:
@@ -241,6 +246,23 @@ class RedisGuard:
             lambda pipe: self._queue_settle(pipe, charge, cost),
             lost=lambda: self._journal(charge, cost),
         )
+
+    def _over_worst_case(self, end: Conclusion, cost: int) -> None:
+        """The provider billed more than the call's worst case: it is owed and charged all
+        the same, but the bounds that rest on worst cases did not hold for it."""
+        target, charge = end.target, end.charge
+        log.warning(
+            "budget.charge_over_worst_case",
+            tenant=charge.tenant,
+            charge_id=charge.charge_id,
+            model=target.model,
+            provider=target.provider,
+            charged_micros=cost,
+            worst_micros=charge.worst,
+            output_tokens=end.output_tokens,
+        )
+        if self.on_over_worst_case is not None:
+            self.on_over_worst_case(target.model, target.provider)
 
     async def hold(self, turn_id: str, payload: str) -> None:
         await self._write_or_keep(
@@ -347,7 +369,7 @@ class RedisGuard:
         except StoreUnreachable as exc:
             self._budgets_unreachable(exc)
             return self._reservation_missed(charge)
-        return _refusal(outcome)
+        return self._decided(outcome)
 
     async def _settle_alone(self, charge: Charge, cost: int | None) -> None:
         """Settle or release a charge alone (no breaker verdict); kept when Redis misses it."""
@@ -377,6 +399,16 @@ class RedisGuard:
         if not self.budgets_reachable:
             self.budgets_reachable = True
             log.warning("guard.budgets_rejoined")
+        return self._decided(outcome)
+
+    def _decided(self, outcome: object) -> Refusal | None:
+        """A budget script's answer; a reservation's says the tenant's room, kept for
+        while Redis does not answer."""
+        if (
+            isinstance(outcome, budgets.Reservation | budgets.Refusal)
+            and outcome.room_micros is not None
+        ):
+            self.offline.heard(outcome.tenant, outcome.room_micros)
         return _refusal(outcome)
 
     def _budgets_unreachable(self, exc: StoreUnreachable) -> None:

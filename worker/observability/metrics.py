@@ -4,9 +4,9 @@ Each worker process records into its own `TurnMetrics`. Under `relevo worker`
 the processes run in prometheus-client's multiprocess mode
 (`PROMETHEUS_MULTIPROC_DIR`), and the parent serves them all on one port. The
 fleet's state in Redis (breakers, budgets, kill switch, held turns, queue depth) is
-read once per scrape by the fleet's one `relevo exporter` (`worker.fleet.exporter`),
-not by every node. The names below are a contract with `deploy/` (alert rules,
-dashboard): change them there too.
+read by the fleet's one `relevo exporter` (`worker.fleet.exporter`), not by every node,
+and only the exporter's series carry a tenant label. The names below are a contract
+with `deploy/` (alert rules, dashboard): change them there too.
 """
 
 from __future__ import annotations
@@ -27,6 +27,9 @@ __all__ = [
     "BACKLOG_WRITES",
     "BREAKER_STATE",
     "BUILD_INFO",
+    "CHARGES_OVER_WORST_CASE_TOTAL",
+    "EXPORTER_READ_OK",
+    "FAIR_WAIT_SECONDS",
     "FALLBACK_RATIO",
     "HEDGES_TOTAL",
     "HEDGE_WASTED_MICROS_TOTAL",
@@ -37,6 +40,7 @@ __all__ = [
     "MODEL_NOT_FOUND_TOTAL",
     "QUEUE_DEPTH",
     "SERIES_NAMES",
+    "SET_ASIDE_TOTAL",
     "STORE_RESETS_TOTAL",
     "TENANT_BUDGET_HELD_MICROS",
     "TENANT_BUDGET_REMAINING_MICROS",
@@ -45,8 +49,11 @@ __all__ = [
     "TENANT_QUEUED",
     "TENANT_RECLAIMED_CHARGES",
     "TENANT_RECLAIMED_MICROS",
+    "TENANT_SERIES_LEFT_OUT",
+    "TENANT_SNAPSHOT_AGE_SECONDS",
+    "TENANT_SNAPSHOT_DURATION_SECONDS",
+    "TENANT_SNAPSHOT_TENANTS",
     "TENANT_SPEND_MICROS",
-    "TENANT_WAIT_SECONDS",
     "TURNS_RESENT_TOTAL",
     "TURNS_TOTAL",
     "TURN_DURATION_SECONDS",
@@ -78,13 +85,22 @@ BACKLOG_WRITES = "relevo_backlog_writes"
 BACKLOG_DROPPED_TOTAL = "relevo_backlog_dropped_total"
 TURNS_RESENT_TOTAL = "relevo_turns_resent_total"
 UNREADABLE_TOTAL = "relevo_unreadable_items_total"
+SET_ASIDE_TOTAL = "relevo_set_aside_total"
+CHARGES_OVER_WORST_CASE_TOTAL = "relevo_charges_over_worst_case_total"
 BUILD_INFO = "relevo_build_info"
 # Read from Redis by the fleet's one exporter (`relevo exporter`), not by every node.
 HELD_TURNS = "relevo_held_turns"
 QUEUE_DEPTH = "relevo_queue_depth"
 TENANT_QUEUED = "relevo_tenant_queued_turns"
 TENANT_IN_FLIGHT = "relevo_tenant_in_flight_turns"
-TENANT_WAIT_SECONDS = "relevo_tenant_wait_seconds"
+EXPORTER_READ_OK = "relevo_exporter_read_ok"
+TENANT_SNAPSHOT_AGE_SECONDS = "relevo_tenant_snapshot_age_seconds"
+TENANT_SNAPSHOT_DURATION_SECONDS = "relevo_tenant_snapshot_duration_seconds"
+TENANT_SNAPSHOT_TENANTS = "relevo_tenant_snapshot_tenants"
+TENANT_SERIES_LEFT_OUT = "relevo_tenant_series_left_out"
+# A worker's series carry no tenant label: per-tenant series come from the exporter only,
+# bounded by `exporter_max_tenants` (a node's would grow with every tenant it ever served).
+FAIR_WAIT_SECONDS = "relevo_fair_queue_wait_seconds"
 
 # Every metric name and its labels, as PromQL sees them.
 METRIC_NAMES: dict[str, tuple[str, ...]] = {
@@ -115,15 +131,27 @@ METRIC_NAMES: dict[str, tuple[str, ...]] = {
     # What a worker could not read ("turn", "request", "result"): a newer release's, or
     # damaged. Under way during an upgrade, it says the order of the roll is wrong.
     UNREADABLE_TOTAL: ("what", "cause"),
+    # What a dispatcher or worker could not use and went on without: an outbox entry no
+    # broker takes ("undecodable", "too_large", "refused"), a turn sent under other fleet
+    # settings ("broker", "fairness", "namespace").
+    SET_ASIDE_TOTAL: ("what", "reason"),
+    # Calls the provider billed past their reserved worst case: a bound that failed.
+    CHARGES_OVER_WORST_CASE_TOTAL: ("model", "provider"),
     BUILD_INFO: ("version",),
     HELD_TURNS: (),
     QUEUE_DEPTH: ("queue",),
-    # The fair queue (read from Redis at scrape time), and each turn's wait in it.
+    # The fair queue (the exporter's snapshot), and each turn's wait in it (the workers').
     TENANT_QUEUED: ("tenant",),
     TENANT_IN_FLIGHT: ("tenant",),
-    TENANT_WAIT_SECONDS: ("tenant",),
+    FAIR_WAIT_SECONDS: (),
+    # The exporter's own state: which parts it read, and its tenant snapshot.
+    EXPORTER_READ_OK: ("part",),
+    TENANT_SNAPSHOT_AGE_SECONDS: (),
+    TENANT_SNAPSHOT_DURATION_SECONDS: (),
+    TENANT_SNAPSHOT_TENANTS: (),
+    TENANT_SERIES_LEFT_OUT: ("kind",),
 }
-_HISTOGRAMS = (TURN_DURATION_SECONDS, ATTEMPT_DURATION_SECONDS, TENANT_WAIT_SECONDS)
+_HISTOGRAMS = (TURN_DURATION_SECONDS, ATTEMPT_DURATION_SECONDS, FAIR_WAIT_SECONDS)
 # The series names a query may use: histograms add _bucket, _sum and _count.
 SERIES_NAMES = frozenset(METRIC_NAMES) | {
     f"{name}{suffix}" for name in _HISTOGRAMS for suffix in ("_bucket", "_sum", "_count")
@@ -217,9 +245,9 @@ class TurnMetrics:
             registry=r,
         )
         self.wait_seconds = Histogram(
-            TENANT_WAIT_SECONDS,
-            "Time a turn waited in the fair queue, from enqueue to dispatch",
-            METRIC_NAMES[TENANT_WAIT_SECONDS],
+            FAIR_WAIT_SECONDS,
+            "Time a turn waited in the fair queue, from enqueue to dispatch (every tenant)",
+            METRIC_NAMES[FAIR_WAIT_SECONDS],
             buckets=_WAIT_BUCKETS_S,
             registry=r,
         )
@@ -254,6 +282,18 @@ class TurnMetrics:
             _counter_base(UNREADABLE_TOTAL),
             "Stored or queued items this process could not read, by cause (newer, damaged)",
             METRIC_NAMES[UNREADABLE_TOTAL],
+            registry=r,
+        )
+        self.set_aside_items = Counter(
+            _counter_base(SET_ASIDE_TOTAL),
+            "Items a dispatcher or worker set aside and went on without, by reason",
+            METRIC_NAMES[SET_ASIDE_TOTAL],
+            registry=r,
+        )
+        self.over_worst_case = Counter(
+            _counter_base(CHARGES_OVER_WORST_CASE_TOTAL),
+            "Calls charged more than their reserved worst case (charged in full)",
+            METRIC_NAMES[CHARGES_OVER_WORST_CASE_TOTAL],
             registry=r,
         )
         build = Gauge(
@@ -296,9 +336,17 @@ class TurnMetrics:
         """Count an item this process could not read (`worker.fleet.errors.Unreadable`)."""
         self.unreadable_items.labels(what, "newer" if newer else "damaged").inc()
 
-    def waited(self, tenant: str, seconds: float) -> None:
-        """A turn of `tenant` left the fair queue after `seconds`."""
-        self.wait_seconds.labels(tenant).observe(seconds)
+    def set_aside(self, what: str, reason: str) -> None:
+        """Count an item set aside (an outbox entry, a turn of a mismatched fleet)."""
+        self.set_aside_items.labels(what, reason).inc()
+
+    def charged_over_worst_case(self, model: str, provider: str) -> None:
+        """Count a call charged more than its worst case (`RedisGuard.on_over_worst_case`)."""
+        self.over_worst_case.labels(model, provider).inc()
+
+    def waited(self, seconds: float) -> None:
+        """A turn left the fair queue after `seconds`."""
+        self.wait_seconds.observe(seconds)
 
     def record(self, result: TurnResult) -> None:
         """Count a finished turn and each of its attempts; update the fallback rate."""

@@ -15,9 +15,18 @@ class ObservabilitySettings(Section):
 
     metrics_port: int = Field(default=9464, ge=0, le=65535)
     """The port of `relevo worker`'s Prometheus endpoint (0: off)."""
-    # Every interface: Prometheus scrapes the node from elsewhere.
-    metrics_addr: str = "0.0.0.0"  # noqa: S104
-    """The address that endpoint listens on."""
+    # Loopback: tenant ids and spend are not for every host on the network. A deployment
+    # whose Prometheus runs elsewhere sets the address (deploy/chain.toml does).
+    metrics_addr: str = "127.0.0.1"
+    """The address the metrics endpoints (`relevo worker`, `relevo exporter`) listen on."""
+    metrics_token_file: Path | None = None
+    """A file holding the bearer token every scrape must send (a mounted secret);
+    `RELEVO_METRICS_TOKEN` holds the same. Unset and unset: no token asked."""
+    exporter_snapshot_every_s: float = Field(default=15.0, ge=1, le=3600)
+    """How often `relevo exporter` reads every tenant again, in the background."""
+    exporter_max_tenants: int = Field(default=1000, ge=0, le=10_000)
+    """The most tenants with series of their own in each of the exporter's tenant
+    families: those nearest their budget, and those with the most turns queued or running."""
     fallback_alert_threshold: float = Field(default=0.10, gt=0, lt=1)
     """The fallback-rate warning: above this share of turns with `step` >= 1..."""
     fallback_window_s: float = Field(default=300.0, gt=0, le=86_400)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from dataclasses import dataclass
 from decimal import Decimal
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, Literal
 
@@ -155,6 +157,40 @@ class Serving(Section):
     profile, `claude-sonnet-4@20250514` on Vertex AI)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Prices:
+    """A model's prices for prompts of one size, in integer micro-dollars per million
+    tokens."""
+
+    input: int
+    output: int
+    cache_write: int
+    cache_read: int
+
+    @property
+    def worst_input(self) -> int:
+        """The most an input token may cost: any of them may be billed as a cache write."""
+        return max(self.input, self.cache_write)
+
+
+class PriceTier(Section):
+    """The prices of prompts above a size (Gemini 2.5 Pro, Claude with a 1M-token window:
+    prompts over 200k tokens). The cache prices default as the model's do, from this
+    tier's input price."""
+
+    above_input_tokens: int = Field(gt=0)
+    """These prices apply to a call whose prompt (cached tokens included) has more tokens
+    than this."""
+    input_usd_per_mtok: Decimal = Field(ge=0)
+    """The input price above that size, in dollars per million tokens."""
+    output_usd_per_mtok: Decimal = Field(ge=0)
+    """The output price of such a call."""
+    cache_write_usd_per_mtok: Decimal | None = Field(ge=0, default=None)
+    """The prompt-cache write price above that size; unset, as the model's."""
+    cache_read_usd_per_mtok: Decimal | None = Field(ge=0, default=None)
+    """The prompt-cache read price above that size; unset, this tier's input price."""
+
+
 class ModelSettings(Section):
     """A model of the chain: who serves it, what it can do, what it costs."""
 
@@ -179,6 +215,10 @@ class ModelSettings(Section):
     # price over-charges, never under-charges.
     cache_read_usd_per_mtok: Decimal | None = Field(ge=0, default=None)
     """The prompt-cache read price; unset, the input price."""
+    price_tiers: tuple[PriceTier, ...] = ()
+    """`[{above_input_tokens, input_usd_per_mtok, output_usd_per_mtok}, …]`: dearer prices
+    for larger prompts, in increasing sizes; a call's prompt size picks one tier for all
+    its tokens."""
     # Sent only when below the turn's max_tokens, as the API requires.
     thinking_budget_tokens: int | None = Field(default=None, ge=1024)
     """Claude's extended thinking, on Anthropic, Bedrock and Vertex AI: the tokens the model
@@ -195,8 +235,61 @@ class ModelSettings(Section):
     """Whether it answers in a given JSON schema (`response_format`); if not, such turns
     skip it."""
     # OpenAI's reasoning models refuse the sampling fields: they are not sent to them.
-    reasoning: bool = False
-    """Whether it is a reasoning model: only those are sent a turn's `reasoning_effort`."""
+    reasoning: bool | None = None
+    """Whether it is a reasoning model: only those are sent a turn's `reasoning_effort`;
+    unset, its model id says (o-series, GPT-5, Gemini 2.5 and 3 reason)."""
+
+    @model_validator(mode="after")
+    def _tiers_in_order(self) -> ModelSettings:
+        sizes = [tier.above_input_tokens for tier in self.price_tiers]
+        if any(b <= a for a, b in pairwise(sizes)):
+            raise ValueError("price_tiers: above_input_tokens must increase from one to the next")
+        return self
+
+    def prices(self, prompt_tokens: int) -> Prices:
+        """The prices of a call whose prompt has `prompt_tokens` (cached ones included):
+        those of the largest tier it is above, else the model's own."""
+        base = self._priced(
+            self.input_usd_per_mtok,
+            self.output_usd_per_mtok,
+            self.cache_write_usd_per_mtok,
+            self.cache_read_usd_per_mtok,
+        )
+        for tier in reversed(self.price_tiers):
+            if prompt_tokens > tier.above_input_tokens:
+                return self._priced(
+                    tier.input_usd_per_mtok,
+                    tier.output_usd_per_mtok,
+                    tier.cache_write_usd_per_mtok,
+                    tier.cache_read_usd_per_mtok,
+                )
+        return base
+
+    def worst_prices(self, prompt_tokens: int) -> Prices:
+        """The dearest prices a call whose prompt has at most `prompt_tokens` may be billed
+        at: each price the most of the model's own and every tier up to that size's."""
+        reached = (
+            t.above_input_tokens for t in self.price_tiers if prompt_tokens > t.above_input_tokens
+        )
+        every = [self.prices(0), *(self.prices(size + 1) for size in reached)]
+        return Prices(
+            max(p.input for p in every),
+            max(p.output for p in every),
+            max(p.cache_write for p in every),
+            max(p.cache_read for p in every),
+        )
+
+    def _priced(
+        self, input_usd: Decimal, output_usd: Decimal, write: Decimal | None, read: Decimal | None
+    ) -> Prices:
+        if write is None:
+            write = input_usd * CACHE_WRITE_FACTOR.get(self.vendor, Decimal(1))
+        return Prices(
+            to_micros(input_usd),
+            to_micros(output_usd),
+            to_micros(write),
+            to_micros(input_usd if read is None else read),
+        )
 
     @property
     def input_micros_per_mtok(self) -> int:

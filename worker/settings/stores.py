@@ -82,6 +82,10 @@ class BrokerSettings(Section):
     """RabbitMQ (`amqp://user:password@host:5672/vhost`, `amqps://` for TLS): the fleet's
     queue becomes a quorum queue, every publish waits for the broker's confirm. Unset: the
     Redis at `[redis] url`. Results, the turn store and the fair queue stay in Redis."""
+    max_message_bytes: int = Field(default=128 * 1024 * 1024, ge=64 * 1024, le=512 * 1024 * 1024)
+    """The largest message the broker takes (RabbitMQ's `max_message_size`, whose default
+    this is): a bigger turn is refused at enqueue (`InputError` naming this limit), and a
+    dispatcher sets aside a queued one instead of publishing it."""
 
     @property
     def rabbitmq(self) -> bool:
@@ -191,8 +195,9 @@ class BudgetSettings(Section):
     reserved (its call may have been billed)."""
     offline_allowance_usd: Decimal = Field(default=Decimal(1), ge=0)
     """While Redis is away, what one worker process lets a tenant start calls worth (each
-    counted at its worst case while it runs) before its turns degrade
-    (`budget_store_unreachable`); settled when Redis answers."""
+    counted at its worst case while it runs), at most its share of the room the tenant
+    had when the process last heard from Redis (the room over the live processes), before
+    its turns degrade (`budget_store_unreachable`); settled when Redis answers."""
 
     def offline_allowance_micros(self) -> int:
         return to_micros(self.offline_allowance_usd)

@@ -19,7 +19,7 @@ from typing import Any
 
 from worker.simulator.wire import BadRequest
 
-__all__ = ["MESSAGES_FIELDS", "Asked", "check_messages_body"]
+__all__ = ["MESSAGES_FIELDS", "Asked", "adaptive_only", "check_messages_body"]
 
 MESSAGES_FIELDS = frozenset(
     {
@@ -88,7 +88,8 @@ def check_messages_body(
     return Asked(thinking=thinks, answer_schema=schema, forced_tool=forced)
 
 
-def _adaptive_only(model: str) -> bool:
+def adaptive_only(model: str) -> bool:
+    """The Claude API id `model` takes only adaptive thinking, and no sampling fields."""
     return model.startswith(_ADAPTIVE_ONLY)
 
 
@@ -187,7 +188,7 @@ def _check_thinking(body: Mapping[str, Any], model: str, *, forced: bool) -> boo
     if thinking is None or kind == "disabled":
         return False
     if kind == "enabled":
-        if _adaptive_only(model):
+        if adaptive_only(model):
             raise BadRequest(
                 '"thinking.type.enabled" is not supported for this model. Use '
                 '"thinking.type.adaptive" and "output_config.effort" to control thinking '
@@ -216,7 +217,7 @@ def _check_sampling(body: Mapping[str, Any], model: str, *, thinks: bool) -> Non
         if value is not None and not (isinstance(value, int | float) and 0 <= value <= 1):
             raise BadRequest(f"{name}: Input should be less than or equal to 1")
     present = [n for n in ("temperature", "top_p", "top_k") if n in body]
-    if present and _adaptive_only(model):
+    if present and adaptive_only(model):
         raise BadRequest(f"`{present[0]}` is deprecated for this model.")
     if "temperature" in body and "top_p" in body:
         raise BadRequest(

@@ -7,8 +7,10 @@ shape of botocore's own service model for bedrock-runtime (a member Converse doe
 have is refused, wherever it is), then the shape's constraints (enums, ranges, lengths,
 patterns), in AWS's words. Then what the API reference says in prose (Message.content,
 DocumentBlock, ToolChoice), and what Claude refuses while it thinks (Anthropic's
-extended-thinking documentation). Where AWS's own message is quoted in public issues it
-is used; the others say the same in the simulator's words.
+extended-thinking documentation), or always, on a model that takes only adaptive thinking
+(a thinking budget, temperature, topP: as Anthropic's own API refuses them). Where AWS's
+own message is quoted in public issues it is used; the others say the same in the
+simulator's words.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
+from worker.simulator.anthropic_request import adaptive_only
 from worker.simulator.wire import BadRequest
 
 if TYPE_CHECKING:
@@ -61,10 +64,13 @@ _NAME = re.compile(r"[A-Za-z0-9()\[\] -]+")
 _LIMITS = {"image": (20, 3_750_000), "document": (5, 4_500_000)}
 _MODEL_ERROR = "The model returned the following errors: "
 _THINKING_DOC = "https://docs.claude.com/en/docs/build-with-claude/extended-thinking"
+_EFFORTS = frozenset({"low", "medium", "high", "xhigh", "max"})  # OutputConfig.effort
+_SAMPLING = (("temperature", "temperature"), ("topP", "top_p"))
 
 
-def check_request(body: Mapping[str, Any]) -> None:
-    """Raise `BadRequest` with Bedrock's message for the first thing it would refuse."""
+def check_request(body: Mapping[str, Any], model: str = "") -> None:
+    """Raise `BadRequest` with Bedrock's message for the first thing it would refuse, in a
+    request to `model` (its id or inference profile)."""
     _check_shape({"modelId": "model", **body})
     messages = body.get("messages") or []
     if not messages:
@@ -79,6 +85,7 @@ def check_request(body: Mapping[str, Any]) -> None:
         raise BadRequest(_TOOL_CONFIG)
     if config is not None:
         _check_tool_choice(config)
+    _check_adaptive(body, model)
     _check_thinking(body)
     output_schema(body)
 
@@ -240,6 +247,30 @@ def _check_tool_choice(config: Mapping[str, Any]) -> None:
     if "tool" in choice and choice["tool"]["name"] not in names:
         name = choice["tool"]["name"]
         raise BadRequest(f"The tool {name} in toolConfig.toolChoice is not one of the tools.")
+
+
+def _check_adaptive(body: Mapping[str, Any], model: str) -> None:
+    """A Claude that takes only adaptive thinking: no budget, no sampling, a known effort."""
+    if "anthropic." not in model or not adaptive_only(model.split("anthropic.", 1)[1]):
+        return
+    extra = body.get("additionalModelRequestFields")
+    thinking = extra.get("thinking") if isinstance(extra, dict) else None
+    problem = None
+    if isinstance(thinking, dict) and thinking.get("type") == "enabled":
+        problem = (
+            '"thinking.type.enabled" is not supported for this model. Use '
+            '"thinking.type.adaptive" and "output_config.effort" to control thinking behavior.'
+        )
+    inference = body.get("inferenceConfig") or {}
+    # Claude's own names: Bedrock passes the sampling fields on to the model as these.
+    present = [wire for name, wire in _SAMPLING if name in inference]
+    if present:
+        problem = f"`{present[0]}` is deprecated for this model."
+    effort = (body.get("outputConfig") or {}).get("effort")
+    if effort is not None and effort not in _EFFORTS:
+        problem = "output_config.effort: Input should be 'low', 'medium', 'high', 'xhigh' or 'max'"
+    if problem is not None:
+        raise BadRequest(f"{_MODEL_ERROR}{problem}")
 
 
 def _check_thinking(body: Mapping[str, Any]) -> None:

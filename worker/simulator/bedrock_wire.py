@@ -167,11 +167,18 @@ class BedrockDialect:
     separator = b""
     stream_content_type = EVENT_STREAM
 
+    def __init__(self, model: str = "") -> None:
+        self.model = model
+
+    def for_model(self, model: str) -> BedrockDialect:
+        """This dialect for a request to `model` (a Claude's refusals depend on it)."""
+        return type(self)(model)
+
     def inspect(self, body: Mapping[str, Any]) -> Inspection:
         """Read messages, system, toolConfig, inferenceConfig.maxTokens and outputConfig;
         refuse what Converse refuses (`bedrock_request`), and a reasoning block sent back
         altered, as Bedrock refuses a bad thinking signature."""
-        check_request(body)
+        check_request(body, self.model)
         messages = body["messages"]
         for message in messages:
             for block in message["content"]:

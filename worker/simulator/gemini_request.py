@@ -9,7 +9,10 @@ ToolConfig): a name either does not know is refused as Google's JSON parser refu
 quoted in Google's forums and SDK issues). A model's generation is read from its id as
 the adapter reads it: `gemini-3…` or later, else an earlier (2.x) model, which takes no
 `thinkingLevel`, no media inside a `functionResponse`, and no JSON response MIME type
-beside function declarations.
+beside function declarations. A function's `parameters` is the OpenAPI subset the
+`Schema` proto has (one `type` a node, none of JSON Schema's `const`, `oneOf`, `allOf`,
+`$defs`, `$ref`, `$schema`), refused as the JSON parser refuses an unknown name; full JSON
+Schema goes in `parametersJsonSchema`, and a declaration may have one of the two.
 """
 
 from __future__ import annotations
@@ -75,6 +78,25 @@ _PART_DATA = (
 )
 _PART_META = frozenset({"thought", "thoughtSignature", "videoMetadata", "partMetadata"})
 _RESPONSE = frozenset({"id", "name", "response", "parts", "willContinue", "scheduling"})
+_CALL = frozenset({"id", "name", "args", "partialArgs", "willContinue"})
+_DECLARATION = frozenset(
+    {
+        "name",
+        "description",
+        "parameters",
+        "parametersJsonSchema",
+        "response",
+        "responseJsonSchema",
+        "behavior",
+    }
+)
+# The `Schema` proto's fields (googleapis/python-genai `types.Schema`, camelCased).
+_SCHEMA = frozenset(
+    """additionalProperties defs ref anyOf default description enum example format items
+    maxItems maxLength maxProperties maximum minItems minLength minProperties minimum
+    nullable pattern properties propertyOrdering required title type""".split()  # noqa: SIM905
+)
+_TYPES = frozenset({"STRING", "NUMBER", "INTEGER", "BOOLEAN", "ARRAY", "OBJECT", "NULL"})
 # "Supported file formats" (Gemini API) and the Vertex reference's MIME list, for the
 # kinds relevo sends: images and PDFs; GIF is not one of them.
 _MEDIA = frozenset(
@@ -127,8 +149,40 @@ def _declared(tools: list[Any]) -> list[str]:
                     "alphameric (a-z, A-Z, 0-9), underscores (_), dots (.), colons (:), or "
                     "dashes (-), with a maximum length of 64.\n"
                 )
+            at = f"tools[{i}].function_declarations[{j}]"
+            _known(declaration, _DECLARATION, at)
+            if "parameters" in declaration and "parametersJsonSchema" in declaration:
+                raise BadRequest(
+                    f"* GenerateContentRequest.{at}.parameters_json_schema: "
+                    "parameters_json_schema must not be set when parameters is set\n"
+                )
+            if "parameters" in declaration:
+                _schema(declaration["parameters"], f"{at}.parameters")
             names.append(name)
     return names
+
+
+def _schema(node: Any, at: str) -> None:
+    """A `Schema` (the OpenAPI subset), as the JSON parser reads it."""
+    if not isinstance(node, dict):
+        raise BadRequest(f"Invalid value at '{at}' (type.googleapis.com/Schema), {node!r}")
+    _known(node, _SCHEMA, at)
+    kind = node.get("type")
+    if isinstance(kind, list):
+        raise BadRequest(
+            f"Invalid JSON payload received. Proto field is not repeating, cannot start "
+            f"list at '{at}.type'."
+        )
+    if kind is not None and str(kind).upper() not in _TYPES:
+        raise BadRequest(f"Invalid value at '{at}.type' (type.googleapis.com/Type), {kind!r}")
+    for k, inner in enumerate((node.get("properties") or {}).values()):
+        _schema(inner, f"{at}.properties[{k}].value")
+    for name, inner in (node.get("defs") or {}).items():
+        _schema(inner, f"{at}.defs[{name}]")
+    if "items" in node:
+        _schema(node["items"], f"{at}.items")
+    for k, inner in enumerate(node.get("anyOf") or ()):
+        _schema(inner, f"{at}.any_of[{k}]")
 
 
 def _part(part: Any, at: str, *, newer: bool, vertex: bool) -> None:
@@ -148,6 +202,8 @@ def _part(part: Any, at: str, *, newer: bool, vertex: bool) -> None:
         _blob(part["inlineData"], f"{at}.inline_data", _MEDIA, vertex=vertex)
     elif "fileData" in part:
         _file(part["fileData"], f"{at}.file_data", vertex=vertex)
+    elif "functionCall" in part:
+        _known(part["functionCall"], _CALL, f"{at}.function_call")
     elif "functionResponse" in part:
         _function_response(part["functionResponse"], f"{at}.function_response", newer, vertex)
 

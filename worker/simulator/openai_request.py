@@ -34,7 +34,7 @@ _FIELDS = frozenset(
 )
 _ROLES = ("system", "assistant", "user", "function", "tool", "developer")
 _USER_PARTS = ("text", "image_url", "input_audio", "refusal", "audio", "file")
-REASONING_MODEL = re.compile(r"^(o\d|gpt-5)")
+REASONING_MODEL = re.compile(r"^(o\d|gpt-5(?!.*-chat))")
 _NO_PARALLEL = re.compile(r"^o\d")
 _EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 _DATA_URL = re.compile(r"^data:([^;,]*)(;base64)?,(.*)$", re.DOTALL)

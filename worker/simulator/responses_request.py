@@ -10,7 +10,10 @@ content this simulator did not issue: OpenAI's 400 `invalid_encrypted_content`, 
 encrypted content gAAA...DQ== could not be verified." (openai/codex issues). Function
 tools are strict unless `strict: false`, and a strict schema outside Structured Outputs'
 subset is refused, as is a strict `text.format`. A reasoning model (`o*`, `gpt-5*`)
-refuses `temperature` and `top_p`; any other model `reasoning`.
+refuses `temperature` and `top_p`; any other model `reasoning`, and encrypted reasoning:
+`include: ["reasoning.encrypted_content"]` ("Encrypted content is not supported with this
+model.", `param: include`) and a reasoning item that carries it. `max_output_tokens`
+is at least 16.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ _USER_PARTS = ("input_text", "input_image", "input_file")
 _ASSISTANT_PARTS = ("output_text", "refusal")
 _ROLES = ("user", "assistant", "system", "developer")
 _JSON_OBJECT = {"type": "object"}
+_ENCRYPTED = "reasoning.encrypted_content"
+_MIN_OUTPUT_TOKENS = 16
 
 
 def reasoning_signature(item_id: str) -> str:
@@ -52,8 +57,17 @@ def check_responses_request(body: Mapping[str, Any], model: str) -> Mapping[str,
         _check_items(items, stored=body.get("store") is not False)
     elif not isinstance(items, str):
         raise _refused("Missing required parameter: 'input'.", "input")
+    limit = body.get("max_output_tokens")
+    if isinstance(limit, int) and limit < _MIN_OUTPUT_TOKENS:
+        raise _refused(
+            "Invalid 'max_output_tokens': integer below minimum value. Expected a value >= "
+            f"{_MIN_OUTPUT_TOKENS}, but got {limit} instead.",
+            "max_output_tokens",
+            "integer_below_min_value",
+        )
     names = _check_tools(body)
     _check_sampling(body, model)
+    _check_encrypted(body, model)
     choice = body.get("tool_choice")
     if isinstance(choice, dict) and choice.get("name") not in names:
         raise _refused(
@@ -215,6 +229,19 @@ def _check_sampling(body: Mapping[str, Any], model: str) -> None:
     for field in ("temperature", "top_p"):
         if field in body:
             raise _unsupported(field)
+
+
+def _check_encrypted(body: Mapping[str, Any], model: str) -> None:
+    if REASONING_MODEL.match(model):
+        return
+    include = body.get("include") or []
+    items = body.get("input")
+    sent = [
+        i for i in items or () if isinstance(i, dict) and i.get("encrypted_content") is not None
+    ]
+    if _ENCRYPTED in include or sent:
+        param = "include" if _ENCRYPTED in include else "input"
+        raise _refused("Encrypted content is not supported with this model.", param)
 
 
 def _unsupported(field: str) -> BadRequest:

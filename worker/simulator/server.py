@@ -194,7 +194,7 @@ async def _bedrock(request: web.Request) -> web.StreamResponse:
         headers = {"x-amzn-ErrorType": name}
         return web.json_response({"message": message}, status=status, headers=headers)
     model, stream = request.match_info["model"], _BEDROCK_OPERATIONS[operation]
-    response = await _serve_call(request, _BEDROCK, model=model, stream=stream)
+    response = await _serve_call(request, _BEDROCK.for_model(model), model=model, stream=stream)
     if response.status >= 400 and not response.prepared:
         response.headers.setdefault("x-amzn-ErrorType", error_type(response.status))
     return response

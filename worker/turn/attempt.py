@@ -22,10 +22,13 @@ from typing import Any
 
 from worker.adapters import Adapter, ProviderCall, reasoning_family
 from worker.adapters.base import Completion, TextDelta
+from worker.adapters.left_out import left_out
+from worker.adapters.output_limit import billable_output_tokens
+from worker.adapters.reasoning_models import reasons
 from worker.errors import FirstByteTimeout, MalformedResponse, ProviderError, ResponseTimeout
 from worker.guard.protocol import Availability, Charge, Conclusion, Guard, Refusal, Signal, Target
 from worker.observability import tracing
-from worker.settings import Settings
+from worker.settings import ModelSettings, Settings
 from worker.turn.capability import Fit
 from worker.turn.outcome import (
     Answered,
@@ -44,7 +47,8 @@ from worker.turn.pricing import cost_of, reservation_micros
 from worker.turn.reasoning import carried_reasoning
 from worker.turn.report import WITHHELD, TurnReport
 from worker.turn.retry import retry_delay_s
-from worker.types import TurnRequest
+from worker.turn.tokens import text_tokens
+from worker.types import Message, Tool, TurnRequest
 
 __all__ = ["Attempts", "OnText"]
 
@@ -89,10 +93,12 @@ class Attempts:
 
     def charge(self, target: Target, fit: Fit, fallback: bool) -> Charge:
         """The reservation of an attempt: its expected cost by the fleet's evidence, and its
-        worst case (every `max_tokens`)."""
+        worst case (every output token it may be billed for: `max_tokens`, and on Gemini
+        2.x the thinking budget beside it)."""
         model = self.settings.models[target.model]
-        max_tokens = self.request.max_tokens
-        expected_tokens = self.guard.output_tokens(target.model, max_tokens)
+        provider = self.settings.providers[target.provider]
+        most_tokens = billable_output_tokens(provider, self._provider_call(target, (), ()))
+        expected_tokens = self.guard.output_tokens(target.model, most_tokens)
         margin = self.settings.budgets.input_margin_pct
 
         def cost(output_tokens: int) -> int:
@@ -105,7 +111,7 @@ class Attempts:
         charge_id = f"{self.request.turn_id}:{self._run_id}:{self.calls}"
         tenant = self.request.tenant_id
         return Charge(
-            charge_id, tenant, target.provider, cost(expected_tokens), fallback, cost(max_tokens)
+            charge_id, tenant, target.provider, cost(expected_tokens), fallback, cost(most_tokens)
         )
 
     def first(self, target: Target, fit: Fit) -> Charge:
@@ -209,10 +215,12 @@ class Attempts:
                 parsed = self._read(completion)
         except ProviderError as error:
             rule = rule_for(error)
-            # A call the provider may bill (it timed out, or streamed and broke) is charged
-            # at its reservation: what it really cost is not known. One that answered
-            # (in the wrong shape) is charged what it cost.
+            # A call the provider may bill without content (a first-byte timeout) is charged
+            # its expected cost; one cut after content what it produced, as the provider
+            # bills it; one that answered (in the wrong shape) what it cost.
             billed = charge.micros if rule.billed or self.report.locked else None
+            if flight.content:
+                billed = self._produced_micros(flight)
             if completion is not None:
                 billed = cost_of(completion.usage, model)
             await self.guard.conclude(
@@ -263,17 +271,39 @@ class Attempts:
 
     async def _cut(self, flight: Flight, latency_s: float) -> None:
         """Cut short in flight. Its hedged twin answered: no output was sent, its prompt is
-        charged. Otherwise (the deadline, a shutdown) the provider may bill it all the same,
-        and a probe that never answered in time is the breaker's failure: the break grows,
-        and the slot is free at once for the next probe."""
+        charged. Otherwise (the deadline, a cancel, a shutdown) the provider may bill it all
+        the same: what it streamed, or, when it may be writing what nothing shows (a whole
+        answer not streamed, or thinking), its worst case. A probe that never answered in
+        time is the breaker's failure: the break grows, and the slot is free at once for the
+        next probe."""
         target, charge, holder = flight.plan.target, flight.charge, flight.holder
         if flight.cut_micros is not None:
             end = Conclusion(target, charge, cost_micros=flight.cut_micros, holder=holder)
         else:
-            self.report.interrupted(target, latency_s, flight.plan.retry_index, charge.micros)
+            charged = charge.micros
+            if flight.content:
+                charged = self._produced_micros(flight)
+            elif not self.request.stream or _thinks(target, self.settings.models[target.model]):
+                charged = charge.worst
+            self.report.interrupted(target, latency_s, flight.plan.retry_index, charged)
             signal = Signal.FAILURE if holder is not None else None
-            end = Conclusion(target, charge, signal, charge.micros, holder)
+            end = Conclusion(target, charge, signal, charged, holder)
         await self.guard.conclude(end)
+
+    def _produced_micros(self, flight: Flight) -> int:
+        """What a call cut after content is charged, the provider's usage unknown: its
+        input and the output it streamed, each counted as a reservation counts it (an
+        upper bound), and never more than its worst case. A model that reasons may have
+        been billed for thinking it never streamed: it is charged its worst case."""
+        plan = flight.plan
+        model = self.settings.models[plan.target.model]
+        if _thinks(plan.target, model):
+            return flight.charge.worst
+        output_tokens = min(self.request.max_tokens, text_tokens("".join(flight.streamed)))
+        margin = self.settings.budgets.input_margin_pct
+        return reservation_micros(
+            plan.fit.input_tokens, output_tokens, model, input_margin_pct=margin
+        )
 
     def _next(
         self, error: ProviderError, decision: Decision, plan: Plan, *, probe: bool
@@ -298,19 +328,14 @@ class Attempts:
         # A failed probe has just re-opened the breaker: leave that model alone.
         return MoveOn() if delay is None or probe else Retry(delay)
 
-    async def _send(self, flight: Flight) -> Completion:
-        """One HTTP call, bounded by the first-byte timeout and then the total timeout."""
-        target, fit = flight.plan.target, flight.plan.fit
-        provider = self.settings.providers[target.provider]
+    def _provider_call(
+        self, target: Target, messages: tuple[Message, ...], tools: tuple[Tool, ...]
+    ) -> ProviderCall:
         request, model = self.request, self.settings.models[target.model]
-        # Only the reasoning this target can read back travels; the rest is counted.
-        family = reasoning_family(provider, target.provider_model)
-        messages, left_out = carried_reasoning(fit.messages, family)
-        self.report.carrying(target, left_out)
-        call = ProviderCall(
+        return ProviderCall(
             model_id=target.provider_model,
             messages=messages,
-            tools=fit.tools,
+            tools=tools,
             max_tokens=request.max_tokens,
             stream=request.stream,
             thinking_budget_tokens=model.thinking_budget_tokens,
@@ -322,8 +347,19 @@ class Attempts:
             seed=request.seed,
             reasoning_effort=request.reasoning_effort,
             parallel_tool_calls=request.parallel_tool_calls,
-            reasoning=model.reasoning,
+            reasoning=reasons(target.provider_model, model.reasoning),
         )
+
+    async def _send(self, flight: Flight) -> Completion:
+        """One HTTP call, bounded by the first-byte timeout and then the total timeout."""
+        target, fit = flight.plan.target, flight.plan.fit
+        provider = self.settings.providers[target.provider]
+        reasoning = reasons(target.provider_model, self.settings.models[target.model].reasoning)
+        # Only the reasoning this target can read back travels; the rest is counted.
+        family = reasoning_family(provider, target.provider_model, reasoning=reasoning)
+        messages, reasoning_left_out = carried_reasoning(fit.messages, family)
+        call = self._provider_call(target, messages, fit.tools)
+        self.report.carrying(target, reasoning_left_out, left_out(provider.wire, call))
         loop = asyncio.get_running_loop()
         total_at = loop.time() + provider.total_timeout_s
         events = self.adapters[target.provider].send(call)
@@ -337,9 +373,16 @@ class Attempts:
                             flight.on_content()
                     if isinstance(event, Completion):
                         return event
+                    flight.content = True
                     self.report.lock()
-                    if isinstance(event, TextDelta) and self.on_text is not None:
-                        self.on_text(event.text)
+                    if isinstance(event, TextDelta):
+                        flight.streamed.append(event.text)
+                        if self.on_text is not None:
+                            self.on_text(event.text)
+                    else:
+                        # A new call's name on a line of its own: not one run with the last.
+                        name = f"\n{event.name}\n" if event.name else ""
+                        flight.streamed.append(name + event.arguments)
         except TimeoutError:
             if self.report.locked:
                 raise ResponseTimeout(
@@ -351,3 +394,11 @@ class Attempts:
         finally:
             await events.aclose()
         raise MalformedResponse("the response ended without a complete answer")
+
+
+def _thinks(target: Target, model: ModelSettings) -> bool:
+    """Whether calls of `model` may be billed for thinking they never stream (its
+    `reasoning` setting, else what its id says)."""
+    return reasons(target.provider_model, model.reasoning) or (
+        model.thinking_budget_tokens is not None
+    )

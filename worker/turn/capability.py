@@ -118,6 +118,8 @@ def _field_problems(request: TurnRequest, limits: WireLimits) -> list[str]:
     both = temperature is not None and request.top_p is not None
     if both and not limits.temperature_with_top_p:
         problems.append("both temperature and top_p")
+    if request.max_tokens < limits.min_max_tokens:
+        problems.append(f"max_tokens under {limits.min_max_tokens}")
     if request.tool_choice == "none" and request.tools and not limits.tool_choice_none:
         problems.append('tool_choice "none" with tools')
     return problems

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from worker.guard.protocol import Charge, Refusal, Target
@@ -48,6 +48,9 @@ class Flight:
     # Set by a hedged race when this call is cut because its twin answered: what it is
     # charged instead of its reservation (the race reports it).
     cut_micros: int | None = None
+    # What the call has streamed (text, tool names and arguments), counted if it is cut.
+    streamed: list[str] = field(default_factory=list)
+    content: bool = False  # it has sent content: a cut is charged what it produced
 
 
 @dataclass(frozen=True, slots=True)

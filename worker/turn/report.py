@@ -33,7 +33,10 @@ from worker.types import (
     Usage,
 )
 
-__all__ = ["WITHHELD", "TurnReport", "jumps"]
+__all__ = ["LEFT_OUT", "WITHHELD", "TurnReport", "jumps"]
+
+LEFT_OUT = "left out: "
+"""How an attempt's `detail` starts when it names the turn's fields its call did not carry."""
 
 log = structlog.get_logger("relevo.turn")
 
@@ -82,12 +85,15 @@ class TurnReport:
         # Set while the cheaper model answers for a turn money stopped (`stand_in`).
         self._stand_in: tuple[str, DegradationSettings] | None = None
         self._first_byte_at: float | None = None
-        # Per target called: the reasoning items its calls left out (`carrying`).
-        self._left_out: dict[tuple[str, str, str], int] = {}
+        # Per target called: the reasoning items and the fields its calls left out
+        # (`carrying`).
+        self._left_out: dict[tuple[str, str, str], tuple[int, tuple[str, ...]]] = {}
 
-    def carrying(self, target: Target, left_out: int) -> None:
-        """The calls to `target` leave out `left_out` reasoning items another vendor wrote."""
-        self._left_out[(target.model, target.provider, target.provider_model)] = left_out
+    def carrying(self, target: Target, reasoning: int, fields: tuple[str, ...] = ()) -> None:
+        """The calls to `target` leave out `reasoning` items another vendor wrote, and the
+        turn's `fields` its body does not carry."""
+        key = (target.model, target.provider, target.provider_model)
+        self._left_out[key] = (reasoning, fields)
 
     def lock(self) -> None:
         if not self.locked:
@@ -102,10 +108,16 @@ class TurnReport:
         response_model: str | None = None,
     ) -> None:
         now = time.monotonic()
-        fields: dict[str, int] = {"ended_ms": round((now - self.started) * 1000)}
+        fields: dict[str, object] = {"ended_ms": round((now - self.started) * 1000)}
+        left_out: tuple[str, ...] = ()
         if attempt.outcome is not AttemptOutcome.SKIPPED:
             key = (attempt.model, attempt.provider, attempt.provider_model)
-            fields["reasoning_left_out"] = self._left_out.get(key, 0)
+            fields["reasoning_left_out"], left_out = self._left_out.get(key, (0, ()))
+            # Results keep relevo 0.1.0's shape while it may read them (no new field):
+            # the fields a call did not carry are named in the row's detail, when the
+            # row has none of its own, and always on its log line.
+            if left_out and attempt.detail is None:
+                fields["detail"] = LEFT_OUT + ", ".join(left_out)
         if self._first_byte_at is not None and attempt.outcome is not AttemptOutcome.HEDGE_LOST:
             # Content streams at most once a turn: after it, no other model is tried (a
             # hedge that lost the race sent none).
@@ -132,6 +144,8 @@ class TurnReport:
             semconv[GEN_AI_OUTPUT_TOKENS] = usage.output_tokens
         if finish_reason is not None:
             semconv[GEN_AI_FINISH_REASONS] = [finish_reason]
+        if left_out:
+            semconv["left_out"] = list(left_out)
         (log.debug if answered else log.info)(
             "turn.attempt",
             turn_id=self.request.turn_id,

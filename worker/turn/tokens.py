@@ -50,6 +50,15 @@ TOKENS_WITH_TOOLS = 600
 TOKENS_FOR_TOOL_CHOICE = 16
 # Any vendor's rule: what an attachment counts when the model is not known.
 _ANY = media_rule("")
+# A lowercase letter counts a third of a token, which holds for words: a tokenizer's
+# vocabulary holds their pieces. A long run of lowercase letters without a space (a
+# sequence, a slug, a compound, random letters) is not made of words, and letter
+# pairs no vocabulary holds ("qoqo") take a token a letter. So each whole block of
+# `LETTER_BLOCK` lowercase letters in a run counts a token a letter, the bytes bound;
+# natural text seldom has a word that long, so prose and code pay almost nothing.
+LETTER_BLOCK = 12
+_BLOCK = b"a" * LETTER_BLOCK
+_BLOCK_EXTRA = LETTER_BLOCK - LETTER_BLOCK // 3
 
 
 def _byte_classes() -> bytes:
@@ -171,7 +180,8 @@ def text_tokens(text: str) -> int:
 
     Every UTF-8 byte counts one token, except ASCII letters and spaces: a run of
     letters counts one, plus one per uppercase letter, a third per lowercase one and
-    one per lowercase letter that follows an uppercase one;
+    one per lowercase letter that follows an uppercase one, and every lowercase letter
+    of each whole block of `LETTER_BLOCK` in a row counts one;
     a space counts only before a digit, a control or a non-ASCII character or at the
     end, and a run of n spaces counts n/4 (at least one).
     """
@@ -184,6 +194,9 @@ def text_tokens(text: str) -> int:
     tokens = size - lower - spaces + (lower + 2) // 3
     upper = classes.count(b"A")
     letters = lower + upper
+    if lower >= LETTER_BLOCK:
+        # Counted without overlap: a run of n letters holds n // LETTER_BLOCK blocks.
+        tokens += _BLOCK_EXTRA * classes.count(_BLOCK)
     if upper and lower:
         # A change of case starts a token in mixed-case text (base64, identifiers).
         tokens += classes.count(b"Aa")

@@ -12,6 +12,9 @@
 -- KEYS[13] shares hash  tenant -> "max_in_flight|turns_per_minute|input_tokens_per_minute|weight"
 -- KEYS[14] the turn store's sent zset (turn id -> ms sent): the sweeper's clock restarts
 -- KEYS[15] the broker's queue (a list: LPUSH in, the workers BRPOP out)
+-- KEYS[16] deadlines zset "<tenant>|<seq>" -> queue deadline ms (enqueue.lua's; 0.1.0's
+--          enqueue writes none, and its turns are found late only when their tenant is
+--          visited, as 0.1.0 does)
 -- ARGV[1]  clock (clock.lua)   ARGV[2]  most turns to move   ARGV[3]  queue depth
 -- ARGV[4]  lease ms            ARGV[5]  the default share, as KEYS[13]'s values
 -- ARGV[6]  '1' while the kill switch is on: every tenant is served, no limit checked and
@@ -21,19 +24,21 @@
 -- ARGV[8..] "<tenant>|<turn>" of turns concluded since the process's last round: their
 --          leases are given back first, as release.lua does
 --
--- Returns {moved, held, expired, next, again}: moved is "<tenant>|<ms waited>" per turn
+-- Returns {moved, held, expired, next, again, unreadable}: moved is "<tenant>|<ms waited>" per turn
 -- moved, held is "<tenant>|<limit>" per tenant a limit parked this round, expired the
 -- count of turns found past their deadline, next the ms until the first parked tenant is
 -- looked at again (-1: none parked), again 1 when a round run at once would find more to
--- move (it stopped at `most` or at its looks, not for want of room or turns).
+-- move (it stopped at `most` or at its looks, not for want of room or turns), and
+-- unreadable the tenants whose stored share it could not read: each was served on the
+-- default share (ARGV[5]), as if it had none of its own.
 --
 -- The cost is per visit, not per turn: a visit takes as many of the tenant's oldest turns
 -- as its limits allow before the next tenant's virtual time comes (a tenant alone: the
 -- whole room), each key written once for all of them. The order is start-time fair
 -- queueing's, as if each turn were a visit of its own.
 
-local LEASES, INFLIGHT, BUCKETS, EXPIRED, SHARES, SENT, QUEUE =
-  KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15]
+local LEASES, INFLIGHT, BUCKETS, EXPIRED, SHARES, SENT, QUEUE, DEADLINES =
+  KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16]
 local now = now_ms()
 local most, depth, lease_ms = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local drain = ARGV[6] == '1'
@@ -67,8 +72,9 @@ if #ARGV > 7 then
   for i, m in ipairs(given) do
     if held[i] then
       gone[#gone + 1] = m
+      -- A member not "<tenant>|<turn>" (a hand edit) is dropped, counted for no one.
       local tenant = string.match(m, '^([^|]*)|')
-      per[tenant] = (per[tenant] or 0) + 1
+      if tenant then per[tenant] = (per[tenant] or 0) + 1 end
     end
   end
   if gone[1] then
@@ -82,7 +88,8 @@ end
 if ARGV[7] == '1' then
   for _, m in ipairs(redis.call('ZRANGEBYSCORE', LEASES, '-inf', now, 'LIMIT', 0, 100)) do
     redis.call('ZREM', LEASES, m)
-    given_back(string.match(m, '^([^|]*)|'), 1)
+    local tenant = string.match(m, '^([^|]*)|')
+    if tenant then given_back(tenant, 1) end
   end
 end
 -- Tenants whose wait is over (every one, while draining) are dispatched again.
@@ -99,10 +106,20 @@ if first and (drain or first <= now) then
   first = first and tonumber(first)
 end
 
+local default_share = parse_share(ARGV[5])
+-- Tenants whose share could not be read this round: served on the default share.
+local unreadable, reported = {}, {}
 local function share(tenant)
-  local raw = redis.call('HGET', SHARES, tenant) or ARGV[5]
-  local a, b, c, w = string.match(raw, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)$')
-  return tonumber(a), tonumber(b), tonumber(c), math.max(num(w), 1)
+  local raw = redis.call('HGET', SHARES, tenant)
+  local s = raw and parse_share(raw)
+  if raw and not s then
+    if not reported[tenant] then
+      reported[tenant] = true
+      unreadable[#unreadable + 1] = tenant
+    end
+  end
+  s = s or default_share
+  return s[1], s[2], s[3], s[4] or 1
 end
 
 -- The tenant's buckets, refilled to now: turn tokens, input tokens.
@@ -111,11 +128,16 @@ local function buckets(tenant, tpm, itpm)
   local turns, tokens, at = tpm, itpm, now
   if raw then
     local a, b, c = string.match(raw, '^([^|]*)|([^|]*)|([^|]*)$')
-    turns, tokens, at = tonumber(a), tonumber(b), tonumber(c)
+    -- A bucket that cannot be read is full (it only ever delays a tenant).
+    turns, tokens, at = finite(a), finite(b), finite(c) or now
   end
   local dt = math.max(now - at, 0)
   if tpm then turns = math.min(tpm, (turns or tpm) + dt * tpm / 60000) end
-  if itpm then tokens = math.min(itpm, (tokens or itpm) + dt * itpm / 60000) end
+  if itpm then
+    -- A debt is at most one bucket (a turn larger than the bucket, or a bucket that a
+    -- share since lowered left deeper): read under the share as it is now.
+    tokens = math.max(math.min(itpm, (tokens or itpm) + dt * itpm / 60000), -itpm)
+  end
   return turns, tokens
 end
 
@@ -127,6 +149,17 @@ local function park(tenant, v, wake_at, limit)
   redis.call('ZADD', PARKED, wake_at, tenant)
   held[#held + 1] = tenant .. '|' .. limit
   first = math.min(first or wake_at, wake_at)
+end
+
+-- The tenant's queued count less n; a count that is not one (a hand edit) is counted again
+-- from its queue.
+local function count_down(tenant, n)
+  local ok, left = pcall(redis.call, 'HINCRBY', QUEUED, tenant, -n)
+  if not ok then
+    left = redis.call('ZLEXCOUNT', PENDING, '[' .. tenant .. '|', '(' .. tenant .. '|\255')
+    redis.call('HSET', QUEUED, tenant, left)
+  end
+  return left
 end
 
 -- Takes up to `want` of the tenant's oldest turns, while its input tokens allow; those
@@ -151,8 +184,17 @@ local function visit(tenant, v, weight, want, turns, tokens, tpm, itpm)
     else
       local turn, enqueued, deadline, need, message =
         string.match(entry, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
-      enqueued, deadline, need = tonumber(enqueued), tonumber(deadline), tonumber(need)
-      if deadline <= now then
+      enqueued, deadline, need = finite(enqueued), finite(deadline), finite(need)
+      if not (enqueued and deadline and need and message) then
+        -- An entry that cannot be read (a hand edit, another tool): set aside, its turn
+        -- (if named) answered as unreadable (`waited` -1), never blocking the rest.
+        gone[#gone + 1] = member
+        if turn and turn ~= '' then
+          turn_ids[#turn_ids + 1] = turn
+          late[#late + 1] = turn
+          late[#late + 1] = tenant .. '|-1'
+        end
+      elseif deadline <= now then
         gone[#gone + 1] = member
         turn_ids[#turn_ids + 1] = turn
         late[#late + 1] = turn
@@ -171,7 +213,9 @@ local function visit(tenant, v, weight, want, turns, tokens, tpm, itpm)
         leases[#leases + 1] = tenant .. '|' .. turn
         moved[#moved + 1] = tenant .. '|' .. int(now - enqueued)
         if tpm then turns = turns - 1 end
-        if itpm then tokens = tokens - need end
+        -- A turn larger than the bucket left a full one: its debt stops at one bucket,
+        -- so that the tenant's next turn waits about a minute at most, not its size.
+        if itpm then tokens = math.max(tokens - need, -itpm) end
         served, tag, after = served + 1, after, after + 1 / weight
       end
     end
@@ -180,10 +224,11 @@ local function visit(tenant, v, weight, want, turns, tokens, tpm, itpm)
   if gone[1] then
     redis.call('ZREM', PENDING, unpack(gone))
     redis.call('HDEL', MSGS, unpack(gone))
+    redis.call('ZREM', DEADLINES, unpack(gone))
     if turn_ids[1] then
       redis.call('HDEL', INDEX, unpack(turn_ids))
     end
-    left = redis.call('HINCRBY', QUEUED, tenant, -#gone)
+    left = count_down(tenant, #gone)
     if left <= 0 then
       redis.call('HDEL', QUEUED, tenant)
     end
@@ -213,6 +258,50 @@ local function visit(tenant, v, weight, want, turns, tokens, tpm, itpm)
   end
   return served, #members
 end
+
+-- Turns past their queue deadline, whatever holds their tenant (a limit, or the order):
+-- each round ends the first hundred, so none waits more than a round past it.
+local function end_late()
+  local due = redis.call('ZRANGEBYSCORE', DEADLINES, '-inf', now, 'LIMIT', 0, 100)
+  if not due[1] then return end
+  redis.call('ZREM', DEADLINES, unpack(due))
+  local entries = redis.call('HMGET', MSGS, unpack(due))
+  local gone, turn_ids, late, per = {}, {}, {}, {}
+  for i, member in ipairs(due) do
+    local entry = entries[i]
+    -- Gone already: dispatched (by a release that leaves the index alone) or ended.
+    if entry then
+      local tenant = string.match(member, '^(.*)|[^|]*$')
+      local turn, enqueued = string.match(entry, '^([^|]*)|([^|]*)|')
+      gone[#gone + 1] = member
+      if turn and tenant then
+        turn_ids[#turn_ids + 1] = turn
+        late[#late + 1] = turn
+        late[#late + 1] = tenant .. '|' .. int(now - (finite(enqueued) or now))
+        per[tenant] = (per[tenant] or 0) + 1
+      end
+    end
+  end
+  if not gone[1] then return end
+  redis.call('ZREM', PENDING, unpack(gone))
+  redis.call('HDEL', MSGS, unpack(gone))
+  if turn_ids[1] then
+    redis.call('HDEL', INDEX, unpack(turn_ids))
+    redis.call('HSET', EXPIRED, unpack(late))
+    expired = expired + #late / 2
+  end
+  for tenant, n in pairs(per) do
+    if count_down(tenant, n) <= 0 then
+      -- Nothing queued: idle, in neither ready nor parked (lib.lua), at its virtual time.
+      redis.call('HDEL', QUEUED, tenant)
+      local v = redis.call('ZSCORE', READY, tenant)
+      if v then redis.call('HSET', VTIME, tenant, v) end
+      redis.call('ZREM', READY, tenant)
+      redis.call('ZREM', PARKED, tenant)
+    end
+  end
+end
+end_late()
 
 local free = depth - redis.call('LLEN', QUEUE)
 local room = math.min(most, free)
@@ -255,10 +344,19 @@ if served_at then
   redis.call('SET', CLOCK, served_at)
 end
 for tenant, n in pairs(running) do
-  if n ~= 0 and redis.call('HINCRBY', INFLIGHT, tenant, n) <= 0 then
+  local ok, held_after = true, 1
+  if n ~= 0 then
+    ok, held_after = pcall(redis.call, 'HINCRBY', INFLIGHT, tenant, n)
+  end
+  if not ok then
+    -- A count that is not one (a hand edit) starts again from this round's change.
+    held_after = math.max(n, 0)
+    redis.call('HSET', INFLIGHT, tenant, held_after)
+  end
+  if held_after <= 0 then
     redis.call('HDEL', INFLIGHT, tenant)
   end
 end
 local next_ms = first and int(math.max(first - now, 0)) or -1
 local again = (room > 0 and looks <= 0) or (#moved == most and free > most)
-return {moved, held, expired, next_ms, again and 1 or 0}
+return {moved, held, expired, next_ms, again and 1 or 0, unreadable}

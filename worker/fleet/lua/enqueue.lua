@@ -2,12 +2,14 @@
 --
 -- KEYS[1..8]  as lib.lua          KEYS[9]  seq string (the queue's sequence number)
 -- KEYS[10] wake list: a token the idle dispatchers block on
+-- KEYS[11] deadlines zset "<tenant>|<seq>" -> queue deadline ms (dispatch.lua ends the
+--          turns past it whatever holds their tenant)
 -- ARGV[1]  clock (clock.lua)     ARGV[2]  tenant       ARGV[3]  turn id
 -- ARGV[4]  queue deadline (ms from now)                ARGV[5]  input tokens (estimate)
 -- ARGV[6]  the broker message, as the broker would have queued it
 --
 -- Returns 1 when queued, 0 when that turn id is queued already (a re-send while it waits).
--- Six commands for a tenant with turns queued already: the index's HSETNX is the check
+-- Seven commands for a tenant with turns queued already: the index's HSETNX is the check
 -- for a duplicate, and the queued count going from 0 to 1 says the tenant was idle (in
 -- neither ready nor parked, lib.lua), so neither needs a read of its own.
 
@@ -17,9 +19,13 @@ local member = tenant .. '|' .. string.format('%016d', redis.call('INCR', KEYS[9
 if redis.call('HSETNX', INDEX, turn, member) == 0 then
   return 0
 end
+local deadline = now + tonumber(ARGV[4])
 redis.call('ZADD', PENDING, 0, member)
 redis.call('HSET', MSGS, member,
-  turn .. '|' .. int(now) .. '|' .. int(now + tonumber(ARGV[4])) .. '|' .. ARGV[5] .. '|' .. ARGV[6])
+  turn .. '|' .. int(now) .. '|' .. int(deadline) .. '|' .. ARGV[5] .. '|' .. ARGV[6])
+if KEYS[11] then
+  redis.call('ZADD', KEYS[11], deadline, member)
+end
 if redis.call('HINCRBY', QUEUED, tenant, 1) == 1 then
   activate(tenant, num(redis.call('GET', CLOCK)))
   wake(KEYS[10])

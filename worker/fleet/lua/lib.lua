@@ -20,11 +20,41 @@
 local PENDING, MSGS, INDEX, READY, PARKED, VTIME, CLOCK, QUEUED =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 
+-- A stored number; 0 when there is none or it is not one (nan, inf, a hand edit).
 local function num(v)
-  if v == false or v == nil or v == '' then
-    return 0
+  local n = v and tonumber(v)
+  if n and n == n and n > -1e300 and n < 1e300 then
+    return n
   end
-  return tonumber(v)
+  return 0
+end
+
+-- A share's bounds, as budgets/shares.py checks them when an operator sets one.
+local MAX_LIMIT, MAX_WEIGHT = 1e12, 1000
+
+-- A stored number, or nil when it is none (or not finite: nan, inf).
+local function finite(s)
+  local n = s and tonumber(s)
+  if n and n == n and n > -1e15 and n < 1e15 then return n end
+  return nil
+end
+
+-- A share as stored, or nil when it is not four fields of whole numbers in range (a
+-- hand edit, another tool): '' is no limit, a weight left out is 1.
+local function parse_share(raw)
+  local f = {string.match(raw, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)$')}
+  if not f[1] then return nil end
+  local out = {}
+  for i = 1, 4 do
+    local s = f[i]
+    if s ~= '' then
+      if #s > 13 or not string.match(s, '^%d+$') then return nil end
+      local n = tonumber(s)
+      if n < 1 or n > (i == 4 and MAX_WEIGHT or MAX_LIMIT) then return nil end
+      out[i] = n
+    end
+  end
+  return out
 end
 
 local function int(n)
