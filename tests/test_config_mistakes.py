@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pty
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ import pytest
 import structlog
 
 from tests.chainkit import KEY, worker_config
+from worker.cli.config_command import stray_variables
 from worker.cli.main import main
 from worker.settings import Settings
 from worker.settings.variables import nearest_variable, setting_of, unknown
@@ -256,3 +258,13 @@ def test_which_variables_set_what_and_which_are_ignored() -> None:
     ]
     assert nearest_variable("RELEVO_CHAIN_MODELS", Settings) == "RELEVO_CHAIN__MODELS"
     assert nearest_variable("RELEVO_XYZZY", Settings) is None
+
+
+def test_every_variable_relevo_reads_is_a_setting_or_known_not_to_be_one() -> None:
+    """A variable the code reads that `stray_variables` does not know would be warned
+    about as setting nothing on every command."""
+    named = set()
+    for module in (ROOT / "worker").rglob("*.py"):
+        named |= set(re.findall(r"[\"'](RELEVO_[A-Z0-9_]*[A-Z0-9])[\"']", module.read_text()))
+    assert named
+    assert stray_variables(None, dict.fromkeys(named, "x")) == []

@@ -25,6 +25,7 @@ from worker.console.auth import TOKENS_ENV
 from worker.fleet.environment import CONFIG_VARIABLE, NODE_VARIABLE
 from worker.fleet.operator_config import load_config
 from worker.fleet.startup import PARENT_ENV
+from worker.observability.metrics_http import TOKEN_ENV as METRICS_TOKEN_ENV
 from worker.observability.redact import redact_text
 from worker.settings import Settings
 from worker.settings.variables import assignments, nearest_variable, unknown
@@ -33,7 +34,7 @@ __all__ = ["register", "stray_variables"]
 
 # What relevo reads besides the settings; the test suite's and the benchmarks' own
 # variables (keys, servers, where screenshots go) start as below.
-OTHER_VARIABLES = (CONFIG_VARIABLE, NODE_VARIABLE, PARENT_ENV, TOKENS_ENV)
+OTHER_VARIABLES = (CONFIG_VARIABLE, NODE_VARIABLE, PARENT_ENV, TOKENS_ENV, METRICS_TOKEN_ENV)
 _OWN_PREFIXES = ("RELEVO_TEST_", "RELEVO_SECURITY_TEST_", "RELEVO_BENCH_", "RELEVO_SCREENSHOTS")
 
 
