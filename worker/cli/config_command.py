@@ -133,6 +133,7 @@ def register(commands: Commands) -> None:
         "check a configuration and show what it comes to",
         exits=(EXIT_OK, EXIT_USAGE),
     )
+    add_config_option(group, "the configuration to check")
     actions = group.add_subparsers(dest="config_action", required=True, metavar="ACTION")
     check = add_command(
         actions,
