@@ -220,6 +220,22 @@ class LuaScripts:
                 pipe.script_load(body)
             await pipe.execute()
 
+    async def keep_loaded(self, redis: Redis, names: tuple[str, ...]) -> int:
+        """SCRIPT LOAD those of `names` the server lacks, for users who may run them by SHA
+        and not load them (deploy/redis/users.acl.in); how many were missing."""
+        if isinstance(redis, RedisCluster):  # per primary: load them all, each everywhere
+            for name in names:
+                await redis.script_load(self.bodies[name])
+            return len(names)
+        there = await redis.script_exists(*(self._shas[n] for n in names))
+        missing = [name for name, known in zip(names, there, strict=True) if not known]
+        if missing:
+            async with redis.pipeline(transaction=False) as pipe:
+                for name in missing:
+                    pipe.script_load(self.bodies[name])
+                await pipe.execute()
+        return len(missing)
+
     async def run(self, redis: Redis, queue: Callable[[Pipeline], Parse[T]]) -> T:
         """Send what `queue` queues on a pipeline of its own; reload once on NOSCRIPT.
 

@@ -177,6 +177,14 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         cluster.stop()
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """structlog as a test finds it unconfigured, but tracebacks printed plain: its default
+    renders them with rich and every frame's locals, a Redis URL's password among them."""
+    processors = list(structlog.get_config()["processors"])
+    plain = structlog.dev.ConsoleRenderer(exception_formatter=structlog.dev.plain_traceback)
+    structlog.configure(processors=[*processors[:-1], plain])
+
+
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark `redis` every test that needs a Redis server, through any chain of fixtures.

@@ -20,7 +20,7 @@ import pytest
 import redis
 from structlog.testing import capture_logs
 
-from tests.consolekit import console_config, csrf_of, http_console, log_in
+from tests.consolekit import console_config, console_process, csrf_of, http_console, log_in
 from tests.test_cli_surface import redis_only, relevo
 from worker.console.auth import TOKENS_ENV, Principal, Role, Tokens, load_tokens
 from worker.console.gate import exposure_warnings
@@ -89,6 +89,38 @@ async def test_one_unreadable_stored_item_costs_no_page(
     page = await client.get("/turns", params={"id": "t-good"})
     assert page.status_code == 200
     assert "caf\ufffd\ufffd \ufffd ok" in page.text
+
+
+async def test_a_hostile_result_makes_no_huge_turn_page_and_the_page_says_what_it_cut(
+    client: httpx.AsyncClient, redis_url: str, namespace: str
+) -> None:
+    """2,000 attempts with 2,000-character details and 3 MB of streamed text: the page
+    shows 100 attempts, each field up to 1,000 characters, 256 KiB of the text, and says
+    so; a result over 4 MiB is not read at all."""
+    attempt = {
+        "model": "m",
+        "provider": "p",
+        "provider_model": "m",
+        "outcome": "error",
+        "detail": "d" * 2000,
+    }
+    hostile = _result("t-huge").model_dump(mode="json") | {"attempts": [attempt] * 2000}
+    chunks = [b"x" * 100_000] * 30
+    _store(redis_url, namespace, "t-huge", json.dumps(hostile).encode(), chunks)
+    _store(redis_url, namespace, "t-huger", b'{"error": "' + b"e" * (5 * 2**20) + b'"}', [])
+    await log_in(client, VIEWER)
+    page = await client.get("/turns", params={"id": "t-huge"})
+    assert page.status_code == 200
+    assert len(page.content) < 600_000
+    assert page.text.count('data-outcome="error"') == 100
+    assert "1,900 more not shown" in page.text
+    assert "1,000 more characters not shown" in page.text
+    assert "The first 262,144 of 3,000,000 characters shown" in page.text
+    page = await client.get("/turns", params={"id": "t-huger"})
+    assert page.status_code == 200
+    assert len(page.content) < 50_000
+    assert 'data-status="too-large"' in page.text
+    assert "5,242,893 bytes: over the 4,194,304 bytes this page reads" in page.text
 
 
 async def test_a_token_s_logins_end_only_its_own_sessions(config: Path, redis_url: str) -> None:
@@ -244,6 +276,27 @@ async def test_behind_a_trusted_tls_proxy_logins_work_and_cookies_are_secure(
         config, redis_url, TOKENS, peer=("192.0.2.99", 40000), **settings
     ) as http:
         assert (await http.get("/login", headers=proxied)).status_code == 421
+
+
+def test_the_served_console_ignores_forwarded_headers_from_a_proxy_not_configured(
+    config: Path,
+) -> None:
+    """`relevo console` over TCP from loopback, no `trusted_proxies`, 3 logins a minute: a
+    client forging a new X-Forwarded-For on every wrong token is still throttled as one
+    address, and X-Forwarded-Proto: https sets no Secure cookie (only relevo decides)."""
+    config.write_text(config.read_text() + "\n[console]\nlogins_per_minute = 3\n")
+    env = {TOKENS_ENV: f"alice operator {OPERATOR};bob viewer {VIEWER}"}
+    with console_process(config, env) as url:
+        statuses = []
+        for attempt in range(8):
+            forged = {"x-forwarded-for": f"6.6.6.{attempt}", "x-forwarded-proto": "https"}
+            with httpx.Client(base_url=url, headers=forged) as browser:
+                page = browser.get("/login")
+                assert "secure" not in page.headers["set-cookie"].lower()
+                form = {"csrf": csrf_of(page.text), "token": f"wrong-{attempt}-{OPERATOR}"}
+                statuses.append(browser.post("/login", data=form).status_code)
+    assert statuses[:3] == [401] * 3
+    assert statuses[-1] == 429, statuses  # one bucket refills a token in 20 s
 
 
 async def test_a_host_not_configured_is_refused(client: httpx.AsyncClient) -> None:

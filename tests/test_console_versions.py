@@ -28,6 +28,7 @@ from worker.types import Status, TurnResult
 pytestmark = pytest.mark.slow
 
 VIEWER = "Xq7m-viewer-2KdT9wLp4RsZ8nBv"
+OPERATOR = "Pz3k-operator-7HqW1eNs5TbY9cMx"
 NAMESPACE = f"relevo-test-{uuid.uuid4().hex[:12]}"
 
 
@@ -61,7 +62,8 @@ def console(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         client.xadd(AuditTrail(client, namespace=NAMESPACE).key, {"who": b"\xff", "action": "x"})
         entry = {"tenant": "acme", "turn_id": "t-h", "reason": "r", "payload": "{}"}
         client.xadd(BudgetKeys(NAMESPACE).handoffs(), {**entry, "schema_version": "2"})
-    env = {"RELEVO_CONSOLE_TOKENS": f"bob viewer {VIEWER}", "RELEVO_TEST_KEY": KEY}
+    tokens = f"bob viewer {VIEWER};alice operator {OPERATOR}"
+    env = {"RELEVO_CONSOLE_TOKENS": tokens, "RELEVO_TEST_KEY": KEY}
     with console_process(config, env) as url:
         yield url
 
@@ -85,11 +87,16 @@ async def test_the_fleet_page_and_its_live_refresh_mark_what_they_cannot_read(
         assert 'id="recent-link">1</a>' in page.text  # the result with added fields counts
 
 
-async def test_the_tenants_page_marks_what_it_cannot_read(viewer: httpx.AsyncClient) -> None:
+async def test_the_tenants_page_marks_what_it_cannot_read(
+    console: str, viewer: httpx.AsyncClient
+) -> None:
     page = await viewer.get("/tenants")
     assert page.status_code == 200
     assert "2 stored result(s) in the window" in page.text
-    assert "1 hand-off(s)" in page.text
+    assert "0 hand-off(s)" in page.text  # hand-offs hold prompts: a viewer's page reads none
+    async with httpx.AsyncClient(base_url=console, timeout=10) as operator:
+        await log_in(operator, OPERATOR)
+        assert "1 hand-off(s)" in (await operator.get("/tenants")).text
 
 
 async def test_each_turn_page_renders_and_says_what_it_cannot_read(

@@ -9,6 +9,7 @@ results, checked on a real redis-server started with deploy/redis/start.sh.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import os
@@ -38,6 +39,7 @@ from worker.cli.fleet import EXPORTER_PORT, celery_command
 from worker.console.views import fleet_view, tenant_rows, turn_view
 from worker.fleet.app import make_app
 from worker.fleet.enqueue import enqueue_turn
+from worker.fleet.heartbeat import keep_scripts
 from worker.fleet.operations import operator_fleet
 from worker.guard.redis_guard import open_guard
 from worker.observability.metrics import METRIC_NAMES
@@ -732,6 +734,7 @@ def test_producer_enqueues_a_turn(
 ) -> None:
     """The producer user can do what `enqueue_turn` does, and the turn lands on the queue."""
     monkeypatch.setenv("RELEVO_REDIS__URL", acl_server["producer"])
+    loaded_by_a_worker(acl_server)
     app = make_app(load_settings(CHAIN, require_secrets=False))
     request = json.loads((ROOT / "examples/turn.json").read_text())
     try:
@@ -745,6 +748,19 @@ def test_producer_enqueues_a_turn(
         names = ("pending", "msgs", "index", "seq", "ready", "vtime", "clock", "queued", "wake")
         operator.delete(*(f"{{relevo}}:fair:{name}" for name in names))
     assert handle.turn_id in message.decode()
+
+
+def loaded_by_a_worker(acl_server: dict[str, str]) -> None:
+    """The scripts the producer and the viewer run by SHA, loaded as a worker loads them."""
+
+    async def load() -> None:
+        worker = breakers.connect(acl_server["relevo"], timeout_s=2)
+        try:
+            await keep_scripts(worker, worker)
+        finally:
+            await worker.aclose()
+
+    asyncio.run(load())
 
 
 async def test_producer_reaches_nothing_but_the_queue_and_results(clients: dict[str, Any]) -> None:
@@ -780,6 +796,7 @@ async def test_the_viewer_reads_every_console_page_and_writes_nothing(
     await budgets.Ledger(operator).set_limits("viewed", 5_000_000, 100_000_000)
     await fleet.force(operator, "open", "vendor:openai", 60)
     await operator.lpush("relevo", "waiting")
+    await keep_scripts(clients["relevo"], clients["relevo"])  # as the workers do
     try:
         view = await fleet_view(fleet, viewer)
         assert {s.scope: str(s.state) for s in view.report.scopes}["vendor:openai"] == "open"
@@ -798,10 +815,15 @@ async def test_the_viewer_reads_every_console_page_and_writes_nothing(
             ):
                 await write
         assert await breakers.KillSwitch(operator).status() is None
-        # Only the two scripts the pages run: no EVAL, no script of the viewer's own.
+        # Only the two scripts the pages run: no EVAL, no script loaded, its own or another's.
         endless = "while true do end"
-        sha = await viewer.script_load(endless)
-        for command in (("EVAL", endless, 0), ("EVAL_RO", endless, 0), ("EVALSHA", sha, 0)):
+        sha = await clients["relevo"].script_load(endless)
+        for command in (
+            ("EVAL", endless, 0),
+            ("EVAL_RO", endless, 0),
+            ("EVALSHA", sha, 0),
+            ("SCRIPT", "LOAD", endless),
+        ):
             with pytest.raises(NoPermissionError):
                 await viewer.execute_command(*command)
     finally:
@@ -820,10 +842,27 @@ def test_the_viewer_acl_names_the_scripts_the_console_runs() -> None:
         for line in (DEPLOY / "redis/users.acl.in").read_text().splitlines()
         if line.startswith("user viewer ")
     )
-    allowed = {rule.split("|", 1)[1] for rule in line.split() if rule.startswith("+evalsha|")}
+    rules = line.replace("(", " ").replace(")", " ").split()
+    allowed = {rule.split("|", 1)[1] for rule in rules if rule.startswith("+evalsha|")}
     wanted = {BREAKER_SCRIPTS._shas["inspect"], BUDGET_SCRIPTS._shas["report"]}
     assert allowed == wanted
-    assert not {"+eval", "+evalsha", "+@scripting"} & set(line.split())
+    assert not {"+eval", "+evalsha", "+@scripting", "+script|load"} & set(rules)
+
+
+def test_the_producer_acl_names_the_fair_queues_enqueue_script() -> None:
+    """The producer runs one script, by its SHA1 (the workers load it): a change to the
+    script or its libraries must change the file too."""
+    from worker.fleet.fairqueue import SCRIPTS as FAIR_SCRIPTS
+
+    line = next(
+        line
+        for line in (DEPLOY / "redis/users.acl.in").read_text().splitlines()
+        if line.startswith("user producer ")
+    )
+    rules = line.replace("(", " ").replace(")", " ").split()
+    allowed = {rule.split("|", 1)[1] for rule in rules if rule.startswith("+evalsha|")}
+    assert allowed == {FAIR_SCRIPTS.sha("enqueue")}
+    assert not {"+eval", "+evalsha", "+@scripting", "+script|load", "+@connection"} & set(rules)
 
 
 async def test_operator_flips_the_kill_switch_and_workers_see_it(clients: dict[str, Any]) -> None:

@@ -138,6 +138,20 @@ def test_missing_api_key_of_a_chain_provider_is_named(monkeypatch: pytest.Monkey
     assert load_settings(data=config(), require_secrets=False).providers["pa"]
 
 
+@pytest.mark.parametrize(
+    "key", ["AIzaSyD3adb33fC4f3b4b3cafe0123456789abc", "f86d081884c7d659a2feaa0c55ad0159"]
+)
+def test_a_key_written_where_its_variables_name_goes_is_never_shown(key: str) -> None:
+    """`api_key_env = "<the key itself>"`: the error says where to look, not the value."""
+    changed = config()
+    changed["providers"]["pa"] = {**changed["providers"]["pa"], "api_key_env": key}
+    with pytest.raises(ConfigError, match=r"providers\.pa\.api_key_env") as refused:
+        load_settings(data=changed)
+    assert "the key itself" in str(refused.value)
+    assert key not in str(refused.value)
+    assert key[:12] not in repr(refused.value)
+
+
 def test_api_key_from_a_mounted_file(tmp_path: Path) -> None:
     secret = tmp_path / "key"
     secret.write_text("sk-from-file\n")

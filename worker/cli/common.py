@@ -30,6 +30,7 @@ from worker.errors import STORE_DOWN, STORE_REFUSED, ConfigError, InputError
 from worker.fleet.errors import FleetUnavailable, UnknownTurn, write_refusal
 from worker.fleet.operations import check_text
 from worker.observability.redact import redact_url
+from worker.observability.visible import json_visible
 from worker.settings import RedisSettings
 from worker.types import Status
 
@@ -290,12 +291,21 @@ def write_out(text: str) -> None:
 def console() -> Console:
     """A console on the current stdout; wide when piped so tables do not wrap names."""
     out = sys.stdout
-    return Console(file=out, width=None if out.isatty() else 200, highlight=False)
+    # No colours and no markup: what a table shows is written out (`VisibleStream`), and a
+    # name or a reason read from Redis is never taken for rich's markup.
+    return Console(
+        file=out,
+        width=None if out.isatty() else 200,
+        highlight=False,
+        color_system=None,
+        markup=False,
+        emoji=False,
+    )
 
 
 def emit_json(value: object) -> None:
     """Print `value` as one JSON document."""
-    print(json.dumps(value, ensure_ascii=False))
+    print(json_visible(json.dumps(value, ensure_ascii=False)))
 
 
 def utc(ms: int | None) -> str:

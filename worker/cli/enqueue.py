@@ -34,6 +34,7 @@ from worker.cli.common import (
 from worker.cli.parsing import Commands, add_command, add_config_option, positive_seconds
 from worker.fleet.errors import FleetUnavailable, TurnRecorded
 from worker.fleet.operator_config import load_config
+from worker.observability.visible import json_visible
 from worker.settings import RedisSettings
 from worker.turn.intake import checked_turn
 
@@ -100,7 +101,7 @@ def _enqueue(args: argparse.Namespace) -> int:
             f"consuming queue {settings.worker.queue!r}?); the turn stays queued{later}",
             EXIT_TIMEOUT,
         ) from None
-    print(result.to_json())
+    print(json_visible(result.to_json()))
     return EXIT_BY_STATUS.get(result.status, EXIT_FAILED)
 
 

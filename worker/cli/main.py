@@ -67,6 +67,7 @@ from worker.cli.parsing import (
 from worker.fleet import environment
 from worker.fleet.errors import Unreadable
 from worker.fleet.operator_config import load_config
+from worker.observability.visible import VisibleStream, json_visible
 from worker.settings import Settings
 from worker.turn.intake import checked_turn
 from worker.types import TurnRequest, TurnResult
@@ -105,7 +106,7 @@ def _cmd_turn(args: argparse.Namespace) -> int:
     finally:
         if echo is not None:
             echo.end()
-    print(result.to_json())
+    print(json_visible(result.to_json()))
     return EXIT_BY_STATUS[result.status]
 
 
@@ -278,6 +279,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `relevo` console script."""
+    # Every line printed holds names, reasons and replies from Redis: none may act on the
+    # terminal (erase a line, reorder text), whichever command prints it.
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = VisibleStream(out), VisibleStream(err)
     try:
         try:
             return _run(argv)
@@ -289,13 +294,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BROKEN_PIPE
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    finally:
+        sys.stdout, sys.stderr = out, err
 
 
 def _run(argv: Sequence[str] | None) -> int:
     from worker.observability.logs import configure_logging
 
     args = build_parser().parse_args(argv)
-    configure_logging(level=args.log_level or "info")
+    # The raw stream: a terminal's log lines keep their colours (`configure_logging`
+    # writes their values out itself).
+    configure_logging(level=args.log_level or "info", stream=getattr(sys.stderr, "raw", None))
     args.config = environment.config_path(args.config)
     for line in config_command.stray_variables(args.config):
         warn(line)

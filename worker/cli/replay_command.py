@@ -29,6 +29,7 @@ from worker.cli.common import (
 from worker.cli.parsing import Commands, add_command, add_config_option, positive_int
 from worker.fleet.operator_config import load_config
 from worker.fleet.replay import CONCURRENCY, ReplaySummary, replay_fleet
+from worker.observability.visible import json_visible
 
 __all__ = ["register"]
 
@@ -116,7 +117,7 @@ def _verdict(summary: ReplaySummary, left: int) -> int:
 
 
 def _print_line(line: dict[str, Any]) -> None:
-    write_out(json.dumps(line, ensure_ascii=False) + "\n")
+    write_out(json_visible(json.dumps(line, ensure_ascii=False)) + "\n")
 
 
 def register(commands: Commands) -> None:

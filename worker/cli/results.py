@@ -48,6 +48,7 @@ from worker.fleet.errors import UnknownTurn
 from worker.fleet.operator_config import redis_settings
 from worker.fleet.streams import StreamEvent, StreamReader
 from worker.fleet.turnstore import TurnKeys, TurnStore, ask_known, known_from
+from worker.observability.visible import json_visible
 from worker.types import TurnResult
 
 __all__ = ["IDLE_TIMEOUT_S", "register"]
@@ -129,7 +130,7 @@ async def _result(args: Any) -> int:
             f"`relevo tail {args.turn_id}` follows it",
             EXIT_TIMEOUT,
         )
-    print(found.to_json())
+    print(json_visible(found.to_json()))
     return EXIT_BY_STATUS.get(found.status, EXIT_FAILED)
 
 

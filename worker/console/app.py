@@ -39,6 +39,7 @@ from worker.console.preview import preview
 from worker.console.recent import RecentFilter
 from worker.console.throttle import Throttle
 from worker.console.views import (
+    RESULT_BYTES_READ,
     SORTS,
     fleet_view,
     recent_view,
@@ -234,7 +235,13 @@ class _Console:
             return self.page(request, "error.html", 400, error=f"sort: one of {', '.join(SORTS)}")
         desc = request.query_params.get("desc", "1") != "0"
         tenants = await tenant_rows(
-            self.fleet, self.clients.viewer, search=search, sort=sort, desc=desc
+            self.fleet,
+            self.clients.viewer,
+            search=search,
+            sort=sort,
+            desc=desc,
+            # A viewer reads no prompt: hand-offs (whole turns) are counted for operators only.
+            handoffs_from=self.clients.operator if who.may_act else None,
         )
         loads = await tenant_loads(self.fleet, self.clients.viewer, search=search)
         return self.page(
@@ -266,7 +273,9 @@ class _Console:
             error = "turn id: 1-128 of A-Z a-z 0-9 _ . - (not starting with . or -)"
             return self.page(request, "turn.html", 400, view=None, turn_id=turn_id, error=error)
         view = await turn_view(self.fleet, self.clients.viewer, turn_id)
-        return self.page(request, "turn.html", view=view, turn_id=turn_id)
+        return self.page(
+            request, "turn.html", view=view, turn_id=turn_id, result_bytes_read=RESULT_BYTES_READ
+        )
 
     async def act(self, request: Request, who: Principal) -> Response:
         if not who.may_act:

@@ -10,7 +10,6 @@ Joiners inside emoji and scripts, newlines and tabs are left as they are.
 from __future__ import annotations
 
 import math
-import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,6 +17,8 @@ from jinja2 import Environment
 from markupsafe import Markup
 
 from budgets import format_micros
+from worker.observability.visible import ACTING
+from worker.observability.visible import visible as written_out
 
 __all__ = ["install"]
 
@@ -40,27 +41,27 @@ def percent(value: float | None) -> str:
     return "-" if value is None else f"{value:.0%}"
 
 
-_ACTING = re.compile(
-    "[\x00-\x08\x0b-\x0c\x0e-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b\u200e\u200f"
-    "\u202a-\u202e\u2028\u2029\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb"
-    "\U000e0000-\U000e007f]"
-)
+# A field of a stored result (an error, a detail, a model name) is shown up to this long.
+CLIP_CHARS = 1000
 
 
-def _shown(found: re.Match[str]) -> str:
-    return f"[U+{ord(found.group()):04X}]"
+def clip(value: Any, chars: int = CLIP_CHARS) -> Any:
+    """`value` cut to `chars` characters, saying how many more there were."""
+    if not isinstance(value, str) or len(value) <= chars:
+        return value
+    return f"{value[:chars]}… ({len(value) - chars:,} more characters not shown)"
 
 
 def visible(value: Any) -> Any:
     """`value` with characters that act on the text around them written out."""
-    if not isinstance(value, str) or not _ACTING.search(value):
+    if not isinstance(value, str) or not ACTING.search(value):
         return value
-    shown = _ACTING.sub(_shown, value)
+    shown = written_out(value, acting=ACTING)
     # "[U+…]" holds nothing HTML reads: already-escaped markup stays markup.
     return Markup(shown) if isinstance(value, Markup) else shown  # noqa: S704
 
 
 def install(env: Environment) -> None:
     """Add the filters to `env`, and `visible` on everything it prints."""
-    env.filters.update(usd=format_micros, utc=utc, seconds=seconds, percent=percent)
+    env.filters.update(usd=format_micros, utc=utc, seconds=seconds, percent=percent, clip=clip)
     env.finalize = visible

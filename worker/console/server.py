@@ -68,6 +68,10 @@ def _server(fleet: OperatorFleet, console: ConsoleSettings, tokens: Tokens) -> u
         access_log=False,  # the audit trail and the console's own logs say who did what
         lifespan="on",
         server_header=False,
+        # uvicorn trusts X-Forwarded-* from loopback by default: only `trusted_proxies`
+        # (worker/console/gate.py) may decide whose address and scheme a request has.
+        proxy_headers=False,
+        forwarded_allow_ips="",
     )
     return uvicorn.Server(config)
 

@@ -216,7 +216,7 @@ class TenantRow:
 
     report: budgets.BudgetReport
     degraded_turns: int  # among the fleet's recent turns, in the fallback window
-    handoffs: int  # among the newest hand-offs
+    handoffs: int | None  # among the newest hand-offs; None: not for this role to read
 
     @property
     def tenant(self) -> str:
@@ -248,7 +248,7 @@ SORTS = {
     "spent_month": lambda r: r.report.month.spent_micros,
     "fallback_today": lambda r: r.report.day.fallback_spent_micros,
     "degraded": lambda r: r.degraded_turns,
-    "handoffs": lambda r: r.handoffs,
+    "handoffs": lambda r: r.handoffs or 0,
 }
 
 
@@ -262,22 +262,38 @@ class Tenants:
     unreadable_handoffs: int = 0
 
 
+async def _handoffs(fleet: OperatorFleet, client: Redis | None) -> list[budgets.Handoff]:
+    if client is None:
+        return []
+    return await budgets.Handoffs(client, namespace=fleet.config.redis.namespace).list(
+        _HANDOFFS_READ
+    )
+
+
 async def tenant_rows(
-    fleet: OperatorFleet, client: Redis, *, search: str = "", sort: str = "used", desc: bool = True
+    fleet: OperatorFleet,
+    client: Redis,
+    *,
+    search: str = "",
+    sort: str = "used",
+    desc: bool = True,
+    handoffs_from: Redis | None = None,
 ) -> Tenants:
-    """Every tenant with limits or spend whose id contains `search`, sorted by `sort`."""
-    namespace = fleet.config.redis.namespace
+    """Every tenant with limits or spend whose id contains `search`, sorted by `sort`.
+
+    Hand-offs hold whole turns (prompts): they are counted through `handoffs_from`, the
+    operator's client, and not at all (None in each row) for a viewer."""
     watch = _observability(fleet)
     reports, recent, handoffs = await asyncio.gather(
         budget_reports(fleet.ledger(client)),
         read_recent(client, _keys(fleet), watch.fallback_window_s),
-        budgets.Handoffs(client, namespace=namespace).list(_HANDOFFS_READ),
+        _handoffs(fleet, handoffs_from),
     )
     degraded = Counter(r.tenant_id for r in recent.results if r.status is Status.DEGRADED)
     handed = Counter(h.tenant for h in handoffs if h.problem is None)
     needle = search.casefold()
     rows = [
-        TenantRow(r, degraded[r.tenant], handed[r.tenant])
+        TenantRow(r, degraded[r.tenant], None if handoffs_from is None else handed[r.tenant])
         for r in reports
         if needle in r.tenant.casefold()
     ]
@@ -302,9 +318,18 @@ async def tenant_loads(
     return sorted(loads, key=lambda x: (-x.queued, -x.in_flight, x.tenant))
 
 
+# What one turn's page renders at most: a stored result, a stream or a list of attempts
+# anyone who may write Redis made huge must not make a huge page (or a huge read).
+RESULT_BYTES_READ = 4 * 2**20
+ATTEMPTS_SHOWN = 100
+STREAM_CHARS_SHOWN = 256 * 2**10
+STREAM_ENTRIES_READ = 10_000
+
+
 @dataclass(frozen=True)
 class TurnView:
-    """One turn: its result (None while unknown or unfinished) and what it streamed."""
+    """One turn: its result (None while unknown or unfinished) and what it streamed, each
+    within the page's caps; `cut` says what was left out."""
 
     turn_id: str
     result: TurnResult | None
@@ -312,6 +337,9 @@ class TurnView:
     running: bool  # claimed by a worker and not finished
     bars: list[dict[str, float]] = field(default_factory=list)
     unreadable: str | None = None  # a result is stored, and why this release cannot read it
+    too_large: int | None = None  # a result is stored, this many bytes: over the cap, not read
+    attempts_cut: int = 0  # attempts after the first ATTEMPTS_SHOWN, not shown
+    stream_chars: int = 0  # the streamed text's length, when it was cut
 
 
 async def turn_view(fleet: OperatorFleet, client: Redis, turn_id: str) -> TurnView:
@@ -319,13 +347,35 @@ async def turn_view(fleet: OperatorFleet, client: Redis, turn_id: str) -> TurnVi
     keys = _keys(fleet)
     pipe = client.pipeline(transaction=False)
     pipe.exists(keys.claim(turn_id))
-    pipe.xrange(keys.chunks(turn_id), count=10_000)
-    claimed, chunks = await pipe.execute()
+    pipe.xrange(keys.chunks(turn_id), count=STREAM_ENTRIES_READ)
+    pipe.strlen(keys.result(turn_id))
+    claimed, chunks, size = await pipe.execute()
+    streamed = read_chunks(StreamReader(client, keys.chunks(turn_id)), chunks)
+    whole = len(streamed.text)
+    if whole > STREAM_CHARS_SHOWN:
+        streamed = Streamed(streamed.text[:STREAM_CHARS_SHOWN], streamed.unreadable)
+    cut_stream = whole if whole > STREAM_CHARS_SHOWN else 0
+    if int(size) > RESULT_BYTES_READ:
+        return TurnView(
+            turn_id, None, streamed, False, too_large=int(size), stream_chars=cut_stream
+        )
     stored = await read_result(client, keys, turn_id)
     result = stored.result
     running = bool(claimed) and result is None and not stored.unreadable
-    streamed = read_chunks(StreamReader(client, keys.chunks(turn_id)), chunks)
-    return TurnView(turn_id, result, streamed, running, _bars(result), stored.unreadable)
+    cut = 0
+    if result is not None and len(result.attempts) > ATTEMPTS_SHOWN:
+        cut = len(result.attempts) - ATTEMPTS_SHOWN
+        result = result.model_copy(update={"attempts": result.attempts[:ATTEMPTS_SHOWN]})
+    return TurnView(
+        turn_id,
+        result,
+        streamed,
+        running,
+        _bars(result),
+        stored.unreadable,
+        attempts_cut=cut,
+        stream_chars=cut_stream,
+    )
 
 
 def _bars(result: TurnResult | None) -> list[dict[str, float]]:

@@ -83,7 +83,10 @@ def run_demo(
         raise ConfigError("--rate: between 0.5 and 100 turns per second")
     if not 1 <= concurrency <= 256:
         raise ConfigError("--concurrency: between 1 and 256")
-    options = _Options(rate, concurrency, as_json, console or Console())
+    # The terminal itself, past the `relevo` command's written-out stdout: the live view
+    # is relevo's own drawing (colours, cursor moves) of the demo's own simulated turns.
+    console = console or Console(file=getattr(sys.stdout, "raw", sys.stdout))
+    options = _Options(rate, concurrency, as_json, console)
     log_file = _logs_to_new_file()
     fleets = (
         embedded_fleet(concurrency) if redis_url is None else remote_fleet(redis_url, Path(config))

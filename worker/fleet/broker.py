@@ -236,7 +236,7 @@ class _Channel(kombu_redis.Channel):
             super()._put(queue, message, **kwargs)  # type: ignore[no-untyped-call]
             return
         with self.conn_or_acquire() as client:
-            enqueue_sync(
+            queued = enqueue_sync(
                 client,
                 options[FAIR_NAMESPACE],
                 tenant=tenant,
@@ -245,6 +245,8 @@ class _Channel(kombu_redis.Channel):
                 input_tokens=int(headers[TOKENS_HEADER]),
                 message=dumps(message),  # type: ignore[no-untyped-call]
             )
+        if queued is None:  # the fair queue's script is not loaded yet (`enqueue_sync`)
+            super()._put(queue, message, **kwargs)  # type: ignore[no-untyped-call]
 
     def _connparams(self, asynchronous: bool = False) -> Any:
         # After a lost connection Celery closes the kombu connection twice: the first close

@@ -88,6 +88,9 @@ _PUBLISHING = "publishing the turn (it is recorded: a worker sends it if it did 
 _CONNECTING = "connecting to send the turn (nothing was sent: it will not run)"
 
 
+_ARGS_SHOWN = "[content]"
+
+
 def send_turn(app: Celery, turn: TurnRequest, *, ignore_result: bool = False) -> AsyncResult:
     """Record the turn as sent, then publish it through Celery's `send_task` (its publish
     signals fire).
@@ -127,6 +130,9 @@ def send_turn(app: Celery, turn: TurnRequest, *, ignore_result: bool = False) ->
                     TASK_NAME,
                     args=[payload],
                     task_id=turn.turn_id,
+                    # Shown by Celery's logs, `celery inspect` and Flower: never the turn's text.
+                    argsrepr=_ARGS_SHOWN,
+                    kwargsrepr="{}",
                     # The payload stays as relevo 0.1.0's workers validate it: no field more.
                     headers={
                         **_fair_headers(turn),

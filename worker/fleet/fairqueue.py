@@ -40,7 +40,7 @@ from typing import Any, cast
 
 import structlog
 from redis.asyncio import Redis
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoPermissionError, NoScriptError
 
 from breakers.rediskit import LuaScripts, hash_tag, text
 from budgets.errors import InvalidAmountError
@@ -60,6 +60,7 @@ __all__ = [
 ]
 
 SCRIPTS = LuaScripts("worker.fleet")
+log = structlog.get_logger("relevo.fleet")
 # What the fair queue needs of a turn, in its message's headers (`send_turn`); a message
 # without them (an older producer's) goes straight to the broker's queue.
 TENANT_HEADER = "relevo_tenant"
@@ -148,16 +149,25 @@ def enqueue_sync(
     deadline_ms: int,
     input_tokens: int,
     message: str,
-) -> bool:
+) -> bool | None:
     """Queue a broker message for its tenant, on a blocking client (the broker channel's);
-    False when the turn is queued already."""
+    False when the turn is queued already. None when Redis lacks the script and this
+    client may not run it otherwise (a producer runs it by SHA only: the workers load it,
+    deploy/redis/users.acl.in): the caller sends the message straight to the queue."""
     fair = FairKeys(namespace)
     keys = [*fair.common(), fair.key("seq"), fair.key("wake"), fair.key("deadlines")]
     args = ["", tenant, turn_id, deadline_ms, input_tokens, message]
     try:
         return bool(client.evalsha(SCRIPTS.sha("enqueue"), len(keys), *keys, *args))
     except NoScriptError:
+        pass
+    try:
         return bool(client.eval(SCRIPTS.bodies["enqueue"], len(keys), *keys, *args))
+    except NoPermissionError:
+        # No worker has loaded it since Redis started: the turn waits in the broker's
+        # queue instead, outside the tenants' shares, rather than fail to be sent.
+        log.warning("fair.enqueue_script_missing", turn_id=turn_id)
+        return None
 
 
 class FairQueue:

@@ -18,7 +18,10 @@ from pydantic import BaseModel, ConfigDict
 from redis.asyncio import Redis
 
 from breakers.rediskit import text
+from breakers.scripts import SCRIPTS as BREAKER_SCRIPTS
+from budgets.scripts import SCRIPTS as BUDGET_SCRIPTS
 from worker.fleet.errors import Unreadable
+from worker.fleet.fairqueue import SCRIPTS as FAIR_SCRIPTS
 from worker.fleet.schema import HEARTBEAT_SCHEMA, log_unreadable, read_stored
 from worker.fleet.turnstore import TurnKeys
 
@@ -31,6 +34,7 @@ __all__ = [
     "Node",
     "Unreached",
     "beat",
+    "keep_scripts",
     "nodes",
     "read_heartbeats",
     "unreached",
@@ -83,6 +87,16 @@ async def beat(redis: Redis, keys: TurnKeys, heartbeat: Heartbeat) -> int:
     pipe.zcount(keys.workers, now_ms - int(ALIVE_S * 1000), "+inf")
     replies = await pipe.execute()
     return max(1, int(replies[-1]))
+
+
+async def keep_scripts(turns: Redis, shared: Redis) -> int:
+    """Load, where Redis lost them (a restart, a failover), the scripts that other roles
+    run by SHA only and may not load (deploy/redis/users.acl.in): the producer's fair
+    enqueue on the turn store, the viewer's breaker inspection and budget report on the
+    shared store. Three SCRIPT EXISTS while they are there; how many were loaded."""
+    loaded = await FAIR_SCRIPTS.keep_loaded(turns, ("enqueue",))
+    loaded += await BREAKER_SCRIPTS.keep_loaded(shared, ("inspect",))
+    return loaded + await BUDGET_SCRIPTS.keep_loaded(shared, ("report",))
 
 
 @dataclass(frozen=True)

@@ -183,7 +183,7 @@ class _Channel(pyamqp.Channel):
             return False
         backend = app.backend
         with fleet_errors(backend.url):  # the fair queue's Redis failed, not RabbitMQ
-            enqueue_sync(
+            queued = enqueue_sync(
                 backend.client,
                 fair.namespace,
                 tenant=tenant,
@@ -192,7 +192,7 @@ class _Channel(pyamqp.Channel):
                 input_tokens=int(headers[TOKENS_HEADER]),
                 message=envelope(msg, exchange, routing_key),
             )
-        return True
+        return queued is not None  # None: not loaded yet, publish to RabbitMQ as it is
 
 
 def _transport(url: str, fair: _Fair | None, confirm_timeout_s: float) -> type[pyamqp.Transport]:

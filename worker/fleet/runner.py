@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import httpx
 import structlog
 from pydantic import TypeAdapter, ValidationError
+from redis.exceptions import RedisError
 
 from breakers import KillSwitchState
 from breakers.schema import SCHEMA_FIELD, version_problem
@@ -30,7 +31,14 @@ from worker.fleet.dispatcher import QUEUE_DEADLINE, Dispatcher
 from worker.fleet.environment import node_name
 from worker.fleet.errors import Unreadable
 from worker.fleet.fairqueue import FairQueue
-from worker.fleet.heartbeat import ALIVE_S, BEAT_EVERY_S, Heartbeat, beat, read_heartbeats
+from worker.fleet.heartbeat import (
+    ALIVE_S,
+    BEAT_EVERY_S,
+    Heartbeat,
+    beat,
+    keep_scripts,
+    read_heartbeats,
+)
 from worker.fleet.loop import LoopThread
 from worker.fleet.rabbitmq import RabbitQueue, held_delivery_s, outbox_key
 from worker.fleet.schema import TURN_SCHEMA, log_unreadable
@@ -77,6 +85,8 @@ _KILL_FRESH_S = 0.5
 _COMPARE_EVERY = 12
 # Redis gone or slow: a record kept, a heartbeat missed.
 _FORGET_ERRORS: tuple[type[BaseException], ...] = (*STORE_DOWN, TimeoutError)
+# A worker user without SCRIPT LOAD (not the deploy's) too: its turns need none.
+_KEEP_ERRORS: tuple[type[BaseException], ...] = (*_FORGET_ERRORS, RedisError)
 
 
 def rejected_input(
@@ -208,6 +218,12 @@ class TurnRunner:
             return
         # While Redis is away, the live processes share each tenant's room.
         self.guard.offline.processes = alive
+        try:
+            # Each beat: a restart or a failover can empty the script cache at any time.
+            async with asyncio.timeout(self.settings.redis.timeout_s * 4):
+                await keep_scripts(self.store.redis, self.guard.redis)
+        except _KEEP_ERRORS as exc:
+            log.debug("worker.scripts_not_kept", error=type(exc).__name__)
 
     async def _report_forever(self) -> None:
         # Gauges and heartbeat while idle too: a turn also updates the gauges. Closing

@@ -27,7 +27,6 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
 import budgets
-from breakers.rediskit import text
 from worker.errors import STORE_DOWN, STORE_REFUSED
 from worker.fleet.fairqueue import FairQueue, TenantLoad
 from worker.guard.stores import budget_ledger
@@ -158,7 +157,7 @@ class TenantSnapshots:
             while True:
                 async with asyncio.timeout(_PAGE_TIMEOUT_S):
                     cursor, page = await client.sscan(ledger.keys.tenants(), cursor, count=_PAGE)
-                    fresh = [t for t in dict.fromkeys(text(m) for m in page) if t not in seen]
+                    fresh = [t for t in dict.fromkeys(map(_member, page)) if t not in seen]
                     seen.update(fresh)
                     named = [t for t in fresh if _is_tenant(t)]
                     unreadable += len(fresh) - len(named)
@@ -323,3 +322,9 @@ def _budget_families(reports: list[budgets.BudgetReport]) -> Iterator[Metric]:
                 taken = numbers.spent_micros + numbers.reserved_micros
                 used.add_metric(key, taken / numbers.limit_micros)
     yield from (spend, remaining, used, held, reclaimed, reclaimed_micros)
+
+
+def _member(raw: object) -> str:
+    """A member of the tenants set as text; bytes that are not UTF-8 (written by hand or
+    by another tool) become text no tenant id matches, so the member is counted unreadable."""
+    return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)

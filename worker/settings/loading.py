@@ -4,6 +4,7 @@ cross-references no single field can see."""
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -173,10 +174,26 @@ class Settings(BaseSettings):
                 source = (
                     f"file {provider.api_key_file}"
                     if provider.api_key_file is not None
-                    else f"environment variable {provider.api_key_env}"
+                    else _variable(provider.api_key_env)
                 )
                 key = "api_key_file" if provider.api_key_file is not None else "api_key_env"
                 raise ConfigError(f"providers.{name}.{key}: no API key in {source}")
+
+
+# How environment variables are named (OPENAI_API_KEY): any other name is shown as
+# hidden, since a key pasted in its place (AIzaSy..., a hex key) passes the field's pattern.
+_VARIABLE_NAME = re.compile(r"[A-Z][A-Z0-9]*(_[A-Z0-9]+)*")
+_MAX_SHOWN_NAME = 40
+
+
+def _variable(name: str | None) -> str:
+    """The variable `api_key_env` names, as an error may show it: never a value."""
+    if name is not None and len(name) <= _MAX_SHOWN_NAME and _VARIABLE_NAME.fullmatch(name):
+        return f"environment variable {name}"
+    return (
+        "the environment variable it names (the name is not shown: it is not written as"
+        " a variable's name is, in capitals; is it the key itself?)"
+    )
 
 
 def load_settings(

@@ -39,6 +39,9 @@ class ObservabilitySettings(Section):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     """relevo's own lines at this level and above; Celery's, kombu's and redis-py's join the
     same stream, each with its `logger` name (warnings and above; everything at `debug`)."""
+    log_content: bool = False
+    """Keep the turns and results in Celery's task lines, prompts and replies included:
+    for debugging only. Off, no log line holds a prompt, reply, tool argument or tool output."""
     tracing: bool = False
     """OpenTelemetry spans (`pip install 'relevo[otel]'`; docs/observability.md)."""
     # Unused when the process has set up its own tracer provider.
