@@ -7,6 +7,8 @@ import argparse
 import asyncio
 import os
 import re
+import secrets
+import socket
 import subprocess
 import sys
 import time
@@ -490,3 +492,48 @@ def test_exit_codes_are_defined_only_in_common() -> None:
         if module.name != "common.py":
             assert not re.search(r"^EXIT_\w+\s*=", module.read_text(), re.M), module
             assert not re.search(r"return (1\d\d|[1-9])\b", module.read_text()), module
+
+
+def test_every_command_lists_its_exit_codes_in_order_and_every_option_says_what_it_is() -> None:
+    for path, parser in parsers(build_parser()):
+        codes = [int(c) for c in re.findall(r"^ {2}(\d+) ", parser.epilog or "", re.M)]
+        assert codes == sorted(codes), path
+        for action in parser._actions:
+            if action.option_strings and action.help != argparse.SUPPRESS:
+                assert action.help, (path, action.option_strings)
+
+
+def test_a_taken_port_ends_the_console_with_exit_11_and_one_line(
+    tmp_path: Path, redis_url: str, namespace: str
+) -> None:
+    """uvicorn's own "could not start" is 3, which relevo gives a degraded turn."""
+    config = redis_only(tmp_path / "redis.toml", redis_url, namespace)
+    env = {**os.environ, "RELEVO_CONSOLE_TOKENS": "alice operator " + secrets.token_urlsafe(32)}
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        done = subprocess.run(
+            [*RELEVO, "console", "--config", str(config), "--port", str(port)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert done.returncode == 11, done.stderr
+    assert f"relevo: console: could not serve on 127.0.0.1 port {port}" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_taken_port_ends_the_simulator_with_exit_11_and_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert relevo("simulate", "--port", str(port)) == 11
+    err = capsys.readouterr().err
+    assert err.startswith(f"relevo: simulate: could not listen on 127.0.0.1 port {port} (")
+    assert len(err.splitlines()) == 1

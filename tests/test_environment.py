@@ -39,6 +39,7 @@ COMMANDS = {
     ("handoffs",): ["handoffs"],
     ("result",): ["result", "t1"],
     ("tail",): ["tail", "t1"],
+    ("config", "check"): ["config", "check"],
 }
 
 

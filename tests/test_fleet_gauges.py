@@ -192,7 +192,8 @@ def test_relevo_exporter_serves_the_fleet_state_and_stops_on_sigterm(
     assert ("relevo_breaker_state", frozenset({("scope", "vendor:openai")})) in series
 
 
-def test_a_taken_port_ends_the_exporter_with_exit_6(tmp_path: Path) -> None:
+def test_a_taken_port_ends_the_exporter_with_exit_11(tmp_path: Path) -> None:
+    """Exit 11, not 6: 6 says Redis did not answer, and an operator would look there."""
     path = tmp_path / "chain.toml"
     sections = '[observability]\nmetrics_addr = "127.0.0.1"\n'
     dead = f"redis://127.0.0.1:{free_port()}/0"
@@ -210,8 +211,10 @@ def test_a_taken_port_ends_the_exporter_with_exit_6(tmp_path: Path) -> None:
             timeout=30,
             check=False,
         )
-    assert done.returncode == 6
+    assert done.returncode == 11
     assert b"metrics.not_served" in done.stderr
+    assert f"relevo: exporter: port {port} could not be bound".encode() in done.stderr
+    assert b"Traceback" not in done.stderr
 
 
 def test_a_runner_beats_with_its_version_and_the_turns_it_runs(

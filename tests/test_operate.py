@@ -44,6 +44,7 @@ from worker.adapters import make_client
 from worker.cli.main import main
 from worker.fleet import AsyncTurnHandle, Producer, StreamEvent
 from worker.fleet.app import make_app
+from worker.fleet.audit import AuditTrail
 from worker.fleet.enqueue import TurnHandle, enqueue_turn
 from worker.fleet.heartbeat import Heartbeat, beat
 from worker.fleet.replay import Delivery, Replayed, ReplaySummary, chain_runner, replay_held
@@ -330,6 +331,36 @@ def test_kill_switch_on_status_off_round_trip(
     assert relevo("kill-switch", "status") == 0
     assert capsys.readouterr().out.startswith("kill switch: off")
     assert on_redis(redis_url, lambda c: breakers.KillSwitch(c, namespace=ns).status()) is None
+
+
+@pytest.mark.parametrize(
+    ("args", "confirmed"),
+    [
+        (("kill-switch", "on", "--reason", "incident 43"), "kill switch ON since "),
+        (("kill-switch", "off"), "kill switch OFF"),
+        (("budgets", "set", "acme", "--daily", "5", "--monthly", "9"), "acme: daily $5.00"),
+        (("breakers", "open", "vendor:openai"), "vendor:openai: "),
+    ],
+)
+def test_an_action_prints_its_confirmation_and_keeps_its_log_lines_in_the_audit_trail(
+    ns: str,
+    redis_url: str,
+    capsys: pytest.CaptureFixture[str],
+    args: tuple[str, ...],
+    confirmed: str,
+) -> None:
+    """Without --log-level, no "audit.action" (or breakers) log line on the terminal."""
+    seed_fleet(redis_url, ns)
+    if args[-1] == "off":
+        assert relevo("kill-switch", "on", "--reason", "to turn off") == 0
+        capsys.readouterr()
+    assert main([*args, "--who", "alice"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith(confirmed)
+    assert "audit.action" not in captured.err
+    assert "breakers." not in captured.err
+    trail = on_redis(redis_url, lambda c: AuditTrail(c, namespace=ns).latest(2))
+    assert [(e.who, e.outcome == "requested") for e in trail] == [("alice", False), ("alice", True)]
 
 
 def test_kill_switch_on_names_the_workers_that_may_not_have_seen_it(

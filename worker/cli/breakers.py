@@ -18,6 +18,7 @@ from worker.cli.common import (
     duration,
     emit_json,
     iso,
+    operator_action,
     operator_command,
     operator_redis,
     operator_who,
@@ -201,7 +202,7 @@ def register(commands: Commands) -> None:
                 help="then half-open (default: open until closed)",
             )
         add_redis_options(sub)
-        sub.set_defaults(func=operator_command(_force))
+        sub.set_defaults(func=operator_action(_force))
     gone = add_command(
         actions,
         "clear-gone",
@@ -211,13 +212,13 @@ def register(commands: Commands) -> None:
         "the fleet skips it for [breakers] model_gone_s. Once the model is back (or the "
         "chain was fixed), this ends the mark at once. PROVIDER and MODEL are as `relevo "
         "breakers` lists them (account|model). A rate limit's cooldown is refused (exit 2): "
-        "it ends by itself. Logged (breakers.gone_cleared) with --who.",
+        "it ends by itself. Recorded in the audit trail with --who.",
     )
     gone.add_argument("provider", metavar="PROVIDER", help="the provider account, e.g. openai")
     gone.add_argument("model", metavar="MODEL", help="the provider's model id, e.g. gpt-5")
     gone.add_argument("--who", help="defaults to $USER")
     add_redis_options(gone)
-    gone.set_defaults(func=operator_command(_clear_gone))
+    gone.set_defaults(func=operator_action(_clear_gone))
 
 
 _SCOPES_HELP = (

@@ -21,6 +21,7 @@ from worker.cli.common import (
     console,
     emit_json,
     iso,
+    operator_action,
     operator_command,
     operator_redis,
     operator_who,
@@ -278,7 +279,7 @@ def register(commands: Commands) -> None:
         help="how far worst cases may run past a limit (default 0: never)",
     )
     add_redis_options(put)
-    put.set_defaults(func=operator_command(_set))
+    put.set_defaults(func=operator_action(_set))
 
     move = add_command(
         actions,
@@ -298,6 +299,12 @@ def register(commands: Commands) -> None:
     handoffs = add_command(
         commands, "handoffs", "turns handed to people, newest first", exits=_EXITS
     )
-    handoffs.add_argument("--count", type=positive_int, default=50, metavar="N")
+    handoffs.add_argument(
+        "--count",
+        type=positive_int,
+        default=50,
+        metavar="N",
+        help="show the newest N hand-offs (default: 50)",
+    )
     add_redis_options(handoffs)
     handoffs.set_defaults(func=operator_command(_handoffs))

@@ -43,6 +43,7 @@ __all__ = [
     "EXIT_INTERRUPTED",
     "EXIT_MEANINGS",
     "EXIT_OK",
+    "EXIT_PORT",
     "EXIT_RECORDED",
     "EXIT_REFUSED",
     "EXIT_REJECTED",
@@ -59,6 +60,7 @@ __all__ = [
     "emit_json",
     "iso",
     "note",
+    "operator_action",
     "operator_command",
     "operator_redis",
     "operator_who",
@@ -80,6 +82,7 @@ EXIT_REFUSED = 7  # the kill switch is on
 EXIT_TIMEOUT = 8  # gave up waiting; the turn may still finish
 EXIT_UNREADABLE = 9  # something stored this release cannot read: newer, or damaged
 EXIT_RECORDED = 10  # enqueue: the send failed after the turn was recorded; it will run
+EXIT_PORT = 11  # a port to serve on could not be bound
 EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports SIGINT
 EXIT_BROKEN_PIPE = 141  # stdout closed early (`| head`), as a shell reports SIGPIPE
 EXIT_MEANINGS: Mapping[int, str] = MappingProxyType(
@@ -100,6 +103,7 @@ EXIT_MEANINGS: Mapping[int, str] = MappingProxyType(
         "or it is damaged",
         EXIT_RECORDED: "enqueue: Redis failed after the turn was recorded: it will run (a "
         "worker sends it); its id is printed, keep it (relevo result ID)",
+        EXIT_PORT: "a port to serve on could not be bound (in use, or not allowed)",
         EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
         EXIT_BROKEN_PIPE: "standard output was closed early (e.g. | head)",
     }
@@ -238,6 +242,24 @@ def operator_command(handler: Handler) -> Callable[[Any], int]:
 
     def run(args: Any) -> int:
         return asyncio.run(handler(args))
+
+    return run
+
+
+def operator_action(handler: Handler) -> Callable[[Any], int]:
+    """`operator_command` for an action the audit trail records (`worker.fleet.audit`).
+
+    Unless `--log-level` is given, only errors are logged: the trail keeps the action and
+    stdout confirms it, so its log lines on the operator's terminal would only repeat them.
+    """
+    command = operator_command(handler)
+
+    def run(args: Any) -> int:
+        if getattr(args, "log_level", None) is None:
+            from worker.observability.logs import configure_logging
+
+            configure_logging(level="error")
+        return command(args)
 
     return run
 

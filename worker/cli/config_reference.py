@@ -44,6 +44,15 @@ its variables, so name providers with letters, digits and `_` to override them; 
 model's slug holds a `/`, so `[models]` is set in the file only. Amounts are dollars in
 the file and integer micro-dollars everywhere else.
 
+`relevo config check --config FILE` reads the file and the environment as a worker
+would, runs the same checks, and prints every key's effective value (passwords and
+keys redacted) with the variable that set it. A misspelt key is refused with the
+nearest real one (`chain.modles: Extra inputs are not permitted (did you mean
+'models'?)`); a list or table variable that is not JSON is named with what it expects;
+a `RELEVO_` variable that sets nothing (`RELEVO_REDIS_URL`, one underscore) is not an
+error, since pydantic-settings ignores it, but every command warns about it on stderr
+with the nearest real name. Configuration errors exit 2, in one line.
+
 This page is written by `python -m worker.cli.config_reference` from the settings
 models (the `worker.settings` package); each meaning is the field's docstring there.
 """

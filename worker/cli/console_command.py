@@ -6,12 +6,14 @@ import argparse
 
 from pydantic import ValidationError
 
-from worker.cli.common import EXIT_OK, EXIT_USAGE
+from worker.cli.common import EXIT_OK, EXIT_PORT, EXIT_USAGE, OperatorError
 from worker.cli.parsing import Commands, add_command, add_config_option
 from worker.errors import ConfigError
 from worker.settings import ConsoleSettings
 
 __all__ = ["register"]
+
+_UVICORN_STARTUP_FAILURE = 3
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -31,7 +33,17 @@ def _serve(args: argparse.Namespace) -> int:
         console = ConsoleSettings.model_validate({**console.model_dump(), **overrides})
     except ValidationError as exc:
         raise ConfigError(f"--host/--port: {exc.errors()[0]['msg']}") from None
-    serve_console(fleet, console)
+    try:
+        serve_console(fleet, console)
+    except SystemExit as exc:
+        # uvicorn's "could not start" (3): its line above says why, e.g. the port is in use.
+        if exc.code != _UVICORN_STARTUP_FAILURE:
+            raise
+        raise OperatorError(
+            f"console: could not serve on {console.host} port {console.port} (see the "
+            "line above); choose another with --port",
+            EXIT_PORT,
+        ) from None
     return EXIT_OK
 
 
@@ -41,7 +53,7 @@ def register(commands: Commands) -> None:
         commands,
         "console",
         "serve the operator console in the browser (127.0.0.1:8800 by default)",
-        exits=(EXIT_OK, EXIT_USAGE),
+        exits=(EXIT_OK, EXIT_USAGE, EXIT_PORT),
         details="Logins are the tokens of RELEVO_CONSOLE_TOKENS or [console] tokens_file, "
         'one "NAME ROLE TOKEN" a line (ROLE viewer or operator). Pages say so while Redis '
         "does not answer, and recover when it does. Ctrl-C stops it.",

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from worker.cli.common import EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
+from worker.cli.common import EXIT_OK, EXIT_PORT, EXIT_USAGE, OperatorError
 from worker.cli.parsing import Commands, add_command, add_config_option, positive_int
 from worker.fleet.environment import CONFIG_VARIABLE, NODE_VARIABLE, variable
 from worker.fleet.exporter import serve_fleet_metrics, serve_metrics
@@ -64,10 +64,11 @@ def register(commands: Commands) -> None:
         commands,
         "exporter",
         "serve the fleet's state from Redis to Prometheus (run one per fleet)",
-        exits=(EXIT_OK, EXIT_USAGE, EXIT_UNAVAILABLE),
+        exits=(EXIT_OK, EXIT_USAGE, EXIT_PORT),
         details="Breakers, budgets, the kill switch, held turns and the queue's depth, read "
         "from Redis at each scrape. Worker nodes serve only their own metrics: one reader "
-        "for the fleet, however many nodes. Exit 6: the port could not be bound.",
+        "for the fleet, however many nodes.",
+        notes={EXIT_PORT: "--port could not be bound (in use, or not allowed)"},
     )
     add_config_option(exporter, "chain configuration (TOML)")
     exporter.add_argument(
@@ -146,7 +147,11 @@ def _exporter(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, finish)
     with serve_fleet_metrics(settings, args.port) as served:
         if not served:
-            return EXIT_UNAVAILABLE
+            raise OperatorError(
+                f"exporter: port {args.port} could not be bound (see the log line above); "
+                "choose another with --port",
+                EXIT_PORT,
+            )
         print(f"relevo exporter: the fleet's state on port {args.port}", file=sys.stderr)
         while not stop.wait(1.0):
             pass

@@ -18,6 +18,7 @@ from worker.cli.common import (
     EXIT_USAGE,
     emit_json,
     iso,
+    operator_action,
     operator_command,
     operator_redis,
     operator_who,
@@ -130,10 +131,12 @@ def register(commands: Commands) -> None:
         "([redis] rejoin_check_s plus timeout_s later), and names the worker processes "
         "that could not reach Redis at their last heartbeat.",
     )
-    on.add_argument("--reason", required=True)
+    on.add_argument(
+        "--reason", required=True, help="why, for the workers' logs and the audit trail"
+    )
     on.add_argument("--who", help="defaults to $USER")
     add_redis_options(on, json=False)
-    on.set_defaults(func=operator_command(_kill_on))
+    on.set_defaults(func=operator_action(_kill_on))
     off = add_command(
         modes,
         "off",
@@ -145,7 +148,7 @@ def register(commands: Commands) -> None:
     )
     off.add_argument("--who", help="defaults to $USER")
     add_redis_options(off, json=False)
-    off.set_defaults(func=operator_command(_kill_off))
+    off.set_defaults(func=operator_action(_kill_off))
     status = add_command(
         modes, "status", "who turned it on, why and since when (exit 0 either way)", exits=exits
     )

@@ -7,7 +7,7 @@
     relevo breakers [open|close|reset SCOPE]       relevo kill-switch on|off|status
     relevo budgets list|show|set ...               relevo replay-held --config FILE
     relevo handoffs                                relevo console --config FILE
-    relevo tenants [list|set|clear ...]
+    relevo tenants [list|set|clear ...]            relevo config check --config FILE
 
 Exit codes are `worker.cli.common`'s (`relevo --help` lists them). Errors the user can
 fix are one line on stderr, never a traceback; so is a closed stdout (`| head`).
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import os
 import sys
 import textwrap
@@ -26,6 +27,7 @@ from importlib import metadata
 from worker.cli import (
     breakers,
     budgets,
+    config_command,
     console_command,
     enqueue,
     fleet,
@@ -43,6 +45,7 @@ from worker.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_MEANINGS,
     EXIT_OK,
+    EXIT_PORT,
     EXIT_REJECTED,
     EXIT_UNREADABLE,
     EXIT_USAGE,
@@ -50,6 +53,7 @@ from worker.cli.common import (
     OperatorError,
     OutputClosed,
     read_input,
+    warn,
 )
 from worker.cli.parsing import (
     CONFIG_HELP,
@@ -86,7 +90,14 @@ _OPTIONS_ANYWHERE = (
 
 def _cmd_turn(args: argparse.Namespace) -> int:
     settings = load_config(args.config)
-    request = checked_turn(read_input(args.input), settings.limits)
+    if args.input is None and sys.stdin.isatty():
+        # Else it would wait for input no one knows it expects, then call it invalid JSON.
+        # `--input -` at a terminal is asked for: the JSON may be typed or pasted.
+        raise OperatorError(
+            "turn: the turn request is JSON on stdin or in --input FILE, e.g. "
+            "relevo turn --config FILE --input examples/turn.json"
+        )
+    request = checked_turn(read_input(args.input or "-"), settings.limits)
     echo = _Echo() if args.stream else None
     if args.stream and not request.stream:
         request = request.model_copy(update={"stream": True})
@@ -127,10 +138,23 @@ class _Echo:
             sys.stderr.flush()
 
 
+# The errors of a port that is taken, not ours to bind, or on no interface here.
+_UNBINDABLE = frozenset({errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL})
+
+
 def _cmd_simulate(args: argparse.Namespace) -> int:
     from worker.simulator import serve
 
-    serve(args.host, args.port, seed=args.seed)
+    try:
+        serve(args.host, args.port, seed=args.seed)
+    except OSError as exc:
+        if exc.errno not in _UNBINDABLE:
+            raise
+        raise OperatorError(
+            f"simulate: could not listen on {args.host} port {args.port} ({exc.strerror}); "
+            "choose another with --port",
+            EXIT_PORT,
+        ) from None
     return EXIT_OK
 
 
@@ -159,15 +183,24 @@ def _add_local_commands(commands: Commands) -> None:
         "as it arrives. No Redis: no shared breakers or budgets.",
     )
     add_config_option(turn, "chain configuration")
-    turn.add_argument("--input", default="-", help="turn request JSON file, or - for stdin")
+    turn.add_argument(
+        "--input", help="turn request JSON file, or - for stdin (the default, unless a terminal)"
+    )
     turn.add_argument("--stream", action="store_true", help="stream content to stderr")
     turn.set_defaults(func=_cmd_turn)
 
     simulate = add_command(
-        commands, "simulate", "serve simulated providers on loopback", exits=(EXIT_OK,)
+        commands,
+        "simulate",
+        "serve simulated providers on loopback",
+        exits=(EXIT_OK, EXIT_PORT),
     )
-    simulate.add_argument("--host", default="127.0.0.1")
-    simulate.add_argument("--port", type=int, default=8900)
+    simulate.add_argument(
+        "--host", default="127.0.0.1", help="the address to listen on (default: %(default)s)"
+    )
+    simulate.add_argument(
+        "--port", type=int, default=8900, help="the port to listen on (default: %(default)s)"
+    )
     simulate.add_argument(
         "--seed", type=int, default=None, help="seed the faults' random draws (reproducible)"
     )
@@ -224,7 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"relevo {_version()}")
-    parser.add_argument("--log-level", choices=LOG_LEVELS)
+    parser.add_argument("--log-level", choices=LOG_LEVELS, help="what this command logs on stderr")
     parser.set_defaults(**SHARED_DEFAULTS)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_local_commands(commands)
@@ -238,6 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
         budgets.register,
         tenants.register,
         console_command.register,
+        config_command.register,
     ):
         register(commands)
     return parser
@@ -272,6 +306,8 @@ def _run(argv: Sequence[str] | None) -> int:
     # writes their values out itself).
     configure_logging(level=args.log_level or "info", stream=getattr(sys.stderr, "raw", None))
     args.config = environment.config_path(args.config)
+    for line in config_command.stray_variables(args.config):
+        warn(line)
     if args.needs_config and args.config is None:
         return _fail(f"{args.command}: --config FILE is needed (or RELEVO_CONFIG)", EXIT_USAGE)
     func: Callable[[argparse.Namespace], int] = args.func

@@ -69,9 +69,10 @@ def add_command(
 
 
 def exit_epilog(codes: Iterable[int], notes: Mapping[int, str] | None = None) -> str:
-    """The exit codes `codes`, one a line, as `EXIT_MEANINGS` (or `notes`) words them."""
+    """The exit codes `codes`, one a line in ascending order, as `EXIT_MEANINGS` (or
+    `notes`) words them."""
     lines = ["exit status:"]
-    for code in codes:
+    for code in sorted(codes):
         meaning = (notes or {}).get(code, EXIT_MEANINGS[code])
         lines.append(
             textwrap.fill(

@@ -66,7 +66,7 @@ def register(commands: Commands) -> None:
         "result",
         "print a finished turn's result",
         exits=(
-            *(EXIT_OK, EXIT_DEGRADED, EXIT_FAILED, EXIT_REJECTED, EXIT_USAGE, EXIT_UNAVAILABLE),
+            *(EXIT_OK, EXIT_USAGE, EXIT_DEGRADED, EXIT_FAILED, EXIT_REJECTED, EXIT_UNAVAILABLE),
             EXIT_TIMEOUT,
             EXIT_UNREADABLE,
         ),

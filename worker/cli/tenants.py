@@ -158,8 +158,15 @@ def register(commands: Commands) -> None:
     )
     put.add_argument("tenant", metavar="TENANT")
     put.add_argument("--max-in-flight", type=positive_int, metavar="N", help="turns running")
-    put.add_argument("--turns-per-minute", type=positive_int, metavar="N")
-    put.add_argument("--input-tokens-per-minute", type=positive_int, metavar="N")
+    put.add_argument(
+        "--turns-per-minute", type=positive_int, metavar="N", help="turns started per minute"
+    )
+    put.add_argument(
+        "--input-tokens-per-minute",
+        type=positive_int,
+        metavar="N",
+        help="estimated input tokens per minute",
+    )
     put.add_argument(
         "--weight",
         type=positive_int,

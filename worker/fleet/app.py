@@ -153,4 +153,19 @@ def _app_from_env() -> Celery:
     return app
 
 
-app = _app_from_env()
+app: Celery  # declared for readers and type checkers; `__getattr__` builds it
+_made: list[Celery] = []
+_making = threading.Lock()
+
+
+def __getattr__(name: str) -> Celery:
+    """`app`, built on first use: importing this module (the `relevo` command does, through
+    `worker.fleet`) reads no configuration, so a bad `RELEVO_CONFIG` cannot stop
+    `relevo --version`; `celery -A worker.fleet.app` and `from worker.fleet.app import app`
+    build it, and fail on a bad one, as before."""
+    if name != "app":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    with _making:
+        if not _made:
+            _made.append(_app_from_env())
+        return _made[0]

@@ -22,6 +22,7 @@ from budgets.keys import check_namespace
 from worker.errors import ConfigError
 from worker.fleet import environment
 from worker.settings import RedisSettings, Settings, load_settings
+from worker.settings.variables import PREFIX, nearest_key
 
 __all__ = ["OperatorConfig", "load_config", "operator_config", "redis_settings"]
 
@@ -90,11 +91,17 @@ def _section(path: str | None, raw: Mapping[str, Any], name: str, model: type[Se
     try:
         return model.model_validate({**given, **overrides})
     except ValidationError as exc:
-        problems = [_problem(path, name, error, overrides) for error in exc.errors()]
+        problems = [_problem(path, name, model, error, overrides) for error in exc.errors()]
         raise ConfigError("; ".join(problems)) from None
 
 
-def _problem(path: str | None, name: str, error: Any, overrides: Mapping[str, str]) -> str:
+def _problem(
+    path: str | None,
+    name: str,
+    model: type[BaseModel],
+    error: Any,
+    overrides: Mapping[str, str],
+) -> str:
     message = str(error["msg"]).removeprefix("Value error, ")
     if not error["loc"]:  # a check across fields says which one it is about
         field, _, message = message.partition(": ")
@@ -102,6 +109,9 @@ def _problem(path: str | None, name: str, error: Any, overrides: Mapping[str, st
         field = str(error["loc"][0])
     if field in overrides:
         return f"{environment.variable(name, field)}: not a valid value ({message})"
+    if error["type"] == "extra_forbidden":
+        nearest = nearest_key(model, error["loc"])
+        message += f" (did you mean {nearest!r}?)" if nearest else ""
     prefix = "" if path is None else f"{path}: "
     return f"{prefix}{name}.{field}: {message}"
 
@@ -111,4 +121,7 @@ def _env_overrides(name: str, model: type[BaseModel]) -> dict[str, str]:
 
 
 def _naming(path: str | Path, message: str) -> str:
-    return message if str(path) in message else f"{path}: {message}"
+    # A variable's problem is not the file's.
+    if str(path) in message or message.upper().startswith(PREFIX):
+        return message
+    return f"{path}: {message}"

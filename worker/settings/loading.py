@@ -3,14 +3,20 @@ cross-references no single field can see."""
 
 from __future__ import annotations
 
+import os
 import re
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from pydantic import Field, ValidationError
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
 
 import breakers
 import budgets
@@ -22,6 +28,7 @@ from worker.settings.fleet import FairnessSettings, LimitsSettings, WorkerSettin
 from worker.settings.operations import ConsoleSettings, HttpSettings, ObservabilitySettings
 from worker.settings.providers import ModelSettings, ProviderSettings
 from worker.settings.stores import BreakerSettings, BrokerSettings, BudgetSettings, RedisSettings
+from worker.settings.variables import PREFIX, json_problems, nearest_key
 
 
 class Settings(BaseSettings):
@@ -207,17 +214,35 @@ def load_settings(
     try:
         settings = Settings(**raw)
     except ValidationError as exc:
-        raise ConfigError(_describe(exc)) from None
+        raise ConfigError(_describe(exc, os.environ)) from None
+    except SettingsError as exc:
+        # A list or a table in a variable that is not JSON: pydantic-settings names only
+        # the top-level field, and its own message is a traceback's.
+        problems = json_problems(str(exc), os.environ, Settings)
+        raise ConfigError("; ".join(problems) or f"environment: {exc}") from None
     settings.check()
     if require_secrets:
         settings.check_secrets()
     return settings
 
 
-def _describe(exc: ValidationError) -> str:
+def _describe(exc: ValidationError, environ: Mapping[str, str]) -> str:
+    """One line: each problem's key, the variable that set it if one did, and a
+    "did you mean" for a key that does not exist."""
+    given = {name.upper() for name, text in environ.items() if text}
     lines = []
     for error in exc.errors(include_input=False, include_url=False):
-        parts = [f'"{p}"' if isinstance(p, str) and "/" in p else str(p) for p in error["loc"]]
+        loc = error["loc"]
+        parts = [f'"{p}"' if isinstance(p, str) and "/" in p else str(p) for p in loc]
         message = error["msg"].removeprefix("Value error, ")
-        lines.append(f"{'.'.join(parts) or '(root)'}: {message}")
+        if error["type"] == "extra_forbidden":
+            nearest = nearest_key(Settings, loc)
+            message += f" (did you mean {nearest!r}?)" if nearest else ""
+        where = ".".join(parts) or "(root)"
+        # The variable that set this key, or a table above it, if one did.
+        names = [PREFIX + "__".join(map(str, loc[:n])).upper() for n in range(len(loc), 0, -1)]
+        setter = next((name for name in names if name in given), None)
+        if setter is not None:
+            where = f"{setter} ({where})"
+        lines.append(f"{where}: {message}")
     return "; ".join(lines)
