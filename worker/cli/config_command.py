@@ -23,6 +23,7 @@ from worker.cli.common import EXIT_OK, EXIT_USAGE, emit_json
 from worker.cli.parsing import Commands, add_command, add_config_option
 from worker.console.auth import TOKENS_ENV
 from worker.fleet.environment import CONFIG_VARIABLE, NODE_VARIABLE
+from worker.fleet.liveness import ALIVE_VARIABLE
 from worker.fleet.operator_config import load_config
 from worker.fleet.startup import PARENT_ENV
 from worker.observability.metrics_http import TOKEN_ENV as METRICS_TOKEN_ENV
@@ -34,7 +35,14 @@ __all__ = ["register", "stray_variables"]
 
 # What relevo reads besides the settings; the test suite's and the benchmarks' own
 # variables (keys, servers, where screenshots go) start as below.
-OTHER_VARIABLES = (CONFIG_VARIABLE, NODE_VARIABLE, PARENT_ENV, TOKENS_ENV, METRICS_TOKEN_ENV)
+OTHER_VARIABLES = (
+    CONFIG_VARIABLE,
+    NODE_VARIABLE,
+    PARENT_ENV,
+    TOKENS_ENV,
+    METRICS_TOKEN_ENV,
+    ALIVE_VARIABLE,
+)
 _OWN_PREFIXES = ("RELEVO_TEST_", "RELEVO_SECURITY_TEST_", "RELEVO_BENCH_", "RELEVO_SCREENSHOTS")
 
 
