@@ -225,3 +225,40 @@ async def test_a_reservation_reply_says_the_room_left(redis_url: str, namespace:
         assert replay.room_micros is None
     finally:
         await client.aclose()
+
+
+@pytest.mark.slow
+def test_a_tenant_with_no_room_in_one_process_starts_nothing_offline_in_another(
+    sim: Simulator,
+    private_redis: tuple[str, subprocess.Popen[bytes]],
+    namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Process A heard the strict tenant's room run out; B never served it. Redis stops:
+    B's turns degrade. Without the rooms shared at the heartbeat, B gave it the allowance's
+    share ($1 / processes) and every turn ran."""
+    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
+    sim.reset()
+    url, proc = private_redis
+    redis_config = {"url": url, "namespace": namespace, "timeout_s": 0.25, "rejoin_check_s": 0.2}
+    config = configured(sim, redis_config)
+    limit = 500
+    assert worst_case(config, "openai/alpha") > limit
+    set_limits(url, namespace, limit)
+    first, second = TurnRunner(config), TurnRunner(config)
+    try:
+        (heard,) = run(first, 1)
+        assert heard.reason == budgets.RefusalReason.TENANT_BUDGET_EXHAUSTED
+        for runner in (first, second):  # each beats once, as every few seconds
+            beating = asyncio.run_coroutine_threadsafe(runner.heartbeat(), runner.loop.loop)
+            beating.result(timeout=10)
+        proc.send_signal(signal.SIGSTOP)
+        with ThreadPoolExecutor(6) as threads:
+            offline = list(threads.map(lambda _: run(second, 1)[0], range(6)))
+    finally:
+        proc.send_signal(signal.SIGCONT)
+        first.close()
+        second.close()
+    assert [r.status for r in offline] == [Status.DEGRADED] * 6
+    assert {r.reason for r in offline} == {Refusal.BUDGET_UNREACHABLE}
+    assert sim.calls("alpha") == 0

@@ -21,6 +21,7 @@ from breakers.rediskit import text
 from worker.fleet.errors import Unreadable
 from worker.fleet.schema import HEARTBEAT_SCHEMA, log_unreadable, read_stored
 from worker.fleet.turnstore import TurnKeys
+from worker.guard.allowance import OfflineAllowance
 
 __all__ = [
     "ALIVE_S",
@@ -33,6 +34,7 @@ __all__ = [
     "beat",
     "nodes",
     "read_heartbeats",
+    "share_rooms",
     "unreached",
 ]
 
@@ -80,6 +82,39 @@ async def beat(redis: Redis, keys: TurnKeys, heartbeat: Heartbeat) -> int:
     pipe.zcount(keys.workers, now_ms - int(ALIVE_S * 1000), "+inf")
     replies = await pipe.execute()
     return max(1, int(replies[-1]))
+
+
+# A short room stays in the fleet's record until a process hears the tenant's room again.
+ROOMS_KEPT_S = 86_400
+
+
+async def share_rooms(redis: Redis, keys: TurnKeys, offline: OfflineAllowance) -> None:
+    """Tell the fleet the short rooms this process heard since its last heartbeat (and
+    drop those no longer short), then take every process's: a tenant that ran out of
+    room in one process is not given the allowance's share offline in another."""
+    heard = offline.take_heard()
+    short = offline.short_below()
+    low = {tenant: room for tenant, room in heard.items() if room < short}
+    high = [tenant for tenant, room in heard.items() if room >= short]
+    try:
+        pipe = redis.pipeline(transaction=False)
+        if low:
+            pipe.hset(keys.offline_rooms, mapping=low)  # type: ignore[arg-type]
+            pipe.expire(keys.offline_rooms, ROOMS_KEPT_S)
+        if high:
+            pipe.hdel(keys.offline_rooms, *high)
+        pipe.hgetall(keys.offline_rooms)
+        replies = await pipe.execute()
+    except BaseException:
+        offline.untaken(heard)
+        raise
+    rooms: dict[str, int] = {}
+    for tenant, room in replies[-1].items():
+        try:
+            rooms[text(tenant)] = max(0, int(room))
+        except ValueError:
+            continue  # damaged: that tenant keeps this process's own word
+    offline.fleet_said(rooms)
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from worker.fleet.dispatcher import Dispatcher
 from worker.fleet.environment import node_name
 from worker.fleet.errors import Unreadable
 from worker.fleet.fairqueue import FairQueue
-from worker.fleet.heartbeat import BEAT_EVERY_S, Heartbeat, beat
+from worker.fleet.heartbeat import BEAT_EVERY_S, Heartbeat, beat, share_rooms
 from worker.fleet.loop import LoopThread
 from worker.fleet.rabbitmq import RabbitQueue, outbox_key
 from worker.fleet.schema import TURN_SCHEMA, log_unreadable
@@ -168,6 +168,7 @@ class TurnRunner:
         try:
             async with asyncio.timeout(self.settings.redis.timeout_s * 4):
                 alive = await beat(self.store.redis, self.store.keys, now)
+                await share_rooms(self.store.redis, self.store.keys, self.guard.offline)
         except _FORGET_ERRORS as exc:
             log.debug("worker.heartbeat_missed", error=type(exc).__name__)
             return
