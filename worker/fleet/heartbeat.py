@@ -95,7 +95,9 @@ async def share_rooms(redis: Redis, keys: TurnKeys, offline: OfflineAllowance) -
     heard = offline.take_heard()
     short = offline.short_below()
     low = {tenant: room for tenant, room in heard.items() if room < short}
-    high = [tenant for tenant, room in heard.items() if room >= short]
+    # Only a short room the record holds needs dropping: a busy fleet's every tenant would
+    # make each heartbeat long.
+    high = [t for t, room in heard.items() if room >= short and offline.fleet_knows(t)]
     try:
         pipe = redis.pipeline(transaction=False)
         if low:

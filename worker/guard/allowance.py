@@ -78,6 +78,10 @@ class OfflineAllowance:
         """`heard` did not reach the fleet: told again next time, unless heard since."""
         self._told = {**heard, **self._told}
 
+    def fleet_knows(self, tenant: str) -> bool:
+        """Whether the fleet's record had a short room for `tenant` when last read."""
+        return tenant in self._fleet_rooms
+
     def fleet_said(self, rooms: Mapping[str, int]) -> None:
         """The short rooms the fleet's processes heard last (each tenant's latest word)."""
         self._fleet_rooms = dict(rooms)
