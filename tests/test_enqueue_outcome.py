@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import threading
 import time
 import tomllib
 from collections.abc import Iterator
@@ -157,3 +158,33 @@ def test_the_example_web_app_accepts_a_turn_recorded_before_its_publish_failed(
         turn_id = sent.json()["turn_id"]
         assert recorded(url, namespace, turn_id)
         assert client.get(f"/turns/{turn_id}").status_code == 202  # pending, found
+
+
+def test_a_publish_stalled_after_an_earlier_send_failed_still_says_recorded(
+    app: Celery, private_redis: tuple[str, subprocess.Popen[bytes]], namespace: str
+) -> None:
+    """A send that timed out leaves the producer's broker channel closed; the next send's
+    record lands and its publish stalls. Without the fix, kombu's retry published on the
+    closed channel and the caller got an AttributeError for a turn that will run."""
+    url, proc = private_redis
+    with stalled_for(url, STALL_S), pytest.raises((TurnRecorded, TurnNotSent)):
+        send_turn(app, turn(), ignore_result=True)
+    time.sleep(0.5)
+    request = turn()
+
+    def stall(**_: Any) -> None:
+        proc.send_signal(signal.SIGSTOP)
+        threading.Timer(STALL_S, proc.send_signal, args=(signal.SIGCONT,)).start()
+
+    before_task_publish.connect(stall, weak=False)
+    failed: TurnRecorded | None = None
+    try:
+        # It runs or it raises TurnRecorded: the record is written before the publish.
+        send_turn(app, request, ignore_result=True)
+    except TurnRecorded as exc:
+        failed = exc
+    finally:
+        before_task_publish.disconnect(stall)
+    assert failed is None or failed.turn_id == request.turn_id
+    time.sleep(STALL_S)
+    assert recorded(url, namespace, request.turn_id)

@@ -21,7 +21,7 @@ import redis
 import budgets
 from tests.chainkit import KEY
 from tests.test_store_faults import configured, read_books, run, worst_case
-from worker.fleet.heartbeat import Heartbeat, beat
+from worker.fleet.heartbeat import Heartbeat, beat, share_rooms
 from worker.fleet.runner import TurnRunner
 from worker.fleet.turnstore import TurnKeys
 from worker.guard.allowance import OfflineAllowance
@@ -225,3 +225,66 @@ async def test_a_reservation_reply_says_the_room_left(redis_url: str, namespace:
         assert replay.room_micros is None
     finally:
         await client.aclose()
+
+
+@pytest.mark.slow
+def test_a_tenant_with_no_room_in_one_process_starts_nothing_offline_in_another(
+    sim: Simulator,
+    private_redis: tuple[str, subprocess.Popen[bytes]],
+    namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Process A heard the strict tenant's room run out; B never served it. Redis stops:
+    B's turns degrade. Without the rooms shared at the heartbeat, B gave it the allowance's
+    share ($1 / processes) and every turn ran."""
+    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
+    sim.reset()
+    url, proc = private_redis
+    redis_config = {"url": url, "namespace": namespace, "timeout_s": 0.25, "rejoin_check_s": 0.2}
+    config = configured(sim, redis_config)
+    limit = 500
+    assert worst_case(config, "openai/alpha") > limit
+    set_limits(url, namespace, limit)
+    first, second = TurnRunner(config), TurnRunner(config)
+    try:
+        (heard,) = run(first, 1)
+        assert heard.reason == budgets.RefusalReason.TENANT_BUDGET_EXHAUSTED
+        for runner in (first, second):  # each beats once, as every few seconds
+            beating = asyncio.run_coroutine_threadsafe(runner.heartbeat(), runner.loop.loop)
+            beating.result(timeout=10)
+        proc.send_signal(signal.SIGSTOP)
+        with ThreadPoolExecutor(6) as threads:
+            offline = list(threads.map(lambda _: run(second, 1)[0], range(6)))
+    finally:
+        proc.send_signal(signal.SIGCONT)
+        first.close()
+        second.close()
+    assert [r.status for r in offline] == [Status.DEGRADED] * 6
+    assert {r.reason for r in offline} == {Refusal.BUDGET_UNREACHABLE}
+    assert sim.calls("alpha") == 0
+
+
+async def test_the_fleet_shares_a_short_room_until_one_process_hears_it_grow(
+    redis_url: str, namespace: str
+) -> None:
+    """A room heard short in one process reaches the other at their heartbeats, and leaves
+    the fleet's record once a process hears it large again (the limit raised)."""
+    client = redis.asyncio.Redis.from_url(redis_url)
+    backlogs = [Backlog(retry_every_s=3600) for _ in range(2)]
+    one, other = (OfflineAllowance(1_000_000, backlog) for backlog in backlogs)
+    try:
+        one.heard("acme", 0)
+        one.heard("rich", 10**9)
+        for allowance in (one, other):
+            await share_rooms(client, TurnKeys(namespace), allowance)
+        assert other.room("acme") == 0
+        assert other.room("rich") == other.room("stranger") == 1_000_000
+        one.heard("acme", 10**9)
+        for allowance in (one, other):
+            await share_rooms(client, TurnKeys(namespace), allowance)
+        assert other.room("acme") == 1_000_000
+        await client.delete(TurnKeys(namespace).offline_rooms)
+    finally:
+        await client.aclose()
+        for backlog in backlogs:
+            await backlog.aclose()

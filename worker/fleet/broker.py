@@ -224,6 +224,11 @@ class _Channel(kombu_redis.Channel):
     def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
         # A turn for the fleet's queue waits in its tenant's fair queue instead, as the
         # very message kombu would have queued: dispatch moves it on, unchanged.
+        if self.connection is None:
+            # A publish kombu retries after a stall can land on the channel the failure
+            # closed: a connection error is what its retry and the caller's send expect
+            # (the turn is recorded: `TurnRecorded`), not an AttributeError.
+            raise redis.ConnectionError("the broker channel is closed")
         options = self.connection.client.transport_options
         headers = message.get("headers") or {}
         tenant = headers.get(TENANT_HEADER)

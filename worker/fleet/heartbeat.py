@@ -24,6 +24,7 @@ from worker.fleet.errors import Unreadable
 from worker.fleet.fairqueue import SCRIPTS as FAIR_SCRIPTS
 from worker.fleet.schema import HEARTBEAT_SCHEMA, log_unreadable, read_stored
 from worker.fleet.turnstore import TurnKeys
+from worker.guard.allowance import OfflineAllowance
 
 __all__ = [
     "ALIVE_S",
@@ -37,6 +38,7 @@ __all__ = [
     "keep_scripts",
     "nodes",
     "read_heartbeats",
+    "share_rooms",
     "unreached",
 ]
 
@@ -97,6 +99,41 @@ async def keep_scripts(turns: Redis, shared: Redis) -> int:
     loaded = await FAIR_SCRIPTS.keep_loaded(turns, ("enqueue",))
     loaded += await BREAKER_SCRIPTS.keep_loaded(shared, ("inspect",))
     return loaded + await BUDGET_SCRIPTS.keep_loaded(shared, ("report",))
+
+
+# A short room stays in the fleet's record until a process hears the tenant's room again.
+ROOMS_KEPT_S = 86_400
+
+
+async def share_rooms(redis: Redis, keys: TurnKeys, offline: OfflineAllowance) -> None:
+    """Tell the fleet the short rooms this process heard since its last heartbeat (and
+    drop those no longer short), then take every process's: a tenant that ran out of
+    room in one process is not given the allowance's share offline in another."""
+    heard = offline.take_heard()
+    short = offline.short_below()
+    low = {tenant: room for tenant, room in heard.items() if room < short}
+    # Only a short room the record holds needs dropping: a busy fleet's every tenant would
+    # make each heartbeat long.
+    high = [t for t, room in heard.items() if room >= short and offline.fleet_knows(t)]
+    try:
+        pipe = redis.pipeline(transaction=False)
+        if low:
+            pipe.hset(keys.offline_rooms, mapping=low)  # type: ignore[arg-type]
+            pipe.expire(keys.offline_rooms, ROOMS_KEPT_S)
+        if high:
+            pipe.hdel(keys.offline_rooms, *high)
+        pipe.hgetall(keys.offline_rooms)
+        replies = await pipe.execute()
+    except BaseException:
+        offline.untaken(heard)
+        raise
+    rooms: dict[str, int] = {}
+    for tenant, room in replies[-1].items():
+        try:
+            rooms[text(tenant)] = max(0, int(room))
+        except ValueError:
+            continue  # damaged: that tenant keeps this process's own word
+    offline.fleet_said(rooms)
 
 
 @dataclass(frozen=True)

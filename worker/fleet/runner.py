@@ -39,6 +39,7 @@ from worker.fleet.heartbeat import (
     beat,
     keep_scripts,
     read_heartbeats,
+    share_rooms,
 )
 from worker.fleet.loop import LoopThread
 from worker.fleet.rabbitmq import RabbitQueue, held_delivery_s, outbox_key
@@ -214,6 +215,7 @@ class TurnRunner:
         try:
             async with asyncio.timeout(self.settings.redis.timeout_s * 4):
                 alive = await beat(self.store.redis, self.store.keys, now)
+                await share_rooms(self.store.redis, self.store.keys, self.guard.offline)
         except _FORGET_ERRORS as exc:
             log.debug("worker.heartbeat_missed", error=type(exc).__name__)
             return

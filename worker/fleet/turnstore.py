@@ -21,6 +21,7 @@ marker goes with the result (`worker.fleet.streams`).
     {N}:turns:recent       zset    turn id -> ms saved    (the newest ~RECENT_TURNS; TTL refreshed)
     {N}:workers            zset    process -> ms last seen (`worker.fleet.heartbeat`)
     {N}:worker:<process>   string  its heartbeat JSON     (TTL: heartbeat.KEPT_S)
+    {N}:offline_rooms      hash    tenant -> short room   (`heartbeat.share_rooms`; TTL refreshed)
 
 A result and a sent payload are JSON that relevo 0.1.0 reads strictly: their schema version
 is in no field (`worker.fleet.schema`), and they are read back with `read_result` and
@@ -122,6 +123,10 @@ class TurnKeys:
 
     def worker(self, process: str) -> str:
         return f"{{{self.namespace}}}:worker:{process}"
+
+    @property
+    def offline_rooms(self) -> str:
+        return f"{{{self.namespace}}}:offline_rooms"
 
 
 def ask_known(pipe: Any, keys: TurnKeys, turn_id: str) -> None:
