@@ -73,7 +73,10 @@ end
 -- dispatcher woken runs rounds until one finds nothing more to move, so a burst of
 -- enqueues needs one round trip, not one each.
 local function wake(key)
-  if redis.call('LLEN', key) == 0 then
+  -- Not a list (a hand edit): no token, rather than fail every enqueue and every lease
+  -- given back; the dispatchers look every interval anyway, and replace the key.
+  local ok, n = pcall(redis.call, 'LLEN', key)
+  if ok and n == 0 then
     redis.call('LPUSH', key, '1')
   end
 end
