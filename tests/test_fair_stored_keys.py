@@ -146,3 +146,49 @@ async def test_a_wake_key_that_is_not_a_list_is_replaced(
     assert await fair.lease("acme", "a2", hold_s=10)
     assert await fair.release("acme", "a2")
     assert sync_client.lrange(wake, 0, -1) == [b"1"]
+
+
+def _backlogs(fair: FairQueue, client: redis.Redis, count: int) -> None:
+    for i in range(count):
+        for tenant in ("acme", "zeta"):
+            enqueue_sync(
+                client,
+                fair.keys.namespace,
+                tenant=tenant,
+                turn_id=f"{tenant}-{i}",
+                deadline_ms=60_000,
+                input_tokens=10,
+                message=f"{tenant}-{i}",
+            )
+
+
+async def _served(fair: FairQueue, client: redis.Redis, rounds: int) -> list[str]:
+    order: list[str] = []
+    for _ in range(rounds):
+        order += [tenant for tenant, _ in (await fair.dispatch(most=4, depth=4)).moved]
+        client.delete(fair.queue)  # the workers took them
+    return order
+
+
+@pytest.mark.parametrize("clock", ["1e17", "1e299", "-1e17"])
+async def test_a_virtual_clock_out_of_range_keeps_the_tenants_turn_about(
+    fair: FairQueue, sync_client: redis.Redis, clock: str
+) -> None:
+    """Past 1e12 a step of 1 / weight is lost to rounding: every tenant would tie, and the
+    lowest name take every turn until its backlog is gone."""
+    sync_client.set(fair.keys.key("clock"), clock)
+    _backlogs(fair, sync_client, 20)
+    order = await _served(fair, sync_client, 4)
+    assert len(order) == 16
+    assert order.count("zeta") == 8, "".join(t[0] for t in order)
+
+
+async def test_a_tenant_whose_virtual_time_is_out_of_range_takes_no_turn_ahead(
+    fair: FairQueue, sync_client: redis.Redis
+) -> None:
+    """A ready score of -inf (a hand edit) starts again at the clock."""
+    _backlogs(fair, sync_client, 20)
+    sync_client.zadd(fair.keys.key("ready"), {"zeta": float("-inf")})
+    sync_client.hset(fair.keys.key("vtime"), "acme", "-1e200")
+    order = await _served(fair, sync_client, 4)
+    assert order.count("acme") == 8, "".join(t[0] for t in order)

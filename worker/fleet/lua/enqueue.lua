@@ -45,7 +45,7 @@ if not counted then
   end
 end
 if queued == 1 then
-  activate(tenant, num(redis.call('GET', CLOCK)))
+  activate(tenant, clock_now())
   wake(KEYS[10])
 end
 return 1
