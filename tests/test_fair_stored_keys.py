@@ -16,13 +16,15 @@ from pathlib import Path
 
 import pytest
 import redis
+from redis.asyncio import Redis as AsyncRedis
 
 from tests.chainkit import KEY
 from tests.test_celery_fleet import request, write_config
 from worker.fleet.app import make_app
-from worker.fleet.enqueue import enqueue_turn
+from worker.fleet.enqueue import enqueue_turn, send_turn
 from worker.fleet.fairqueue import FairKeys, FairQueue, enqueue_sync
-from worker.fleet.turnstore import TurnKeys
+from worker.fleet.sweeper import Sweeper
+from worker.fleet.turnstore import TurnKeys, TurnStore
 from worker.settings import load_settings
 from worker.simulator import Simulator
 from worker.types import Status
@@ -192,3 +194,47 @@ async def test_a_tenant_whose_virtual_time_is_out_of_range_takes_no_turn_ahead(
     sync_client.hset(fair.keys.key("vtime"), "acme", "-1e200")
     order = await _served(fair, sync_client, 4)
     assert order.count("acme") == 8, "".join(t[0] for t in order)
+
+
+def test_a_turn_the_index_names_stale_is_queued_and_runs(
+    config: Path, node: None, sync_client: redis.Redis, namespace: str
+) -> None:
+    """An index entry naming no queued turn (a hand edit) would make its turn's sends
+    no-ops ("queued already"), and the sweeper leave its record alone: it waited a day."""
+    settings = load_settings(config)
+    turn = request(0, tenant_id="acme")
+    sync_client.hset(FairKeys(namespace).index(), turn.turn_id, "acme|0000000000000001")
+    app = make_app(settings)
+    handle = enqueue_turn(turn, app=app, limits=settings.limits)
+    assert handle.get(timeout_s=30).status == Status.OK
+
+
+async def test_the_sweeper_sends_again_a_turn_the_index_names_stale(
+    config: Path, sync_client: redis.Redis, namespace: str
+) -> None:
+    """A recorded turn the broker lost, whose index entry names no queued turn."""
+    settings = load_settings(config)
+    app = make_app(settings)
+    turn = request(0, tenant_id="acme")
+    keys, fair = TurnKeys(namespace), FairKeys(namespace)
+    sync_client.zadd(keys.sent, {turn.turn_id: int(time.time() * 1000) - 60_000})
+    sync_client.hset(keys.payloads, turn.turn_id, turn.model_dump_json())
+    sync_client.hset(fair.index(), turn.turn_id, "acme|0000000000000001")
+    client = AsyncRedis.from_url(settings.redis.url)
+    try:
+        sweeper = Sweeper(
+            TurnStore(client, namespace=namespace),
+            lambda t: send_turn(app, t),
+            holder="test:1",
+            interval_s=1,
+            older_than_s=10,
+        )
+        assert await sweeper.sweep_once() == 1
+        member = sync_client.hget(fair.index(), turn.turn_id)
+        assert member is not None
+        assert sync_client.zscore(fair.key("pending"), member) is not None
+    finally:
+        await client.aclose()
+        found = list(sync_client.scan_iter(match=f"*{namespace}*", count=1000))
+        if found:
+            sync_client.delete(*found)

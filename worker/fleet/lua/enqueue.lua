@@ -25,7 +25,12 @@ if not ok then
 end
 local member = tenant .. '|' .. string.format('%016d', seq)
 if redis.call('HSETNX', INDEX, turn, member) == 0 then
-  return 0
+  -- Queued already; unless the index names an entry no longer queued (a hand edit, a
+  -- release that left it): that turn would never be queued again, so it is now.
+  if redis.call('ZSCORE', PENDING, redis.call('HGET', INDEX, turn)) then
+    return 0
+  end
+  redis.call('HSET', INDEX, turn, member)
 end
 local deadline = now + tonumber(ARGV[4])
 redis.call('ZADD', PENDING, 0, member)
