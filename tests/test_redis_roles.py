@@ -254,6 +254,25 @@ def test_the_producer_queues_a_fair_turn_by_sha_once_a_worker_loaded_the_script(
         producer.hgetall("{relevo}:fair:msgs")
 
 
+def test_the_producer_queues_past_a_hand_edited_sequence_number_and_count(
+    users: dict[str, redis.Redis],
+) -> None:
+    """The enqueue script puts a damaged sequence number and queued count right with the
+    producer's rights: no turn of any tenant is refused for them."""
+    worker, producer = users["relevo"], users["producer"]
+    turn = {"deadline_ms": 60_000, "input_tokens": 10, "message": PROMPT}
+    asyncio.run(loaded_by_a_worker(users))
+    worker.set("{relevo}:fair:seq", "abc")
+    worker.hset("{relevo}:fair:queued", "beta", "x")
+    worker.delete("{relevo}:fair:wake")
+    worker.set("{relevo}:fair:wake", "x")
+    for i, tenant in enumerate(("beta", "gamma")):
+        assert enqueue_sync(producer, "relevo", tenant=tenant, turn_id=f"t-seq-{i}", **turn)  # type: ignore[arg-type]
+    assert int(worker.get("{relevo}:fair:seq") or b"0") > 0
+    assert worker.hget("{relevo}:fair:queued", "beta") == b"1"
+    worker.delete("{relevo}:fair:wake")
+
+
 async def loaded_by_a_worker(users: dict[str, redis.Redis]) -> None:
     kwargs = users["relevo"].connection_pool.connection_kwargs
     worker = AsyncRedis(**{k: kwargs[k] for k in ("host", "port", "username", "password")})

@@ -40,7 +40,7 @@ from typing import Any, cast
 
 import structlog
 from redis.asyncio import Redis
-from redis.exceptions import NoPermissionError, NoScriptError
+from redis.exceptions import NoPermissionError, NoScriptError, ResponseError
 
 from breakers.rediskit import LuaScripts, hash_tag, text
 from budgets.errors import InvalidAmountError
@@ -232,8 +232,17 @@ class FairQueue:
 
     async def wait(self, timeout_s: float) -> bool:
         """Block until a turn arrives for an idle tenant or a lease is given back (True),
-        or `timeout_s` passes (False)."""
-        return await self.blocking.blpop([self.keys.key("wake")], timeout=timeout_s) is not None
+        or `timeout_s` passes (False). A wake key that is not a list (a hand edit) is
+        replaced: the scripts push no token onto it, and every wait would fail on it."""
+        wake = self.keys.key("wake")
+        try:
+            return await self.blocking.blpop([wake], timeout=timeout_s) is not None
+        except ResponseError as exc:
+            if "WRONGTYPE" not in str(exc):
+                raise
+        log.warning("fair.wake_unreadable", key=wake)
+        await self.redis.delete(wake)
+        return True
 
     async def lease(self, tenant: str, turn_id: str, *, hold_s: float) -> bool:
         """Hold the lease of a turn about to run, for `hold_s` unless renewed: the one its

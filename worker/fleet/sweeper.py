@@ -8,7 +8,8 @@ record. Each worker process sweeps every `worker.sweep_interval_s`: a record old
 the visibility timeout plus `worker.restore_interval_s` (by then kombu has put back
 whatever it still holds) is dropped when the turn has a result, left alone while the
 turn is claimed (running) or waits in the fair queue (`worker.fleet.fairqueue`: the
-dispatch step restarts its record's clock), and otherwise re-sent with the same turn id.
+dispatch step restarts its record's clock; an index entry naming no queued turn does not
+count), and otherwise re-sent with the same turn id.
 A record this release cannot read is dropped when damaged, and left for the sweepers of
 the newer release that wrote it (`worker.fleet.schema`).
 A turn delivered twice runs once (the runner's claim and stored result), so re-sending
@@ -25,6 +26,7 @@ import asyncio
 import random
 import time
 from collections.abc import Callable
+from typing import Any
 
 import structlog
 
@@ -69,6 +71,7 @@ class Sweeper:
         self.on_resent = on_resent
         self.on_unreadable = on_unreadable
         self.fair_index = FairKeys(store.keys.namespace).index()
+        self.fair_pending = FairKeys(store.keys.namespace).key("pending")
         # A newer release's records, already reported: its sweepers send them, and one
         # such record would otherwise be logged and counted again every round.
         self._newer_seen: set[str] = set()
@@ -105,9 +108,10 @@ class Sweeper:
         for turn_id in turn_ids:
             pipe.exists(keys.result(turn_id))
             pipe.exists(keys.claim(turn_id))
-            pipe.hexists(self.fair_index, turn_id)
+            pipe.hget(self.fair_index, turn_id)
             pipe.hget(keys.payloads, turn_id)
         replies = await pipe.execute()
+        await self._queued_indeed(replies)
         answered: list[str] = []
         resent = 0
         for i, turn_id in enumerate(turn_ids):
@@ -128,6 +132,21 @@ class Sweeper:
         if resent and self.on_resent is not None:
             self.on_resent(resent)
         return resent
+
+    async def _queued_indeed(self, replies: list[Any]) -> None:
+        """Each index entry (every fourth reply from the third) made True when it names a
+        turn still queued, False otherwise: a stale one (a hand edit, a release that left
+        it) would keep its turn from being sent again for as long as its record lives."""
+        members = replies[2::4]
+        named = [m for m in members if m is not None]
+        if not named:
+            return
+        pipe = self.store.redis.pipeline(transaction=False)
+        for member in named:
+            pipe.zscore(self.fair_pending, member)
+        found = iter(await pipe.execute())
+        for i in range(2, len(replies), 4):
+            replies[i] = replies[i] is not None and next(found) is not None
 
     def _read(self, turn_id: str, payload: bytes | str) -> TurnRequest | Unreadable:
         try:

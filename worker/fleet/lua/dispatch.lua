@@ -95,7 +95,7 @@ end
 -- Tenants whose wait is over (every one, while draining) are dispatched again.
 local served_at = nil
 if first and (drain or first <= now) then
-  local clock = num(redis.call('GET', CLOCK))
+  local clock = clock_now()
   local due = drain and '+inf' or now
   local woken = redis.call('ZRANGEBYSCORE', PARKED, '-inf', due, 'LIMIT', 0, 100)
   redis.call('ZREM', PARKED, unpack(woken))
@@ -310,34 +310,39 @@ while room > 0 and looks > 0 do
   looks = looks - 1
   local top = redis.call('ZRANGE', READY, 0, 1, 'WITHSCORES')
   if not top[1] then break end
-  local tenant, v = top[1], tonumber(top[2])
-  local mif, tpm, itpm, weight = share(tenant)
-  if drain then
-    mif, tpm, itpm = nil, nil, nil
-  end
-  -- As many turns as come before the next tenant's: while the start tag stays below its
-  -- virtual time (on a tie, the lower name first, as the ready set orders them).
-  local want, tag, step = 1, v + 1 / weight, 1 / weight
-  local bound, rival = top[4] and tonumber(top[4]), top[3]
-  while want < room and (not bound or tag < bound or (tag == bound and tenant < rival)) do
-    want, tag = want + 1, tag + step
-  end
-  local turns, tokens
-  if tpm or itpm then
-    turns, tokens = buckets(tenant, tpm, itpm)
-  end
-  local held_now = mif and num(redis.call('HGET', INFLIGHT, tenant)) + (running[tenant] or 0)
-  if mif and held_now >= mif then
-    -- Looked at again when one of its turns concludes (a lease given back), or in a second.
-    park(tenant, v, now + 1000, 'max_in_flight')
-  elseif tpm and turns < 1 then
-    park(tenant, v, now + math.ceil((1 - turns) * 60000 / tpm), 'turns_per_minute')
+  local tenant, v = top[1], vtime(top[2])
+  if not v then
+    -- Out of range (a hand edit): it starts again at the clock, as a tenant back from idle.
+    redis.call('ZADD', READY, served_at or clock_now(), tenant)
   else
-    if mif then want = math.min(want, mif - held_now) end
-    if tpm then want = math.min(want, math.floor(turns)) end
-    local served, looked = visit(tenant, v, weight, want, turns, tokens, tpm, itpm)
-    room = room - served
-    looks = looks - looked
+    local mif, tpm, itpm, weight = share(tenant)
+    if drain then
+      mif, tpm, itpm = nil, nil, nil
+    end
+    -- As many turns as come before the next tenant's: while the start tag stays below its
+    -- virtual time (on a tie, the lower name first, as the ready set orders them).
+    local want, tag, step = 1, v + 1 / weight, 1 / weight
+    local bound, rival = top[4] and vtime(top[4]), top[3]
+    while want < room and (not bound or tag < bound or (tag == bound and tenant < rival)) do
+      want, tag = want + 1, tag + step
+    end
+    local turns, tokens
+    if tpm or itpm then
+      turns, tokens = buckets(tenant, tpm, itpm)
+    end
+    local held_now = mif and num(redis.call('HGET', INFLIGHT, tenant)) + (running[tenant] or 0)
+    if mif and held_now >= mif then
+      -- Looked at again when one of its turns concludes (a lease given back), or in a second.
+      park(tenant, v, now + 1000, 'max_in_flight')
+    elseif tpm and turns < 1 then
+      park(tenant, v, now + math.ceil((1 - turns) * 60000 / tpm), 'turns_per_minute')
+    else
+      if mif then want = math.min(want, mif - held_now) end
+      if tpm then want = math.min(want, math.floor(turns)) end
+      local served, looked = visit(tenant, v, weight, want, turns, tokens, tpm, itpm)
+      room = room - served
+      looks = looks - looked
+    end
   end
 end
 if served_at then

@@ -15,9 +15,22 @@
 
 local now = now_ms()
 local tenant, turn = ARGV[2], ARGV[3]
-local member = tenant .. '|' .. string.format('%016d', redis.call('INCR', KEYS[9]))
+local ok, seq = pcall(redis.call, 'INCR', KEYS[9])
+if not ok then
+  -- A sequence number that is not one (a hand edit) or at its end would refuse every
+  -- tenant's turns: it starts again past any a queue could have reached (ms * 1000), so
+  -- each tenant's turns stay in order.
+  seq = math.floor(now) * 1000
+  redis.call('SET', KEYS[9], string.format('%d', seq))
+end
+local member = tenant .. '|' .. string.format('%016d', seq)
 if redis.call('HSETNX', INDEX, turn, member) == 0 then
-  return 0
+  -- Queued already; unless the index names an entry no longer queued (a hand edit, a
+  -- release that left it): that turn would never be queued again, so it is now.
+  if redis.call('ZSCORE', PENDING, redis.call('HGET', INDEX, turn)) then
+    return 0
+  end
+  redis.call('HSET', INDEX, turn, member)
 end
 local deadline = now + tonumber(ARGV[4])
 redis.call('ZADD', PENDING, 0, member)
@@ -26,8 +39,18 @@ redis.call('HSET', MSGS, member,
 if KEYS[11] then
   redis.call('ZADD', KEYS[11], deadline, member)
 end
-if redis.call('HINCRBY', QUEUED, tenant, 1) == 1 then
-  activate(tenant, num(redis.call('GET', CLOCK)))
+local counted, queued = pcall(redis.call, 'HINCRBY', QUEUED, tenant, 1)
+if not counted then
+  -- A count that is not one (a hand edit) is counted again from the tenant's queue; a
+  -- tenant in neither ready nor parked is idle, whatever its count said.
+  queued = redis.call('ZLEXCOUNT', PENDING, '[' .. tenant .. '|', '(' .. tenant .. '|\255')
+  redis.call('HSET', QUEUED, tenant, queued)
+  if not (redis.call('ZSCORE', READY, tenant) or redis.call('ZSCORE', PARKED, tenant)) then
+    queued = 1
+  end
+end
+if queued == 1 then
+  activate(tenant, clock_now())
   wake(KEYS[10])
 end
 return 1

@@ -57,6 +57,21 @@ local function parse_share(raw)
   return out
 end
 
+-- A virtual time, or nil when it is out of range: past 1e12 a tenant's step (1 / weight)
+-- is lost to rounding, and every tenant ties (the lowest name takes every turn), and
+-- -inf or a large negative one (a hand edit) would take every turn ahead of the others.
+local MAX_VTIME = 1e12
+local function vtime(v)
+  local n = v and tonumber(v)
+  if n and n > -MAX_VTIME and n < MAX_VTIME then return n end
+  return nil
+end
+
+-- The virtual clock as stored; 0 when it is out of range.
+local function clock_now()
+  return vtime(redis.call('GET', CLOCK)) or 0
+end
+
 local function int(n)
   return string.format('%d', n)
 end
@@ -64,7 +79,7 @@ end
 -- The tenant has turns again: it starts at the virtual clock, or where it was if ahead
 -- (going idle for a moment earns nothing).
 local function activate(tenant, clock)
-  local v = math.max(num(redis.call('HGET', VTIME, tenant)), clock)
+  local v = math.max(vtime(redis.call('HGET', VTIME, tenant)) or 0, clock)
   redis.call('ZADD', READY, v, tenant)
   redis.call('HDEL', VTIME, tenant)
 end
@@ -73,7 +88,10 @@ end
 -- dispatcher woken runs rounds until one finds nothing more to move, so a burst of
 -- enqueues needs one round trip, not one each.
 local function wake(key)
-  if redis.call('LLEN', key) == 0 then
+  -- Not a list (a hand edit): no token, rather than fail every enqueue and every lease
+  -- given back; the dispatchers look every interval anyway, and replace the key.
+  local ok, n = pcall(redis.call, 'LLEN', key)
+  if ok and n == 0 then
     redis.call('LPUSH', key, '1')
   end
 end
