@@ -1,0 +1,106 @@
+"""A reader's one command must not cost the deploy's Redis more than it reads.
+
+The viewer (and the producer) may only read, but a read can ask the server for far more
+than its own size: a random pick of twenty million fields from a one-field hash, the union
+of one ten-thousand-member set with itself a thousand times, a thousand GETs of one large
+result sent without reading a reply. Each stalls the one-threaded server for seconds or
+parks hundreds of megabytes in an output buffer, and with maxmemory reached every worker's
+write is refused. The private server runs as the deploy starts it (start.sh, redis.conf,
+the rendered ACL file); the workers' user seeds what a fleet holds.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+from urllib.parse import urlsplit
+
+import pytest
+import redis
+from redis.exceptions import NoPermissionError
+
+from tests.test_deploy import acl_server
+
+__all__ = ["acl_server"]
+
+pytestmark = pytest.mark.redis
+
+TENANTS = "{relevo}:budget:tenants"
+SPEND = "{relevo}:budget:t1:limits"
+INDEX = "{relevo}:idx:breakers"
+RESULT = "{relevo}:turn:big:result"
+MANY = 1000
+
+Command = tuple[str | int, ...]
+
+# Each asks the server for work or a reply out of all proportion to the request.
+AMPLIFIERS: list[Command] = [
+    ("HRANDFIELD", SPEND, -20_000_000),
+    ("SRANDMEMBER", TENANTS, -20_000_000),
+    ("ZRANDMEMBER", INDEX, -20_000_000),
+    ("SUNION", *[TENANTS] * MANY),
+    ("SINTER", *[TENANTS] * MANY),
+    ("SDIFF", *[TENANTS] * MANY),
+    ("SINTERCARD", MANY, *[TENANTS] * MANY),
+    ("ZUNION", MANY, *[INDEX] * MANY),
+    ("ZINTER", MANY, *[INDEX] * MANY),
+    ("ZDIFF", MANY, *[INDEX] * MANY),
+    ("ZINTERCARD", MANY, *[INDEX] * MANY),
+    ("SORT_RO", TENANTS, "ALPHA", *["GET", "#"] * MANY),
+    ("ECHO", "x" * 1000),
+]
+
+
+@pytest.fixture(scope="module")
+def seeded(acl_server: dict[str, str]) -> Iterator[redis.Redis]:
+    """The workers' user, after writing a fleet's worth of tenants and a large result."""
+    worker = redis.Redis.from_url(acl_server["relevo"])
+    worker.sadd(TENANTS, *[f"tenant-{i}" for i in range(10_000)])
+    worker.zadd(INDEX, {f"scope-{i}": i for i in range(10_000)})
+    worker.hset(SPEND, mapping={"daily": "1"})
+    worker.set(RESULT, "r" * (1 << 20))
+    try:
+        yield worker
+    finally:
+        worker.close()
+
+
+@pytest.mark.parametrize("role", ["viewer", "producer"])
+@pytest.mark.parametrize("command", AMPLIFIERS, ids=lambda c: str(c[0]))
+def test_a_reader_may_not_send_a_command_that_costs_far_more_than_it_asks(
+    acl_server: dict[str, str], seeded: redis.Redis, role: str, command: Command
+) -> None:
+    with redis.Redis.from_url(acl_server[role], socket_timeout=2) as reader:
+        started = time.monotonic()
+        with pytest.raises(NoPermissionError):
+            reader.execute_command(*command)
+        assert time.monotonic() - started < 1
+
+
+def resp(*args: str) -> bytes:
+    out = b"*%d\r\n" % len(args)
+    for arg in args:
+        data = arg.encode()
+        out += b"$%d\r\n%s\r\n" % (len(data), data)
+    return out
+
+
+def test_a_reader_that_sends_more_than_it_reads_is_cut_off_before_writers_are_refused(
+    acl_server: dict[str, str], seeded: redis.Redis
+) -> None:
+    # 300 GETs of a 1 MiB result: 300 MiB of replies, over maxmemory (256 MB), unread.
+    url = urlsplit(acl_server["viewer"])
+    reader = socket.create_connection(("127.0.0.1", int(url.port or 0)), timeout=5)
+    try:
+        reader.sendall(resp("AUTH", str(url.username), str(url.password)))
+        assert reader.recv(16) == b"+OK\r\n"
+        reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        reader.sendall(resp("GET", RESULT) * 300)
+        time.sleep(1.0)
+        used = int(seeded.info("memory")["used_memory"])
+        assert used < 160 * 1024 * 1024, f"{used >> 20} MB held for one reader"
+        # A worker still writes.
+        seeded.set("{relevo}:turn:other:result", "ok")
+    finally:
+        reader.close()
