@@ -11,6 +11,7 @@ the rendered ACL file); the workers' user seeds what a fleet holds.
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import time
 from collections.abc import Iterator
@@ -18,9 +19,12 @@ from urllib.parse import urlsplit
 
 import pytest
 import redis
-from redis.exceptions import NoPermissionError
+from redis.asyncio import Redis as AsyncRedis
+from redis.exceptions import NoPermissionError, ResponseError
 
+from breakers.scripts import SCRIPTS as BREAKER_SCRIPTS
 from tests.test_deploy import acl_server
+from worker.fleet.heartbeat import keep_scripts
 
 __all__ = ["acl_server"]
 
@@ -104,3 +108,36 @@ def test_a_reader_that_sends_more_than_it_reads_is_cut_off_before_writers_are_re
         seeded.set("{relevo}:turn:other:result", "ok")
     finally:
         reader.close()
+
+
+async def loaded(url: str) -> None:
+    worker = AsyncRedis.from_url(url)
+    try:
+        await keep_scripts(worker, worker)
+    finally:
+        await worker.aclose()
+
+
+def inspect_call(scopes: int, window: str) -> list[str | int]:
+    keys = ["{relevo}:idx:cool", "{relevo}:idx:exh"]
+    for _ in range(scopes):
+        keys += ["{relevo}:br:x", window, "{relevo}:probe:x"]
+    keys.append("{relevo}:idx:gone")
+    return [BREAKER_SCRIPTS._shas["inspect"], len(keys), *keys, 0, *[5000] * scopes]
+
+
+def test_the_viewers_breaker_script_costs_the_same_whatever_its_keys_hold(
+    acl_server: dict[str, str], seeded: redis.Redis
+) -> None:
+    asyncio.run(loaded(acl_server["relevo"]))
+    big = "{relevo}:win:big"
+    for start in range(0, 20_000, 5_000):
+        seeded.hset(big, mapping={f"c{i}": 1 for i in range(start, start + 5_000)})
+    with redis.Redis.from_url(acl_server["viewer"], socket_timeout=60) as viewer:
+        started = time.monotonic()
+        # One 20,000-field hash named as the window of 300 scopes: read whole, 300 times.
+        viewer.execute_command("EVALSHA", *inspect_call(300, big))
+        took = time.monotonic() - started
+        assert took < 1.0, f"one viewer's script held the server {took:.1f} s"
+        with pytest.raises(ResponseError, match="at most 10000 scopes"):
+            viewer.execute_command("EVALSHA", *inspect_call(10_001, "{relevo}:win:x"))
