@@ -141,3 +141,15 @@ def test_the_viewers_breaker_script_costs_the_same_whatever_its_keys_hold(
         assert took < 1.0, f"one viewer's script held the server {took:.1f} s"
         with pytest.raises(ResponseError, match="at most 10000 scopes"):
             viewer.execute_command("EVALSHA", *inspect_call(10_001, "{relevo}:win:x"))
+
+
+@pytest.mark.parametrize("key", ["{relevo}:turns:payloads", "{relevo}:turns:sent"])
+def test_a_producer_may_not_expire_every_services_sent_records(
+    acl_server: dict[str, str], seeded: redis.Redis, key: str
+) -> None:
+    # The records a sweeper re-sends lost turns from: one EXPIRE 0 would drop them all.
+    seeded.hset("{relevo}:turns:payloads", "someone-elses-turn", "{}")
+    seeded.zadd("{relevo}:turns:sent", {"someone-elses-turn": 1})
+    with redis.Redis.from_url(acl_server["producer"]) as producer, pytest.raises(NoPermissionError):
+        producer.expire(key, 0)
+    assert seeded.exists(key)
