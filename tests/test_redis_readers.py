@@ -153,3 +153,27 @@ def test_a_producer_may_not_expire_every_services_sent_records(
     with redis.Redis.from_url(acl_server["producer"]) as producer, pytest.raises(NoPermissionError):
         producer.expire(key, 0)
     assert seeded.exists(key)
+
+
+# A fair-queue key that is often absent (nothing queued, nobody parked, no wake token),
+# made another type by a command the producer needs on another key: every enqueue or
+# every dispatch round would fail on it (WRONGTYPE) until someone deletes it.
+RETYPED: list[Command] = [
+    ("HINCRBY", "{relevo}:fair:deadlines", "x", 1),
+    ("HINCRBY", "{relevo}:fair:parked", "x", 1),
+    ("ZADD", "{relevo}:fair:wake", 1, "x"),
+    ("LPUSH", "{relevo}:fair:clock", "x"),
+    ("INCR", "{relevo}:fair:vtime"),
+    ("HSETNX", "{relevo}:fair:ready", "x", "1"),
+    ("ZADD", "{relevo}:fair:parked", 9_000_000_000_000_000, "some-other-tenant"),
+]
+
+
+@pytest.mark.parametrize("command", RETYPED, ids=lambda c: f"{c[0]}-{c[1]}")
+def test_a_producer_may_not_make_a_fair_queue_key_one_every_round_fails_on(
+    acl_server: dict[str, str], seeded: redis.Redis, command: Command
+) -> None:
+    seeded.delete(str(command[1]))
+    with redis.Redis.from_url(acl_server["producer"]) as producer, pytest.raises(NoPermissionError):
+        producer.execute_command(*command)
+    assert not seeded.exists(str(command[1]))
