@@ -24,6 +24,7 @@ from redis.exceptions import NoPermissionError, ResponseError
 
 from breakers.scripts import SCRIPTS as BREAKER_SCRIPTS
 from tests.test_deploy import acl_server
+from worker.fleet.fairqueue import FairQueue, enqueue_sync
 from worker.fleet.heartbeat import keep_scripts
 
 __all__ = ["acl_server"]
@@ -177,3 +178,34 @@ def test_a_producer_may_not_make_a_fair_queue_key_one_every_round_fails_on(
     with redis.Redis.from_url(acl_server["producer"]) as producer, pytest.raises(NoPermissionError):
         producer.execute_command(*command)
     assert not seeded.exists(str(command[1]))
+
+
+@pytest.mark.parametrize("damage", [-1000, 1000])
+def test_a_tenant_whose_queued_count_a_producer_damaged_is_still_served(
+    acl_server: dict[str, str], seeded: redis.Redis, damage: int
+) -> None:
+    asyncio.run(loaded(acl_server["relevo"]))
+    victim = f"victim{damage}"
+    with redis.Redis.from_url(acl_server["producer"]) as producer:
+        # Allowed: the enqueue script needs it. The victim is idle, so in no fair list.
+        producer.hincrby("{relevo}:fair:queued", victim, damage)
+        queued = enqueue_sync(
+            producer,
+            "relevo",
+            tenant=victim,
+            turn_id=f"turn-of-{victim}",
+            deadline_ms=60_000,
+            input_tokens=10,
+            message="{}",
+        )
+    assert queued is True
+
+    async def dispatched() -> list[str]:
+        worker = AsyncRedis.from_url(acl_server["relevo"])
+        try:
+            done = await FairQueue(worker).dispatch(most=10, depth=100)
+            return [tenant for tenant, _ in done.moved]
+        finally:
+            await worker.aclose()
+
+    assert victim in asyncio.run(dispatched()), "the victim's turn was not dispatched"

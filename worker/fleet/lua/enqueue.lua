@@ -9,9 +9,9 @@
 -- ARGV[6]  the broker message, as the broker would have queued it
 --
 -- Returns 1 when queued, 0 when that turn id is queued already (a re-send while it waits).
--- Seven commands for a tenant with turns queued already: the index's HSETNX is the check
--- for a duplicate, and the queued count going from 0 to 1 says the tenant was idle (in
--- neither ready nor parked, lib.lua), so neither needs a read of its own.
+-- Eight commands for a ready tenant with turns queued already: the index's HSETNX is the
+-- check for a duplicate, and the queued count going from 0 to 1 says the tenant was idle
+-- (in neither ready nor parked, lib.lua); any other count is checked against ready.
 
 local now = now_ms()
 local tenant, turn = ARGV[2], ARGV[3]
@@ -26,7 +26,13 @@ redis.call('HSET', MSGS, member,
 if KEYS[11] then
   redis.call('ZADD', KEYS[11], deadline, member)
 end
-if redis.call('HINCRBY', QUEUED, tenant, 1) == 1 then
+-- A count other than 1 says the tenant had turns queued already, so it is ready or parked;
+-- unless the count is damaged (a producer may HINCRBY any tenant's): then a tenant in
+-- neither is idle, and only activating it gets its turns dispatched. One ZSCORE while it
+-- is ready.
+local queued = redis.call('HINCRBY', QUEUED, tenant, 1)
+if queued == 1 or not (redis.call('ZSCORE', READY, tenant)
+    or redis.call('ZSCORE', PARKED, tenant)) then
   activate(tenant, num(redis.call('GET', CLOCK)))
   wake(KEYS[10])
 end
