@@ -115,7 +115,6 @@ NEEDED: dict[str, list[Command]] = {
         ("ZADD", "{relevo}:turns:sent", "1", "t2"),
         ("ZSCORE", "{relevo}:turns:sent", "t2"),
         ("HSET", "{relevo}:turns:payloads", "t2", "a payload"),
-        ("EXPIRE", "{relevo}:turns:payloads", "600"),
         ("GET", "{relevo}:turn:t1:result"),
         ("MGET", "celery-task-meta-t1", "{relevo}:turn:t1:result"),
         ("EXISTS", "{relevo}:turn:t1:result", "{relevo}:turn:t1:claim"),

@@ -30,6 +30,7 @@ from worker.fleet.heartbeat import read_heartbeats, unreached
 from worker.fleet.operations import check_text, switch_settle_s
 from worker.fleet.operator_config import redis_settings
 from worker.fleet.turnstore import TurnKeys
+from worker.observability.visible import one_line
 
 __all__ = ["register"]
 
@@ -42,7 +43,8 @@ async def _kill_on(args: argparse.Namespace) -> int:
         async with trail.acting(cli_actor(who), "kill_switch.on", "fleet", reason) as done:
             state = await breakers.KillSwitch(client, namespace=where.namespace).on(who, reason)
             done.text = f"kill switch ON by {state.who}: {state.reason}"
-        print(f"kill switch ON since {utc(state.since_ms)} by {state.who}: {state.reason}")
+        by = f"{one_line(state.who)}: {one_line(state.reason)}"
+        print(f"kill switch ON since {utc(state.since_ms)} by {by}")
         print("No turn calls any provider; turns are held for `relevo replay-held`.", flush=True)
         # Every turn reads the switch, but a worker whose read timed out decides on its
         # memory of the switch until its next look: by now every look has been taken.
@@ -71,7 +73,7 @@ async def _kill_off(args: argparse.Namespace) -> int:
             print("kill switch was already off")
         else:
             since = utc(before.since_ms) if before.unreadable is None else "?"
-            shown = f"on since {since} by {before.who}: {before.reason}"
+            shown = f"on since {since} by {one_line(before.who)}: {one_line(before.reason)}"
             print(f"kill switch OFF ({shown})", flush=True)
         undone = await switch.confirm_off(who, after_s=switch_settle_s(where))
         held = await breakers.HeldTurns(client, namespace=where.namespace).count()
@@ -103,7 +105,7 @@ async def _kill_status(args: argparse.Namespace) -> int:
         since = utc(state.since_ms) if state.unreadable is None else "?"
         shown = "ON" if state.unreadable is None else f"on (unreadable: {state.unreadable})"
         print(
-            f"kill switch: {shown}\nwho: {state.who}\nwhy: {state.reason}\n"
+            f"kill switch: {shown}\nwho: {one_line(state.who)}\nwhy: {one_line(state.reason)}\n"
             f"since: {since}\nheld turns: {held}"
         )
     return 0

@@ -29,7 +29,7 @@ from worker.cli.common import (
 from worker.cli.parsing import Commands, add_command, add_config_option, positive_int
 from worker.fleet.operator_config import load_config
 from worker.fleet.replay import CONCURRENCY, ReplaySummary, replay_fleet
-from worker.observability.visible import json_visible
+from worker.observability.visible import json_visible, one_line
 
 __all__ = ["register"]
 
@@ -45,7 +45,7 @@ async def _replay(args: argparse.Namespace) -> int:
         state = await breakers.KillSwitch(client, namespace=where.namespace).status()
         if state is not None:
             raise OperatorError(
-                f"the kill switch is on ({state.reason}, by {state.who}); "
+                f"the kill switch is on ({one_line(state.reason)}, by {one_line(state.who)}); "
                 "turn it off before replaying held turns",
                 EXIT_REFUSED,
             )
@@ -75,7 +75,7 @@ def _verdict(summary: ReplaySummary, left: int) -> int:
     problems: list[str] = []
     code = EXIT_OK
     if summary.stopped_by is not None:
-        problems.append(f"the kill switch came back on ({summary.stopped_by.reason})")
+        problems.append(f"the kill switch came back on ({one_line(summary.stopped_by.reason)})")
         code = EXIT_REFUSED
     if summary.not_stored:
         problems.append(

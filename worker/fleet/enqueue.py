@@ -25,7 +25,6 @@ import functools
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
 from types import TracebackType
 from typing import Any
 
@@ -176,11 +175,10 @@ def _fair_headers(turn: TurnRequest) -> dict[str, Any]:
 
 
 def _record_sent(app: Celery, channel: Any, turn_id: str, payload: str) -> None:
-    """One round trip: the turn's send time and payload, and the keys' expiry refreshed;
-    tried again after a connection error as the publish is, within the send timeout."""
+    """One round trip: the turn's send time and payload; tried again after a connection
+    error as the publish is, within the send timeout. The keys' expiry is the sweeper's:
+    a producer that could EXPIRE them could empty every service's records at once."""
     keys = TurnKeys(app.conf.get("relevo_namespace") or "relevo")
-    expires = app.conf.result_expires or 86_400
-    ttl_s = int(expires.total_seconds() if isinstance(expires, timedelta) else expires)
     policy = {**_ENSURE_DEFAULTS, **(app.conf.task_publish_retry_policy or {})}
     tries, started = 0, time.monotonic()
     # Whether a write went out on a connection and got no answer: a stalled Redis writes
@@ -197,8 +195,6 @@ def _record_sent(app: Celery, channel: Any, turn_id: str, payload: str) -> None:
             pipe.connection = connection  # the pipeline gives it back to the pool
             pipe.zadd(keys.sent, {turn_id: int(time.time() * 1000)})
             pipe.hset(keys.payloads, turn_id, payload)
-            pipe.expire(keys.sent, ttl_s)
-            pipe.expire(keys.payloads, ttl_s)
             try:
                 pipe.execute()
             except Exception as exc:

@@ -17,7 +17,8 @@ a slow one is safe. With RabbitMQ as the broker (`worker.fleet.rabbitmq`), a con
 publish is not lost by the broker; the records still bring back a turn taken from the
 fair queue's outbox by a dispatcher that died before publishing it, and one whose
 publish failed after its record was written. One process sweeps at a time (a lock for
-one interval); records older than the result TTL are dropped.
+one interval); records older than the result TTL are dropped, and each round refreshes
+the records' keys' expiry (producers may not: deploy/redis/users.acl.in).
 """
 
 from __future__ import annotations
@@ -95,7 +96,13 @@ class Sweeper:
             return 0
         now_ms = time.time() * 1000
         expired_ms = now_ms - self.store.ttl_s * 1000
-        expired = await redis.zrangebyscore(keys.sent, "-inf", expired_ms, start=0, num=_BATCH)
+        # The records' expiry is kept here, not by producers: a producer allowed EXPIRE on
+        # them could drop every service's records with one command.
+        pipe = redis.pipeline(transaction=False)
+        pipe.expire(keys.sent, self.store.ttl_s)
+        pipe.expire(keys.payloads, self.store.ttl_s)
+        pipe.zrangebyscore(keys.sent, "-inf", expired_ms, start=0, num=_BATCH)
+        expired = (await pipe.execute())[-1]
         if expired:
             await self.store.forget(*(text(turn_id) for turn_id in expired))
         due = await redis.zrangebyscore(

@@ -121,9 +121,22 @@ def _celery_bodies(*, shown: bool) -> None:
     consumer.dump_body = original if shown else sized
 
 
+# The pool's debug line for each task it starts: the request, body and arguments included
+# (a message whose headers are short shows its whole turn within Celery's 1,024 characters).
+_POOL_APPLY = "TaskPool: Apply"
+
+
 def _hide_task_content(record: logging.LogRecord) -> bool:
     """Blank the content fields of a Celery task line; every other record passes as it is."""
-    if record.name.startswith("celery.") and isinstance(record.args, Mapping):
+    if (
+        record.name.startswith("celery.")
+        and isinstance(record.msg, str)
+        and record.msg.startswith(_POOL_APPLY)
+        and isinstance(record.args, tuple)
+        and record.args
+    ):
+        record.args = (record.args[0], *(_HIDDEN for _ in record.args[1:]))
+    elif record.name.startswith("celery.") and isinstance(record.args, Mapping):
         hidden = {k: _HIDDEN if k in _CONTENT_FIELDS else v for k, v in record.args.items()}
         record.args = hidden
         if isinstance(getattr(record, "data", None), Mapping):

@@ -5,7 +5,9 @@ text around them: "all clear [U+202E]FFO ton od" read as "all clear do not OFF",
 ESC[2K erasing the line a terminal shows. The console's pages (`worker.console.filters`)
 and every line the `relevo` commands print write them out as "[U+202E]" instead; a
 terminal also gets a carriage return written out, which would return to the line's
-start. Newlines, tabs and joiners inside emoji and scripts are left as they are. JSON
+start. Newlines, tabs and joiners inside emoji and scripts are left as they are, except
+inside one field of a line (`one_line`: a reason, a name), where a newline would forge a
+line of its own. JSON
 output keeps its data: there they are written as JSON escapes (`\\u202e`).
 """
 
@@ -14,7 +16,15 @@ from __future__ import annotations
 import re
 from typing import Any, TextIO
 
-__all__ = ["ACTING", "TERMINAL_ACTING", "VisibleStream", "json_visible", "visible"]
+__all__ = [
+    "ACTING",
+    "LINE_ACTING",
+    "TERMINAL_ACTING",
+    "VisibleStream",
+    "json_visible",
+    "one_line",
+    "visible",
+]
 
 _SET = (
     "\x00-\x08\x0b-\x0c\x0e-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b\u200e\u200f"
@@ -25,6 +35,8 @@ ACTING = re.compile(f"[{_SET}]")
 """What acts in a web page's text (a carriage return there is only white space)."""
 TERMINAL_ACTING = re.compile(f"[{_SET}\r]")
 """What acts in a terminal."""
+LINE_ACTING = re.compile(f"[{_SET}\r\n\t]")
+"""What acts in one field of a line: a newline there would start a line of its own."""
 
 
 def _written(found: re.Match[str]) -> str:
@@ -42,6 +54,12 @@ def _escaped(found: re.Match[str]) -> str:
 def visible(text: str, *, acting: re.Pattern[str] = TERMINAL_ACTING) -> str:
     """`text` with the characters that would act written out as "[U+XXXX]"."""
     return acting.sub(_written, text) if acting.search(text) else text
+
+
+def one_line(text: str) -> str:
+    """`text` for one field of a printed line (a reason, a name): newlines and tabs
+    written out too, so "ok\nkill switch: off" cannot print a line of its own."""
+    return visible(text, acting=LINE_ACTING)
 
 
 def json_visible(text: str) -> str:

@@ -9,9 +9,9 @@
 -- ARGV[6]  the broker message, as the broker would have queued it
 --
 -- Returns 1 when queued, 0 when that turn id is queued already (a re-send while it waits).
--- Seven commands for a tenant with turns queued already: the index's HSETNX is the check
--- for a duplicate, and the queued count going from 0 to 1 says the tenant was idle (in
--- neither ready nor parked, lib.lua), so neither needs a read of its own.
+-- Eight commands for a ready tenant with turns queued already: the index's HSETNX is the
+-- check for a duplicate, and the queued count going from 0 to 1 says the tenant was idle
+-- (in neither ready nor parked, lib.lua); any other count is checked against ready.
 
 local now = now_ms()
 local tenant, turn = ARGV[2], ARGV[3]
@@ -41,15 +41,16 @@ if KEYS[11] then
 end
 local counted, queued = pcall(redis.call, 'HINCRBY', QUEUED, tenant, 1)
 if not counted then
-  -- A count that is not one (a hand edit) is counted again from the tenant's queue; a
-  -- tenant in neither ready nor parked is idle, whatever its count said.
+  -- A count that is not a number (a hand edit) is counted again from the tenant's queue.
   queued = redis.call('ZLEXCOUNT', PENDING, '[' .. tenant .. '|', '(' .. tenant .. '|\255')
   redis.call('HSET', QUEUED, tenant, queued)
-  if not (redis.call('ZSCORE', READY, tenant) or redis.call('ZSCORE', PARKED, tenant)) then
-    queued = 1
-  end
 end
-if queued == 1 then
+-- A count other than 1 says the tenant had turns queued already, so it is ready or parked;
+-- unless the count is damaged (a producer may HINCRBY any tenant's): then a tenant in
+-- neither is idle, and only activating it gets its turns dispatched. One ZSCORE while it
+-- is ready.
+if queued == 1 or not (redis.call('ZSCORE', READY, tenant)
+    or redis.call('ZSCORE', PARKED, tenant)) then
   activate(tenant, clock_now())
   wake(KEYS[10])
 end
