@@ -189,6 +189,7 @@ class TurnRunner:
         # Turns this process runs now: their claims are written again with each beat.
         self._running: set[str] = set()
         self._closing = False
+        self._report_task: asyncio.Task[None] | None = None
         self._started_ms = int(time.time() * 1000)
         self._reporting = asyncio.run_coroutine_threadsafe(self._report_forever(), self.loop.loop)
 
@@ -231,6 +232,7 @@ class TurnRunner:
     async def _report_forever(self) -> None:
         # Gauges and heartbeat while idle too: a turn also updates the gauges. Closing
         # ends it even if a cancel is swallowed (Python 3.11's asyncio.timeout can).
+        self._report_task = asyncio.current_task()
         beats = 0
         while not self._closing:
             liveness.touch()  # before Redis is asked: its absence is not this process's
@@ -330,6 +332,10 @@ class TurnRunner:
     async def _aclose(self) -> None:
         self._closing = True
         self._reporting.cancel()
+        # Let its cancel land before the clients close: a heartbeat's command cut off by
+        # closing its connection leaves that connection's transport open.
+        if self._report_task is not None:
+            await asyncio.wait([self._report_task], timeout=2)
         for task in (self._sweeping, self._dispatching):
             if task is not None:
                 task.cancel()
