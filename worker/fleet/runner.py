@@ -178,6 +178,7 @@ class TurnRunner:
             default=settings.fairness.default_share(),
             # A dead worker's lease runs out once its turn could no longer be running.
             lease_s=settings.turn_deadline_s + 2 * _MARGIN_S + settings.worker.restore_interval_s,
+            on_unreadable=self._noted,
             # The dispatcher's wait for a wake token: one connection, reads outlasting it.
             blocking=settings.redis.connect(
                 timeout_s=settings.fairness.interval_s + max(settings.redis.timeout_s, 1.0)
