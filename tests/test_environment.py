@@ -59,6 +59,8 @@ def test_an_empty_variable_is_an_unset_one_and_case_does_not_matter() -> None:
     assert environment.value("RELEVO_REDIS__URL", env) == "redis://h:1/0"
     assert environment.section_overrides("x", ["y", "z"], env) == {}
     assert environment.section_overrides("redis", ["url"], env) == {"url": "redis://h:1/0"}
+    both = {"openai_api_key": "lower", "OPENAI_API_KEY": "as asked"}
+    assert environment.value("OPENAI_API_KEY", both) == "as asked"
 
 
 @pytest.mark.parametrize(

@@ -40,10 +40,13 @@ def variables(environ: Mapping[str, str] | None = None) -> Mapping[str, str]:
 
 
 def value(name: str, environ: Mapping[str, str] | None = None) -> str | None:
-    """The variable `name` (any case), or None when it is unset or empty."""
+    """The variable `name` (any case; spelt as asked first), or None when it is unset or
+    empty."""
+    env = variables(environ)
+    if exact := env.get(name):
+        return exact
     wanted = name.upper()
-    found = variables(environ).items()
-    return next((text for key, text in found if key.upper() == wanted and text), None)
+    return next((text for key, text in env.items() if key.upper() == wanted and text), None)
 
 
 def forget_ours() -> None:
