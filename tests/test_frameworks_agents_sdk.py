@@ -38,13 +38,14 @@ from worker.adapters import make_client
 from worker.fleet import Producer
 from worker.fleet.testing import stub_fleet
 from worker.frameworks import InProcess, ThroughFleet, TurnNotAnswered
-from worker.frameworks.agents_reply import Carried, open_carried, seal
+from worker.frameworks.envelope import seal
 from worker.frameworks.openai_agents import (
     AgentsInputError,
     AgentsTurnNotAnswered,
     RelevoModel,
     RelevoProvider,
 )
+from worker.frameworks.openai_agents.reply import Carried, open_carried
 from worker.guard import Availability
 from worker.guard.testing import ScriptedGuard
 from worker.simulator import CallOutcome, Fault, Simulator
@@ -417,7 +418,7 @@ async def test_the_provider_serves_every_model_name(sim: Simulator) -> None:
     assert run.final_output.startswith("Answer from alpha.")
     model = provider.get_model("anything")
     assert isinstance(model, RelevoModel)
-    assert model.shape.side_effect_tools == frozenset({"refund"})
+    assert model.options.side_effect_tools == frozenset({"refund"})
     assert isinstance(refund, FunctionTool)
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import os
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager
@@ -31,7 +30,7 @@ from worker.fleet.errors import FleetUnavailable, UnknownTurn, write_refusal
 from worker.fleet.operations import check_text
 from worker.observability.redact import redact_url
 from worker.observability.visible import json_visible
-from worker.settings import RedisSettings
+from worker.settings import RedisSettings, environment
 from worker.types import Status
 
 __all__ = [
@@ -266,7 +265,7 @@ def operator_action(handler: Handler) -> Callable[[Any], int]:
 
 def operator_who(given: str | None) -> str:
     """Who acts, for the logs and the switch: `--who`, else $USER, else "operator"."""
-    return check_text(given or os.environ.get("USER") or "operator", "--who")
+    return check_text(given or environment.value("USER") or "operator", "--who")
 
 
 def note(message: str) -> None:

@@ -64,11 +64,10 @@ from worker.cli.parsing import (
     add_config_option,
     exit_epilog,
 )
-from worker.fleet import environment
 from worker.fleet.errors import Unreadable
 from worker.fleet.operator_config import load_config
 from worker.observability.visible import VisibleStream, json_visible
-from worker.settings import Settings
+from worker.settings import Settings, environment
 from worker.turn.intake import checked_turn
 from worker.types import TurnRequest, TurnResult
 

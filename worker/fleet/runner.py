@@ -29,7 +29,6 @@ from worker.errors import STORE_DOWN, InputError
 from worker.fleet import liveness
 from worker.fleet.agreement import Agreement, FleetShape
 from worker.fleet.dispatcher import QUEUE_DEADLINE, Dispatcher
-from worker.fleet.environment import node_name
 from worker.fleet.errors import Unreadable
 from worker.fleet.fairqueue import FairQueue
 from worker.fleet.heartbeat import (
@@ -53,6 +52,7 @@ from worker.observability.logs import redact_secrets
 from worker.observability.metrics import VERSION, TurnMetrics
 from worker.observability.redact import provider_secrets
 from worker.settings import Settings
+from worker.settings.environment import node_name
 from worker.turn.chain import Chain
 from worker.turn.intake import checked_turn
 from worker.types import Status, TurnId, TurnRequest, TurnResult

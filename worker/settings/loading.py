@@ -3,7 +3,6 @@ cross-references no single field can see."""
 
 from __future__ import annotations
 
-import os
 import re
 import tomllib
 from collections.abc import Callable, Mapping
@@ -22,6 +21,7 @@ import breakers
 import budgets
 from budgets.keys import check_namespace
 from worker.errors import ConfigError
+from worker.settings import environment
 from worker.settings.base import ModelSlug, Name
 from worker.settings.chain import ChainSettings, DegradationSettings, RetrySettings
 from worker.settings.fleet import FairnessSettings, LimitsSettings, WorkerSettings
@@ -38,7 +38,7 @@ class Settings(BaseSettings):
         env_prefix="RELEVO_",
         env_nested_delimiter="__",
         # An empty variable is an unset one, as everywhere relevo reads its environment
-        # (worker/fleet/environment.py).
+        # (worker/settings/environment.py).
         env_ignore_empty=True,
         frozen=True,
         extra="forbid",
@@ -214,11 +214,11 @@ def load_settings(
     try:
         settings = Settings(**raw)
     except ValidationError as exc:
-        raise ConfigError(_describe(exc, os.environ)) from None
+        raise ConfigError(_describe(exc, environment.variables())) from None
     except SettingsError as exc:
         # A list or a table in a variable that is not JSON: pydantic-settings names only
         # the top-level field, and its own message is a traceback's.
-        problems = json_problems(str(exc), os.environ, Settings)
+        problems = json_problems(str(exc), environment.variables(), Settings)
         raise ConfigError("; ".join(problems) or f"environment: {exc}") from None
     settings.check()
     if require_secrets:

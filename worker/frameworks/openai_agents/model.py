@@ -1,4 +1,4 @@
-"""relevo as the model of the OpenAI Agents SDK (`pip install 'relevo[agents]'`).
+"""The Agents SDK's `Model` and `ModelProvider`, answering with relevo turns.
 
     engine = InProcess.from_settings(load_settings("chain.toml"))
     agent = Agent(name="support", tools=[...], model=RelevoModel(engine, tenant_id="acme"))
@@ -14,7 +14,7 @@ carries it in the response's `model` and `metadata`.
 A turn relevo refused or degraded without a reply raises `AgentsTurnNotAnswered` (an
 `AgentsException` and a `TurnNotAnswered`), or, with `on_degraded="message"`, answers
 with its degradation message (not when the agent wants structured output: the message
-is not that output, so it raises).
+is not that output, so it raises). `aclose` closes the engine; an agent run never does.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from typing import Any
 
 from agents.agent_output import AgentOutputSchemaBase
-from agents.exceptions import AgentsException
 from agents.handoffs import Handoff
 from agents.items import ModelResponse, TResponseInputItem, TResponseStreamEvent
 from agents.model_settings import ModelSettings
@@ -33,23 +32,14 @@ from agents.retry import ModelRetryAdvice, ModelRetryAdviceRequest
 from agents.tool import Tool as AgentsTool
 from openai.types.responses.response_prompt_param import ResponsePromptParam
 
-from worker.frameworks.agents_reply import ReplyEvents, model_response
-from worker.frameworks.agents_request import AgentsInputError, ModelCall, TurnShape, turn_request
-from worker.frameworks.engine import Engine, OnDegraded, TurnNotAnswered, answer
+from worker.frameworks.engine import Engine, OnDegraded, TurnNotAnswered
+from worker.frameworks.openai_agents.errors import AgentsInputError, AgentsTurnNotAnswered
+from worker.frameworks.openai_agents.reply import ReplyEvents, model_response
+from worker.frameworks.openai_agents.turn import ModelCall, turn_request
+from worker.frameworks.options import TurnOptions
 from worker.types import Reply, TurnRequest, TurnResult
 
-__all__ = [
-    "AgentsInputError",
-    "AgentsTurnNotAnswered",
-    "RelevoModel",
-    "RelevoProvider",
-]
-
-
-class AgentsTurnNotAnswered(TurnNotAnswered, AgentsException):
-    """relevo gave this agent turn no reply: refused, failed, or degraded without one.
-
-    `result` is the turn's whole report (status, reason, attempts)."""
+__all__ = ["RelevoModel", "RelevoProvider"]
 
 
 class RelevoModel(Model):
@@ -58,9 +48,12 @@ class RelevoModel(Model):
     - `tenant_id`: whose budget the turns spend.
     - `on_degraded`: `"raise"` (`AgentsTurnNotAnswered`) or `"message"` (the degradation
       message as the assistant's answer) for a turn degraded without a reply.
-    - `deadline_s`: each turn's deadline, unless the agent's `ModelSettings.timeout` is set.
+    - `deadline_s`: each turn's deadline (None: relevo's, 60 s), unless the agent's
+      `ModelSettings.timeout` is set.
     - `side_effect_tools`: the names of the tools that change the world.
     - `on_result`: called with each turn's `TurnResult`, answered or not.
+
+    The options are the same for every framework (`worker.frameworks.TurnOptions`).
     """
 
     # A plain class, not a dataclass: the SDK reads a dataclass model's fields (deep-copied)
@@ -71,14 +64,14 @@ class RelevoModel(Model):
         *,
         tenant_id: str,
         on_degraded: OnDegraded = "raise",
-        deadline_s: float = 60.0,
+        deadline_s: float | None = None,
         side_effect_tools: Collection[str] = (),
         on_result: Callable[[TurnResult], None] | None = None,
     ) -> None:
         self.engine = engine
-        self.shape = TurnShape(tenant_id, deadline_s, frozenset(side_effect_tools))
-        self.on_degraded: OnDegraded = on_degraded
-        self.on_result = on_result
+        self.options = TurnOptions(
+            tenant_id, deadline_s, frozenset(side_effect_tools), on_degraded, on_result
+        )
 
     def _request(
         self, call: ModelCall, *, stream: bool, stored: Mapping[str, object]
@@ -88,15 +81,17 @@ class RelevoModel(Model):
         for name, value in stored.items():
             if value is not None:
                 raise AgentsInputError(f"{name}: relevo keeps no conversation; send it whole")
-        return turn_request(self.shape, call, stream=stream)
+        return turn_request(self.options, call, stream=stream)
 
     def _reply(self, result: TurnResult, call: ModelCall) -> Reply:
-        if self.on_result is not None:
-            self.on_result(result)
         try:
-            return answer(result, "raise" if call.structured else self.on_degraded)
+            return self.options.reply(result, structured=call.structured)
         except TurnNotAnswered as exc:
             raise AgentsTurnNotAnswered(exc.result) from None
+
+    async def aclose(self) -> None:
+        """Close the engine (an agent run never does: the engine may serve several)."""
+        await self.engine.aclose()
 
     async def get_response(  # noqa: PLR0917  (the SDK's signature)
         self,
@@ -173,7 +168,7 @@ class RelevoProvider(ModelProvider):
         *,
         tenant_id: str,
         on_degraded: OnDegraded = "raise",
-        deadline_s: float = 60.0,
+        deadline_s: float | None = None,
         side_effect_tools: Collection[str] = (),
         on_result: Callable[[TurnResult], None] | None = None,
     ) -> None:
@@ -190,4 +185,4 @@ class RelevoProvider(ModelProvider):
         return self.model
 
     async def aclose(self) -> None:
-        await self.model.engine.aclose()
+        await self.model.aclose()
