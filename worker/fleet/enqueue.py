@@ -111,7 +111,7 @@ def send_turn(app: Celery, turn: TurnRequest, *, ignore_result: bool = False) ->
     interval, as for a turn the broker lost). Sending it again with the same turn id is
     safe either way.
     """
-    payload = turn.model_dump(mode="json")
+    payload = _payload(turn, app)
     encoded = compact(payload)
     _check_size(app, len(encoded.encode()))
     url = app.conf.broker_url
@@ -152,6 +152,20 @@ def send_turn(app: Celery, turn: TurnRequest, *, ignore_result: bool = False) ->
                 exc.url, cause, turn_id=turn.turn_id, acknowledged=True, during=_PUBLISHING
             ) from cause
         raise TurnNotSent(exc.url, cause, turn_id=turn.turn_id, during=_CONNECTING) from cause
+
+
+def _payload(turn: TurnRequest, app: Celery) -> dict[str, Any]:
+    """The turn as its message carries it. While relevo 0.1.0 may run it
+    (`[worker] oldest_release`), a failed tool's `is_error` is left out (0.1.0's workers
+    refuse the field): the model reads the tool's error as its output."""
+    if app.conf.get("relevo_oldest_release", "0.1.0") == "0.1.0" and _marks_errors(turn):
+        messages = tuple(m.model_copy(update={"is_error": False}) for m in turn.messages)
+        turn = turn.model_copy(update={"messages": messages})
+    return turn.model_dump(mode="json")
+
+
+def _marks_errors(turn: TurnRequest) -> bool:
+    return any(message.is_error for message in turn.messages)
 
 
 def _check_size(app: Celery, size: int) -> None:

@@ -256,6 +256,8 @@ class TurnRunner:
             if other.alive(now_ms) and other.process != self.holder:
                 shape = FleetShape.parse(other.fleet)
                 self.agreement.check(shape, "worker", where=other.process)
+                oldest = self.settings.worker.oldest_release
+                self.agreement.check_release(other.version, oldest, where=other.process)
 
     async def _renew_leases(self) -> None:
         """Hold the leases of the turns this process runs, and write their claims again if

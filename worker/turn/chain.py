@@ -108,6 +108,7 @@ class _Walk:
             request,
             primary_model=self.settings.chain.models[0],
             gen_ai_providers=chain.gen_ai_providers,
+            left_out_field=self.settings.worker.oldest_release != "0.1.0",
         )
         budget_s = min(request.deadline_s, self.settings.turn_deadline_s)
         self.attempts = Attempts(

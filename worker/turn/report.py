@@ -63,8 +63,12 @@ class TurnReport:
         *,
         primary_model: str,
         gen_ai_providers: Mapping[str, str] | None = None,
+        left_out_field: bool = False,
     ) -> None:
+        """`left_out_field`: name the fields a call did not carry in the attempt's own
+        `left_out`, which relevo 0.1.0's strict readers refuse, not in its `detail`."""
         self.request = request
+        self.left_out_field = left_out_field
         self.primary_model = primary_model
         # Each configured provider's `gen_ai.provider.name` (`ProviderSettings.gen_ai_provider`).
         self.gen_ai_providers = gen_ai_providers or {}
@@ -116,7 +120,9 @@ class TurnReport:
             # Results keep relevo 0.1.0's shape while it may read them (no new field):
             # the fields a call did not carry are named in the row's detail, when the
             # row has none of its own, and always on its log line.
-            if left_out and attempt.detail is None:
+            if left_out and self.left_out_field:
+                fields["left_out"] = left_out
+            elif left_out and attempt.detail is None:
                 fields["detail"] = LEFT_OUT + ", ".join(left_out)
         if self._first_byte_at is not None and attempt.outcome is not AttemptOutcome.HEDGE_LOST:
             # Content streams at most once a turn: after it, no other model is tried (a
@@ -144,7 +150,7 @@ class TurnReport:
             semconv[GEN_AI_OUTPUT_TOKENS] = usage.output_tokens
         if finish_reason is not None:
             semconv[GEN_AI_FINISH_REASONS] = [finish_reason]
-        if left_out:
+        if left_out and not self.left_out_field:  # else the attempt's own field says it
             semconv["left_out"] = list(left_out)
         (log.debug if answered else log.info)(
             "turn.attempt",

@@ -89,6 +89,10 @@ class Attempt(Frozen):
     # Reasoning items of the conversation this call did not carry: another vendor wrote
     # them, and only their writer can read them back.
     reasoning_left_out: int = 0
+    left_out: tuple[str, ...] = Field(default=(), exclude_if=lambda names: not names)
+    """The turn's fields this call's body did not carry (its API has none for them, or
+    this model refuses them). Written from `[worker] oldest_release = "0.2.0"` on; before,
+    they are named in `detail` ("left out: seed, stop")."""
 
 
 FinishReasonName = Literal["stop", "length", "tool_calls", "content_filter", "refusal", "other"]
