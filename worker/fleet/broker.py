@@ -131,6 +131,8 @@ def celery_app(settings: Settings | None = None) -> Celery:
         relevo_max_message_bytes=broker.max_message_bytes,
         # Whether a turn's message may carry what relevo 0.1.0's workers refuse (`payload`).
         relevo_oldest_release=settings.worker.oldest_release if settings else "0.1.0",
+        # The chains a turn may name (`enqueue._payload` refuses another at once).
+        relevo_chains=settings.chain_names if settings else ("default",),
         # What every turn's message states of the fleet it was sent to (`agreement`).
         relevo_fleet=FleetShape(
             "rabbitmq" if broker.url else "redis", fairness.enabled, redis.namespace

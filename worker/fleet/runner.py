@@ -55,6 +55,7 @@ from worker.observability.redact import provider_secrets
 from worker.settings import Settings
 from worker.turn.chain import Chain
 from worker.turn.intake import checked_turn
+from worker.turn.routing import primary_model
 from worker.types import Status, TurnId, TurnRequest, TurnResult
 
 __all__ = ["INVALID_INPUT", "UNREADABLE", "TurnRunner", "rejected_input"]
@@ -478,7 +479,7 @@ class TurnRunner:
             reason=QUEUE_DEADLINE,
             error=f"waited {budget_s:.1f} s for a lease of its tenant (max_in_flight), past "
             "its deadline",
-            primary_model=self.settings.chain.models[0],
+            primary_model=primary_model(self.settings, request),
         )
         self.metrics.record(result)
         return result
@@ -493,7 +494,7 @@ class TurnRunner:
             status=Status.FAILED,
             reason=UNREADABLE,
             error=str(exc),
-            primary_model=self.settings.chain.models[0],
+            primary_model=primary_model(self.settings, request),
         )
 
     async def _release(self, request: TurnRequest) -> None:

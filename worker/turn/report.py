@@ -21,7 +21,7 @@ from worker.errors import ModelNotFound, ProviderError
 from worker.guard.protocol import Target
 from worker.observability.alert import model_gone
 from worker.observability.redact import redact_text
-from worker.settings import DegradationSettings
+from worker.settings import DEFAULT_CHAIN, DegradationSettings
 from worker.turn.capability import Fit
 from worker.types import (
     Attempt,
@@ -64,10 +64,14 @@ class TurnReport:
         primary_model: str,
         gen_ai_providers: Mapping[str, str] | None = None,
         left_out_field: bool = False,
+        chain: str | None = None,
     ) -> None:
         """`left_out_field`: name the fields a call did not carry in the attempt's own
-        `left_out`, which relevo 0.1.0's strict readers refuse, not in its `detail`."""
+        `left_out`, which relevo 0.1.0's strict readers refuse, not in its `detail`.
+        `chain`: the name the result carries of the chain the turn ran on (none: not
+        written, as 0.1.0 reads results)."""
         self.request = request
+        self.chain = chain
         self.left_out_field = left_out_field
         self.primary_model = primary_model
         # Each configured provider's `gen_ai.provider.name` (`ProviderSettings.gen_ai_provider`).
@@ -367,6 +371,7 @@ class TurnReport:
                 "dropped_tools": fit.dropped_tools if fit else (),
                 "trimmed_messages": fit.trimmed_messages if fit else 0,
                 "latency_ms": round((time.monotonic() - self.started) * 1000),
+                "chain": self.chain,
                 **extra,
             }
         )
@@ -391,6 +396,7 @@ class TurnReport:
             tenant_id=result.tenant_id,
             status=result.status.value,
             reason=result.reason,
+            chain=self.chain or DEFAULT_CHAIN,
             primary_model=result.primary_model,
             effective_model=result.effective_model,
             effective_provider=result.effective_provider,

@@ -9,6 +9,8 @@ from pydantic import BaseModel, ConfigDict, StringConstraints
 # Tenant ids and turn ids become parts of Redis keys: a short, plain alphabet.
 TenantId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")]
 TurnId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")]
+# A chain's name, as `[chains.NAME]` may be written (`worker.settings.base.Name`).
+ChainName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")]
 ToolName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
 
 

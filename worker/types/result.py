@@ -127,6 +127,9 @@ class TurnResult(Frozen):
     dropped_tools: tuple[str, ...] = ()
     trimmed_messages: int = 0
     latency_ms: int = 0
+    chain: str | None = Field(default=None, exclude_if=lambda name: name is None)
+    """The chain the turn ran on; written when the turn named one, and always from
+    `[worker] oldest_release = "0.2.0"` on (relevo 0.1.0 reads results strictly)."""
 
     _errors: tuple[Exception, ...] = PrivateAttr(default=())
 
