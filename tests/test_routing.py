@@ -17,14 +17,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from tests.chainkit import KEY, run, settings, turn
 from worker.errors import ConfigError, InputError
 from worker.fleet.app import make_app
 from worker.fleet.enqueue import enqueue_turn
 from worker.guard.redis_guard import open_guard
-from worker.settings import Settings
+from worker.settings import LimitsSettings, Settings
 from worker.simulator import Fault, Simulator
+from worker.turn.intake import checked_turn
 from worker.types import AttemptOutcome, Status
 
 CHAINS = {
@@ -143,6 +145,41 @@ async def test_a_chains_own_cheaper_model_stands_in_for_its_turns(
     assert planned.degradation == unnamed.degradation == "message"
 
 
+# --- metadata -------------------------------------------------------------------------------
+
+
+async def test_metadata_goes_to_the_result_and_every_log_line_of_the_turn(sim: Simulator) -> None:
+    sim.set_faults("alpha", Fault(status=503))
+    pairs = {"agent": "triage", "user": "u-42"}
+    with capture_logs() as events:
+        result = await run(routed(sim), turn().model_copy(update={"metadata": pairs}))
+    assert result.metadata == pairs
+    lines = [e for e in events if e["event"] in ("turn.attempt", "turn.completed")]
+    assert {e["event"] for e in lines} == {"turn.attempt", "turn.completed"}
+    assert all(e["metadata"] == pairs for e in lines)
+    plain = await run(routed(sim), turn())
+    assert "metadata" not in plain.model_dump()  # none: not written (relevo 0.1.0 reads it)
+
+
+@pytest.mark.parametrize(
+    ("metadata", "error"),
+    [
+        ({f"k{i}": "v" for i in range(17)}, "metadata: Dictionary should have at most 16 items"),
+        ({"a b": "v"}, "metadata.a b.[key]: String should match pattern"),
+        ({"user": "x\ny"}, "metadata.user: String should match pattern"),
+        ({"user": "x" * 257}, "metadata.user: String should have at most 256 characters"),
+    ],
+    ids=["too-many", "bad-key", "control-character", "too-long"],
+)
+def test_metadata_past_its_bounds_is_refused_naming_the_bound(
+    metadata: dict[str, str], error: str
+) -> None:
+    payload = {**turn().model_dump(mode="json"), "metadata": metadata}
+    with pytest.raises(InputError) as caught:
+        checked_turn(payload, LimitsSettings())
+    assert error in str(caught.value)
+
+
 # --- one view of health ---------------------------------------------------------------------
 
 
@@ -201,6 +238,8 @@ def test_enqueue_refuses_a_chain_the_fleet_has_not_and_a_named_one_for_0_1_0_wor
     old = _app(config, redis_url, namespace, "0.1.0")
     with pytest.raises(InputError, match=re.escape('oldest_release = "0.2.0"')):
         enqueue_turn(turn().model_copy(update={"chain": "planner"}), app=old)
+    with pytest.raises(InputError, match=r"^metadata: cannot be sent while relevo 0\.1\.0"):
+        enqueue_turn(turn().model_copy(update={"metadata": {"agent": "a"}}), app=old)
 
 
 def test_relevo_turn_runs_the_chain_it_is_given_and_refuses_an_unknown_one(

@@ -160,14 +160,18 @@ def _payload(turn: TurnRequest, app: Celery) -> dict[str, Any]:
 
     While relevo 0.1.0 may run it (`[worker] oldest_release`), the message has no field
     0.1.0's workers refuse: a failed tool's `is_error` is left out (the model reads the
-    tool's error as its output), and a turn naming a chain other than `default` is refused.
+    tool's error as its output), and a turn naming a chain other than `default`, or with
+    metadata, is refused.
     """
     check_chain(turn, app.conf.get("relevo_chains") or (DEFAULT_CHAIN,))
     if app.conf.get("relevo_oldest_release", "0.1.0") == "0.1.0":
-        if turn.chain not in (None, DEFAULT_CHAIN):
+        newer = "chain" if turn.chain not in (None, DEFAULT_CHAIN) else None
+        if turn.metadata:
+            newer = "metadata"
+        if newer is not None:
             raise InputError(
-                f"chain: {turn.chain!r} cannot be named while relevo 0.1.0 workers may run "
-                'the turn; set [worker] oldest_release = "0.2.0" once none is left'
+                f"{newer}: cannot be sent while relevo 0.1.0 workers may run the turn; "
+                'set [worker] oldest_release = "0.2.0" once none is left (docs/deploy.md)'
             )
         if _marks_errors(turn) or turn.chain is not None:
             messages = tuple(m.model_copy(update={"is_error": False}) for m in turn.messages)

@@ -187,6 +187,7 @@ def _finish(span: Span, result: TurnResult, gen_ai_providers: Mapping[str, str])
     outcome = {
         REQUEST_MODEL: requested,
         "relevo.chain": result.chain or "default",
+        **{f"relevo.metadata.{key}": value for key, value in result.metadata.items()},
         "relevo.status": result.status.value,
         "relevo.reason": result.reason,
         "relevo.step": result.step,

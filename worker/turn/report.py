@@ -72,6 +72,8 @@ class TurnReport:
         written, as 0.1.0 reads results)."""
         self.request = request
         self.chain = chain
+        # On each of the turn's log lines, when it has any.
+        self._metadata = {"metadata": request.metadata} if request.metadata else {}
         self.left_out_field = left_out_field
         self.primary_model = primary_model
         # Each configured provider's `gen_ai.provider.name` (`ProviderSettings.gen_ai_provider`).
@@ -160,6 +162,7 @@ class TurnReport:
             "turn.attempt",
             turn_id=self.request.turn_id,
             tenant_id=self.request.tenant_id,
+            **self._metadata,
             **attempt.model_dump(mode="json", exclude_none=True),
             **semconv,
         )
@@ -372,6 +375,7 @@ class TurnReport:
                 "trimmed_messages": fit.trimmed_messages if fit else 0,
                 "latency_ms": round((time.monotonic() - self.started) * 1000),
                 "chain": self.chain,
+                "metadata": self.request.metadata,
                 **extra,
             }
         )
@@ -397,6 +401,7 @@ class TurnReport:
             status=result.status.value,
             reason=result.reason,
             chain=self.chain or DEFAULT_CHAIN,
+            **self._metadata,
             primary_model=result.primary_model,
             effective_model=result.effective_model,
             effective_provider=result.effective_provider,

@@ -130,6 +130,8 @@ class TurnResult(Frozen):
     chain: str | None = Field(default=None, exclude_if=lambda name: name is None)
     """The chain the turn ran on; written when the turn named one, and always from
     `[worker] oldest_release = "0.2.0"` on (relevo 0.1.0 reads results strictly)."""
+    metadata: dict[str, str] = Field(default_factory=dict, exclude_if=lambda pairs: not pairs)
+    """The turn's metadata, as it was sent."""
 
     _errors: tuple[Exception, ...] = PrivateAttr(default=())
 
