@@ -126,6 +126,10 @@ def celery_app(settings: Settings) -> Celery:
         # How long `send_turn` tries to reach the broker, and the largest turn it takes.
         relevo_send_timeout_s=send_timeout_s,
         relevo_max_message_bytes=broker.max_message_bytes,
+        # Whether a turn's message may carry what relevo 0.1.0's workers refuse (`payload`).
+        relevo_oldest_release=settings.worker.oldest_release,
+        # The chains a turn may name (`enqueue._payload` refuses another at once).
+        relevo_chains=settings.chain_names,
         # What every turn's message states of the fleet it was sent to (`agreement`).
         relevo_fleet=FleetShape(
             "rabbitmq" if broker.url else "redis", fairness.enabled, redis.namespace

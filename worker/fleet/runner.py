@@ -55,6 +55,7 @@ from worker.settings import Settings
 from worker.settings.environment import node_name
 from worker.turn.chain import Chain
 from worker.turn.intake import checked_turn
+from worker.turn.routing import primary_model
 from worker.types import Status, TurnId, TurnRequest, TurnResult
 
 __all__ = ["INVALID_INPUT", "UNREADABLE", "TurnRunner", "rejected_input"]
@@ -257,6 +258,8 @@ class TurnRunner:
             if other.alive(now_ms) and other.process != self.holder:
                 shape = FleetShape.parse(other.fleet)
                 self.agreement.check(shape, "worker", where=other.process)
+                oldest = self.settings.worker.oldest_release
+                self.agreement.check_release(other.version, oldest, where=other.process)
 
     async def _renew_leases(self) -> None:
         """Hold the leases of the turns this process runs, and write their claims again if
@@ -477,7 +480,7 @@ class TurnRunner:
             reason=QUEUE_DEADLINE,
             error=f"waited {budget_s:.1f} s for a lease of its tenant (max_in_flight), past "
             "its deadline",
-            primary_model=self.settings.chain.models[0],
+            primary_model=primary_model(self.settings, request),
         )
         self.metrics.record(result)
         return result
@@ -492,7 +495,7 @@ class TurnRunner:
             status=Status.FAILED,
             reason=UNREADABLE,
             error=str(exc),
-            primary_model=self.settings.chain.models[0],
+            primary_model=primary_model(self.settings, request),
         )
 
     async def _release(self, request: TurnRequest) -> None:

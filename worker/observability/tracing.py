@@ -189,6 +189,8 @@ def _finish(span: Span, result: TurnResult, gen_ai_providers: Mapping[str, str])
     requested = attempts[0].provider_model if attempts else result.primary_model
     outcome = {
         REQUEST_MODEL: requested,
+        "relevo.chain": result.chain or "default",
+        **{f"relevo.metadata.{key}": value for key, value in result.metadata.items()},
         "relevo.status": result.status.value,
         "relevo.reason": result.reason,
         "relevo.step": result.step,

@@ -71,6 +71,9 @@ _EFFORT: dict[object, Effort | None] = {
     "max": "high",
 }
 _IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
+# A tool return's outcomes that reach the model as an error (pydantic-ai's ERROR_OUTCOMES):
+# the tool raised, or its call was refused before it ran.
+_FAILED = frozenset({"failed", "retried"})
 
 
 def to_turn(
@@ -131,13 +134,18 @@ def _request(message: ModelRequest) -> Iterator[Message]:
         elif isinstance(part, ToolReturnPart):
             text, files = part.model_response_str_and_user_content()
             content = _content([text, *files]) if files else text
-            yield Message(role="tool", tool_call_id=part.tool_call_id, content=content)
+            failed = getattr(part, "outcome", "success") in _FAILED
+            yield Message(
+                role="tool", tool_call_id=part.tool_call_id, content=content, is_error=failed
+            )
         elif isinstance(part, RetryPromptPart):  # the deprecated form, on a direct request
             if part.tool_name is None:
                 yield Message(role="user", content=part.model_response())
             else:
                 content = part.model_response()
-                yield Message(role="tool", tool_call_id=part.tool_call_id, content=content)
+                yield Message(
+                    role="tool", tool_call_id=part.tool_call_id, content=content, is_error=True
+                )
         elif isinstance(part, RetryFeedbackPart):
             yield Message(role="user", content=part.model_response())
         else:
