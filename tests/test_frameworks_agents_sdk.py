@@ -407,18 +407,21 @@ async def test_what_relevo_cannot_carry_is_refused_by_name(
     assert sim.calls() == 0
 
 
-async def test_the_provider_serves_every_model_name(sim: Simulator) -> None:
+async def test_the_provider_serves_the_model_name_default_on_the_default_chain(
+    sim: Simulator,
+) -> None:
     engine = InProcess.from_settings(settings(sim.url, models=MODELS))
     provider = RelevoProvider(engine, tenant_id="acme", side_effect_tools={"refund"})
-    agent = Agent(name="a", model="gpt-whatever", tools=[refund])
+    agent = Agent(name="a", model="default", tools=[refund])
     try:
         run = await Runner.run(agent, "Hi", run_config=RunConfig(model_provider=provider))
     finally:
         await provider.aclose()
     assert run.final_output.startswith("Answer from alpha.")
-    model = provider.get_model("anything")
+    model = provider.get_model("default")
     assert isinstance(model, RelevoModel)
     assert model.options.side_effect_tools == frozenset({"refund"})
+    assert model.options.chain is None
     assert isinstance(refund, FunctionTool)
 
 

@@ -320,6 +320,11 @@ class Producer:
         self._publisher: ThreadPoolExecutor | None = None
         self._owned = False
 
+    @property
+    def chains(self) -> tuple[str, ...]:
+        """The chains a turn sent here may name."""
+        return tuple(self.app.conf.get("relevo_chains") or (DEFAULT_CHAIN,))
+
     @classmethod
     def from_settings(cls, settings: Settings) -> Producer:
         """A producer on the fleet `settings` describe; it owns its Celery app and client."""

@@ -3,11 +3,12 @@ every framework (`worker.frameworks.openai_agents`, `worker.frameworks.pydantic_
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from worker.frameworks.engine import OnDegraded, answer
+from worker.errors import InputError
+from worker.frameworks.engine import Engine, OnDegraded, answer, chain_name
 from worker.types import Reply, TurnResult
 
 __all__ = ["TurnOptions"]
@@ -25,6 +26,8 @@ class TurnOptions:
     - `on_degraded`: `"raise"` or `"message"` (the degradation message as the answer) for
       a turn degraded without a reply.
     - `on_result`: called with each turn's `TurnResult`, answered or not.
+    - `chain`: the chain the turns run on (`[chains.NAME]`; None: `default`).
+    - `metadata`: string pairs every turn carries for attribution (`{"agent": "triage"}`).
     """
 
     tenant_id: str
@@ -32,14 +35,35 @@ class TurnOptions:
     side_effect_tools: frozenset[str] = field(default_factory=frozenset)
     on_degraded: OnDegraded = "raise"
     on_result: Callable[[TurnResult], None] | None = None
+    chain: str | None = None
+    metadata: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def on(
+        cls, engine: Engine, chain: str | None, refused: type[InputError], **options: Any
+    ) -> TurnOptions:
+        """The options of a model on `engine` whose turns run on `chain`; `refused` (the
+        framework's input error) for a chain the engine has not."""
+        try:
+            chosen = chain_name(engine, chain)
+        except InputError as exc:
+            raise refused(str(exc)) from None
+        side_effect_tools = frozenset(options.pop("side_effect_tools", ()))
+        metadata = dict(options.pop("metadata", None) or {})
+        return cls(chain=chosen, side_effect_tools=side_effect_tools, metadata=metadata, **options)
 
     def fields(self, deadline_s: float | None = None) -> dict[str, Any]:
         """The turn's tenant, and its deadline when one is set (`deadline_s`, the one
         request's, over the model's)."""
         deadline = deadline_s or self.deadline_s
-        return {"tenant_id": self.tenant_id} | (
-            {} if deadline is None else {"deadline_s": deadline}
-        )
+        fields: dict[str, Any] = {"tenant_id": self.tenant_id}
+        if deadline is not None:
+            fields["deadline_s"] = deadline
+        if self.chain is not None:
+            fields["chain"] = self.chain
+        if self.metadata:
+            fields["metadata"] = dict(self.metadata)
+        return fields
 
     def reply(self, result: TurnResult, *, structured: bool = False) -> Reply:
         """The reply the agent gets for `result`, or `TurnNotAnswered`. A degradation

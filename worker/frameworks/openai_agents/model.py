@@ -5,8 +5,9 @@
     result = await Runner.run(agent, "Where is my order?")
 
 or, for every agent of a run, `RunConfig(model_provider=RelevoProvider(engine, ...))`.
-Each model call of the agent is one relevo turn: it runs through the configured chain
-(the model name an agent gives is ignored), with its fallbacks, breakers and budgets.
+Each model call of the agent is one relevo turn: it runs through a configured chain
+(with `RelevoProvider`, the one the agent's model name names), with its fallbacks,
+breakers and budgets.
 Which model answered is the turn's report: `on_result` gets each `TurnResult`, the
 `ModelResponse.response_id` is the turn's id, and a streamed `response.completed`
 carries it in the response's `model` and `metadata`.
@@ -20,6 +21,8 @@ is not that output, so it raises). `aclose` closes the engine; an agent run neve
 from __future__ import annotations
 
 import contextlib
+import copy
+import dataclasses
 from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from typing import Any
 
@@ -32,7 +35,8 @@ from agents.retry import ModelRetryAdvice, ModelRetryAdviceRequest
 from agents.tool import Tool as AgentsTool
 from openai.types.responses.response_prompt_param import ResponsePromptParam
 
-from worker.frameworks.engine import Engine, OnDegraded, TurnNotAnswered
+from worker.errors import InputError
+from worker.frameworks.engine import Engine, OnDegraded, TurnNotAnswered, chain_name
 from worker.frameworks.openai_agents.errors import AgentsInputError, AgentsTurnNotAnswered
 from worker.frameworks.openai_agents.reply import ReplyEvents, model_response
 from worker.frameworks.openai_agents.turn import ModelCall, turn_request
@@ -52,6 +56,9 @@ class RelevoModel(Model):
       `ModelSettings.timeout` is set.
     - `side_effect_tools`: the names of the tools that change the world.
     - `on_result`: called with each turn's `TurnResult`, answered or not.
+    - `chain`: the chain its turns run on (None: `default`); `AgentsInputError` for one
+      the engine does not have.
+    - `metadata`: string pairs every turn carries (`{"agent": "triage"}`).
 
     The options are the same for every framework (`worker.frameworks.TurnOptions`).
     """
@@ -67,10 +74,20 @@ class RelevoModel(Model):
         deadline_s: float | None = None,
         side_effect_tools: Collection[str] = (),
         on_result: Callable[[TurnResult], None] | None = None,
+        chain: str | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> None:
         self.engine = engine
-        self.options = TurnOptions(
-            tenant_id, deadline_s, frozenset(side_effect_tools), on_degraded, on_result
+        self.options = TurnOptions.on(
+            engine,
+            chain,
+            AgentsInputError,
+            tenant_id=tenant_id,
+            deadline_s=deadline_s,
+            side_effect_tools=side_effect_tools,
+            on_degraded=on_degraded,
+            on_result=on_result,
+            metadata=metadata,
         )
 
     def _request(
@@ -92,6 +109,12 @@ class RelevoModel(Model):
     async def aclose(self) -> None:
         """Close the engine (an agent run never does: the engine may serve several)."""
         await self.engine.aclose()
+
+    def on_chain(self, chain: str | None) -> RelevoModel:
+        """This model with its options, on `chain` (same engine)."""
+        twin = copy.copy(self)
+        twin.options = dataclasses.replace(self.options, chain=chain_name(self.engine, chain))
+        return twin
 
     async def get_response(  # noqa: PLR0917  (the SDK's signature)
         self,
@@ -158,9 +181,10 @@ class RelevoModel(Model):
 
 
 class RelevoProvider(ModelProvider):
-    """The Agents SDK's `ModelProvider`: every model name gives the same `RelevoModel`
-    (the chain in relevo's settings decides which models answer); it takes the same
-    options. `aclose` closes the engine."""
+    """The Agents SDK's `ModelProvider`: an agent's model name is the chain its turns run
+    on (`Agent(model="planner")` runs on `[chains.planner]`; no name, `default`), and a
+    name the engine has no chain of is `AgentsInputError` (a `UserError`) at the run's
+    first call. It takes `RelevoModel`'s options. `aclose` closes the engine."""
 
     def __init__(
         self,
@@ -171,6 +195,7 @@ class RelevoProvider(ModelProvider):
         deadline_s: float | None = None,
         side_effect_tools: Collection[str] = (),
         on_result: Callable[[TurnResult], None] | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> None:
         self.model = RelevoModel(
             engine,
@@ -179,10 +204,23 @@ class RelevoProvider(ModelProvider):
             deadline_s=deadline_s,
             side_effect_tools=side_effect_tools,
             on_result=on_result,
+            metadata=metadata,
         )
+        self._chains: dict[str, RelevoModel] = {}
 
     def get_model(self, model_name: str | None) -> Model:
-        return self.model
+        chosen = self._chosen(model_name)
+        if chosen is None:
+            return self.model
+        if chosen not in self._chains:
+            self._chains[chosen] = self.model.on_chain(chosen)
+        return self._chains[chosen]
+
+    def _chosen(self, model_name: str | None) -> str | None:
+        try:
+            return chain_name(self.model.engine, model_name)
+        except InputError as exc:
+            raise AgentsInputError(str(exc)) from None
 
     async def aclose(self) -> None:
         await self.model.aclose()

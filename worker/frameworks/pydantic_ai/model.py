@@ -16,7 +16,7 @@ that answered (`ModelResponse.model_name`), and its `provider_details` say how
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -41,7 +41,7 @@ from pydantic_ai.usage import RequestUsage
 
 from worker.frameworks.engine import Engine, OnDegraded, TurnNotAnswered
 from worker.frameworks.options import TurnOptions
-from worker.frameworks.pydantic_ai.errors import TurnNotAnsweredError
+from worker.frameworks.pydantic_ai.errors import PydanticAIInputError, TurnNotAnsweredError
 from worker.frameworks.pydantic_ai.reasoning import RELEVO, seal
 from worker.frameworks.pydantic_ai.turn import to_turn
 from worker.types import Reply, TurnRequest, TurnResult
@@ -68,6 +68,10 @@ class RelevoModel(Model):
     - `side_effect_tools`: the names of the tools that change the world (besides those
       whose `metadata` says `side_effects`).
     - `on_result`: called with each turn's `TurnResult`, answered or not.
+    - `chain`: the chain its turns run on (None: `default`); `PydanticAIInputError` (a
+      `UserError`) for one the engine does not have. `model_name` is the chain's name
+      unless given.
+    - `metadata`: string pairs every turn carries (`{"agent": "planner"}`).
     - `model_name`, `settings`: pydantic-ai's.
 
     The options are the same for every framework (`worker.frameworks.TurnOptions`).
@@ -99,7 +103,9 @@ class RelevoModel(Model):
         deadline_s: float | None = None,
         side_effect_tools: Collection[str] = (),
         on_result: Callable[[TurnResult], None] | None = None,
-        model_name: str = RELEVO,
+        chain: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        model_name: str | None = None,
         settings: ModelSettings | None = None,
     ) -> None:
         profile = ModelProfile(
@@ -113,10 +119,18 @@ class RelevoModel(Model):
         )
         super().__init__(settings=settings, profile=profile)
         self.engine = engine
-        self.options = TurnOptions(
-            tenant_id, deadline_s, frozenset(side_effect_tools), on_degraded, on_result
+        self.options = TurnOptions.on(
+            engine,
+            chain,
+            PydanticAIInputError,
+            tenant_id=tenant_id,
+            deadline_s=deadline_s,
+            side_effect_tools=side_effect_tools,
+            on_degraded=on_degraded,
+            on_result=on_result,
+            metadata=metadata,
         )
-        self._model_name = model_name
+        self._model_name = model_name or self.options.chain or RELEVO
 
     @property
     def model_name(self) -> str:
