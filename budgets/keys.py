@@ -23,6 +23,8 @@ keys. Every key a script touches is passed in KEYS:
     {N}:budget:migrating               set   claims of a migration underway   no TTL (emptied)
     {N}:budget:evidence:<model>        list  output tokens, newest first      EVIDENCE_TTL_S
     {N}:handoffs                       stream  degraded turns for people      capped (MAXLEN ~)
+    {N}:budget:routes                  hash  tenant -> default and allowed    no TTL (operators')
+                                             chains (`budgets.routes`)
 
 The tenants set is written beside the scripts (in the same pipeline), not inside them: it
 lives on another slot.

@@ -53,7 +53,7 @@ SURFACES: dict[str, str] = {
     "breakers.testing": "ManualClock",
     "budgets": "MAX_WEIGHT MICROS_PER_DOLLAR BudgetError BudgetReport Handoff Handoffs"
     " InvalidAmountError InvalidNameError Ledger Limits MigrationReport OutputEvidence"
-    " PeriodReport Refusal RefusalReason Release Reservation Settlement Share Shares"
+    " PeriodReport Refusal RefusalReason Release Reservation Route Routes Settlement Share Shares"
     " UnknownTenantError check_provider check_tenant"
     " cost_micros format_micros migrate_keys old_keys_present parse_dollars percentile"
     " worst_case_micros",
