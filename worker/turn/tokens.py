@@ -13,9 +13,12 @@ stop sequences, a forced tool) as the text they add.
 
 from __future__ import annotations
 
+import functools
+import gzip
 import json
 from collections.abc import Sequence
-from itertools import repeat
+from itertools import filterfalse, repeat
+from pathlib import Path
 
 from worker.turn.media import TOKENS_PER_ATTACHMENT, MediaRule, media_rule
 from worker.types import (
@@ -50,15 +53,23 @@ TOKENS_WITH_TOOLS = 600
 TOKENS_FOR_TOOL_CHOICE = 16
 # Any vendor's rule: what an attachment counts when the model is not known.
 _ANY = media_rule("")
-# A lowercase letter counts a third of a token, which holds for words: a tokenizer's
-# vocabulary holds their pieces. A long run of lowercase letters without a space (a
-# sequence, a slug, a compound, random letters) is not made of words, and letter
-# pairs no vocabulary holds ("qoqo") take a token a letter. So each whole block of
-# `LETTER_BLOCK` lowercase letters in a run counts a token a letter, the bytes bound;
-# natural text seldom has a word that long, so prose and code pay almost nothing.
-LETTER_BLOCK = 12
-_BLOCK = b"a" * LETTER_BLOCK
-_BLOCK_EXTRA = LETTER_BLOCK - LETTER_BLOCK // 3
+# A lowercase letter counts a third of a token in a word every tokenizer holds: one of
+# `letter_words.txt.gz`, the runs of letters the four tokenizers of the tests hold as a
+# token, each kept only if none of them makes more of it than that rate after a space,
+# a newline or a punctuation mark, and capitalized (`python -m tests.tokenkit` writes
+# it; a test checks it). Any other run of letters (a sequence, a slug, an identifier,
+# random letters, letter pairs no vocabulary holds) counts a token a letter, the bytes
+# bound: a third a letter holds for no rule short of the tokenizer itself (`qoqo` and
+# `zqzq` take a token a letter, pseudo-words made of common pieces two in five).
+_WORDS_FILE = Path(__file__).with_name("letter_words.txt.gz")
+# Letters folded to lowercase, anything else a space: the text's runs of letters by
+# `bytes.split`, the one split in C.
+_FOLD = bytes(c + 32 if 65 <= c <= 90 else c if 97 <= c <= 122 else 32 for c in range(256))
+
+
+@functools.cache
+def _words() -> frozenset[bytes]:
+    return frozenset(gzip.decompress(_WORDS_FILE.read_bytes()).split())
 
 
 def _byte_classes() -> bytes:
@@ -180,23 +191,25 @@ def text_tokens(text: str) -> int:
 
     Every UTF-8 byte counts one token, except ASCII letters and spaces: a run of
     letters counts one, plus one per uppercase letter, a third per lowercase one and
-    one per lowercase letter that follows an uppercase one, and every lowercase letter
-    of each whole block of `LETTER_BLOCK` in a row counts one;
-    a space counts only before a digit, a control or a non-ASCII character or at the
-    end, and a run of n spaces counts n/4 (at least one).
+    one per lowercase letter that follows an uppercase one; a run that is not a word
+    of the dictionary (case folded) counts two thirds more a letter, so a token a
+    letter or more; a space counts only before a digit, a control or a non-ASCII
+    character or at the end, and a run of n spaces counts n/4 (at least one).
     """
     if not text:
         return 0
-    classes = text.encode("utf-8", "surrogatepass").translate(_CLASSES)
+    data = text.encode("utf-8", "surrogatepass")
+    classes = data.translate(_CLASSES)
     size = len(classes)
     lower = classes.count(b"a")
     spaces = classes.count(b" ")
     tokens = size - lower - spaces + (lower + 2) // 3
     upper = classes.count(b"A")
     letters = lower + upper
-    if lower >= LETTER_BLOCK:
-        # Counted without overlap: a run of n letters holds n // LETTER_BLOCK blocks.
-        tokens += _BLOCK_EXTRA * classes.count(_BLOCK)
+    if lower:
+        # Runs of uppercase letters alone count a token a letter already.
+        unknown = sum(map(len, filterfalse(_words().__contains__, data.translate(_FOLD).split())))
+        tokens += (2 * unknown + 2) // 3
     if upper and lower:
         # A change of case starts a token in mixed-case text (base64, identifiers).
         tokens += classes.count(b"Aa")
