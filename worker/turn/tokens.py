@@ -3,12 +3,13 @@
 The estimate sizes every reservation and overdraft bound (docs/budgets.md) and decides
 trimming, so it must not fall short of what a provider bills: every tokenizer in use
 works on UTF-8 bytes (byte-level BPE) or falls back to them (SentencePiece), so no
-text takes more tokens than it has bytes. Only runs of ASCII letters are counted for
-less, at rates that hold for natural text in any language, code and JSON
-(`tests/test_tokens.py` checks them against real tokenizers). Cheap by design: a few
-passes of C code over the text's bytes, no tokenizer. Images and PDFs count as their
-model's vendor bills them (`worker.turn.media`); the turn's options (a response schema,
-stop sequences, a forced tool) as the text they add.
+text takes more tokens than it has bytes. Only ASCII letters and spaces are counted
+for less: the letters of a word every tokenizer holds (a dictionary of them, checked
+word by word), and spaces, at rates that hold for natural text in any language, code
+and JSON (`tests/test_tokens.py` checks them against real tokenizers). Cheap by design:
+a few passes of C code over the text's bytes and a set look-up a word, no tokenizer.
+Images and PDFs count as their model's vendor bills them (`worker.turn.media`); the
+turn's options (a response schema, stop sequences, a forced tool) as the text they add.
 """
 
 from __future__ import annotations
@@ -59,8 +60,9 @@ _ANY = media_rule("")
 # a newline or a punctuation mark, and capitalized (`python -m tests.tokenkit` writes
 # it; a test checks it). Any other run of letters (a sequence, a slug, an identifier,
 # random letters, letter pairs no vocabulary holds) counts a token a letter, the bytes
-# bound: a third a letter holds for no rule short of the tokenizer itself (`qoqo` and
-# `zqzq` take a token a letter, pseudo-words made of common pieces two in five).
+# bound: a third a letter holds for no rule on letters short of the tokenizer itself
+# (`qoqo` and `zqzq` take a token a letter; letters whose every piece of five all four
+# vocabularies hold, up to 0.56 a letter).
 _WORDS_FILE = Path(__file__).with_name("letter_words.txt.gz")
 # Letters folded to lowercase, anything else a space: the text's runs of letters by
 # `bytes.split`, the one split in C.
