@@ -136,6 +136,8 @@ SYLLABLES = st.lists(
 WORD = st.sampled_from(DICTIONARY) | st.sampled_from(ENGLISH)
 CASED_WORD = st.tuples(WORD, st.sampled_from(["lower", "capitalize", "upper", "swapcase"])).map(
     lambda pair: getattr(pair[0], pair[1])()
+) | st.tuples(WORD, st.lists(st.booleans(), min_size=40, max_size=40)).map(
+    lambda pair: "".join(c.upper() if up else c for c, up in zip(pair[0], pair[1], strict=False))
 )
 JOINED = st.lists(CASED_WORD, min_size=2, max_size=4).map("".join)
 RUN = st.one_of(

@@ -80,8 +80,10 @@ def counters() -> dict[str, Counter]:
 
 
 # Where a word of the dictionary is checked, and what the estimate counts for what comes
-# before it: a space before letters counts nothing, a newline or a punctuation mark one.
-WORD_CONTEXTS = {" ": 0, "\n": 1, "(": 1, "_": 1, "/": 1}
+# before it: a space before letters counts nothing, anything else one. A digit or a
+# newline is a token of its own, so the word is counted alone; a space, a tab or a
+# punctuation mark may join the word's first token.
+WORD_CONTEXTS = {" ": 0, "\n": 1, "\t": 1, "1": 1, "(": 1, "_": 1, "/": 1, "@": 1, "-": 1, ".": 1}
 _LETTERS = re.compile(r"[a-z]+")
 
 
@@ -106,7 +108,9 @@ def word_holds(word: str) -> bool:
     """Whether no tokenizer makes more of `word` than a word's rate (one token, plus a
     third a letter), after any of `WORD_CONTEXTS`, and capitalized after a space (one
     more, for the capital)."""
-    prefix = "x."  # a text before it, so that SentencePiece's leading mark is not counted
+    # A text before it, so that SentencePiece's leading mark is not counted, ending in a
+    # character that joins none of the contexts.
+    prefix = "x\u4e2d"
     rate = 1 + len(word) / 3
     capital = " " + word[0].upper() + word[1:]
     for count in counters().values():

@@ -57,21 +57,25 @@ _ANY = media_rule("")
 # A lowercase letter counts a third of a token in a word every tokenizer holds: one of
 # `letter_words.txt.gz`, the runs of letters the four tokenizers of the tests hold as a
 # token, each kept only if none of them makes more of it than that rate after a space,
-# a newline or a punctuation mark, and capitalized (`python -m tests.tokenkit` writes
-# it; a test checks it). Any other run of letters (a sequence, a slug, an identifier,
-# random letters, letter pairs no vocabulary holds) counts a token a letter, the bytes
-# bound: a third a letter holds for no rule on letters short of the tokenizer itself
-# (`qoqo` and `zqzq` take a token a letter; letters whose every piece of five all four
-# vocabularies hold, up to 0.56 a letter).
+# a newline, a tab, a digit or a punctuation mark, and capitalized (written by
+# `python -m tests.tokenkit`; a test checks it). Any other run of letters (a sequence,
+# a slug, an identifier, random letters, letter pairs no vocabulary holds) counts a
+# token a letter, the bytes bound: a third a letter holds for no rule on letters short
+# of the tokenizer itself (`qoqo` and `zqzq` take a token a letter; letters whose every
+# piece of five all four vocabularies hold, up to 0.56 a letter).
 _WORDS_FILE = Path(__file__).with_name("letter_words.txt.gz")
-# Letters folded to lowercase, anything else a space: the text's runs of letters by
-# `bytes.split`, the one split in C.
-_FOLD = bytes(c + 32 if 65 <= c <= 90 else c if 97 <= c <= 122 else 32 for c in range(256))
+# Letters kept, anything else a space: the text's runs of letters by `bytes.split`, the
+# one split in C.
+_RUNS = bytes(c if 65 <= c <= 90 or 97 <= c <= 122 else 32 for c in range(256))
+_UPPER = bytes(range(65, 91))
 
 
 @functools.cache
 def _words() -> frozenset[bytes]:
-    return frozenset(gzip.decompress(_WORDS_FILE.read_bytes()).split())
+    # Each word lowercase and capitalized, the two forms checked: in any other casing
+    # ("aaA", camelCase) a run is not a word.
+    words = gzip.decompress(_WORDS_FILE.read_bytes()).split()
+    return frozenset(words + [word.capitalize() for word in words])
 
 
 def _byte_classes() -> bytes:
@@ -193,10 +197,11 @@ def text_tokens(text: str) -> int:
 
     Every UTF-8 byte counts one token, except ASCII letters and spaces: a run of
     letters counts one, plus one per uppercase letter, a third per lowercase one and
-    one per lowercase letter that follows an uppercase one; a run that is not a word
-    of the dictionary (case folded) counts two thirds more a letter, so a token a
-    letter or more; a space counts only before a digit, a control or a non-ASCII
-    character or at the end, and a run of n spaces counts n/4 (at least one).
+    one per lowercase letter that follows an uppercase one; in a run that is not a word
+    of the dictionary (lowercase or capitalized) each lowercase letter counts two
+    thirds more, so a token a letter or more; a space counts only before a digit, a
+    control or a non-ASCII character or at the end, and a run of n spaces counts n/4
+    (at least one).
     """
     if not text:
         return 0
@@ -209,9 +214,11 @@ def text_tokens(text: str) -> int:
     upper = classes.count(b"A")
     letters = lower + upper
     if lower:
-        # Runs of uppercase letters alone count a token a letter already.
-        unknown = sum(map(len, filterfalse(_words().__contains__, data.translate(_FOLD).split())))
-        tokens += (2 * unknown + 2) // 3
+        # Runs split in C, looked up in C: a few tens of ns a word. Uppercase letters
+        # count a token each already.
+        unknown = b"".join(filterfalse(_words().__contains__, data.translate(_RUNS).split()))
+        if unknown:
+            tokens += (2 * len(unknown.translate(None, _UPPER)) + 2) // 3
     if upper and lower:
         # A change of case starts a token in mixed-case text (base64, identifiers).
         tokens += classes.count(b"Aa")
