@@ -318,6 +318,16 @@ async def test_a_login_returns_to_a_page_filtered_by_a_platform_id(
         back = await http.post("/login", data={"csrf": nonce, "token": VIEWER, "next": here})
         assert back.status_code == 303
         assert back.headers["location"] == here
+        # Still never another site: '/' and '@' are taken after the '?' only.
+        for elsewhere in ("//evil.example", "/@evil.example", "/tenants/../x", "/\\evil"):
+            http.cookies.clear()  # a new visitor
+            nonce = csrf_of((await http.get("/login")).text)
+            data = {"csrf": nonce, "token": VIEWER, "next": elsewhere}
+            response = await http.post("/login", data=data)
+            assert response.headers.get("location") == "/", (
+                response.status_code,
+                response.text[:300],
+            )
 
 
 def test_the_exporter_labels_spend_with_the_id_as_written(
