@@ -30,6 +30,8 @@ from tests.test_console import OPERATOR, TOKENS, VIEWER
 from tests.test_fair_dispatch import put
 from worker.cli.main import main
 from worker.errors import InputError
+from worker.fleet.app import make_app
+from worker.fleet.enqueue import enqueue_turn
 from worker.fleet.exporter import FleetCollector
 from worker.fleet.fairqueue import FairQueue
 from worker.fleet.turnstore import TurnStore
@@ -200,6 +202,30 @@ def test_the_tenants_command_sets_lists_and_clears_a_platform_id(
     assert capsys.readouterr().out.strip() == "team/42: back to the defaults"
     assert main(["tenants", "set", "a|b", "--weight", "2"]) == 2
     assert capsys.readouterr().err.startswith("relevo: tenant id 'a|b' must start with")
+
+
+@pytest.mark.parametrize("release", ["0.1.0", "0.2.0"])
+def test_the_fleet_takes_a_platform_id_once_no_0_1_0_worker_may_run_it(
+    sim: Simulator, redis_url: str, ns: str, sync_client: redis.Redis, release: str
+) -> None:
+    namespace = ns
+    config = settings(sim.url, redis={"url": redis_url, "namespace": namespace})
+    worker = config.worker.model_copy(update={"queue": namespace, "oldest_release": release})
+    app = make_app(config.model_copy(update={"worker": worker}))
+    request = turn().model_copy(update={"tenant_id": "org:1234"})
+    try:
+        if release == "0.1.0":  # its workers would refuse the id: refused here instead
+            with pytest.raises(InputError, match=r"^tenant_id: cannot be sent while relevo 0\.1"):
+                enqueue_turn(request, app=app)
+            enqueue_turn(turn(), app=app)  # a plain id goes as before
+            queued = {b"acme": b"1"}
+        else:
+            enqueue_turn(request, app=app)
+            queued = {b"org:1234": b"1"}
+        assert sync_client.hgetall(f"{{{namespace}}}:fair:queued") == queued
+    finally:
+        keys = list(sync_client.scan_iter(match=f"*{namespace}*", count=1000))
+        sync_client.delete(*keys)
 
 
 async def _taken(fair: FairQueue) -> list[tuple[str, str]]:
