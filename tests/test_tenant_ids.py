@@ -200,6 +200,13 @@ def test_the_tenants_command_sets_lists_and_clears_a_platform_id(
     ]
     assert main(["tenants", "clear", "team/42"]) == 0
     assert capsys.readouterr().out.strip() == "team/42: back to the defaults"
+    assert main(["tenants", "chains", "team/42", "--allow", "default", "--json"]) == 0
+    capsys.readouterr()
+    assert main(["tenants", "chains", "team/42", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {
+        "tenant": "team/42",
+        "route": {"default": None, "allowed": ["default"]},
+    }
     assert main(["tenants", "set", "a|b", "--weight", "2"]) == 2
     assert capsys.readouterr().err.startswith("relevo: tenant id 'a|b' must start with")
 
