@@ -36,6 +36,7 @@ from kombu.utils.functional import retry_over_time
 from pydantic import TypeAdapter, ValidationError
 from redis.asyncio import Redis
 
+from budgets.keys import PLAIN
 from worker.errors import STORE_REFUSED, InputError
 from worker.fleet.agreement import FLEET_HEADER, Agreement, FleetShape
 from worker.fleet.broker import (
@@ -160,14 +161,16 @@ def _payload(turn: TurnRequest, app: Celery) -> dict[str, Any]:
 
     While relevo 0.1.0 may run it (`[worker] oldest_release`), the message has no field
     0.1.0's workers refuse: a failed tool's `is_error` is left out (the model reads the
-    tool's error as its output), and a turn naming a chain other than `default`, or with
-    metadata, is refused.
+    tool's error as its output), and a turn naming a chain other than `default`, with
+    metadata, or of a tenant id outside 0.1.0's plain alphabet ("org:1234"), is refused.
     """
     check_chain(turn, app.conf.get("relevo_chains") or (DEFAULT_CHAIN,))
     if app.conf.get("relevo_oldest_release", "0.1.0") == "0.1.0":
         newer = "chain" if turn.chain not in (None, DEFAULT_CHAIN) else None
         if turn.metadata:
             newer = "metadata"
+        if not PLAIN.valid(turn.tenant_id):
+            newer = "tenant_id"
         if newer is not None:
             raise InputError(
                 f"{newer}: cannot be sent while relevo 0.1.0 workers may run the turn; "
