@@ -217,6 +217,27 @@ def sim() -> Iterator[Simulator]:
 
 
 @pytest.fixture
+def fresh_sim(sim: Simulator) -> Simulator:
+    """The module's simulator with no faults, counts or requests left by an earlier test.
+
+    A module whose every test wants that says so once:
+    `pytestmark = pytest.mark.usefixtures("fresh_sim")`.
+    """
+    sim.reset()
+    return sim
+
+
+@pytest.fixture
+def provider_key(monkeypatch: pytest.MonkeyPatch) -> str:
+    """`RELEVO_TEST_KEY` set for this test: the key every provider in `tests.chainkit`'s
+    configurations reads, for the turns this process runs itself."""
+    from tests.chainkit import KEY
+
+    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
+    return KEY
+
+
+@pytest.fixture
 def namespace() -> str:
     """A key prefix no other test uses, so tests share one Redis without flushing it."""
     return f"relevo-test-{uuid.uuid4().hex[:12]}"
