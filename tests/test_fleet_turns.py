@@ -40,7 +40,7 @@ from worker.turn.chain import Chain
 from worker.turn.pricing import reservation_micros
 from worker.types import Message, TurnRequest, TurnResult, parse_turn_request
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("fresh_sim", "provider_key")]
 
 T = TypeVar("T")
 ALPHA, BETA, GAMMA = "alpha", "beta", "gamma"  # provider model ids of the chain's three models
@@ -61,12 +61,6 @@ def workers() -> Iterator[Workers]:
         yield pool
     finally:
         pool.close()
-
-
-@pytest.fixture(autouse=True)
-def _fresh(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> None:
-    sim.reset()
-    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)  # for the turns this process runs itself
 
 
 def sections(url: str, ns: str, *, timeout_s: float = 1.0, **more: Any) -> dict[str, Any]:

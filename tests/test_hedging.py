@@ -29,15 +29,12 @@ from worker.simulator.state import SimState
 from worker.turn.chain import Chain
 from worker.types import AttemptOutcome, Status, TurnRequest, TurnResult
 
+pytestmark = pytest.mark.usefixtures("fresh_sim", "provider_key")
+
+
 TWO = ("openai/alpha", "anthropic/beta")
 # No evidence yet: every attempt waits the fallback; each normal attempt earns one hedge.
 QUICK = {"enabled": True, "fallback_s": 0.15, "min_samples": 1000, "budget_share": 1.0}
-
-
-@pytest.fixture(autouse=True)
-def _fresh(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> None:
-    sim.reset()
-    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
 
 
 def _config(sim: Simulator, chain: tuple[str, ...] = TWO, **hedging: Any) -> Settings:

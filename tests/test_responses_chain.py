@@ -41,15 +41,12 @@ from worker.types import (
     TurnResult,
 )
 
+pytestmark = pytest.mark.usefixtures("fresh_sim", "provider_key")
+
+
 LOOKUP = Tool(name="lookup", description="Find an order")
 PRIMARY = "gpt-5-sim"  # a reasoning model, by the simulator's reading of its name
 CHAIN = ("openai/responder", "anthropic/beta")
-
-
-@pytest.fixture(autouse=True)
-def _fresh(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> None:
-    sim.reset()
-    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
 
 
 def config(url: str, *, first_byte_timeout_s: float = 0.5) -> Settings:
