@@ -30,6 +30,9 @@ from worker.settings import LimitsSettings, Settings, load_settings
 from worker.simulator import Fault, Simulator
 from worker.types import Message, Status, TurnRequest, TurnResult
 
+pytestmark = pytest.mark.usefixtures("fresh_sim")
+
+
 SECTIONS = "[retry]\nbase_delay_s = 0.01\n"
 
 
@@ -86,11 +89,6 @@ def worker(fleet_config: Path) -> Iterator[subprocess.Popen[bytes]]:
     """One worker for the module: 200 threads, so 200 turns run at once."""
     with celery_worker(fleet_config, threads=200) as proc:
         yield proc
-
-
-@pytest.fixture(autouse=True)
-def _fresh(sim: Simulator) -> None:
-    sim.reset()
 
 
 @pytest.fixture

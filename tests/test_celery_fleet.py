@@ -28,7 +28,7 @@ from worker.types import Message, Status, TurnRequest
 
 RELEVO = [sys.executable, "-m", "worker.cli"]
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("fresh_sim")]
 
 SECTIONS = """
 [retry]
@@ -50,11 +50,6 @@ def write_config(path: Path, *, sim: str, redis_url: str, namespace: str) -> Pat
     text = worker_config(sim=sim, redis_url=redis_url, namespace=namespace, sections=sections)
     path.write_text(text)
     return path
-
-
-@pytest.fixture(autouse=True)
-def _fresh(sim: Simulator) -> None:
-    sim.reset()
 
 
 @pytest.fixture

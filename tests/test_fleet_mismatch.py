@@ -25,15 +25,13 @@ from worker.settings import BrokerSettings, FairnessSettings, Settings, load_set
 from worker.simulator import Simulator
 from worker.types import Status
 
+pytestmark = pytest.mark.usefixtures("fresh_sim")
+
+
 FIFO_WORKERS = """
 [fairness]
 enabled = false
 """
-
-
-@pytest.fixture(autouse=True)
-def _fresh(sim: Simulator) -> None:
-    sim.reset()
 
 
 def _config(path: Path, sim: Simulator, redis_url: str, namespace: str, sections: str) -> Path:

@@ -44,6 +44,9 @@ from worker.settings import FairnessSettings, Settings, load_settings
 from worker.simulator import Simulator
 from worker.types import Message, Status, TurnRequest, TurnResult
 
+pytestmark = pytest.mark.usefixtures("fresh_sim")
+
+
 RELEVO = [sys.executable, "-m", "worker.cli"]
 
 SECTIONS = """
@@ -167,11 +170,6 @@ def fleet(
     finally:
         workers.stop()
         delete_queues(amqp_url, rabbit_ns)
-
-
-@pytest.fixture(autouse=True)
-def _fresh(sim: Simulator) -> None:
-    sim.reset()
 
 
 @pytest.fixture

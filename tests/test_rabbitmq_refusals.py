@@ -33,6 +33,9 @@ from worker.settings import BrokerSettings, load_settings
 from worker.simulator import Fault, Simulator
 from worker.types import Message, Status, TurnResult
 
+pytestmark = pytest.mark.usefixtures("fresh_sim")
+
+
 LIMIT = 1024 * 1024
 # Over the broker's limit, within relevo's own (16 MiB, 256 KiB a message).
 BIG = [Message(role="user", content="x" * 200_000) for _ in range(8)]
@@ -52,11 +55,6 @@ def rabbit() -> Iterator[PrivateRabbit]:
         ):
             node.ctl("eval", f"application:set_env(rabbit, {key}, {value}).")
         yield node
-
-
-@pytest.fixture(autouse=True)
-def _fresh(sim: Simulator) -> None:
-    sim.reset()
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ from worker.types import Status, TurnResult
 
 __all__ = ["start_worker"]  # the fixture, shared with the fleet tests
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("fresh_sim")]
 
 SECTIONS = """
 [retry]
@@ -42,11 +42,6 @@ sweep_interval_s = 0.5
 """
 # A record is due after the visibility timeout plus the restore interval.
 DUE_S = 7
-
-
-@pytest.fixture(autouse=True)
-def _fresh(sim: Simulator) -> None:
-    sim.reset()
 
 
 @pytest.fixture

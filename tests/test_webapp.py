@@ -25,6 +25,9 @@ from tests.test_celery_fleet import write_config
 from worker.settings import load_settings
 from worker.simulator import Fault, Simulator
 
+pytestmark = pytest.mark.usefixtures("fresh_sim")
+
+
 ROOT = Path(__file__).resolve().parents[1]
 ACME = {"Authorization": "Bearer acme-token"}
 GLOBEX = {"Authorization": "Bearer globex-token"}
@@ -84,11 +87,6 @@ def web(config: Path) -> Iterator[str]:
 def worker(config: Path) -> Iterator[subprocess.Popen[bytes]]:
     with celery_worker(config, threads=20) as proc:
         yield proc
-
-
-@pytest.fixture(autouse=True)
-def _fresh(sim: Simulator) -> None:
-    sim.reset()
 
 
 def turn(**fields: object) -> dict[str, object]:
