@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from tests.netkit import free_port
@@ -187,3 +188,44 @@ def worker_config(
         sim=sim, redis_url=redis_url, namespace=namespace, key_env=key_env
     )
     return f"turn_deadline_s = {deadline_s}\n\n{queue}{sections}\n{tables}"
+
+
+# The fleet tests' sections: turns a worker lost come back soon (a short visibility timeout).
+FLEET_SECTIONS = """
+[retry]
+base_delay_s = 0.01
+
+[worker]
+queue = "{namespace}"
+visibility_timeout_s = 12
+restore_interval_s = 1
+
+[budgets]
+hold_ttl_s = 10
+"""
+
+
+def write_worker_config(
+    path: Path,
+    *,
+    sim: str,
+    redis_url: str,
+    namespace: str,
+    sections: str = "",
+    key_env: str = "RELEVO_TEST_KEY",
+    deadline_s: float = 10,
+    **values: object,
+) -> Path:
+    """`worker_config` written to `path`; `{namespace}` and each of `values` in `sections`
+    are filled in first (a brace meant for TOML is written twice)."""
+    filled = sections.format(namespace=namespace, **values)
+    text = worker_config(
+        sim=sim,
+        redis_url=redis_url,
+        namespace=namespace,
+        sections=filled,
+        key_env=key_env,
+        deadline_s=deadline_s,
+    )
+    path.write_text(text, encoding="utf-8")
+    return path

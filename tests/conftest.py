@@ -14,6 +14,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import httpx
@@ -235,6 +236,18 @@ def provider_key(monkeypatch: pytest.MonkeyPatch) -> str:
 
     monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
     return KEY
+
+
+@pytest.fixture
+def fleet_toml(sim: Simulator, redis_url: str, namespace: str, tmp_path: Path) -> Path:
+    """The two-model chain on the simulator, the test's namespace and queue on the session's
+    Redis, a lost turn back soon (`tests.chainkit.FLEET_SECTIONS`): its file."""
+    from tests.chainkit import FLEET_SECTIONS, write_worker_config
+
+    path = tmp_path / "chain.toml"
+    return write_worker_config(
+        path, sim=sim.url, redis_url=redis_url, namespace=namespace, sections=FLEET_SECTIONS
+    )
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import pytest
 import redis
 
 import budgets
-from tests.chainkit import KEY, worker_config
+from tests.chainkit import FLEET_SECTIONS, KEY, write_worker_config
 from tests.test_async_producer import celery_worker
 from worker.cli.main import main
 from worker.fleet import Producer, StreamRestarted
@@ -30,33 +30,10 @@ RELEVO = [sys.executable, "-m", "worker.cli"]
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("fresh_sim")]
 
-SECTIONS = """
-[retry]
-base_delay_s = 0.01
-
-[worker]
-queue = "{namespace}"
-visibility_timeout_s = 12
-restore_interval_s = 1
-
-[budgets]
-hold_ttl_s = 10
-"""
-
-
-def write_config(path: Path, *, sim: str, redis_url: str, namespace: str) -> Path:
-    """The two-model chain, with a short visibility timeout so lost turns come back soon."""
-    sections = SECTIONS.format(namespace=namespace)
-    text = worker_config(sim=sim, redis_url=redis_url, namespace=namespace, sections=sections)
-    path.write_text(text)
-    return path
-
 
 @pytest.fixture
-def config(sim: Simulator, redis_url: str, namespace: str, tmp_path: Path) -> Path:
-    return write_config(
-        tmp_path / "chain.toml", sim=sim.url, redis_url=redis_url, namespace=namespace
-    )
+def config(fleet_toml: Path) -> Path:
+    return fleet_toml
 
 
 @pytest.fixture
@@ -300,7 +277,13 @@ def test_a_lost_broker_connection_leaves_the_running_turn_to_its_one_answer(
     (no model called again). Celery is told not to cancel the turn: under the threads pool
     it cannot, and Celery 6 would try by default (pinned in `celery_app`)."""
     url, _ = private_redis
-    config = write_config(tmp_path / "chain.toml", sim=sim.url, redis_url=url, namespace=namespace)
+    config = write_worker_config(
+        tmp_path / "chain.toml",
+        sim=sim.url,
+        redis_url=url,
+        namespace=namespace,
+        sections=FLEET_SECTIONS,
+    )
     app = make_app(load_settings(config, require_secrets=False))
     pinned = ("worker_cancel_long_running_tasks_on_connection_loss", "worker_soft_shutdown_timeout")
     assert [app.conf.changes.get(key) for key in pinned] == [False, 0]

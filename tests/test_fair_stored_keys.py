@@ -19,7 +19,7 @@ import redis
 from redis.asyncio import Redis as AsyncRedis
 
 from tests.chainkit import KEY
-from tests.test_celery_fleet import request, write_config
+from tests.test_celery_fleet import request
 from worker.fleet.app import make_app
 from worker.fleet.enqueue import enqueue_turn, send_turn
 from worker.fleet.fairqueue import FairKeys, FairQueue, enqueue_sync
@@ -31,14 +31,8 @@ from worker.types import Status
 
 
 @pytest.fixture
-def config(
-    sim: Simulator, redis_url: str, namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Path:
-    sim.reset()
-    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
-    return write_config(
-        tmp_path / "chain.toml", sim=sim.url, redis_url=redis_url, namespace=namespace
-    )
+def config(fleet_toml: Path, fresh_sim: Simulator, provider_key: str) -> Path:
+    return fleet_toml
 
 
 @pytest.fixture
