@@ -22,7 +22,7 @@ from celery.exceptions import TimeoutError as CeleryTimeout
 from celery.result import AsyncResult
 from celery.signals import before_task_publish
 
-from tests.chainkit import KEY, worker_config
+from tests.chainkit import KEY, worker_config, write_worker_config
 from worker.errors import InputError, RelevoError
 from worker.fleet import AsyncTurnHandle, Producer, TurnHandle, TurnTimeout, UnknownTurn
 from worker.fleet.turnstore import TurnStore
@@ -39,10 +39,9 @@ SECTIONS = "[retry]\nbase_delay_s = 0.01\n"
 def write_fleet_config(path: Path, *, sim: str, redis_url: str) -> Path:
     """The two-model chain on a namespace (and queue) of its own."""
     namespace = f"relevo-test-{uuid.uuid4().hex[:12]}"
-    path.write_text(
-        worker_config(sim=sim, redis_url=redis_url, namespace=namespace, sections=SECTIONS)
+    return write_worker_config(
+        path, sim=sim, redis_url=redis_url, namespace=namespace, sections=SECTIONS
     )
-    return path
 
 
 @contextmanager

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.chainkit import worker_config
+from tests.chainkit import write_worker_config
 from tests.test_celery_fleet import request, start_worker
 from worker.fleet.app import make_app
 from worker.fleet.enqueue import enqueue_turn
@@ -52,11 +52,9 @@ BOUND = 2
 @pytest.fixture
 def config(sim: Simulator, redis_url: str, namespace: str, tmp_path: Path) -> Path:
     path = tmp_path / "chain.toml"
-    sections = SECTIONS.format(namespace=namespace)
-    path.write_text(
-        worker_config(sim=sim.url, redis_url=redis_url, namespace=namespace, sections=sections)
+    return write_worker_config(
+        path, sim=sim.url, redis_url=redis_url, namespace=namespace, sections=SECTIONS
     )
-    return path
 
 
 def _calls_running(sim: Simulator) -> int:

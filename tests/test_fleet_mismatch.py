@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.chainkit import worker_config
+from tests.chainkit import write_worker_config
 from tests.conftest import skip_unless_ci
 from tests.rabbitkit import machine_url
 from tests.test_rabbitmq import Fleet, request
@@ -35,12 +35,14 @@ enabled = false
 
 
 def _config(path: Path, sim: Simulator, redis_url: str, namespace: str, sections: str) -> Path:
-    path.write_text(
-        worker_config(
-            sim=sim.url, redis_url=redis_url, namespace=namespace, sections=sections, deadline_s=30
-        )
+    return write_worker_config(
+        path,
+        sim=sim.url,
+        redis_url=redis_url,
+        namespace=namespace,
+        sections=sections,
+        deadline_s=30,
     )
-    return path
 
 
 def _fair(settings: Settings) -> Settings:

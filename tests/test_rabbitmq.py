@@ -26,7 +26,7 @@ from celery import Celery
 from kombu.connection import Connection
 from redis.asyncio import Redis
 
-from tests.chainkit import KEY, worker_config
+from tests.chainkit import KEY, write_worker_config
 from tests.conftest import skip_unless_ci
 from tests.netkit import free_port
 from tests.rabbitkit import PrivateRabbit, delete_queues, machine_url, private_rabbit_missing
@@ -75,18 +75,21 @@ def amqp_url() -> str:
     return url
 
 
-def write_config(
+def rabbit_config(
     path: Path, *, sim: str, redis_url: str, broker: str, namespace: str, deadline_s: float = 5
 ) -> Path:
     """The two-model chain on `broker`; the sweeper re-sends a turn lost for `DUE_S` (with
     the default deadline)."""
-    visibility_s = deadline_s + 1
-    sections = SECTIONS.format(broker=broker, namespace=namespace, visibility_s=visibility_s)
-    text = worker_config(
-        sim=sim, redis_url=redis_url, namespace=namespace, sections=sections, deadline_s=deadline_s
+    return write_worker_config(
+        path,
+        sim=sim,
+        redis_url=redis_url,
+        namespace=namespace,
+        sections=SECTIONS,
+        deadline_s=deadline_s,
+        broker=broker,
+        visibility_s=deadline_s + 1,
     )
-    path.write_text(text)
-    return path
 
 
 class Fleet:
@@ -158,7 +161,7 @@ def fleet(
 ) -> Iterator[Fleet]:
     """Two worker processes on the machine's RabbitMQ, fair dispatch on."""
     root = tmp_path_factory.mktemp("rabbit")
-    config = write_config(
+    config = rabbit_config(
         root / "chain.toml", sim=sim.url, redis_url=redis_url, broker=amqp_url, namespace=rabbit_ns
     )
     workers = Fleet(config, root / "workers.log")
@@ -177,7 +180,7 @@ def own_config(
     amqp_url: str, redis_url: str, sim: Simulator, tmp_path: Path, namespace: str
 ) -> Iterator[Path]:
     """A configuration on the machine's RabbitMQ with this test's own queue, deleted after."""
-    yield write_config(
+    yield rabbit_config(
         tmp_path / "c.toml", sim=sim.url, redis_url=redis_url, broker=amqp_url, namespace=namespace
     )
     delete_queues(amqp_url, namespace)
@@ -237,7 +240,7 @@ def test_a_broker_that_does_not_answer_names_rabbitmq_without_its_password(
     redis_url: str, sim: Simulator, tmp_path: Path, namespace: str
 ) -> None:
     url = f"amqp://guest:hunter2-not-here@127.0.0.1:{free_port()}//"
-    config = write_config(
+    config = rabbit_config(
         tmp_path / "c.toml", sim=sim.url, redis_url=redis_url, broker=url, namespace=namespace
     )
     app = make_app(load_settings(config, require_secrets=False))
@@ -256,7 +259,7 @@ def test_a_redis_that_does_not_answer_is_named_not_the_broker(
 ) -> None:
     """RabbitMQ answers, the Redis that keeps the turn's record does not: the error says so."""
     redis_url = f"redis://127.0.0.1:{free_port()}/0"
-    config = write_config(
+    config = rabbit_config(
         tmp_path / "c.toml", sim=sim.url, redis_url=redis_url, broker=amqp_url, namespace=namespace
     )
     app = make_app(load_settings(config, require_secrets=False))
@@ -435,7 +438,7 @@ def test_a_broker_restart_mid_run_loses_no_turn_and_answers_each_once(
         skip_unless_ci(missing)
     turns = 1000
     with PrivateRabbit() as rabbit:
-        config = write_config(
+        config = rabbit_config(
             tmp_path / "c.toml",
             sim=sim.url,
             redis_url=redis_url,

@@ -21,7 +21,7 @@ from redis.asyncio import Redis
 from tests import chainkit
 from tests.conftest import skip_unless_ci
 from tests.rabbitkit import PrivateRabbit, private_rabbit_missing
-from tests.test_rabbitmq import Fleet, fifo, request, wait_results, write_config
+from tests.test_rabbitmq import Fleet, fifo, rabbit_config, request, wait_results
 from worker.errors import InputError
 from worker.fleet.app import make_app
 from worker.fleet.enqueue import enqueue_turn, send_turn
@@ -61,7 +61,7 @@ def rabbit() -> Iterator[PrivateRabbit]:
 def config(
     rabbit: PrivateRabbit, redis_url: str, sim: Simulator, tmp_path: Path, namespace: str
 ) -> Path:
-    return write_config(
+    return rabbit_config(
         tmp_path / "c.toml",
         sim=sim.url,
         redis_url=redis_url,

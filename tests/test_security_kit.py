@@ -21,7 +21,7 @@ from pathlib import Path
 
 import redis
 
-from tests.chainkit import worker_config
+from tests.chainkit import write_worker_config
 from tests.conftest import skip_unless_ci
 from tests.netkit import free_port
 
@@ -52,16 +52,20 @@ max_message_chars = 4096
 """
 
 
-def write_config(
+def limited_config(
     path: Path, *, redis_url: str, namespace: str, sim: str, max_bytes: int = 16_384
 ) -> Path:
-    """A chain of two simulated models whose API key comes from `KEY_ENV`."""
-    sections = SECTIONS.format(namespace=namespace, max_bytes=max_bytes)
-    text = worker_config(
-        sim=sim, redis_url=redis_url, namespace=namespace, sections=sections, key_env=KEY_ENV
+    """A chain of two simulated models whose API key comes from `KEY_ENV`, its requests
+    limited (`[limits]`, at most `max_bytes`)."""
+    return write_worker_config(
+        path,
+        sim=sim,
+        redis_url=redis_url,
+        namespace=namespace,
+        sections=SECTIONS,
+        key_env=KEY_ENV,
+        max_bytes=max_bytes,
     )
-    path.write_text(text, encoding="utf-8")
-    return path
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import pytest
 import redis
 from redis.asyncio import Redis
 
-from tests.chainkit import worker_config
+from tests.chainkit import write_worker_config
 from tests.test_celery_fleet import request, start_worker
 from worker.fleet.app import make_app
 from worker.fleet.enqueue import TurnHandle, enqueue_turn
@@ -46,16 +46,10 @@ DUE_S = 7
 
 @pytest.fixture
 def config(sim: Simulator, redis_url: str, namespace: str, tmp_path: Path) -> Path:
-    text = worker_config(
-        sim=sim.url,
-        redis_url=redis_url,
-        namespace=namespace,
-        sections=SECTIONS.format(namespace=namespace),
-        deadline_s=5,
-    )
     path = tmp_path / "chain.toml"
-    path.write_text(text)
-    return path
+    return write_worker_config(
+        path, sim=sim.url, redis_url=redis_url, namespace=namespace, sections=SECTIONS, deadline_s=5
+    )
 
 
 @pytest.fixture
