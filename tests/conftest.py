@@ -251,6 +251,14 @@ def fleet_toml(sim: Simulator, redis_url: str, namespace: str, tmp_path: Path) -
 
 
 @pytest.fixture
+def console_toml(redis_url: str, namespace: str, tmp_path: Path) -> Path:
+    """A fleet's configuration for the console alone (`tests.consolekit.console_config`)."""
+    from tests.consolekit import console_config
+
+    return console_config(tmp_path, redis_url, namespace)
+
+
+@pytest.fixture
 def namespace() -> str:
     """A key prefix no other test uses, so tests share one Redis without flushing it."""
     return f"relevo-test-{uuid.uuid4().hex[:12]}"
