@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -208,24 +208,14 @@ hold_ttl_s = 10
 def write_worker_config(
     path: Path,
     *,
-    sim: str,
-    redis_url: str,
     namespace: str,
     sections: str = "",
-    key_env: str = "RELEVO_TEST_KEY",
-    deadline_s: float = 10,
-    **values: object,
+    fill: Mapping[str, object] = {},
+    **config: Any,
 ) -> Path:
-    """`worker_config` written to `path`; `{namespace}` and each of `values` in `sections`
-    are filled in first (a brace meant for TOML is written twice)."""
-    filled = sections.format(namespace=namespace, **values)
-    text = worker_config(
-        sim=sim,
-        redis_url=redis_url,
-        namespace=namespace,
-        sections=filled,
-        key_env=key_env,
-        deadline_s=deadline_s,
-    )
-    path.write_text(text, encoding="utf-8")
+    """`worker_config(namespace=..., sections=..., **config)` written to `path`, with
+    `{namespace}` and each of `fill` filled in in `sections` first (a brace meant for TOML
+    is written twice)."""
+    filled = sections.format(namespace=namespace, **fill)
+    path.write_text(worker_config(namespace=namespace, sections=filled, **config), encoding="utf-8")
     return path

@@ -87,8 +87,7 @@ def rabbit_config(
         namespace=namespace,
         sections=SECTIONS,
         deadline_s=deadline_s,
-        broker=broker,
-        visibility_s=deadline_s + 1,
+        fill={"broker": broker, "visibility_s": deadline_s + 1},
     )
 
 

@@ -64,7 +64,7 @@ def limited_config(
         namespace=namespace,
         sections=SECTIONS,
         key_env=KEY_ENV,
-        max_bytes=max_bytes,
+        fill={"max_bytes": max_bytes},
     )
 
 
