@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 import pytest
@@ -238,16 +238,34 @@ def provider_key(monkeypatch: pytest.MonkeyPatch) -> str:
     return KEY
 
 
-@pytest.fixture
-def fleet_toml(sim: Simulator, redis_url: str, namespace: str, tmp_path: Path) -> Path:
-    """The two-model chain on the simulator, the test's namespace and queue on the session's
-    Redis, a lost turn back soon (`tests.chainkit.FLEET_SECTIONS`): its file."""
-    from tests.chainkit import FLEET_SECTIONS, write_worker_config
+class WorkerToml(Protocol):
+    """Writes a test's worker configuration file and returns its path."""
 
-    path = tmp_path / "chain.toml"
-    return write_worker_config(
-        path, sim=sim.url, redis_url=redis_url, namespace=namespace, sections=FLEET_SECTIONS
-    )
+    def __call__(self, sections: str = "", **config: Any) -> Path: ...
+
+
+@pytest.fixture
+def worker_toml(sim: Simulator, redis_url: str, namespace: str, tmp_path: Path) -> WorkerToml:
+    """`tests.chainkit.write_worker_config` on the module's simulator and the test's namespace
+    (and queue) on the session's Redis, to `chain.toml` in the test's directory: a test
+    passes its own sections (`{namespace}` filled in) and `worker_config`'s other options."""
+    from tests.chainkit import write_worker_config
+
+    def write(sections: str = "", **config: Any) -> Path:
+        path = tmp_path / "chain.toml"
+        return write_worker_config(
+            path, sim=sim.url, redis_url=redis_url, namespace=namespace, sections=sections, **config
+        )
+
+    return write
+
+
+@pytest.fixture
+def fleet_toml(worker_toml: WorkerToml) -> Path:
+    """The fleet tests' configuration: a lost turn back soon (`tests.chainkit.FLEET_SECTIONS`)."""
+    from tests.chainkit import FLEET_SECTIONS
+
+    return worker_toml(FLEET_SECTIONS)
 
 
 @pytest.fixture

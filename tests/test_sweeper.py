@@ -16,7 +16,7 @@ import pytest
 import redis
 from redis.asyncio import Redis
 
-from tests.chainkit import write_worker_config
+from tests.conftest import WorkerToml
 from tests.test_celery_fleet import request, start_worker
 from worker.fleet.app import make_app
 from worker.fleet.enqueue import TurnHandle, enqueue_turn
@@ -45,11 +45,8 @@ DUE_S = 7
 
 
 @pytest.fixture
-def config(sim: Simulator, redis_url: str, namespace: str, tmp_path: Path) -> Path:
-    path = tmp_path / "chain.toml"
-    return write_worker_config(
-        path, sim=sim.url, redis_url=redis_url, namespace=namespace, sections=SECTIONS, deadline_s=5
-    )
+def config(worker_toml: WorkerToml) -> Path:
+    return worker_toml(SECTIONS, deadline_s=5)
 
 
 @pytest.fixture
