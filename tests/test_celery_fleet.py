@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
 import sys
@@ -15,13 +14,13 @@ import pytest
 import redis
 
 import budgets
-from tests.chainkit import FLEET_SECTIONS, KEY, write_worker_config
+from tests.chainkit import FLEET_SECTIONS, write_worker_config
 from tests.test_async_producer import celery_worker
+from tests.workerkit import celery_worker_process, stop, wait_for_heartbeats
 from worker.cli.main import main
 from worker.fleet import Producer, StreamRestarted
 from worker.fleet.app import TASK_NAME, make_app
 from worker.fleet.enqueue import enqueue_turn
-from worker.fleet.turnstore import TurnKeys
 from worker.settings import load_settings
 from worker.simulator import Fault, Simulator
 from worker.types import Message, Status, TurnRequest
@@ -43,42 +42,17 @@ def start_worker(
     """Starts a worker process and returns once it consumes (it has written its
     heartbeat): a turn sent then is not left waiting out its deadline for a slow start."""
     started: list[subprocess.Popen[bytes]] = []
-    env = {**os.environ, "RELEVO_CONFIG": str(config), "RELEVO_TEST_KEY": KEY}
     queue = load_settings(config, require_secrets=False).worker.queue
-    heartbeats = redis.Redis.from_url(redis_url)
 
     def start(name: str) -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen(
-            [
-                *(sys.executable, "-m", "celery", "-A", "worker.fleet.app", "worker"),
-                *("-P", "threads", "-c", "20", "-Q", queue, "-n", f"{name}@%h"),
-                *("--without-gossip", "--without-mingle", "--without-heartbeat"),
-                *("--loglevel", "WARNING"),
-            ],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        proc = celery_worker_process(config, queue=queue, name=f"{name}@%h", threads=20)
         started.append(proc)
-        deadline = time.monotonic() + 60
         # Each process started here writes one heartbeat, and a killed one's stays.
-        while heartbeats.zcard(TurnKeys(namespace).workers) < len(started):
-            assert proc.poll() is None, f"worker {name} exited with {proc.returncode}"
-            assert time.monotonic() < deadline, f"worker {name} wrote no heartbeat in 60 s"
-            time.sleep(0.1)
+        wait_for_heartbeats(redis_url, namespace, [proc], count=len(started))
         return proc
 
     yield start
-    heartbeats.close()
-    for proc in started:
-        if proc.poll() is None:
-            proc.terminate()
-    for proc in started:
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    stop(started)
 
 
 def request(i: int = 0, **fields: object) -> TurnRequest:

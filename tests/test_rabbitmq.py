@@ -30,6 +30,7 @@ from tests.chainkit import KEY, write_worker_config
 from tests.conftest import skip_unless_ci
 from tests.netkit import free_port
 from tests.rabbitkit import PrivateRabbit, delete_queues, machine_url, private_rabbit_missing
+from tests.workerkit import celery_worker_process, stop
 from worker.cli.main import main
 from worker.fleet import Producer
 from worker.fleet.app import make_app
@@ -102,19 +103,15 @@ class Fleet:
         self.procs: list[subprocess.Popen[bytes]] = []
 
     def start(self, name: str, threads: int = 20) -> subprocess.Popen[bytes]:
-        env = {**os.environ, "RELEVO_CONFIG": str(self.config), "RELEVO_TEST_KEY": KEY, **self.env}
         queue = self.settings.worker.queue
         with self.log.open("ab") as out:
-            proc = subprocess.Popen(
-                [
-                    *(sys.executable, "-m", "celery", "-A", "worker.fleet.app", "worker"),
-                    *("-P", "threads", "-c", str(threads), "-Q", queue, "-n", f"{name}@%h"),
-                    *("--without-gossip", "--without-mingle", "--without-heartbeat"),
-                    *("--loglevel", "WARNING"),
-                ],
-                env=env,
-                stdout=out,
-                stderr=out,
+            proc = celery_worker_process(
+                self.config,
+                queue=queue,
+                name=f"{name}@%h",
+                threads=threads,
+                env=self.env,
+                output=out,
             )
         self.procs.append(proc)
         return proc
@@ -134,15 +131,7 @@ class Fleet:
             time.sleep(0.2)
 
     def stop(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop(self.procs, timeout_s=20)
 
 
 @pytest.fixture(scope="module")
