@@ -190,42 +190,49 @@ def test_a_stream_run_again_after_its_worker_died_reads_as_the_rerun_alone(
             live = await asyncio.create_subprocess_exec(
                 *RELEVO, "tail", turn.turn_id, "--config", str(config), stdout=pipe, stderr=pipe
             )
-            assert live.stdout is not None
-            pieces: list[str] = []
-            restarts = 0
+            try:
+                assert live.stdout is not None
+                pieces: list[str] = []
+                restarts = 0
 
-            async def read_live() -> None:
-                nonlocal restarts
-                while True:
-                    try:
-                        async for text in handle.stream(timeout_s=90):
-                            pieces.append(text)  # noqa: PERF401 - the kill waits for them
-                        return
-                    except StreamRestarted:
-                        restarts += 1
-                        pieces.clear()  # what the caller showed is void
+                async def read_live() -> None:
+                    nonlocal restarts
+                    while True:
+                        try:
+                            async for text in handle.stream(timeout_s=90):
+                                pieces.append(text)  # noqa: PERF401 - the kill waits for them
+                            return
+                        except StreamRestarted:
+                            restarts += 1
+                            pieces.clear()  # what the caller showed is void
 
-            reader = asyncio.create_task(read_live())
-            deadline = time.monotonic() + 20
-            while len(pieces) < 8:
-                assert time.monotonic() < deadline, "the first run never streamed"
-                await asyncio.sleep(0.02)
-            printed = await asyncio.wait_for(live.stdout.read(1), 20)  # the first run's text
-            doomed.send_signal(signal.SIGKILL)
-            await asyncio.to_thread(doomed.wait)
-            shown_before = "".join(pieces)
-            start_worker("rescuer")
-            result = await handle.result(timeout_s=90)
-            await asyncio.wait_for(reader, 30)
-            assert result.status is Status.OK
-            assert result.reply is not None
-            assert shown_before
-            assert result.reply.text.startswith(shown_before)
-            # Connected after the rerun: the rerun's text alone, and no restart.
-            again = [text async for text in producer.turn(handle.turn_id).stream(timeout_s=10)]
-            rest, err = await asyncio.wait_for(live.communicate(), 30)
-            tailed = (live.returncode, printed + rest, err)
-            return result.reply.text, ["".join(pieces), "".join(again)], restarts, tailed
+                reader = asyncio.create_task(read_live())
+                deadline = time.monotonic() + 20
+                while len(pieces) < 8:
+                    assert time.monotonic() < deadline, "the first run never streamed"
+                    await asyncio.sleep(0.02)
+                printed = await asyncio.wait_for(live.stdout.read(1), 20)  # the first run's text
+                doomed.send_signal(signal.SIGKILL)
+                await asyncio.to_thread(doomed.wait)
+                shown_before = "".join(pieces)
+                start_worker("rescuer")
+                result = await handle.result(timeout_s=90)
+                await asyncio.wait_for(reader, 30)
+                assert result.status is Status.OK
+                assert result.reply is not None
+                assert shown_before
+                assert result.reply.text.startswith(shown_before)
+                # Connected after the rerun: the rerun's text alone, and no restart.
+                again = [text async for text in producer.turn(handle.turn_id).stream(timeout_s=10)]
+                rest, err = await asyncio.wait_for(live.communicate(), 30)
+                tailed = (live.returncode, printed + rest, err)
+                return result.reply.text, ["".join(pieces), "".join(again)], restarts, tailed
+            finally:
+                # A failed test must not leave `relevo tail` running: the garbage collector
+                # would report it (ResourceWarning) in whichever test comes next.
+                if live.returncode is None:
+                    live.kill()
+                    await live.wait()
 
     text, read, restarts, (tail_exit, tail_out, tail_err) = asyncio.run(scenario())
     assert read == [text, text]
