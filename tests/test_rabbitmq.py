@@ -19,6 +19,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from amqp.exceptions import NotFound, PreconditionFailed
@@ -76,20 +77,11 @@ def amqp_url() -> str:
     return url
 
 
-def rabbit_config(
-    path: Path, *, sim: str, redis_url: str, broker: str, namespace: str, deadline_s: float = 5
-) -> Path:
-    """The two-model chain on `broker`; the sweeper re-sends a turn lost for `DUE_S` (with
-    the default deadline)."""
-    return write_worker_config(
-        path,
-        sim=sim,
-        redis_url=redis_url,
-        namespace=namespace,
-        sections=SECTIONS,
-        deadline_s=deadline_s,
-        fill={"broker": broker, "visibility_s": deadline_s + 1},
-    )
+def rabbit_config(path: Path, *, broker: str, deadline_s: float = 5, **config: Any) -> Path:
+    """The two-model chain on `broker` (`config`: `write_worker_config`'s `sim`, `redis_url`
+    and `namespace`); the sweeper re-sends a turn lost for `DUE_S` (the default deadline)."""
+    fill = {"broker": broker, "visibility_s": deadline_s + 1}
+    return write_worker_config(path, sections=SECTIONS, deadline_s=deadline_s, fill=fill, **config)
 
 
 class Fleet:

@@ -16,6 +16,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -51,20 +52,12 @@ max_message_chars = 4096
 """
 
 
-def limited_config(
-    path: Path, *, redis_url: str, namespace: str, sim: str, max_bytes: int = 16_384
-) -> Path:
+def limited_config(path: Path, *, max_bytes: int = 16_384, **config: Any) -> Path:
     """A chain of two simulated models whose API key comes from `KEY_ENV`, its requests
-    limited (`[limits]`, at most `max_bytes`)."""
-    return write_worker_config(
-        path,
-        sim=sim,
-        redis_url=redis_url,
-        namespace=namespace,
-        sections=SECTIONS,
-        key_env=KEY_ENV,
-        fill={"max_bytes": max_bytes},
-    )
+    limited (`[limits]`, at most `max_bytes`); `config`: `write_worker_config`'s `sim`,
+    `redis_url` and `namespace`."""
+    fill = {"max_bytes": max_bytes}
+    return write_worker_config(path, sections=SECTIONS, key_env=KEY_ENV, fill=fill, **config)
 
 
 @dataclass(frozen=True)
