@@ -26,6 +26,7 @@ from tests import threadsafe_ast
 from tests.netkit import free_port
 
 if TYPE_CHECKING:
+    from tests.fleetkit import Workers
     from worker.fleet.fairqueue import FairQueue
     from worker.simulator import Simulator
 
@@ -274,6 +275,22 @@ def console_toml(redis_url: str, namespace: str, tmp_path: Path) -> Path:
     from tests.consolekit import console_config
 
     return console_config(tmp_path, redis_url, namespace)
+
+
+@pytest.fixture(scope="module")
+def workers() -> Iterator[Workers]:
+    """Four fleet processes (`tests.fleetkit.Workers`) for the module: spawning costs about
+    a second each. They inherit the environment: chainkit's providers read their key there."""
+    from tests.chainkit import KEY
+    from tests.fleetkit import Workers
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RELEVO_TEST_KEY", KEY)
+        pool = Workers(4)
+    try:
+        yield pool
+    finally:
+        pool.close()
 
 
 @pytest.fixture

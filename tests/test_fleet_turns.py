@@ -12,7 +12,7 @@ import itertools
 import signal
 import subprocess
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -22,7 +22,7 @@ from redis.asyncio import Redis
 import breakers
 import budgets
 from tests import tokenkit
-from tests.chainkit import KEY, fault, settings
+from tests.chainkit import fault, settings
 from tests.fleetkit import (
     Job,
     ProcessReport,
@@ -48,19 +48,6 @@ PRIMARY = "openai/alpha"
 MODEL_SCOPE = "model:openai/alpha@oa"
 # Breakers that never trip: tests about money must see the primary tried on every turn.
 NEVER_TRIP = {"consecutive_failures_threshold": 10_000, "min_calls_in_window": 10_000}
-
-
-@pytest.fixture(scope="module")
-def workers() -> Iterator[Workers]:
-    """Four worker processes for the whole module (spawning costs about a second each)."""
-    with pytest.MonkeyPatch.context() as patch:
-        # Spawned processes inherit the environment: chainkit's providers read their key here.
-        patch.setenv("RELEVO_TEST_KEY", KEY)
-        pool = Workers(4)
-    try:
-        yield pool
-    finally:
-        pool.close()
 
 
 def sections(url: str, ns: str, *, timeout_s: float = 1.0, **more: Any) -> dict[str, Any]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,7 +14,7 @@ from redis.asyncio import Redis
 from breakers import HedgeStore
 from breakers.hedges import EDGES_MS
 from breakers.keys import Keys
-from tests.chainkit import KEY, settings, turn
+from tests.chainkit import settings, turn
 from tests.fleetkit import Job, Workers, make_request
 from worker.adapters import make_client
 from worker.guard import Availability, Target
@@ -206,17 +205,6 @@ def test_the_delay_is_a_percentile_of_first_byte_latency_with_a_floor_and_a_fall
         floored.observe(target, 0.4, hedge=False)
     assert floored.delay_s(target) == 1.0
     assert EDGES_MS[0] == 10
-
-
-@pytest.fixture(scope="module")
-def workers() -> Iterator[Workers]:
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("RELEVO_TEST_KEY", KEY)
-        pool = Workers(4)
-    try:
-        yield pool
-    finally:
-        pool.close()
 
 
 @pytest.mark.slow
