@@ -215,7 +215,10 @@ def test_the_fleet_spends_no_more_hedges_than_its_attempts_earned(
     # A round trip slower than the default 0.25 s on a loaded machine drops its samples
     # (evidence is never retried): counting every one needs them all to land.
     store = {"url": redis_url, "namespace": namespace, "timeout_s": 2.0}
-    sections: dict[str, Any] = {"redis": store}
+    # A hedge is counted by the primary it cut (hedge_lost): a slow primary (0.4 s) must not
+    # reach a first-byte timeout first (0.5 s by default; under load it did, and a turn that
+    # spent a hedge counted none). Nor may a late first byte add warm-up attempts.
+    sections: dict[str, Any] = {"redis": store, "first_byte_timeout_s": 2.0}
     # The warm-up waits 5 s before any hedge: it only earns.
     config = settings(sim.url, hedging={**hedging, "fallback_s": 5.0}, **sections)
 
