@@ -20,6 +20,7 @@ from budgets.money import (
     parse_dollars,
     worst_case_micros,
 )
+from budgets.routes import Route, Routes
 from budgets.shares import MAX_WEIGHT, Share, Shares
 from budgets.types import (
     BudgetReport,
@@ -50,6 +51,8 @@ __all__ = [
     "RefusalReason",
     "Release",
     "Reservation",
+    "Route",
+    "Routes",
     "Settlement",
     "Share",
     "Shares",

@@ -127,7 +127,7 @@ def test_a_malformed_payload_fails_at_once_and_is_never_retried(
 ) -> None:
     start_worker("a")
     app = make_app(load_settings(config, require_secrets=False))
-    sent = app.send_task(TASK_NAME, args=[{"tenant_id": "a:b", "messages": "nope"}])
+    sent = app.send_task(TASK_NAME, args=[{"tenant_id": "a|b", "messages": "nope"}])
     raw = sent.get(timeout=30, disable_sync_subtasks=False)
     assert raw["status"] == "failed"
     assert raw["reason"] == "invalid_input"

@@ -223,6 +223,8 @@ async def test_every_tricky_name_is_refused_before_redis(
     kind, form, field = FORMS[where]
     csrf = await log_in(client, OPERATOR)
     for label, name in TRICKY.items():
+        if where == "tenant" and label in ALLOWED["tenant id"]:
+            continue  # "org:1234", "team/42": tenant ids as platforms write them
         data = {**form, field: name, "csrf": csrf, "confirmed": "yes"}
         response = await client.post(f"/act/{kind}", data=data)
         assert response.status_code == 400, f"{label}: {response.status_code}"

@@ -36,8 +36,9 @@ SURFACES: dict[str, str] = {
     "worker.observability": "Redactor TurnMetrics configure_logging configure_tracing redact_text",
     "worker.simulator": "CallOutcome Fault RequestRecord Simulator SimulatorClient serve",
     "worker.cli": "main",
-    "worker.frameworks": "Engine InProcess OnDegraded ThroughFleet TurnNotAnswered answer",
-    "worker.frameworks.pydantic_ai": "RelevoModel TurnNotAnsweredError",
+    "worker.frameworks": "Engine InProcess OnDegraded ThroughFleet TurnNotAnswered TurnOptions"
+    " answer",
+    "worker.frameworks.pydantic_ai": "PydanticAIInputError RelevoModel TurnNotAnsweredError",
     "worker.frameworks.openai_agents": "AgentsInputError AgentsTurnNotAnswered RelevoModel"
     " RelevoProvider",
     "worker.console": "RunningConsole build_app running_console serve_console",
@@ -52,7 +53,7 @@ SURFACES: dict[str, str] = {
     "breakers.testing": "ManualClock",
     "budgets": "MAX_WEIGHT MICROS_PER_DOLLAR BudgetError BudgetReport Handoff Handoffs"
     " InvalidAmountError InvalidNameError Ledger Limits MigrationReport OutputEvidence"
-    " PeriodReport Refusal RefusalReason Release Reservation Settlement Share Shares"
+    " PeriodReport Refusal RefusalReason Release Reservation Route Routes Settlement Share Shares"
     " UnknownTenantError check_provider check_tenant"
     " cost_micros format_micros migrate_keys old_keys_present parse_dollars percentile"
     " worst_case_micros",

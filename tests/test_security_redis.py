@@ -46,6 +46,8 @@ from worker.types import Message, TurnRequest
 
 # Valid, but each close to a rule's edge: a turn for each must stay inside the namespace.
 EDGE_TENANTS = ["_", "0", "a.b-c_d", "t..t", "T" * 64, "x-", "acme.eu"]
+# Tenant ids as platforms write them: ':', '/', '@' and '+' inside the tenant's hash tag.
+EDGE_TENANTS += ["org:1234", "team/42", "user+eu@example.com", "arn:aws:iam::1:root"]
 
 
 @pytest.fixture(scope="module")
@@ -169,12 +171,13 @@ def test_the_guard_runs_turns_as_an_acl_user(
 ) -> None:
     runner = TurnRunner(settings_on(acl.url(WORKER_USER, WORKER_PASSWORD), sim, namespace))
     try:
-        result = runner.run(request().model_dump(mode="json"))
+        results = [runner.run(request(t).model_dump(mode="json")) for t in ("acme", "team/42")]
     finally:
         runner.close()
-    assert result["status"] == "ok"
+    assert [r["status"] for r in results] == ["ok", "ok"]
     with acl.client() as client:
-        assert client.exists(f"{{{namespace}}}:turn:{result['turn_id']}:result")
+        for result in results:
+            assert client.exists(f"{{{namespace}}}:turn:{result['turn_id']}:result")
         entries = client.acl_log()
     assert not [e for e in entries if e.get("username") == WORKER_USER], entries  # no refusal
 

@@ -63,7 +63,7 @@ _TURN_ID: TypeAdapter[str] = TypeAdapter(TurnId)
 # The largest form is six fields of at most 1,000 characters, percent-encoded.
 _FORM_BYTES = 32 * 1024
 _LOGIN_BYTES = 2048
-_BACK = re.compile(r"/(tenants|turns|recent)?(\?[A-Za-z0-9_.=&%+-]{0,300})?")
+_BACK = re.compile(r"/(tenants|turns|recent)?(\?[A-Za-z0-9_.=&%+:@/-]{0,300})?")
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,6 @@ from worker.errors import STORE_DOWN, InputError
 from worker.fleet import liveness
 from worker.fleet.agreement import Agreement, FleetShape
 from worker.fleet.dispatcher import QUEUE_DEADLINE, Dispatcher
-from worker.fleet.environment import node_name
 from worker.fleet.errors import Unreadable
 from worker.fleet.fairqueue import FairQueue
 from worker.fleet.heartbeat import (
@@ -53,8 +52,10 @@ from worker.observability.logs import redact_secrets
 from worker.observability.metrics import VERSION, TurnMetrics
 from worker.observability.redact import provider_secrets
 from worker.settings import Settings
+from worker.settings.environment import node_name
 from worker.turn.chain import Chain
 from worker.turn.intake import checked_turn
+from worker.turn.routing import primary_model
 from worker.types import Status, TurnId, TurnRequest, TurnResult
 
 __all__ = ["INVALID_INPUT", "UNREADABLE", "TurnRunner", "rejected_input"]
@@ -178,6 +179,7 @@ class TurnRunner:
             default=settings.fairness.default_share(),
             # A dead worker's lease runs out once its turn could no longer be running.
             lease_s=settings.turn_deadline_s + 2 * _MARGIN_S + settings.worker.restore_interval_s,
+            on_unreadable=self._noted,
             # The dispatcher's wait for a wake token: one connection, reads outlasting it.
             blocking=settings.redis.connect(
                 timeout_s=settings.fairness.interval_s + max(settings.redis.timeout_s, 1.0)
@@ -256,6 +258,8 @@ class TurnRunner:
             if other.alive(now_ms) and other.process != self.holder:
                 shape = FleetShape.parse(other.fleet)
                 self.agreement.check(shape, "worker", where=other.process)
+                oldest = self.settings.worker.oldest_release
+                self.agreement.check_release(other.version, oldest, where=other.process)
 
     async def _renew_leases(self) -> None:
         """Hold the leases of the turns this process runs, and write their claims again if
@@ -476,7 +480,7 @@ class TurnRunner:
             reason=QUEUE_DEADLINE,
             error=f"waited {budget_s:.1f} s for a lease of its tenant (max_in_flight), past "
             "its deadline",
-            primary_model=self.settings.chain.models[0],
+            primary_model=primary_model(self.settings, request),
         )
         self.metrics.record(result)
         return result
@@ -491,7 +495,7 @@ class TurnRunner:
             status=Status.FAILED,
             reason=UNREADABLE,
             error=str(exc),
-            primary_model=self.settings.chain.models[0],
+            primary_model=primary_model(self.settings, request),
         )
 
     async def _release(self, request: TurnRequest) -> None:

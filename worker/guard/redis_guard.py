@@ -41,6 +41,7 @@ from worker.guard.protocol import (
     Refusal,
     Target,
 )
+from worker.guard.route_book import RouteBook
 from worker.guard.sizing import OutputSizer
 from worker.guard.stores import (
     breaker_store,
@@ -99,13 +100,15 @@ class RedisGuard:
         backlog: Backlog | None = None,
         offline_allowance_micros: int = 0,
         sizer: OutputSizer | None = None,
+        routes: RouteBook | None = None,
     ) -> None:
         """`pipes` carries the per-turn round trips (by default, on `redis`); `backlog`
         keeps the writes Redis missed until they land; while the budgets cannot be
         reached, a tenant may start calls worth `offline_allowance_micros` in this process
         (each counted at its worst case until it ends, then at its cost until Redis has
         it); `sizer` sizes reservations by the fleet's evidence (by default, every
-        attempt reserves its `max_tokens`)."""
+        attempt reserves its `max_tokens`); `routes` reads the tenants' routes (by
+        default, none)."""
         self.redis = redis
         self.circuits = circuits
         self.ledger = ledger
@@ -116,6 +119,7 @@ class RedisGuard:
         self.backlog = backlog or Backlog()
         self.offline = OfflineAllowance(offline_allowance_micros, self.backlog)
         self.sizer = sizer
+        self.routes = routes
         self.budgets_reachable = True
         """False from a budget script Redis missed until the next one it answers."""
         self.on_over_worst_case: Callable[[str, str], None] | None = None
@@ -276,6 +280,9 @@ class RedisGuard:
             lambda: self.handoffs.push(tenant, turn_id, reason, payload),
             turn_id=turn_id,
         )
+
+    async def route(self, tenant: str) -> budgets.Route | None:
+        return None if self.routes is None else await self.routes.get(tenant)
 
     async def aclose(self) -> None:
         """Write what the backlog holds if Redis answers, then close the guard's Redis
@@ -459,6 +466,9 @@ def open_guard(settings: Settings, redis: Redis | None = None) -> RedisGuard:
         backlog=Backlog(retry_every_s=store.rejoin_check_s),
         offline_allowance_micros=plan.offline_allowance_micros(),
         sizer=sizer,
+        routes=RouteBook(
+            budgets.Routes(redis, namespace=store.namespace), timeout_s=store.timeout_s
+        ),
     )
 
 

@@ -25,7 +25,7 @@ from worker.adapters import Adapter, build_adapter
 from worker.errors import DeadlineExceeded, InputError, StoreForbidden
 from worker.guard.hedge_book import HedgeBook, hedge_book
 from worker.guard.protocol import Availability, Guard, OpenGuard, Refusal, Target
-from worker.settings import Settings
+from worker.settings import DEFAULT_CHAIN, Settings
 from worker.turn.attempt import Attempts, OnText
 from worker.turn.capability import INCAPABLE, Fit, Unfit, fit_turn, wire_unfit
 from worker.turn.outcome import (
@@ -41,6 +41,7 @@ from worker.turn.outcome import (
 )
 from worker.turn.race import HedgedAttempts
 from worker.turn.report import TurnReport
+from worker.turn.routing import CHAIN_NOT_ALLOWED, UNKNOWN_CHAIN, check_chain, routed
 from worker.turn.stand_in import cheaper_answer, uses_cheaper_model
 from worker.types import TurnRequest, TurnResult
 
@@ -67,7 +68,7 @@ class Chain:
         self.rng = rng or random.Random()
         # The evidence and budget hedged attempts use (`worker.turn.race`), when enabled.
         self.hedges: HedgeBook | None = None
-        if settings.chain.hedging.enabled:
+        if any(settings.hedged(chain) for chain in (settings.chain, *settings.chains.values())):
             self.hedges = hedges or hedge_book(settings, self.guard)
         self.gen_ai_providers = {
             name: provider.gen_ai_provider for name, provider in settings.providers.items()
@@ -93,22 +94,42 @@ class Chain:
 
     async def run(self, request: TurnRequest, *, on_text: OnText | None = None) -> TurnResult:
         """Run one turn. Always returns a result; caller cancellation propagates."""
-        return await _Walk(self, request, on_text).run()
+        request, refused = routed(request, await self.guard.route(request.tenant_id))
+        return await _Walk(self, request, on_text, refused).run()
 
 
 class _Walk:
     """One turn walking the chain: the fleet's admission, then models and providers in
     order until an attempt's outcome ends the turn."""
 
-    def __init__(self, chain: Chain, request: TurnRequest, on_text: OnText | None) -> None:
+    def __init__(
+        self,
+        chain: Chain,
+        request: TurnRequest,
+        on_text: OnText | None,
+        refused: InputError | None = None,
+    ) -> None:
+        """`refused`: the turn's chain is one its tenant may not use."""
         self.chain = chain
+        self.refused = refused
         self.settings = chain.settings
         self.request = request
+        # The chain the turn named; None for one this worker has not configured.
+        self.route = self.settings.chains.get(request.chain or "") or (
+            None if request.chain not in (None, DEFAULT_CHAIN) else self.settings.chain
+        )
+        route = self.route or self.settings.chain
+        self.models = route.models
+        self.hedged = self.settings.hedged(route)
+        strict = self.settings.worker.oldest_release == "0.1.0"
         self.report = TurnReport(
             request,
-            primary_model=self.settings.chain.models[0],
+            primary_model=route.models[0],
             gen_ai_providers=chain.gen_ai_providers,
+            left_out_field=not strict,
+            chain=request.chain or (None if strict else DEFAULT_CHAIN),
         )
+        self.degradation = self.settings.degradation_for(route)
         budget_s = min(request.deadline_s, self.settings.turn_deadline_s)
         self.attempts = Attempts(
             chain.settings,
@@ -124,6 +145,13 @@ class _Walk:
         self.attempter: Attempter = self.attempts
 
     async def run(self) -> TurnResult:
+        if self.refused is not None:
+            return self.report.failed(CHAIN_NOT_ALLOWED, self.refused)
+        if self.route is None:
+            try:
+                check_chain(self.request, self.settings.chain_names)
+            except InputError as exc:
+                return self.report.failed(UNKNOWN_CHAIN, exc)
         try:
             return await self._run()
         except StoreForbidden as exc:
@@ -135,7 +163,7 @@ class _Walk:
 
     async def _run(self) -> TurnResult:
         attempts = self.attempts
-        every = [t for slug in self.settings.chain.models for t in self.chain.targets[slug]]
+        every = [t for slug in self.models for t in self.chain.targets[slug]]
         primary = every[0]
         first_fit = fit_turn(self.request, self.settings.models[primary.model])
         first = attempts.first(primary, first_fit) if isinstance(first_fit, Fit) else None
@@ -154,9 +182,13 @@ class _Walk:
             if refusal is not None:
                 attempts.skip(primary, refusal)
                 return await self._degrade(refusal)
-        if self.chain.hedges is not None:
+        if self.chain.hedges is not None and self.hedged:
             self.attempter = HedgedAttempts(
-                attempts, self.chain.hedges, targets=self.chain.targets, availability=view.of
+                attempts,
+                self.chain.hedges,
+                targets=self.chain.targets,
+                availability=view.of,
+                models=self.models,
             )
         try:
             async with asyncio.timeout_at(attempts.deadline):
@@ -169,7 +201,7 @@ class _Walk:
         self, availability: Callable[[Target], Availability], first_fit: Fit | Unfit
     ) -> TurnResult:
         min_window = 0
-        for step, slug in enumerate(self.settings.chain.models):
+        for step, slug in enumerate(self.models):
             model = self.settings.models[slug]
             targets = self.chain.targets[slug]
             # The primary's fit was made for the first reservation: same request, same model.
@@ -257,12 +289,13 @@ class _Walk:
     async def _degrade(self, reason: str, error: Exception | None = None) -> TurnResult:
         """Money stopped the turn: no fallback, the configured degradation instead (for a
         budget refusal, maybe one call on the cheaper model: `worker.turn.stand_in`)."""
-        plan = self.settings.degradation
+        plan = self.degradation
         # Once the cheaper model stands in, whatever stops it ends the turn: no second try.
         if uses_cheaper_model(plan, reason) and not self.report.standing_in:
             assert plan.cheaper_model is not None  # checked when the settings were loaded
             targets = self.chain.targets[plan.cheaper_model]
-            return await self._end(await cheaper_answer(self.attempts, targets, reason))
+            outcome = await cheaper_answer(self.attempts, targets, reason, plan)
+            return await self._end(outcome)
         if plan.action == "handoff":
             payload = self.request.model_dump_json()
             await self.chain.guard.handoff(
