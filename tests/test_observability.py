@@ -41,13 +41,10 @@ from worker.settings import Settings, load_settings
 from worker.simulator import Fault, Simulator
 from worker.types import Message, Status, TurnRequest, TurnResult
 
+pytestmark = pytest.mark.usefixtures("fresh_sim", "provider_key")
+
+
 RELEVO = [sys.executable, "-m", "worker.cli"]
-
-
-@pytest.fixture(autouse=True)
-def _fresh(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> None:
-    sim.reset()
-    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
 
 
 # -- logs ---------------------------------------------------------------------------------

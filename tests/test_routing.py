@@ -33,16 +33,13 @@ from worker.simulator import Fault, Simulator
 from worker.turn.intake import checked_turn
 from worker.types import AttemptOutcome, Status, TurnResult
 
+pytestmark = pytest.mark.usefixtures("fresh_sim", "provider_key")
+
+
 CHAINS = {
     "planner": {"models": ["anthropic/beta", "google/gamma"]},
     "triage": {"models": ["openai/alpha", "google/gamma"]},
 }
-
-
-@pytest.fixture(autouse=True)
-def _fresh(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> None:
-    sim.reset()
-    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
 
 
 def routed(sim: Simulator, **sections: Any) -> Settings:

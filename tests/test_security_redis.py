@@ -31,10 +31,10 @@ from tests.test_security_kit import (
     WORKER_USER,
     PrivateRedis,
     celery_worker,
+    limited_config,
     make_tls,
     private_redis,
     tls_supported,
-    write_config,
 )
 from worker.cli.main import main
 from worker.fleet.app import make_app
@@ -225,7 +225,9 @@ def test_a_celery_round_trip_as_an_acl_user_stores_no_echoed_key(
     acl: PrivateRedis, sim: Simulator, namespace: str, tmp_path: Path
 ) -> None:
     url = acl.url(WORKER_USER, WORKER_PASSWORD, db=1)
-    config = write_config(tmp_path / "chain.toml", redis_url=url, namespace=namespace, sim=sim.url)
+    config = limited_config(
+        tmp_path / "chain.toml", redis_url=url, namespace=namespace, sim=sim.url
+    )
     settings = load_settings(config)
     for model in ("alpha", "beta"):
         sim.set_faults(model, Fault(status=401, echo_key=True))
@@ -338,7 +340,9 @@ def test_a_celery_round_trip_over_tls(
     tls_server: PrivateRedis, sim: Simulator, namespace: str, tmp_path: Path
 ) -> None:
     url = tls_server.url(db=1)
-    config = write_config(tmp_path / "chain.toml", redis_url=url, namespace=namespace, sim=sim.url)
+    config = limited_config(
+        tmp_path / "chain.toml", redis_url=url, namespace=namespace, sim=sim.url
+    )
     settings = load_settings(config)
     with celery_worker(config, settings.worker.queue):
         app = make_app(settings)
