@@ -23,7 +23,6 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 from redis.exceptions import NoScriptError
 
-from breakers.rediskit import Parse, read_clock, text
 from budgets.errors import InvalidAmountError, InvalidNameError, UnknownTenantError
 from budgets.keys import (
     CHARGE_TTL_S,
@@ -44,6 +43,7 @@ from budgets.parsers import (
 )
 from budgets.scripts import SCRIPTS
 from budgets.types import BudgetReport, Limits, Refusal, Release, Reservation, Settlement
+from rediskit import Parse, read_clock, text
 
 __all__ = ["Ledger"]
 

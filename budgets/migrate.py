@@ -35,8 +35,8 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 from redis.asyncio.cluster import RedisCluster
 
-from breakers.rediskit import hash_tag, raise_if_error, text
 from budgets.keys import CHARGE, PLAIN, BudgetKeys, utc_periods
+from rediskit import hash_tag, raise_if_error, text
 
 __all__ = ["MigrationReport", "migrate_keys", "old_keys_present"]
 

@@ -57,6 +57,9 @@ SURFACES: dict[str, str] = {
     " cost_micros format_micros migrate_keys old_keys_present parse_dollars percentile"
     " worst_case_micros",
     "budgets.testing": "ManualClock",
+    "rediskit": "BLIPS DOWN FAILED FORBIDDEN_ERRORS NAMESPACE REFUSED STORE_ERRORS LuaScripts"
+    " ManualClock NameRule Parse StoreError StoreForbiddenError StoreUnavailableError backoff_s"
+    " check_name hash_tag raise_if_error raise_if_forbidden read_clock refused store_errors text",
 }
 
 
@@ -72,6 +75,16 @@ def test_breakers_and_budgets_never_import_worker() -> None:
     code = (
         "import sys, breakers, budgets; "
         "bad = [m for m in sys.modules if m.split('.')[0] in ('worker', 'celery', 'httpx')]; "
+        "print(','.join(bad))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == ""
+
+
+def test_the_redis_kit_imports_none_of_the_packages_above_it() -> None:
+    code = (
+        "import sys, rediskit; "
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('worker', 'breakers', 'budgets')]; "
         "print(','.join(bad))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -42,9 +42,9 @@ import structlog
 from redis.asyncio import Redis
 from redis.exceptions import NoPermissionError, NoScriptError, ResponseError
 
-from breakers.rediskit import LuaScripts, hash_tag, text
 from budgets.errors import InvalidAmountError
 from budgets.shares import Share, Shares
+from rediskit import LuaScripts, hash_tag, text
 from worker.fleet.turnstore import TurnKeys
 
 __all__ = [

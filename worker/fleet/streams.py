@@ -30,8 +30,8 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from breakers.rediskit import text
 from breakers.schema import SCHEMA_FIELD, ReadProblem, version_problem
+from rediskit import text
 from worker.fleet.errors import Unreadable
 from worker.fleet.schema import STREAM_SCHEMA
 

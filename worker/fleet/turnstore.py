@@ -48,7 +48,7 @@ from typing import Any, cast
 import structlog
 from redis.asyncio import Redis
 
-from breakers.rediskit import text
+from rediskit import text
 from worker.errors import STORE_DOWN
 from worker.fleet.errors import StreamRestarted, Unreadable
 from worker.fleet.schema import STREAM_SCHEMA, log_unreadable, read_result

@@ -6,7 +6,7 @@ attempt's reservation, and `conclude` pipelines the breaker record with the
 settlement. Turns that reach the guard in the same loop iteration share those
 round trips (`worker.guard.autopipeline`); every budget script goes out that one way.
 
-The store's failures are translated in one place, `_StoreErrors`: Redis refusing the
+The store's failures are translated at one boundary, `rediskit.store_errors`: Redis refusing the
 worker (password, ACL) is `StoreForbidden`, and the turn fails closed (a held turn or a
 hand-off it refuses to write is kept, below); Redis slow or gone is `StoreUnreachable`,
 which each method answers locally. Breakers answer from this process's own
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from types import TracebackType
 from typing import Any
 
 import structlog
@@ -30,7 +29,8 @@ from redis.exceptions import NoScriptError
 
 import breakers
 import budgets
-from worker.errors import STORE_DOWN, STORE_REFUSED, StoreForbidden, StoreUnreachable
+from rediskit import store_errors
+from worker.errors import StoreForbidden, StoreUnreachable
 from worker.guard.allowance import OfflineAllowance
 from worker.guard.autopipeline import AutoPipeline
 from worker.guard.backlog import Backlog
@@ -60,27 +60,9 @@ Parser = Callable[[Any], object]
 Queue = Callable[[Pipeline], Parser]
 
 
-class _StoreErrors:
-    """Redis failures as the guard names them: refusing us (password, ACL) is
-    `StoreForbidden`, never a quiet local view; slow or gone is `StoreUnreachable`.
-
-    A class, not a generator: it wraps every guard call of every turn."""
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if exc is None:
-            return
-        if isinstance(exc, STORE_REFUSED):
-            raise StoreForbidden(f"Redis refused this worker: {exc}") from exc
-        if isinstance(exc, STORE_DOWN):
-            raise StoreUnreachable(f"Redis did not answer ({type(exc).__name__})") from exc
-
-
-_STORE_ERRORS = _StoreErrors()
+# Redis refusing the worker is `StoreForbidden`, never a quiet local view; slow or gone is
+# `StoreUnreachable`, which each method answers locally.
+_STORE_ERRORS = store_errors()
 
 
 class RedisGuard:
