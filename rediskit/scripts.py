@@ -12,7 +12,8 @@ callers to it). A script is sent one of three ways, and each handles NOSCRIPT on
   loads it). A client that may only run scripts by SHA (deploy/redis/users.acl.in's
   producer) gets `NoPermissionError` from that EVAL.
 - `queue`: on a caller's pipeline; the caller that sees `NoScriptError` in the reply
-  calls `load` (or `run` does it for a pipeline of its own) and sends again.
+  (`lost`) calls `load` (or `run` does it for a pipeline of its own) and sends again.
+- `queue_whole`: on a caller's pipeline as EVAL, for one-off commands (no NOSCRIPT).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from importlib import resources
+from importlib.resources.abc import Traversable
 from typing import Any, TypeVar
 
 from redis.asyncio import Redis
@@ -35,8 +37,12 @@ T = TypeVar("T")
 _LIBRARIES = ("clock", "lib")  # prepended, not scripts of their own
 
 
+def _folder(package: str, folder: str) -> Traversable:
+    return resources.files(package).joinpath(*folder.split("/"))
+
+
 def _read(package: str, folder: str, name: str) -> str:
-    return resources.files(package).joinpath(folder, f"{name}.lua").read_text(encoding="utf-8")
+    return _folder(package, folder).joinpath(f"{name}.lua").read_text(encoding="utf-8")
 
 
 class LuaScripts:
@@ -51,7 +57,7 @@ class LuaScripts:
             self.lib += "\n"
         names = sorted(
             entry.name.removesuffix(".lua")
-            for entry in resources.files(package).joinpath(folder).iterdir()
+            for entry in _folder(package, folder).iterdir()
             if entry.name.endswith(".lua")
         )
         self.bodies = {
@@ -89,6 +95,11 @@ class LuaScripts:
         # As a raw command: redis-py's cluster pipeline blocks its `evalsha` method, yet
         # routes a raw EVALSHA by its keys (one slot per script, as every key is tagged).
         pipe.execute_command("EVALSHA", *self._args(name, keys, args, now_ms))
+
+    def queue_whole(self, pipe: Any, name: str, keys: list[str], args: list[Any]) -> None:
+        """Queue `name` as EVAL, the script sent whole: for a one-off command (a migration)
+        that should not depend on what Redis has loaded."""
+        pipe.execute_command("EVAL", self.bodies[name], *self._args(name, keys, args, None)[1:])
 
     async def call(
         self, redis: Any, name: str, keys: list[str], args: list[Any], now_ms: int | None = None
