@@ -11,15 +11,15 @@ callers to it). A script is sent one of three ways, and each handles NOSCRIPT on
 - `call` / `call_sync`: alone, async or blocking; on NOSCRIPT, sent again as EVAL (which
   loads it). A client that may only run scripts by SHA (deploy/redis/users.acl.in's
   producer) gets `NoPermissionError` from that EVAL.
-- `queue`: on a caller's pipeline; the caller that sees `NoScriptError` in the reply
-  (`lost`) calls `load` (or `run` does it for a pipeline of its own) and sends again.
+- `queue`: on a caller's pipeline; `reloading` sends that pipeline again once, after
+  `load`, when a reply is NOSCRIPT (`run` does it all for a pipeline of its own).
 - `queue_whole`: on a caller's pipeline as EVAL, for one-off commands (no NOSCRIPT).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from importlib import resources
 from importlib.resources.abc import Traversable
 from typing import Any, TypeVar
@@ -154,17 +154,29 @@ class LuaScripts:
         """Whether Redis had forgotten a script of these pipelined replies (NOSCRIPT)."""
         return any(isinstance(r, NoScriptError) for r in replies)
 
+    @classmethod
+    async def reloading(
+        cls, send: Callable[[], Awaitable[list[Any]]], load: Callable[[], Awaitable[object]]
+    ) -> list[Any]:
+        """The replies of `send()` (one pipeline, queued and sent); when Redis had forgotten
+        a script of them (a restart, SCRIPT FLUSH), `load()` and `send()` once more."""
+        replies = await send()
+        if cls.lost(replies):
+            await load()
+            replies = await send()
+        return replies
+
     async def run(self, redis: Redis, queue: Callable[[Pipeline], Parse[T]]) -> T:
         """Send what `queue` queues on a pipeline of its own; reload once on NOSCRIPT.
 
         `parse` gets the first reply: that of the script (what `queue` queues after it is
         bookkeeping, such as the ledger's tenants set)."""
-        for attempt in range(2):
+        parses: list[Parse[T]] = []
+
+        async def send() -> list[Any]:
             async with redis.pipeline(transaction=False) as pipe:
-                parse = queue(pipe)
-                reply = (await pipe.execute(raise_on_error=False))[0]
-            if self.lost([reply]) and attempt == 0:
-                await self.load(redis)
-                continue
-            return await parse(reply)
-        raise AssertionError("unreachable")  # pragma: no cover
+                parses.append(queue(pipe))
+                return await pipe.execute(raise_on_error=False)
+
+        replies = await self.reloading(send, lambda: self.load(redis))
+        return await parses[-1](replies[0])

@@ -29,7 +29,7 @@ from redis.exceptions import NoScriptError
 
 import breakers
 import budgets
-from rediskit import store_errors
+from rediskit import LuaScripts, store_errors
 from worker.errors import StoreForbidden, StoreUnreachable
 from worker.guard.allowance import OfflineAllowance
 from worker.guard.autopipeline import AutoPipeline
@@ -332,17 +332,18 @@ class RedisGuard:
     async def _send(self, queue: Queue) -> object:
         """One budget script in a round trip of its own (on the shared pipeline); sent
         again once when Redis had forgotten the scripts."""
-        for _ in range(2):
+        parses: list[Parser] = []
+
+        async def send() -> list[Any]:
             slot = self.pipes.open()
-            parse = queue(slot.pipe)
-            # The script's reply comes first; a settle may queue a second command after it.
-            reply = (await slot.send())[0]
-            if not isinstance(reply, NoScriptError):
-                break
-            await self.ledger.load_scripts()
+            parses.append(queue(slot.pipe))
+            return await slot.send()
+
+        # The script's reply comes first; a settle may queue a second command after it.
+        reply = (await LuaScripts.reloading(send, self.ledger.load_scripts))[0]
         if isinstance(reply, BaseException):
             raise reply
-        return parse(reply)
+        return parses[-1](reply)
 
     async def _reserve_alone(self, charge: Charge) -> Refusal | None:
         try:
