@@ -23,14 +23,13 @@ from typing import TypeVar
 
 import structlog
 from redis.asyncio.client import Pipeline
-from redis.exceptions import NoScriptError
 
 from breakers.connection import DEFAULT_TIMEOUT_S, in_memory
 from breakers.memory import FleetMemory
 from breakers.outcomes import Entry, Pair
 from breakers.state import FleetState, Transition
 from breakers.store import FleetBreakers
-from rediskit import REFUSED, STORE_ERRORS, Parse, raise_if_forbidden
+from rediskit import REFUSED, STORE_ERRORS, LuaScripts, Parse, raise_if_forbidden
 
 __all__ = ["ResilientBreakers"]
 
@@ -178,7 +177,7 @@ class ResilientBreakers:
         asked = time.monotonic()
 
         async def resolve(reply: object) -> T:
-            if isinstance(reply, NoScriptError):
+            if LuaScripts.lost([reply]):
                 # Redis answered but forgot the scripts (a restart, SCRIPT FLUSH):
                 # load them and ask again, without leaving the fleet view.
                 await self._reload_scripts()

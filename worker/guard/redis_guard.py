@@ -25,7 +25,6 @@ from typing import Any
 import structlog
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
-from redis.exceptions import NoScriptError
 
 import breakers
 import budgets
@@ -369,7 +368,7 @@ class RedisGuard:
         """A budget script's pipelined reply; `lost()` answers when Redis missed it."""
         try:
             with _STORE_ERRORS:
-                if isinstance(reply, NoScriptError):
+                if LuaScripts.lost([reply]):
                     await self.ledger.load_scripts()
                     outcome = await self._send(queue)
                 elif isinstance(reply, BaseException):
