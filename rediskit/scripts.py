@@ -1,4 +1,4 @@
-"""Lua scripts: read from ``.lua`` files, called by SHA1, NOSCRIPT handled here only.
+"""Lua scripts: read from ``.lua`` files, called by SHA1, NOSCRIPT recognised here only.
 
 `LuaScripts` reads ``<package>/<folder>/*.lua``. A set with a library (the default)
 prepends ``rediskit/lua/clock.lua`` and the folder's ``lib.lua`` to each script, and ARGV[1]
