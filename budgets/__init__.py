@@ -3,8 +3,7 @@
 Knows nothing of Celery, HTTP or LLMs: it takes tenant ids, charge ids,
 provider names and integer micro-dollars. It shares its Redis plumbing (keys,
 names, script loading, the test clock, Redis failures) with `breakers`, in
-`breakers.rediskit`: budgets imports breakers, never the other way. See
-docs/budgets.md.
+`rediskit`. See docs/budgets.md.
 """
 
 from budgets.errors import BudgetError, InvalidAmountError, InvalidNameError, UnknownTenantError

@@ -41,8 +41,8 @@ from dataclasses import dataclass
 from datetime import date, timedelta
 from functools import lru_cache
 
-from breakers.rediskit import NAMESPACE, NameRule, check_name, hash_tag
 from budgets.errors import InvalidNameError
+from rediskit import NAMESPACE, NameRule, check_name, hash_tag
 
 __all__ = [
     "CHARGE_TTL_S",
@@ -125,7 +125,7 @@ def check_charge_id(value: object) -> str:
 
 
 def check_namespace(value: object) -> str:
-    """`value` if it is a valid key namespace (`breakers.rediskit.NAMESPACE`, as breakers')."""
+    """`value` if it is a valid key namespace (`rediskit.NAMESPACE`, as breakers')."""
     return check_name(value, "namespace", NAMESPACE, InvalidNameError)
 
 

@@ -221,7 +221,10 @@ async def test_turn_metrics_count_turns_attempts_and_latency(sim: Simulator) -> 
     turns = {"status": "ok", "effective_model": "anthropic/beta", "step": "1", "chain": "default"}
     assert _sample(metrics, TURNS_TOTAL, **turns) == 1
     assert _sample(metrics, TURNS_TOTAL, **{**turns, "effective_model": "openai/alpha"}) == 0
-    assert _sample(metrics, TURNS_TOTAL, **{**turns, "effective_model": "openai/alpha", "step": "0"}) == 1
+    assert (
+        _sample(metrics, TURNS_TOTAL, **{**turns, "effective_model": "openai/alpha", "step": "0"})
+        == 1
+    )
     error = {"model": "openai/alpha", "provider": "oa", "outcome": "error"}
     assert _sample(metrics, ATTEMPTS_TOTAL, **error, error_class="overloaded") == 1
     assert _sample(metrics, "relevo_turn_duration_seconds_count", status="ok") == 2
@@ -235,7 +238,12 @@ def test_a_turn_that_never_ran_counts_with_empty_labels() -> None:
         turn_id="t1", tenant_id="acme", status=Status.REJECTED, primary_model="openai/alpha"
     )
     metrics.record(rejected)
-    assert _sample(metrics, TURNS_TOTAL, status="rejected", effective_model="", step="", chain="default") == 1
+    assert (
+        _sample(
+            metrics, TURNS_TOTAL, status="rejected", effective_model="", step="", chain="default"
+        )
+        == 1
+    )
 
 
 def test_a_workers_series_carry_no_tenant_label() -> None:
@@ -466,7 +474,9 @@ def test_relevo_worker_serves_turn_metrics_and_the_fleet_state_adds_up(
 
     ok = {"status": "ok"}
     assert value(TURNS_TOTAL, **ok, effective_model="openai/alpha", step="0", chain="default") == 6
-    assert value(TURNS_TOTAL, **ok, effective_model="anthropic/beta", step="1", chain="default") == 4
+    assert (
+        value(TURNS_TOTAL, **ok, effective_model="anthropic/beta", step="1", chain="default") == 4
+    )
     alpha = {"model": "openai/alpha", "provider": "oa"}
     assert value(ATTEMPTS_TOTAL, **alpha, outcome="ok", error_class="") == 6
     assert value(ATTEMPTS_TOTAL, **alpha, outcome="error", error_class="overloaded") == 3

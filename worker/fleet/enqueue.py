@@ -28,7 +28,6 @@ from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import Any
 
-import redis
 import structlog
 from celery import Celery
 from celery.result import AsyncResult
@@ -37,7 +36,8 @@ from pydantic import TypeAdapter, ValidationError
 from redis.asyncio import Redis
 
 from budgets.keys import PLAIN
-from worker.errors import STORE_REFUSED, InputError
+from rediskit import BLIPS, REFUSED, refused
+from worker.errors import InputError
 from worker.fleet.agreement import FLEET_HEADER, Agreement, FleetShape
 from worker.fleet.broker import (
     DEADLINE_HEADER,
@@ -75,12 +75,7 @@ _PUBLISH_THREADS = 4
 _TURN_ID: TypeAdapter[str] = TypeAdapter(TurnId)
 # What a Redis blip raises on the record's write (a client Redis refuses is no blip), or
 # `store_client` for it when the record goes to the result store (a RabbitMQ broker).
-_BLIPS: tuple[type[BaseException], ...] = (
-    redis.ConnectionError,
-    redis.TimeoutError,
-    OSError,
-    FleetUnavailable,
-)
+_BLIPS: tuple[type[BaseException], ...] = (*BLIPS, FleetUnavailable)
 # kombu's `Connection.ensure` defaults, for what a publish retry policy leaves out.
 _ENSURE_DEFAULTS = {"max_retries": None, "interval_start": 1, "interval_step": 1, "interval_max": 1}
 # What Celery's message body adds around the payload (its args, kwargs and options).
@@ -231,12 +226,12 @@ def _record_sent(app: Celery, channel: Any, turn_id: str, payload: str) -> None:
                 pipe.execute()
             except Exception as exc:
                 # Redis answered no (a refused client, a full memory): nothing written.
-                if not (isinstance(exc, STORE_REFUSED) or write_refusal(exc) is not None):
+                if not (refused(exc) or write_refusal(exc) is not None):
                     sent = True
                 raise
 
     def again(exc: BaseException, intervals: Iterator[float], retries: int) -> float:
-        if isinstance(exc, STORE_REFUSED) or getattr(exc, "refused", False):
+        if refused(exc) or getattr(exc, "refused", False):
             raise exc  # Redis answered and said no: no blip to wait out
         return next(intervals)
 
@@ -251,7 +246,7 @@ def _record_sent(app: Celery, channel: Any, turn_id: str, payload: str) -> None:
             interval_max=policy["interval_max"],
             timeout=app.conf.relevo_send_timeout_s,
         )
-    except (*_BLIPS, *STORE_REFUSED) as exc:
+    except (*_BLIPS, *REFUSED) as exc:
         spent_s = time.monotonic() - started
         attempts = f"{tries} {'try' if tries == 1 else 'tries'} in {spent_s:.1f} s"
         # The result store's failure is named by `store_client`; the broker's, here.

@@ -20,7 +20,6 @@ from typing import Any, TypeVar
 import httpx
 import structlog
 from pydantic import TypeAdapter, ValidationError
-from redis.exceptions import RedisError
 
 from breakers import KillSwitchState
 from breakers.schema import SCHEMA_FIELD, version_problem
@@ -86,10 +85,9 @@ _LEASE_POLL_S = 0.5
 _KILL_FRESH_S = 0.5
 # Every this many heartbeats, a worker compares the other workers' fleet settings with its own.
 _COMPARE_EVERY = 12
-# Redis gone or slow: a record kept, a heartbeat missed.
-_FORGET_ERRORS: tuple[type[BaseException], ...] = (*STORE_DOWN, TimeoutError)
-# A worker user without SCRIPT LOAD (not the deploy's) too: its turns need none.
-_KEEP_ERRORS: tuple[type[BaseException], ...] = (*_FORGET_ERRORS, RedisError)
+# Redis gone or slow: a record kept, a heartbeat missed; a worker user without SCRIPT LOAD
+# (not the deploy's) too: its turns need none.
+_FORGET_ERRORS = _KEEP_ERRORS = STORE_DOWN
 
 
 def rejected_input(

@@ -6,7 +6,7 @@ attempt's reservation, and `conclude` pipelines the breaker record with the
 settlement. Turns that reach the guard in the same loop iteration share those
 round trips (`worker.guard.autopipeline`); every budget script goes out that one way.
 
-The store's failures are translated in one place, `_StoreErrors`: Redis refusing the
+The store's failures are translated at one boundary, `rediskit.store_errors`: Redis refusing the
 worker (password, ACL) is `StoreForbidden`, and the turn fails closed (a held turn or a
 hand-off it refuses to write is kept, below); Redis slow or gone is `StoreUnreachable`,
 which each method answers locally. Breakers answer from this process's own
@@ -20,17 +20,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from types import TracebackType
 from typing import Any
 
 import structlog
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
-from redis.exceptions import NoScriptError
 
 import breakers
 import budgets
-from worker.errors import STORE_DOWN, STORE_REFUSED, StoreForbidden, StoreUnreachable
+from rediskit import LuaScripts, store_errors
+from worker.errors import StoreForbidden, StoreUnreachable
 from worker.guard.allowance import OfflineAllowance
 from worker.guard.autopipeline import AutoPipeline
 from worker.guard.backlog import Backlog
@@ -61,27 +60,9 @@ Parser = Callable[[Any], object]
 Queue = Callable[[Pipeline], Parser]
 
 
-class _StoreErrors:
-    """Redis failures as the guard names them: refusing us (password, ACL) is
-    `StoreForbidden`, never a quiet local view; slow or gone is `StoreUnreachable`.
-
-    A class, not a generator: it wraps every guard call of every turn."""
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if exc is None:
-            return
-        if isinstance(exc, STORE_REFUSED):
-            raise StoreForbidden(f"Redis refused this worker: {exc}") from exc
-        if isinstance(exc, STORE_DOWN):
-            raise StoreUnreachable(f"Redis did not answer ({type(exc).__name__})") from exc
-
-
-_STORE_ERRORS = _StoreErrors()
+# Redis refusing the worker is `StoreForbidden`, never a quiet local view; slow or gone is
+# `StoreUnreachable`, which each method answers locally.
+_STORE_ERRORS = store_errors()
 
 
 class RedisGuard:
@@ -357,17 +338,18 @@ class RedisGuard:
     async def _send(self, queue: Queue) -> object:
         """One budget script in a round trip of its own (on the shared pipeline); sent
         again once when Redis had forgotten the scripts."""
-        for _ in range(2):
+        parses: list[Parser] = []
+
+        async def send() -> list[Any]:
             slot = self.pipes.open()
-            parse = queue(slot.pipe)
-            # The script's reply comes first; a settle may queue a second command after it.
-            reply = (await slot.send())[0]
-            if not isinstance(reply, NoScriptError):
-                break
-            await self.ledger.load_scripts()
+            parses.append(queue(slot.pipe))
+            return await slot.send()
+
+        # The script's reply comes first; a settle may queue a second command after it.
+        reply = (await LuaScripts.reloading(send, self.ledger.load_scripts))[0]
         if isinstance(reply, BaseException):
             raise reply
-        return parse(reply)
+        return parses[-1](reply)
 
     async def _reserve_alone(self, charge: Charge) -> Refusal | None:
         try:
@@ -393,7 +375,7 @@ class RedisGuard:
         """A budget script's pipelined reply; `lost()` answers when Redis missed it."""
         try:
             with _STORE_ERRORS:
-                if isinstance(reply, NoScriptError):
+                if LuaScripts.lost([reply]):
                     await self.ledger.load_scripts()
                     outcome = await self._send(queue)
                 elif isinstance(reply, BaseException):
