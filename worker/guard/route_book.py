@@ -11,10 +11,10 @@ from __future__ import annotations
 import asyncio
 import time
 
-import redis.exceptions
 import structlog
 
 import budgets
+from rediskit import STORE_ERRORS
 
 __all__ = ["RouteBook"]
 
@@ -40,7 +40,7 @@ class RouteBook:
         try:
             async with asyncio.timeout(self.timeout_s):
                 route = await self.routes.get(tenant)
-        except (redis.exceptions.RedisError, OSError, TimeoutError) as exc:
+        except STORE_ERRORS as exc:
             log.warning("route.unread", tenant_id=tenant, error=type(exc).__name__)
             return None if seen is None else seen[1]
         if len(self._seen) >= _MOST_TENANTS:
