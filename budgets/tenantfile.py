@@ -387,27 +387,50 @@ async def write_plan(
     reshared = []
     for start in range(0, len(todo), _BATCH):
         batch = todo[start : start + _BATCH]
-        on_store = store.pipeline(transaction=False)
-        on_broker = broker.pipeline(transaction=False)
-        for change in batch:
-            t, old, new = change.tenant, change.before, change.after
-            if new.limits != old.limits or "limits" in old.unreadable:
-                _queue_limits(on_store, keys, t, new.limits)
-            if new.route != old.route or "route" in old.unreadable:
-                if new.route is None:
-                    on_store.hdel(routes_key, t)
-                else:
-                    on_store.hset(routes_key, t, new.route.packed())
-            if new.share != old.share or "share" in old.unreadable:
-                reshared.append(t)
-                if new.share is None:
-                    on_broker.hdel(shares_key, t)
-                else:
-                    on_broker.hset(shares_key, t, new.share.packed())
-        async with on_store, on_broker:
+        # Queued inside the blocks: a cluster pipeline starts empty when entered.
+        async with (
+            store.pipeline(transaction=False) as on_store,
+            broker.pipeline(transaction=False) as on_broker,
+        ):
+            for change in batch:
+                reshared += _queue_change(
+                    change,
+                    on_store,
+                    on_broker,
+                    keys=keys,
+                    routes_key=routes_key,
+                    shares_key=shares_key,
+                )
             await on_store.execute()
             await on_broker.execute()
     return reshared
+
+
+def _queue_change(
+    change: TenantChange,
+    on_store: Any,
+    on_broker: Any,
+    *,
+    keys: BudgetKeys,
+    routes_key: str,
+    shares_key: str,
+) -> list[str]:
+    """Queue one tenant's writes; [its id] if its share changed, else []."""
+    t, old, new = change.tenant, change.before, change.after
+    if new.limits != old.limits or "limits" in old.unreadable:
+        _queue_limits(on_store, keys, t, new.limits)
+    if new.route != old.route or "route" in old.unreadable:
+        if new.route is None:
+            on_store.hdel(routes_key, t)
+        else:
+            on_store.hset(routes_key, t, new.route.packed())
+    if new.share == old.share and "share" not in old.unreadable:
+        return []
+    if new.share is None:
+        on_broker.hdel(shares_key, t)
+    else:
+        on_broker.hset(shares_key, t, new.share.packed())
+    return [t]
 
 
 def _queue_limits(pipe: Any, keys: BudgetKeys, tenant: str, limits: Limits | None) -> None:

@@ -291,3 +291,27 @@ def test_a_tenant_whose_share_changed_is_looked_at_again(
         assert client.zscore(parked, "org:1") == 0
         assert client.zscore(parked, "org:2") == 10**13
         assert client.lrange(FairKeys(space).key("wake"), 0, -1) == [b"1"]
+
+
+def test_apply_and_export_with_the_store_on_a_cluster(
+    space: str,
+    redis_cluster: str,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Limits and routes spread over the nodes (each tenant's own slot) apply and export
+    as on one server; shares stay on the broker's Redis."""
+    monkeypatch.setenv("RELEVO_REDIS__SHARED_URL", redis_cluster)
+    source = tmp_path / "tenants.toml"
+    source.write_text(_many(200))
+    assert relevo("tenants", "apply", str(source), "--json") == 0
+    assert out_json(capsys)["added"] == 200
+    assert relevo("tenants", "export") == 0
+    again = tmp_path / "exported.toml"
+    again.write_text(capsys.readouterr().out)
+    assert parse_tenants(again.read_text()) == parse_tenants(source.read_text())
+    assert relevo("tenants", "apply", str(again), "--prune", "--json") == 0
+    assert out_json(capsys)["unchanged"] == 200
+    assert relevo("budgets", "show", "team/1", "--json") == 0
+    assert out_json(capsys)["limits"]["daily_micros"] == 2_010_000
