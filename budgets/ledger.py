@@ -44,7 +44,7 @@ from budgets.scripts import SCRIPTS
 from budgets.types import BudgetReport, Limits, Refusal, Release, Reservation, Settlement
 from rediskit import Parse, read_clock, text
 
-__all__ = ["Ledger"]
+__all__ = ["Ledger", "queue_limits"]
 
 log = structlog.get_logger("relevo.budgets")
 T = TypeVar("T")
@@ -56,6 +56,24 @@ MAX_HOLD_TTL_S = 86_400
 # second time), so a store that lost the set has it back within this long.
 REGISTER_EVERY_S = 60.0
 _MAX_REGISTERED = 10_000
+
+
+def queue_limits(pipe: Pipeline, keys: BudgetKeys, tenant: str, limits: Limits) -> None:
+    """Queue the writes of `tenant`'s limits on `pipe`: never a moment without a daily
+    limit (fields are overwritten, not the hash dropped); a cap of None is removed."""
+    key = keys.limits(tenant)
+    pipe.hset(
+        key,
+        mapping={
+            "daily": limits.daily_micros,
+            "monthly": limits.monthly_micros,
+            "overdraft": limits.overdraft_micros,
+        },
+    )
+    if limits.fallback_cap_micros is None:
+        pipe.hdel(key, "fallback_cap")
+    else:
+        pipe.hset(key, "fallback_cap", limits.fallback_cap_micros)
 
 
 def _one_call(
@@ -267,22 +285,10 @@ class Ledger:
     ) -> Limits:
         """Configure a tenant's limits (fallback cap per UTC day; None removes it)."""
         limits = Limits(daily_micros, monthly_micros, fallback_cap_micros, overdraft_micros)
-        key = self.keys.limits(tenant)
         # The limits change together (one slot, one MULTI); the tenants set is elsewhere.
         await self._redis.sadd(self.keys.tenants(), tenant)
         pipe = self._redis.pipeline(transaction=True)
-        pipe.hset(
-            key,
-            mapping={
-                "daily": daily_micros,
-                "monthly": monthly_micros,
-                "overdraft": overdraft_micros,
-            },
-        )
-        if fallback_cap_micros is None:
-            pipe.hdel(key, "fallback_cap")
-        else:
-            pipe.hset(key, "fallback_cap", fallback_cap_micros)
+        queue_limits(pipe, self.keys, tenant, limits)
         await pipe.execute()
         return limits
 

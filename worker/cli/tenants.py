@@ -6,6 +6,7 @@ relevo tenants set TENANT [--max-in-flight N] [--turns-per-minute N]
 relevo tenants clear TENANT                back to the [fairness] defaults
 relevo tenants chains TENANT [--default NAME] [--allow NAME,NAME] [--clear]
                                            its default chain and the chains it may use
+relevo tenants apply FILE / export         many tenants at once (`worker.cli.tenants_file`)
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 from rich.table import Table
 
 import budgets
+from worker.cli import tenants_file
 from worker.cli.common import (
     EXIT_OK,
     EXIT_UNAVAILABLE,
@@ -252,3 +254,4 @@ def register(commands: Commands) -> None:
     chains.add_argument("--clear", action="store_true", help="no route of its own")
     add_redis_options(chains)
     chains.set_defaults(func=operator_command(_chains))
+    tenants_file.register(actions)

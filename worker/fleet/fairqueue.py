@@ -306,19 +306,23 @@ class FairQueue:
         """Set a tenant's share, in effect from the next round: a tenant a limit parked is
         looked at again at once, under the new share."""
         await self.shares.set(tenant, share)
-        await self._look_again(tenant)
+        await self.look_again([tenant])
 
     async def clear_share(self, tenant: str) -> bool:
         """Back to the default share, from the next round; False if it had none."""
         had = await self.shares.clear(tenant)
-        await self._look_again(tenant)
+        await self.look_again([tenant])
         return had
 
-    async def _look_again(self, tenant: str) -> None:
+    async def look_again(self, tenants: Sequence[str]) -> None:
+        """Look at `tenants` again from the next round, as after their shares changed (the
+        shares written by another hand: `budgets.tenantfile`)."""
+        if not tenants:
+            return
         # Due at once if parked (XX: a tenant not parked stays as it is), and a wake token
         # for an idle dispatcher, as a lease given back does.
         pipe = self.redis.pipeline(transaction=True)
-        pipe.zadd(self.keys.key("parked"), {tenant: 0}, xx=True)
+        pipe.zadd(self.keys.key("parked"), dict.fromkeys(tenants, 0), xx=True)
         pipe.lpush(self.keys.key("wake"), "1")
         pipe.ltrim(self.keys.key("wake"), 0, 0)
         await pipe.execute()
