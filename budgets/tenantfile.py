@@ -33,7 +33,6 @@ from typing import Any, Literal
 
 from redis.asyncio import Redis
 
-from breakers.rediskit import text
 from budgets.errors import BudgetError, InvalidAmountError, InvalidNameError
 from budgets.keys import BudgetKeys, check_tenant
 from budgets.ledger import queue_limits
@@ -41,6 +40,7 @@ from budgets.money import format_micros, parse_dollars
 from budgets.routes import Route, Routes
 from budgets.shares import Share, Shares
 from budgets.types import Limits
+from rediskit import text
 
 __all__ = [
     "TenantChange",
