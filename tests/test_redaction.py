@@ -116,7 +116,7 @@ def test_echoed_key_is_absent_through_the_turn_runner(
     runner = TurnRunner(config, loop=LoopThread())
     try:
         payload = runner.run(turn(PROMPT).model_dump(mode="json"))
-        direct = runner.loop.run(runner.run_once(turn(PROMPT)))
+        direct = runner.loop.run(runner.result_of(turn(PROMPT)))
     finally:
         runner.close()
 

@@ -37,13 +37,7 @@ from redis.asyncio import Redis
 
 from worker.fleet.envelope import Undecodable, amqp_message, envelope, identify
 from worker.fleet.errors import fleet_errors
-from worker.fleet.fairqueue import (
-    DEADLINE_HEADER,
-    TENANT_HEADER,
-    TOKENS_HEADER,
-    FairKeys,
-    enqueue_sync,
-)
+from worker.fleet.fairqueue import FairKeys, FairTurn
 
 __all__ = [
     "BROKER_DOWN",
@@ -172,9 +166,8 @@ class _Channel(pyamqp.Channel):
         self, msg: Any, exchange: str = "", routing_key: str = "", *_: Any, **__: Any
     ) -> bool:
         fair = self.fair
-        headers = msg.properties.get("application_headers") or {}
-        tenant = headers.get(TENANT_HEADER)
-        if fair is None or tenant is None or routing_key != fair.queue:
+        turn = FairTurn.read(msg.properties.get("application_headers") or {})
+        if fair is None or turn is None or routing_key != fair.queue:
             return False
         if msg.properties.get("priority"):
             return False
@@ -183,14 +176,8 @@ class _Channel(pyamqp.Channel):
             return False
         backend = app.backend
         with fleet_errors(backend.url):  # the fair queue's Redis failed, not RabbitMQ
-            queued = enqueue_sync(
-                backend.client,
-                fair.namespace,
-                tenant=tenant,
-                turn_id=headers["id"],
-                deadline_ms=int(headers[DEADLINE_HEADER]),
-                input_tokens=int(headers[TOKENS_HEADER]),
-                message=envelope(msg, exchange, routing_key),
+            queued = turn.enqueue(
+                backend.client, fair.namespace, envelope(msg, exchange, routing_key)
             )
         return queued is not None  # None: not loaded yet, publish to RabbitMQ as it is
 
