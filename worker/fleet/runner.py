@@ -6,8 +6,8 @@ one HTTP connection pool and one Redis pool instead of a thousand of each. The t
 own deadline bounds everything: Celery's time limits are not enforced under the
 threads pool.
 
-    run ─► checked_turn ─► result_of ─► _claim (or the stored result)
-        ─► _lease ─► _walk ─► Chain.run ─► _save ─► give the lease back
+    run ─► checked_turn, turn_time_s ─► result_of: _claim (or the stored result)
+        ─► _lease ─► _walk (Chain.run) ─► _save ─► WorkerProcess.give_back
 """
 
 from __future__ import annotations
@@ -172,20 +172,13 @@ class TurnRunner:
         given back."""
         if time_s is None:
             time_s = turn_time_s(request, self.settings.turn_deadline_s)
-        result = await self._stored_or_run(request, time_s)
+        result = await self._claim(request, time_s)
+        if result is None:
+            late = await self._lease(request, time_s)
+            ran = late if late is not None else await self._walk(request)
+            result = await self._save(ran, end_stream=request.stream)
         await self.process.give_back(request.tenant_id, request.turn_id)
         return result
-
-    async def _stored_or_run(self, request: TurnRequest, time_s: float) -> TurnResult:
-        """The stored result if another delivery answered; else, claimed and leased, a
-        new run's, saved."""
-        stored = await self._claim(request, time_s)
-        if stored is not None:
-            return stored
-        late = await self._lease(request, time_s)
-        if late is not None:
-            return await self._save(late, end_stream=request.stream)
-        return await self._save(await self._walk(request), end_stream=request.stream)
 
     async def _claim(self, request: TurnRequest, time_s: float) -> TurnResult | None:
         """Claim the turn for this process, or wait for the delivery that holds it to
@@ -277,26 +270,23 @@ class TurnRunner:
 
     async def _walk(self, request: TurnRequest) -> TurnResult:
         """Walk the chain with the turn (it was not run before) and count it, once."""
-        turns = self.turns
+        chain, turns = self._the_chain(), self.turns
         turns.in_flight += 1  # on the loop's one thread: no lock
         turns.running.add(request.turn_id)
         try:
-            result = await self._walk_chain(request)
+            if not request.stream:
+                result = await chain.run(request)
+            else:
+                # This run's text starts the stream over: a run before it (its worker died)
+                # left text that is not the result's. The end marker goes with the result.
+                async with self.store.streaming(request.turn_id, self.holder) as on_text:
+                    result = await chain.run(request, on_text=on_text)
         finally:
             turns.in_flight -= 1
             turns.running.discard(request.turn_id)
         self.metrics.record(result)
         self.process.report_state()
         return result
-
-    async def _walk_chain(self, request: TurnRequest) -> TurnResult:
-        chain = self._the_chain()
-        if not request.stream:
-            return await chain.run(request)
-        # This run's text starts the stream over: a run before it (its worker died) left
-        # text that is not the result's. The end marker goes with the result (`_save`).
-        async with self.store.streaming(request.turn_id, self.holder) as on_text:
-            return await chain.run(request, on_text=on_text)
 
     def _the_chain(self) -> Chain:
         # The HTTP client belongs to the loop it was made on: made there (on a turn), once.
