@@ -231,7 +231,7 @@ def test_fair_dispatch_with_the_shared_state_on_a_cluster(
         first = [taken(5), taken(5)]
         assert None not in first
         assert taken(0.5) is None  # two running: the cap holds
-        assert runner.run(first[0].model_dump(mode="json"))["status"] == "ok"  # type: ignore[union-attr]
+        assert runner.answer(first[0].model_dump(mode="json"))["status"] == "ok"  # type: ignore[union-attr]
         assert taken(5) is not None  # its lease given back: the third goes
         runner.loop.run(KillSwitch(shared, namespace=namespace).on("alice", "drill"))
         assert taken(5) is not None  # the fourth: drained, past the cap

@@ -81,7 +81,7 @@ def test_a_runner_that_cannot_reach_redis_says_so_in_its_gauges(sim: Simulator) 
     try:
         runner.process.report_state()
         assert _value(runner.metrics, LOCAL_BREAKERS) == 0
-        result = runner.run(turn().model_dump(mode="json"))
+        result = runner.answer(turn().model_dump(mode="json"))
         assert result["status"] == "ok"
         assert _value(runner.metrics, LOCAL_BREAKERS) == 1
         # The result (and the spend) wait for Redis in the backlog.

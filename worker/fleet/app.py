@@ -62,7 +62,7 @@ class RunTurn(Task):  # type: ignore[misc]
         # The producer's trace context and the turn's schema version came in the message
         # headers (None: tracing is off; an older producer's message).
         task_id = self.request.id
-        result = self.runner().run(
+        result = self.runner().answer(
             payload,
             carrier=tracing.carried(self.request),
             version=getattr(self.request, SCHEMA_HEADER, None),

@@ -1,12 +1,12 @@
 """Running one turn: a task's payload in, its result out, once per turn id.
 
-Celery's threads block in `TurnRunner.run` while the turn runs on the process's event
+Celery's threads block in `TurnRunner.answer` while the turn runs on the process's event
 loop (`worker.fleet.process.WorkerProcess`), so a thousand waiting turns share one loop,
 one HTTP connection pool and one Redis pool instead of a thousand of each. The turn's
 own deadline bounds everything: Celery's time limits are not enforced under the
 threads pool.
 
-    run ─► checked_turn, turn_time_s ─► result_of: _claim (or the stored result)
+    answer ─► checked_turn, turn_time_s ─► result_of: _claim (or the stored result)
         ─► _lease ─► _walk (Chain.run) ─► _save ─► WorkerProcess.give_back
 """
 
@@ -109,7 +109,7 @@ class TurnRunner:
         """Close the process the turns ran on (`WorkerProcess.close`)."""
         self.process.close()
 
-    def run(
+    def answer(
         self,
         payload: object,
         *,
@@ -118,7 +118,7 @@ class TurnRunner:
         task_id: str | None = None,
         fleet: object = None,
     ) -> dict[str, Any]:
-        """Run a task payload from a worker thread; always returns a result dict.
+        """Answer a task's payload from a worker thread: always a result, as a dict.
 
         `carrier`: the trace context its message brought (`tracing.carried`), if any;
         `version`: the schema version its message's header says (`worker.fleet.schema`);
