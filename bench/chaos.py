@@ -32,13 +32,22 @@ the producer stops, every turn enqueued is waited for (at most `--drain-s`).
   (tests/releases/client.py). At the fault node a is upgraded: SIGTERM to `relevo worker`
   (it finishes its turns), then it starts again on this checkout.
 
-- fair_items: one item no one can read, and a worker killed, at once. Two tenants (acme
-  and beta, turns alternating) under `[fairness] default_max_in_flight = 8`; at the fault
-  beta's share becomes `|||nan`, node a's `relevo worker` is killed (SIGKILL) while it
-  holds leases, and the kill switch hash is written with `since_ms=yesterday` (on for the
-  workers); `relevo kill-switch status` must show it and `off` turn it off. After the
-  drain, `relevo replay-held` runs the turns held meanwhile. Per tenant: sent, answered,
-  lost, and the most leases it held in samples every 50 ms (the bound is 8).
+- fair_items: items no one can read, and a worker killed, at once, on RabbitMQ (a
+  private node, as rabbitmq_restart; two nodes named a and b). Two tenants (acme and
+  beta, turns alternating) under `[fairness] default_max_in_flight = 8`; at the fault two
+  poison entries go to the head of the outbox (`{ns}:fair:outbox`): bytes that are not a
+  message, and a broker message without exchange or routing key naming a turn of beta's
+  (a producer on the Redis transport writes those); beta's share becomes `|||nan`, node
+  a's `relevo worker` is killed (SIGKILL) while it holds leases, and the kill switch hash
+  is written with `since_ms=yesterday` (on for the workers); `relevo kill-switch status`
+  must show it and `off` turn it off. After the drain, `relevo replay-held` runs the
+  turns held meanwhile. Per tenant: sent, answered, lost, the most leases it held in
+  samples every 50 ms (the bound is 8), and its p95 queue wait (enqueued to started:
+  the result's save time less its run time; turns held by the kill switch and replayed
+  left out) beside a clean run's: the same rig, load and tenants without the faults, run
+  first in the same invocation (`fair_items_<tenant>_wait_p95_clean`, `_faulted`,
+  `_ratio`, `_minus_clean`). The poison entries: those set aside in `{ns}:fair:dead`,
+  and whether the named turn was answered `undeliverable`.
 
 Per fault (`<fault>_<figure>`): turns enqueued, answered (ok or degraded), retrievable (a
 stored result), lost (enqueued - retrievable); the simulator's provider calls beside the
@@ -261,16 +270,17 @@ class Node:
 class Rig:
     """A private redis-server, `relevo simulate` and two `relevo worker` nodes, for one fault."""
 
-    def __init__(self, fault: str, root: Path, latency_s: float) -> None:
-        self.dir = root / fault
+    def __init__(self, fault: str, root: Path, latency_s: float, label: str | None = None) -> None:
+        """`label`: another rig for the same fault (its directory and namespace)."""
+        self.dir = root / (label or fault)
         self.dir.mkdir(parents=True)
-        self.namespace = f"chaos_{fault}_{os.getpid()}"
+        self.namespace = f"chaos_{label or fault}_{os.getpid()}"
         self.redis_port, sim_port = kit.free_port(), kit.free_port()
         self.sim_url = f"http://{kit.HOST}:{sim_port}"
         self.config = self.dir / "chain.toml"
         # The broker's restart: Redis keeps its append-only file, or RabbitMQ is the broker.
         self.persistent = fault == "redis_restart"
-        self.rabbit = PrivateRabbit() if fault == "rabbitmq_restart" else None
+        self.rabbit = PrivateRabbit() if fault in ("rabbitmq_restart", FAIR) else None
         self.latency_s = latency_s
         self.fair = fault == FAIR
         self.leases: LeaseSampler | None = None
@@ -289,8 +299,10 @@ class Rig:
                 self._stack.enter_context(self.rabbit)
             broker = None if self.rabbit is None else self.rabbit.url
             # Celery's remote-control queue is exclusive on RabbitMQ: two nodes on one host
-            # would share node names (relevo-0@host), so one node runs both processes.
-            self.names, processes = (("a",), 2) if self.rabbit else (("a", "b"), 1)
+            # would share node names (relevo-0@host), so one node runs both processes, or
+            # each node is named (fair_items, which kills one of them).
+            one_node = self.rabbit is not None and not self.fair
+            self.names, processes = (("a",), 2) if one_node else (("a", "b"), 1)
             fairness = f"\n[fairness]\ndefault_max_in_flight = {BOUND}\n" if self.fair else ""
             config = _config(
                 self.sim_url, self.redis_port, self.namespace, broker, processes, fairness=fairness
@@ -359,6 +371,8 @@ class Rig:
     def _start_node(self, name: str, release: Path | None = None) -> Node:
         log = self.dir / f"worker-{name}.log"
         cmd = [RELEVO, "worker", "--config", str(self.config), "--metrics-port", "0"]
+        if self.rabbit is not None and self.fair:
+            cmd += ["--node-name", name]
         proc = _spawn(cmd, self.dir / f"worker-{name}.out", log, release=release)
         return Node(name, proc, log)
 
@@ -569,6 +583,10 @@ class Run:
     split_at: float | None = None  # empty_restart: enqueues that returned after this went on
     figures: list[tuple[str, float, str]] = field(default_factory=list)
     calls_before: int = 0  # provider calls the simulator had counted when the fault began
+    # fair_items: the poison entry's turn, the turns replay-held ran, the clean run's waits.
+    poison_turn: str = ""
+    replayed: list[str] = field(default_factory=list)
+    clean_p95: dict[str, float] = field(default_factory=dict)
 
     def begin(self, rig: Rig) -> None:
         self.calls_before = rig.sim.calls()
@@ -723,6 +741,8 @@ def fair_items(rig: Rig, producer: Producer, run: Run, args: argparse.Namespace)
     producer.at(args.fault_at_s)
     run.begin(rig)
     with contextlib.closing(rig.sync_redis()) as client:
+        # At the head of the outbox (it is published from the right): every turn is behind.
+        client.rpush(f"{{{rig.namespace}}}:fair:outbox", *poison(run))
         client.hset(f"{{{rig.namespace}}}:budget:shares", OTHER, "|||nan")
         node.proc.kill()
         node.proc.wait(timeout=10)
@@ -738,7 +758,19 @@ def fair_items(rig: Rig, producer: Producer, run: Run, args: argparse.Namespace)
     run.end = time.time()
     tenants = rig.relevo("tenants", "--json")
     run.figure("tenants_exit_code", tenants.returncode, "code")
-    kit.say(f"# {run.fault}: beta's share damaged, node a killed, the kill switch off again")
+    kit.say(
+        f"# {run.fault}: poison in the outbox, beta's share damaged, node a killed, "
+        "the kill switch off again"
+    )
+
+
+def poison(run: Run) -> list[bytes]:
+    """Two outbox entries no broker takes: bytes that are not a message, and a message with
+    no exchange or routing key that names a turn of beta's (its id kept in `run`)."""
+    run.poison_turn = uuid.uuid4().hex
+    headers = {"id": run.poison_turn, "relevo_tenant": OTHER, "task": "relevo.run_turn"}
+    named = {"body": "e30=", "properties": {"application_headers": headers}}
+    return [b"\xff\xfe not a message", json.dumps(named).encode()]
 
 
 def fair_figures(rig: Rig, producer: Producer, run: Run) -> None:
@@ -756,6 +788,60 @@ def fair_figures(rig: Rig, producer: Producer, run: Run) -> None:
         run.figure(f"{tenant}_most_leases", rig.leases.most[tenant], "leases")
     run.figure("max_in_flight", BOUND, "leases")
     run.figure("lease_samples", rig.leases.samples, "samples")
+    with contextlib.closing(rig.sync_redis()) as client:
+        run.figure("poison_set_aside", client.llen(f"{{{rig.namespace}}}:fair:dead"), "entries")
+    named = rig.results([run.poison_turn]).get(run.poison_turn)
+    undeliverable = named is not None and named.reason == "undeliverable"
+    run.figure("poison_turn_answered_undeliverable", int(undeliverable), "bool")
+    waits = queue_waits(rig, producer, exclude=run.replayed)
+    for tenant in (TENANT, OTHER):
+        faulted = p95(waits[tenant])
+        clean = run.clean_p95.get(tenant, math.nan)
+        run.figure(f"{tenant}_wait_p95_clean", clean, "s")
+        run.figure(f"{tenant}_wait_p95_faulted", faulted, "s")
+        run.figure(f"{tenant}_wait_p95_ratio", faulted / clean if clean else math.nan, "ratio")
+        run.figure(f"{tenant}_wait_p95_minus_clean", faulted - clean, "s")
+        run.figure(f"{tenant}_waits_measured", len(waits[tenant]), "turns")
+
+
+def p95(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    return ordered[int(0.95 * (len(ordered) - 1))] if ordered else math.nan
+
+
+def queue_waits(
+    rig: Rig, producer: Producer, exclude: Iterable[str] = ()
+) -> dict[str, list[float]]:
+    """Per tenant, each answered turn's wait from its enqueue to its start (the result's
+    save time in the recent turns, less its run time); the turns in `exclude` left out."""
+    skip = set(exclude)
+    sent = [(i, at) for i, at in producer.sent if i not in skip]
+    results = rig.results([i for i, _ in sent])
+    recent = f"{{{rig.namespace}}}:turns:recent"
+    with contextlib.closing(rig.sync_redis()) as client:
+        saved = client.zmscore(recent, [i for i, _ in sent]) if sent else []
+    waits: dict[str, list[float]] = {TENANT: [], OTHER: []}
+    for (turn_id, enqueued), saved_ms in zip(sent, saved, strict=True):
+        result = results.get(turn_id)
+        if result is None or result.status not in ANSWERED or saved_ms is None:
+            continue
+        started = (saved_ms - result.latency_ms) / 1000
+        waits.setdefault(producer.tenant_of[turn_id], []).append(max(0.0, started - enqueued))
+    return waits
+
+
+def clean_run(root: Path, args: argparse.Namespace) -> dict[str, float]:
+    """fair_items without its faults: the same rig, load and tenants; p95 wait per tenant."""
+    kit.say(f"# {FAIR}: a clean run first, for the waits")
+    with Rig(FAIR, root, args.latency_s, label=f"{FAIR}_clean") as rig:
+        producer = Producer(rig.settings, args.rate, args.duration_s, None, (TENANT, OTHER))
+        producer.start()
+        producer.join()
+        producer.close()
+        _, missing = drain(rig, [i for i, _ in producer.sent], args.drain_s)
+        waits = queue_waits(rig, producer)
+    kit.say(f"# {FAIR}: clean run done ({missing} turns without a result)")
+    return {tenant: p95(values) for tenant, values in waits.items()}
 
 
 INJECT: dict[str, Inject] = {
@@ -794,6 +880,7 @@ def replay(rig: Rig, run: Run, producer: Producer) -> None:
     done = rig.relevo("replay-held")
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     replayed = [line["turn_id"] for line in lines if "turn_id" in line]
+    run.replayed = replayed
     stored = rig.results(replayed)
     before = {i for i, at in producer.sent if run.split_at is not None and at < run.split_at}
     run.figure("replay_held_exit_code", done.returncode, "code")
@@ -835,6 +922,7 @@ def settled_books(rig: Rig, stored_cost: int, timeout_s: float = 10.0) -> tuple[
 
 def one_fault(fault: str, root: Path, args: argparse.Namespace) -> None:
     started = time.monotonic()
+    clean = clean_run(root, args) if fault == FAIR else {}
     kit.say(f"# {fault}: starting the rig")
     with Rig(fault, root, args.latency_s) as rig:
         previous = PreviousProducer(rig) if rig.previous is not None else None
@@ -842,7 +930,7 @@ def one_fault(fault: str, root: Path, args: argparse.Namespace) -> None:
             wait_for(lambda: bool(previous.imported), "the previous release's producer")
         tenants = (TENANT, OTHER) if rig.fair else (TENANT,)
         producer = Producer(rig.settings, args.rate, args.duration_s, previous, tenants)
-        run = Run(fault)
+        run = Run(fault, clean_p95=clean)
         producer.start()
         kit.say(f"# {fault}: producing {args.rate:g} turns/s for {args.duration_s:g} s")
         INJECT[fault](rig, producer, run, args)
@@ -1015,8 +1103,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if unknown:
         parser.error(f"unknown faults: {', '.join(sorted(unknown))}")
     missing = private_rabbit_missing()
-    if "rabbitmq_restart" in args.faults and missing is not None:
-        parser.error(f"rabbitmq_restart: {missing}")
+    for needs_rabbit in ("rabbitmq_restart", FAIR):
+        if needs_rabbit in args.faults and missing is not None:
+            parser.error(f"{needs_rabbit}: {missing}")
     if args.fault_at_s + max(STOP_S, args.hold_s + DOWN_S) + 1 >= args.duration_s:
         parser.error("--duration-s is too short for the faults to land and end inside it")
     return args

@@ -33,9 +33,9 @@ from packaging.requirements import Requirement
 
 from tests.chainkit import KEY as TEST_KEY
 from worker.cli.fleet import celery_command
-from worker.fleet.environment import CONFIG_VARIABLE
 from worker.fleet.startup import PARENT_ENV
 from worker.settings import load_settings
+from worker.settings.environment import CONFIG_VARIABLE
 
 __all__ = [
     "CLIENT",

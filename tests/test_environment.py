@@ -1,11 +1,15 @@
 """One reading of the environment: `RELEVO_CONFIG` for every command that takes `--config`,
-`RELEVO_<SECTION>__<KEY>` read alike by the settings, the operator commands and the
-broker (any case; empty is unset), and one `--log-level` spelling, the configuration's."""
+`RELEVO_<SECTION>__<KEY>` read alike by the settings and the operator commands (any case;
+empty is unset), every other variable through the same reader, and one `--log-level`
+spelling, the configuration's."""
 
 from __future__ import annotations
 
 import argparse
+import ast
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import get_args
 
@@ -14,10 +18,8 @@ import pytest
 from worker.cli.fleet import child_env
 from worker.cli.main import build_parser, main
 from worker.cli.parsing import LOG_LEVELS
-from worker.fleet import environment
-from worker.fleet.broker import _redis_from_env
 from worker.fleet.operator_config import redis_settings
-from worker.settings import ObservabilitySettings, RedisSettings, load_settings
+from worker.settings import ObservabilitySettings, RedisSettings, environment, load_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 SIMULATED = ROOT / "examples" / "simulated.toml"
@@ -57,6 +59,8 @@ def test_an_empty_variable_is_an_unset_one_and_case_does_not_matter() -> None:
     assert environment.value("RELEVO_REDIS__URL", env) == "redis://h:1/0"
     assert environment.section_overrides("x", ["y", "z"], env) == {}
     assert environment.section_overrides("redis", ["url"], env) == {"url": "redis://h:1/0"}
+    both = {"openai_api_key": "lower", "OPENAI_API_KEY": "as asked"}
+    assert environment.value("OPENAI_API_KEY", both) == "as asked"
 
 
 @pytest.mark.parametrize(
@@ -70,20 +74,19 @@ def test_an_empty_variable_is_an_unset_one_and_case_does_not_matter() -> None:
 def test_every_reader_of_the_store_url_agrees(
     monkeypatch: pytest.MonkeyPatch, name: str, value: str, expected: str
 ) -> None:
-    """The workers' settings, the operator commands and the broker's app see the same URL."""
+    """The workers' settings (and the broker's app, built from them) and the operator
+    commands see the same URL."""
     monkeypatch.setenv(name, value)
     settings = load_settings(SIMULATED, require_secrets=False)
     assert settings.redis.url == expected
     assert redis_settings(None).url == expected
-    assert _redis_from_env().url == expected
 
 
 def test_an_empty_namespace_variable_keeps_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RELEVO_REDIS__NAMESPACE", "")
     monkeypatch.setenv("RELEVO_REDIS__SENTINEL_MASTER", "")
     assert load_settings(SIMULATED, require_secrets=False).redis.namespace == "relevo"
-    assert redis_settings(None).namespace == "relevo"
-    assert _redis_from_env() == RedisSettings()
+    assert redis_settings(None) == RedisSettings()
 
 
 def _takes_config(parser: argparse.ArgumentParser) -> bool:
@@ -156,3 +159,98 @@ def test_the_worker_log_level_reaches_its_processes_settings(
             monkeypatch.setenv(name, value)
     settings = load_settings(environment.config_path(), require_secrets=False)
     assert settings.observability.log_level == "error"
+
+
+# What reads a variable: `os.environ`, `os.getenv` and their kin, however imported.
+_READERS = frozenset({"environ", "environb", "getenv", "getenvb", "putenv", "unsetenv"})
+ONE_READER = ROOT / "worker" / "settings" / "environment.py"
+
+
+def environment_reads(source: str) -> list[int]:
+    """The lines of `source` that touch the process's environment other than through
+    `worker.settings.environment`."""
+    tree = ast.parse(source)
+    aliases = {"os"}
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            aliases |= {a.asname or a.name for a in node.names if a.name == "os"}
+        elif isinstance(node, ast.ImportFrom) and node.module in ("os", "posix"):
+            lines += [node.lineno for a in node.names if a.name in _READERS]
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr in _READERS
+            and isinstance(node.value, ast.Name)
+            and node.value.id in aliases
+        ):
+            lines.append(node.lineno)
+    return sorted(lines)
+
+
+def test_only_the_one_reader_reads_the_environment() -> None:
+    """A module of worker, breakers or budgets that reads a variable itself would read it
+    by a rule of its own (case, empty values): it goes through the one reader."""
+    found = {
+        str(path.relative_to(ROOT)): reads
+        for package in ("worker", "breakers", "budgets")
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if path != ONE_READER and (reads := environment_reads(path.read_text(encoding="utf-8")))
+    }
+    assert found == {}
+
+
+def test_the_scan_finds_every_way_of_reading() -> None:
+    source = "\n".join(
+        [
+            "import os",
+            "import os as system",
+            "from os import getenv",
+            "a = os.environ['X']",
+            "b = os.getenv('X')",
+            "c = system.environ.get('X')",
+            "d = dict(os.environ)",
+            "e = os.path.join('a', 'b')",
+        ]
+    )
+    assert environment_reads(source) == [3, 4, 5, 6, 7]
+    assert environment_reads(ONE_READER.read_text(encoding="utf-8")) != []
+
+
+def test_variables_read_outside_the_settings_follow_its_rule(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A parent's pid, a provider's key, the console's token: any case, empty is unset."""
+    from worker.console.auth import TOKENS_ENV, load_tokens
+    from worker.settings import ProviderSettings
+
+    monkeypatch.setenv("relevo_parent_pid", "7")
+    assert environment.value("RELEVO_PARENT_PID") == "7"
+    monkeypatch.setenv("RELEVO_TEST_PROVIDER_KEY", "")
+    provider = ProviderSettings(
+        kind="openai", base_url="http://127.0.0.1:9/v1", api_key_env="RELEVO_TEST_PROVIDER_KEY"
+    )
+    assert provider.api_key() is None
+    monkeypatch.setenv("relevo_test_provider_key", "sk-lower")
+    monkeypatch.delenv("RELEVO_TEST_PROVIDER_KEY")
+    assert provider.api_key() == "sk-lower"
+    token = "Zq8vN3xR7tLm2WcY5pKd9sHf4Jb6"
+    monkeypatch.setenv(TOKENS_ENV.lower(), f"ana operator {token}")
+    assert [p.name for p, _ in load_tokens(None).entries] == ["ana"]
+
+
+def test_the_fleet_app_needs_the_configuration(tmp_path: Path) -> None:
+    """`celery -A worker.fleet.app` builds its app from the whole configuration: without
+    RELEVO_CONFIG it says so, and reads no `[redis]` variable on its own."""
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("RELEVO_")}
+    env["RELEVO_REDIS__URL"] = "redis://127.0.0.1:9/0"
+    made = subprocess.run(
+        [sys.executable, "-c", "from worker.fleet.app import app"],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert made.returncode != 0
+    assert "RELEVO_CONFIG must name the chain configuration" in made.stderr

@@ -36,8 +36,9 @@ SURFACES: dict[str, str] = {
     "worker.observability": "Redactor TurnMetrics configure_logging configure_tracing redact_text",
     "worker.simulator": "CallOutcome Fault RequestRecord Simulator SimulatorClient serve",
     "worker.cli": "main",
-    "worker.frameworks": "Engine InProcess OnDegraded ThroughFleet TurnNotAnswered answer",
-    "worker.frameworks.pydantic_ai": "RelevoModel TurnNotAnsweredError",
+    "worker.frameworks": "Engine InProcess OnDegraded ThroughFleet TurnNotAnswered TurnOptions"
+    " answer",
+    "worker.frameworks.pydantic_ai": "PydanticAIInputError RelevoModel TurnNotAnsweredError",
     "worker.frameworks.openai_agents": "AgentsInputError AgentsTurnNotAnswered RelevoModel"
     " RelevoProvider",
     "worker.console": "RunningConsole build_app running_console serve_console",

@@ -38,13 +38,14 @@ from worker.adapters import make_client
 from worker.fleet import Producer
 from worker.fleet.testing import stub_fleet
 from worker.frameworks import InProcess, ThroughFleet, TurnNotAnswered
-from worker.frameworks.agents_reply import Carried, open_carried, seal
+from worker.frameworks.envelope import seal
 from worker.frameworks.openai_agents import (
     AgentsInputError,
     AgentsTurnNotAnswered,
     RelevoModel,
     RelevoProvider,
 )
+from worker.frameworks.openai_agents.reply import Carried, open_carried
 from worker.guard import Availability
 from worker.guard.testing import ScriptedGuard
 from worker.simulator import CallOutcome, Fault, Simulator
@@ -406,18 +407,21 @@ async def test_what_relevo_cannot_carry_is_refused_by_name(
     assert sim.calls() == 0
 
 
-async def test_the_provider_serves_every_model_name(sim: Simulator) -> None:
+async def test_the_provider_serves_the_model_name_default_on_the_default_chain(
+    sim: Simulator,
+) -> None:
     engine = InProcess.from_settings(settings(sim.url, models=MODELS))
     provider = RelevoProvider(engine, tenant_id="acme", side_effect_tools={"refund"})
-    agent = Agent(name="a", model="gpt-whatever", tools=[refund])
+    agent = Agent(name="a", model="default", tools=[refund])
     try:
         run = await Runner.run(agent, "Hi", run_config=RunConfig(model_provider=provider))
     finally:
         await provider.aclose()
     assert run.final_output.startswith("Answer from alpha.")
-    model = provider.get_model("anything")
+    model = provider.get_model("default")
     assert isinstance(model, RelevoModel)
-    assert model.shape.side_effect_tools == frozenset({"refund"})
+    assert model.options.side_effect_tools == frozenset({"refund"})
+    assert model.options.chain is None
     assert isinstance(refund, FunctionTool)
 
 

@@ -113,6 +113,17 @@ async def test_a_turn_span_has_a_child_per_attempt_with_the_genai_names(sim: Sim
 
 
 @pytest.mark.usefixtures("traced")
+async def test_the_turn_span_names_its_chain_and_carries_its_metadata(sim: Simulator) -> None:
+    request = turn().model_copy(update={"metadata": {"agent": "triage", "user": "u-42"}})
+    result = await tracing.traced_turn(request, run(settings(sim.url, CHAIN), request), None, {})
+    assert result.metadata == {"agent": "triage", "user": "u-42"}
+    [turn_span] = named(EXPORTER.get_finished_spans(), "relevo.turn")
+    whole = dict(turn_span.attributes or {})
+    assert whole["relevo.chain"] == "default"
+    assert (whole["relevo.metadata.agent"], whole["relevo.metadata.user"]) == ("triage", "u-42")
+
+
+@pytest.mark.usefixtures("traced")
 async def test_a_skipped_model_is_an_event_on_the_turn_span(sim: Simulator) -> None:
     request = turn()
     guard = ScriptedGuard({"alpha": Availability.OPEN})

@@ -121,7 +121,7 @@ def _conversation() -> tuple[Message, ...]:
         Message(role="user", content=question),
         Message(role="assistant", content="Checking.", tool_calls=calls, reasoning=reasoning),
         Message(role="tool", tool_call_id="call_1", content=result),
-        Message(role="tool", tool_call_id="call_2", content="no station"),
+        Message(role="tool", tool_call_id="call_2", content="no station", is_error=True),
         Message(role="user", content="And tomorrow?"),
     )
 

@@ -123,13 +123,14 @@ def _messages(messages: tuple[Message, ...], *, urls: bool) -> list[dict[str, An
             if results is None:
                 results = []
                 out.append({"role": "user", "content": results})
-            results.append(
-                {
-                    "type": "tool_result",
-                    "tool_use_id": message.tool_call_id,
-                    "content": _content(message, urls=urls),
-                }
-            )
+            result: dict[str, Any] = {
+                "type": "tool_result",
+                "tool_use_id": message.tool_call_id,
+                "content": _content(message, urls=urls),
+            }
+            if message.is_error:
+                result["is_error"] = True
+            results.append(result)
             continue
         results = None
         thinking = _thinking_blocks(message)

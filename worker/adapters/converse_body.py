@@ -205,9 +205,13 @@ def _assistant_blocks(message: Message, origin: str) -> list[dict[str, Any]]:
 
 
 def _tool_result(message: Message, names: _DocumentNames) -> dict[str, Any]:
-    """ToolResultBlock: its content takes text, image and document blocks alike."""
+    """ToolResultBlock: its content takes text, image and document blocks alike; a failed
+    tool's says so in `status`."""
     content = _part_blocks(message, names) or [{"text": message.text}]
-    return {"toolUseId": message.tool_call_id, "content": content}
+    block: dict[str, Any] = {"toolUseId": message.tool_call_id, "content": content}
+    if message.is_error:
+        block["status"] = "error"
+    return block
 
 
 def _part_blocks(message: Message, names: _DocumentNames) -> list[dict[str, Any]]:

@@ -173,12 +173,12 @@ def _function_response(
 ) -> tuple[dict[str, Any], list[ImagePart | DocumentPart]]:
     """The functionResponse part, and the attachments that go beside it instead of in it.
 
-    FunctionResponse.response: the tool's text under "output" (a turn's tool message
-    does not say whether the tool failed, so "error" is never sent). Gemini 3 takes
+    FunctionResponse.response: the tool's text under "output", or under "error" when
+    the tool failed (the keys the API reference names for the two). Gemini 3 takes
     inline images and PDFs in the response ("Multimodal function responses", function
     calling guide); a URL has no place there on the Gemini API.
     """
-    output = {"output": message.text}
+    output = {"error" if message.is_error else "output": message.text}
     response: dict[str, Any] = {"id": call_id, "name": name, "response": output}
     inside = [(p, p.data) for p in message.attachments if newer and p.data is not None]
     if inside:

@@ -32,7 +32,7 @@ from worker.adapters.vertex import publisher
 from worker.errors import InvalidRequest
 from worker.types import Message
 
-__all__ = ["SENT_AS", "left_out"]
+__all__ = ["NO_TOOL_ERROR", "SENT_AS", "left_out"]
 
 Path = tuple[str, ...]
 # Applied by relevo to the answer where the body has no field for it.
@@ -91,6 +91,8 @@ SENT_AS: Mapping[str, Mapping[str, tuple[Path, ...]]] = MappingProxyType(
 )
 """Per wire, where each of the turn's optional fields goes in the body: any of these
 paths present means it was sent; none (an empty tuple) means the API has no field for it."""
+# The wires with no field for a failed tool (`Message.is_error`): its error goes as output.
+NO_TOOL_ERROR = frozenset({"openai", "openai-responses"})
 
 
 def left_out(wire: str, call: ProviderCall) -> tuple[str, ...]:
@@ -100,6 +102,8 @@ def left_out(wire: str, call: ProviderCall) -> tuple[str, ...]:
     except InvalidRequest:
         return ()  # the call itself is refused before it is sent
     missing: list[str] = []
+    if wire in NO_TOOL_ERROR and any(m.is_error for m in _tail(call.messages)):
+        missing.append("is_error")
     for name, paths in table.items():
         if getattr(call, name) is None or (name == "parallel_tool_calls" and not call.tools):
             continue

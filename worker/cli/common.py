@@ -8,10 +8,10 @@ only: the help text lists them from `EXIT_MEANINGS`).
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import math
-import os
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager
@@ -31,8 +31,9 @@ from worker.fleet.errors import FleetUnavailable, UnknownTurn, write_refusal
 from worker.fleet.operations import check_text
 from worker.observability.redact import redact_url
 from worker.observability.visible import json_visible
-from worker.settings import RedisSettings
-from worker.types import Status
+from worker.settings import RedisSettings, Settings, environment
+from worker.turn.routing import check_chain
+from worker.types import Status, TurnRequest
 
 __all__ = [
     "EXIT_BROKEN_PIPE",
@@ -153,6 +154,23 @@ def read_input(source: str) -> bytes:
         raise InputError(f"cannot read input {source}: {exc.strerror}") from None
 
 
+def add_chain_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--chain",
+        metavar="NAME",
+        help="the chain to run on ([chains.NAME] or default); unset, the request's own",
+    )
+
+
+def chosen_chain(request: TurnRequest, name: str | None, settings: Settings) -> TurnRequest:
+    """`request` on chain `name` when given; `InputError` (exit 2) for a chain the
+    configuration does not have."""
+    if name is not None:  # a name the configuration has is a valid one
+        request = request.model_copy(update={"chain": name})
+    check_chain(request, settings.chain_names)
+    return request
+
+
 def redis_trouble(
     where: RedisSettings, exc: BaseException, hint: str = "", *, shared: bool = False
 ) -> OperatorError:
@@ -266,7 +284,7 @@ def operator_action(handler: Handler) -> Callable[[Any], int]:
 
 def operator_who(given: str | None) -> str:
     """Who acts, for the logs and the switch: `--who`, else $USER, else "operator"."""
-    return check_text(given or os.environ.get("USER") or "operator", "--who")
+    return check_text(given or environment.value("USER") or "operator", "--who")
 
 
 def note(message: str) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import tomllib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -22,13 +21,13 @@ from typing import Any
 from worker.cli.common import EXIT_OK, EXIT_USAGE, emit_json
 from worker.cli.parsing import Commands, add_command, add_config_option
 from worker.console.auth import TOKENS_ENV
-from worker.fleet.environment import CONFIG_VARIABLE, NODE_VARIABLE
 from worker.fleet.liveness import ALIVE_VARIABLE
 from worker.fleet.operator_config import load_config
 from worker.fleet.startup import PARENT_ENV
 from worker.observability.metrics_http import TOKEN_ENV as METRICS_TOKEN_ENV
 from worker.observability.redact import redact_text
-from worker.settings import Settings
+from worker.settings import Settings, environment
+from worker.settings.environment import CONFIG_VARIABLE, NODE_VARIABLE
 from worker.settings.variables import assignments, nearest_variable, unknown
 
 __all__ = ["register", "stray_variables"]
@@ -49,7 +48,7 @@ _OWN_PREFIXES = ("RELEVO_TEST_", "RELEVO_SECURITY_TEST_", "RELEVO_BENCH_", "RELE
 def stray_variables(config: str | None, environ: Mapping[str, str] | None = None) -> list[str]:
     """One warning per `RELEVO_` variable of `environ` that sets nothing. A provider's
     `api_key_env` in `config` may name a `RELEVO_` variable: that one is read."""
-    env = os.environ if environ is None else environ
+    env = environment.variables(environ)
     others = {*OTHER_VARIABLES, *_key_variables(config)}
     lines = []
     for name in unknown(env, Settings, others):
@@ -85,7 +84,10 @@ def _key_variables(config: str | None) -> set[str]:
 
 def _check(args: argparse.Namespace) -> int:
     settings = load_config(args.config, require_secrets=not args.without_keys)
-    set_by = {".".join(path): name for name, path in assignments(os.environ, Settings).items()}
+    set_by = {
+        ".".join(path): name
+        for name, path in assignments(environment.variables(), Settings).items()
+    }
     values = dict(_leaves(settings.model_dump(mode="json")))
     if args.json:
         emit_json(

@@ -70,7 +70,11 @@ class Key:
 
 
 # How a dict's key is spelled in a key path and in its environment variable.
-_PLACEHOLDERS = {"providers": ("NAME", "NAME"), "models": ('"SLUG"', None)}
+_PLACEHOLDERS = {
+    "providers": ("NAME", "NAME"),
+    "models": ('"SLUG"', None),
+    "chains": ("NAME", "NAME"),
+}
 
 
 def keys() -> Iterator[tuple[str, str, list[Key]]]:

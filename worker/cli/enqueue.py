@@ -27,6 +27,8 @@ from worker.cli.common import (
     EXIT_UNREADABLE,
     EXIT_USAGE,
     OperatorError,
+    add_chain_option,
+    chosen_chain,
     operator_redis,
     read_input,
     redis_trouble,
@@ -66,6 +68,7 @@ def register(commands: Commands) -> None:
     add_config_option(enqueue, "chain configuration (TOML)")
     enqueue.add_argument("--input", default="-", help="turn request JSON file, or - for stdin")
     enqueue.add_argument("--wait", action="store_true", help="wait and print the result")
+    add_chain_option(enqueue)
     enqueue.add_argument(
         "--timeout",
         type=positive_seconds,
@@ -84,6 +87,7 @@ def _enqueue(args: argparse.Namespace) -> int:
 
     settings = load_config(args.config, require_secrets=False)
     request = checked_turn(read_input(args.input), settings.limits)
+    request = chosen_chain(request, args.chain, settings)
     asyncio.run(_answers(settings.redis))
     app = make_app(settings)
     with _unavailable(settings.redis):

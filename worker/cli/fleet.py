@@ -21,10 +21,11 @@ from types import FrameType
 
 from worker.cli.common import EXIT_OK, EXIT_PORT, EXIT_USAGE, OperatorError
 from worker.cli.parsing import Commands, add_command, add_config_option, positive_int
-from worker.fleet.environment import CONFIG_VARIABLE, NODE_VARIABLE, variable
 from worker.fleet.exporter import serve_fleet_metrics, serve_metrics
 from worker.fleet.operator_config import load_config
 from worker.fleet.startup import PARENT_ENV
+from worker.settings import environment
+from worker.settings.environment import CONFIG_VARIABLE, NODE_VARIABLE, variable
 
 __all__ = ["EXPORTER_PORT", "celery_command", "child_env", "register"]
 
@@ -121,7 +122,7 @@ def child_env(config: Path, log_level: str | None, extra: dict[str, str]) -> dic
     """The environment of this node's worker processes: the configuration by
     `RELEVO_CONFIG`, and `--log-level`, when given, over the configuration's."""
     env = {
-        **os.environ,
+        **environment.variables(),
         CONFIG_VARIABLE: str(config),
         PARENT_ENV: str(os.getpid()),  # the children end when this process does
         **extra,

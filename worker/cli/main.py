@@ -52,6 +52,8 @@ from worker.cli.common import (
     USAGE_ERRORS,
     OperatorError,
     OutputClosed,
+    add_chain_option,
+    chosen_chain,
     read_input,
     warn,
 )
@@ -64,11 +66,10 @@ from worker.cli.parsing import (
     add_config_option,
     exit_epilog,
 )
-from worker.fleet import environment
 from worker.fleet.errors import Unreadable
 from worker.fleet.operator_config import load_config
 from worker.observability.visible import VisibleStream, json_visible
-from worker.settings import Settings
+from worker.settings import Settings, environment
 from worker.turn.intake import checked_turn
 from worker.types import TurnRequest, TurnResult
 
@@ -98,6 +99,7 @@ def _cmd_turn(args: argparse.Namespace) -> int:
             "relevo turn --config FILE --input examples/turn.json"
         )
     request = checked_turn(read_input(args.input or "-"), settings.limits)
+    request = chosen_chain(request, args.chain, settings)
     echo = _Echo() if args.stream else None
     if args.stream and not request.stream:
         request = request.model_copy(update={"stream": True})
@@ -187,6 +189,7 @@ def _add_local_commands(commands: Commands) -> None:
         "--input", help="turn request JSON file, or - for stdin (the default, unless a terminal)"
     )
     turn.add_argument("--stream", action="store_true", help="stream content to stderr")
+    add_chain_option(turn)
     turn.set_defaults(func=_cmd_turn)
 
     simulate = add_command(

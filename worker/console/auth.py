@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hmac
 import math
-import os
 import re
 import secrets
 import time
@@ -29,6 +28,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from worker.errors import ConfigError
+from worker.settings import environment
 
 __all__ = ["TOKENS_ENV", "Principal", "Role", "Sessions", "Tokens", "csrf_ok", "load_tokens"]
 
@@ -118,7 +118,7 @@ def random_enough(token: str) -> bool:
 def load_tokens(tokens_file: Path | None) -> Tokens:
     """The tokens of `RELEVO_CONSOLE_TOKENS` and of `tokens_file`; at least one is needed."""
     entries: list[_Line] = []
-    if from_env := os.environ.get(TOKENS_ENV, "").strip():
+    if from_env := (environment.value(TOKENS_ENV) or "").strip():
         entries += _parse(from_env.replace(";", "\n").splitlines(), TOKENS_ENV)
     if tokens_file is not None:
         try:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -11,7 +10,7 @@ from celery import Celery
 
 from worker.demo.plan import demo_settings
 from worker.fleet.testing import stub_fleet
-from worker.settings import Settings
+from worker.settings import Settings, environment
 from worker.simulator import Simulator
 
 __all__ = ["Fleet", "embedded_fleet"]
@@ -34,8 +33,7 @@ def embedded_fleet(concurrency: int) -> Iterator[Fleet]:
 
     Ignores RELEVO_* environment variables: nothing may point it elsewhere.
     """
-    for name in [n for n in os.environ if n.startswith("RELEVO_")]:
-        del os.environ[name]
+    environment.forget_ours()
     header = (
         f"embedded: Redis (fakeredis) and a Celery worker (threads x{concurrency}) "
         "in this process, simulated providers"

@@ -12,6 +12,7 @@ of a switch.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -79,6 +80,27 @@ class Agreement:
         self.on_differ = on_differ
         self._warned: dict[tuple[str, FleetShape], float] = {}
 
+    def check_release(self, version: str, oldest: str, *, where: str) -> bool:
+        """Warn (at most once a minute per release) if a live process runs a release older
+        than `[worker] oldest_release` says is left: it may refuse what this one writes."""
+        if _release(version) >= _release(oldest):
+            return False
+        if self.on_differ is not None:
+            self.on_differ("oldest_release")
+        now = time.monotonic()
+        seen = ("release", FleetShape(version, False, ""))
+        if now - self._warned.get(seen, -_WARN_EVERY_S) >= _WARN_EVERY_S:
+            self._warned[seen] = now
+            log.warning(
+                "fleet.older_release",
+                version=version,
+                oldest_release=oldest,
+                where=where,
+                detail="a process of an older release than [worker] oldest_release is live: "
+                "it may refuse the turns and results this one writes (docs/deploy.md)",
+            )
+        return True
+
     def check(self, other: FleetShape | None, source: str, *, where: str) -> list[str]:
         """Warn (at most once a minute per kind of `source` and settings) if `other`
         differs from this process's; returns the settings that differ."""
@@ -106,3 +128,9 @@ class Agreement:
                 "namespace; docs/deploy.md says how to switch with turns in flight",
             )
         return differ
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """A release's number as a tuple ("0.2.0.dev3" is (0, 2, 0)); (0,) for none."""
+    found = re.match(r"\d+(?:\.\d+)*", version)
+    return tuple(int(n) for n in found.group().split(".")) if found else (0,)

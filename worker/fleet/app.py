@@ -20,7 +20,6 @@ from celery import Celery, Task
 from celery.signals import celeryd_init, worker_ready
 
 from worker.errors import ConfigError
-from worker.fleet import environment
 from worker.fleet.agreement import FLEET_HEADER
 from worker.fleet.broker import TASK_NAME, celery_app
 from worker.fleet.enqueue import send_turn
@@ -29,7 +28,7 @@ from worker.fleet.runner import INVALID_INPUT, TurnRunner
 from worker.fleet.schema import SCHEMA_HEADER
 from worker.fleet.startup import follow_parent, migrate_budget_keys, warn_if_not_persistent
 from worker.observability import tracing
-from worker.settings import Settings, load_settings
+from worker.settings import Settings, environment, load_settings
 
 __all__ = ["TASK_NAME", "RunTurn", "app", "make_app"]
 
@@ -78,12 +77,8 @@ class RunTurn(Task):  # type: ignore[misc]
         return result
 
 
-def make_app(
-    settings: Settings | None = None,
-    *,
-    runner: Callable[[], TurnRunner] | None = None,
-) -> Celery:
-    """A Celery app for `settings` (or the environment), whose task runs on `runner()`."""
+def make_app(settings: Settings, *, runner: Callable[[], TurnRunner] | None = None) -> Celery:
+    """A Celery app for `settings`, whose task runs on `runner()`."""
     app = celery_app(settings)
     get_runner = runner or _lazy_runner(settings)
     app.relevo_runner = get_runner
@@ -108,7 +103,7 @@ def make_app(
     return app
 
 
-def _lazy_runner(settings: Settings | None) -> Callable[[], TurnRunner]:
+def _lazy_runner(settings: Settings) -> Callable[[], TurnRunner]:
     """The process's runner, made on first use: importing or starting needs no Redis."""
     lock = threading.Lock()
     made: list[TurnRunner] = []
@@ -116,24 +111,21 @@ def _lazy_runner(settings: Settings | None) -> Callable[[], TurnRunner]:
     def get() -> TurnRunner:
         with lock:
             if not made:
-                made.append(TurnRunner(settings or _settings_from_env()))
+                made.append(TurnRunner(settings))
             return made[0]
 
     return get
 
 
-def _settings_from_env() -> Settings:
-    path = environment.config_path()
-    if path is None:
-        raise RuntimeError("RELEVO_CONFIG must name the chain configuration (TOML) to run turns")
-    return load_settings(path)
-
-
 def _app_from_env() -> Celery:
     path = environment.config_path()
+    if path is None:
+        # Every app is built from the whole configuration: the defaults and variables
+        # of `Settings`, never a second reading of them here.
+        raise ConfigError(f"{environment.CONFIG_VARIABLE} must name the chain configuration (TOML)")
     # The producers that import this module (a web app) hold no provider keys: a worker
     # started from it checks them as it starts (`starting`).
-    settings = load_settings(path, require_secrets=False) if path else None
+    settings = load_settings(path, require_secrets=False)
     app = make_app(settings)
 
     def starting(instance: Any, **_: Any) -> None:
@@ -141,18 +133,17 @@ def _app_from_env() -> Celery:
         if getattr(instance, "app", None) is not app:
             return
         follow_parent()
-        if settings is not None:
-            try:
-                settings.check_secrets()
-            except ConfigError as exc:
-                # Celery logs and swallows a receiver's exception: only an exit stops it.
-                raise SystemExit(f"relevo: {exc}") from None
-            from worker.observability.logs import configure_from_settings
+        try:
+            settings.check_secrets()
+        except ConfigError as exc:
+            # Celery logs and swallows a receiver's exception: only an exit stops it.
+            raise SystemExit(f"relevo: {exc}") from None
+        from worker.observability.logs import configure_from_settings
 
-            # Celery redirects `sys.stderr` into its logger, which would prefix each JSON line.
-            configure_from_settings(settings, stream=sys.__stderr__ or sys.stderr)
-            warn_if_not_persistent(settings.redis)
-            migrate_budget_keys(settings.redis)
+        # Celery redirects `sys.stderr` into its logger, which would prefix each JSON line.
+        configure_from_settings(settings, stream=sys.__stderr__ or sys.stderr)
+        warn_if_not_persistent(settings.redis)
+        migrate_budget_keys(settings.redis)
 
     celeryd_init.connect(starting, weak=False)
     return app

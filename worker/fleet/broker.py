@@ -21,7 +21,6 @@ from kombu.transport import redis as kombu_redis
 from kombu.transport.virtual import Message as VirtualMessage
 from kombu.utils.json import dumps, loads
 
-from worker.fleet import environment
 from worker.fleet.agreement import FleetShape
 from worker.fleet.envelope import compact, redis_message
 from worker.fleet.errors import fleet_errors
@@ -29,7 +28,7 @@ from worker.fleet.fairqueue import FairTurn
 from worker.fleet.rabbitmq import held_delivery_s, rabbitmq_conf
 from worker.fleet.results import result_backend
 from worker.observability import tracing
-from worker.settings import BrokerSettings, FairnessSettings, RedisSettings, Settings
+from worker.settings import Settings
 
 __all__ = [
     "SEND_TIMEOUT_S",
@@ -64,21 +63,19 @@ serialization.register(  # type: ignore[no-untyped-call]
 serialization.registry.type_to_name["application/json"] = "json"  # what errors name
 
 
-def celery_app(settings: Settings | None = None) -> Celery:
-    """A Celery app on the fleet `settings` describe (or the environment), with no task."""
-    redis = settings.redis if settings else _redis_from_env()
-    broker = settings.broker if settings else _broker_from_env()
+def celery_app(settings: Settings) -> Celery:
+    """A Celery app on the fleet `settings` describe, with no task."""
+    redis, broker, fairness = settings.redis, settings.broker, settings.fairness
     broker_url = broker.url or redis.url
     app = Celery("relevo", broker=broker_url, backend=redis.url, set_as_current=False)
     app.backend_cls = result_backend(redis.url)
-    queue = settings.worker.queue if settings else "relevo"
-    fairness = settings.fairness if settings else FairnessSettings()
+    queue = settings.worker.queue
     send_timeout_s = max(redis.timeout_s, SEND_TIMEOUT_S)
     results: dict[str, Any] = {"retry_policy": _QUICK_RETRY}
     if redis.sentinel_master is not None:
         results["master_name"] = redis.sentinel_master
     if broker.url is not None:
-        held_s = held_delivery_s(settings.turn_deadline_s if settings else 3600)
+        held_s = held_delivery_s(settings.turn_deadline_s)
         fair_namespace = redis.namespace if fairness.enabled else None
         app.conf.update(
             rabbitmq_conf(
@@ -92,7 +89,7 @@ def celery_app(settings: Settings | None = None) -> Celery:
         )
     else:
         app.conf.update(
-            broker_transport_options=_redis_transport(settings, redis, queue, send_timeout_s),
+            broker_transport_options=_redis_transport(settings, send_timeout_s),
             broker_transport=_broker_transport(redis.url),
         )
     app.conf.update(
@@ -118,7 +115,7 @@ def celery_app(settings: Settings | None = None) -> Celery:
         redis_socket_connect_timeout=send_timeout_s,
         redis_socket_timeout=send_timeout_s,
         broker_connection_retry_on_startup=True,
-        result_expires=settings.worker.result_ttl_s if settings else 86_400,
+        result_expires=settings.worker.result_ttl_s,
         worker_hijack_root_logger=False,
         worker_send_task_events=False,
         # Where `send_turn` records the turns it sends (`TurnKeys.sent`), and how long.
@@ -126,6 +123,10 @@ def celery_app(settings: Settings | None = None) -> Celery:
         # How long `send_turn` tries to reach the broker, and the largest turn it takes.
         relevo_send_timeout_s=send_timeout_s,
         relevo_max_message_bytes=broker.max_message_bytes,
+        # Whether a turn's message may carry what relevo 0.1.0's workers refuse (`payload`).
+        relevo_oldest_release=settings.worker.oldest_release,
+        # The chains a turn may name (`enqueue._payload` refuses another at once).
+        relevo_chains=settings.chain_names,
         # What every turn's message states of the fleet it was sent to (`agreement`).
         relevo_fleet=FleetShape(
             "rabbitmq" if broker.url else "redis", fairness.enabled, redis.namespace
@@ -135,28 +136,24 @@ def celery_app(settings: Settings | None = None) -> Celery:
         broker_channel_error_retry=True,
     )
     # Both sides make the app: a producer's sends and a worker's turns join one trace.
-    if settings is not None and tracing.configure_tracing(settings.observability):
+    if tracing.configure_tracing(settings.observability):
         tracing.trace_celery(TASK_NAME)
     return app
 
 
-def _redis_transport(
-    settings: Settings | None, redis: RedisSettings, queue: str, send_timeout_s: float
-) -> dict[str, Any]:
+def _redis_transport(settings: Settings, send_timeout_s: float) -> dict[str, Any]:
     """kombu's Redis transport options: redelivery after the visibility timeout, the fair
     queue, timeouts."""
-    visibility_s = settings.visibility_timeout_s if settings else 2 * 3600 + 60
-    restore_s = settings.worker.restore_interval_s if settings else 10.0
+    redis = settings.redis
     transport: dict[str, Any] = {
-        "visibility_timeout": visibility_s,
-        "unacked_restore_interval": restore_s,
+        "visibility_timeout": settings.visibility_timeout_s,
+        "unacked_restore_interval": settings.worker.restore_interval_s,
         "unacked_restore_throttle": 1,
     }
-    fairness = settings.fairness if settings else FairnessSettings()
-    if fairness.enabled:
+    if settings.fairness.enabled:
         # The channel queues this app's turns for their tenants (`_Channel._put`).
         transport[FAIR_NAMESPACE] = redis.namespace
-        transport[FAIR_QUEUE] = queue
+        transport[FAIR_QUEUE] = settings.worker.queue
     # Without a read timeout, a publish to a broker that hangs (or vanished without closing
     # the connection) waits for ever.
     transport["socket_connect_timeout"] = transport["socket_timeout"] = send_timeout_s
@@ -279,12 +276,3 @@ _TRANSPORTS: dict[str, type[kombu_redis.Transport]] = {
 def _broker_transport(url: str) -> type[kombu_redis.Transport] | None:
     """kombu's Redis transport with our channel, for the URLs that transport serves."""
     return _TRANSPORTS.get(urlsplit(url).scheme)
-
-
-def _broker_from_env() -> BrokerSettings:
-    return BrokerSettings.model_validate(environment.section_overrides("broker", ("url",)))
-
-
-def _redis_from_env() -> RedisSettings:
-    keys = ("url", "namespace", "sentinel_master")
-    return RedisSettings.model_validate(environment.section_overrides("redis", keys))

@@ -53,8 +53,9 @@ from worker.fleet.heartbeat import read_heartbeats
 from worker.fleet.schema import SCHEMA_HEADER, TURN_SCHEMA
 from worker.fleet.turnstore import TurnKeys, TurnStore
 from worker.observability.redact import redact_url
-from worker.settings import LimitsSettings, Settings
+from worker.settings import DEFAULT_CHAIN, LimitsSettings, Settings
 from worker.turn.intake import checked_turn
+from worker.turn.routing import check_chain
 from worker.types import TurnId, TurnRequest
 
 __all__ = ["TASK_NAME", "Producer", "enqueue_turn", "send_turn"]
@@ -104,7 +105,7 @@ def send_turn(app: Celery, turn: TurnRequest, *, ignore_result: bool = False) ->
     interval, as for a turn the broker lost). Sending it again with the same turn id is
     safe either way.
     """
-    payload = turn.model_dump(mode="json")
+    payload = _payload(turn, app)
     encoded = compact(payload)
     _check_size(app, len(encoded.encode()))
     url = app.conf.broker_url
@@ -145,6 +146,34 @@ def send_turn(app: Celery, turn: TurnRequest, *, ignore_result: bool = False) ->
                 exc.url, cause, turn_id=turn.turn_id, acknowledged=True, during=_PUBLISHING
             ) from cause
         raise TurnNotSent(exc.url, cause, turn_id=turn.turn_id, during=_CONNECTING) from cause
+
+
+def _payload(turn: TurnRequest, app: Celery) -> dict[str, Any]:
+    """The turn as its message carries it; `InputError` for a chain the fleet has not.
+
+    While relevo 0.1.0 may run it (`[worker] oldest_release`), the message has no field
+    0.1.0's workers refuse: a failed tool's `is_error` is left out (the model reads the
+    tool's error as its output), and a turn naming a chain other than `default`, or with
+    metadata, is refused.
+    """
+    check_chain(turn, app.conf.get("relevo_chains") or (DEFAULT_CHAIN,))
+    if app.conf.get("relevo_oldest_release", "0.1.0") == "0.1.0":
+        newer = "chain" if turn.chain not in (None, DEFAULT_CHAIN) else None
+        if turn.metadata:
+            newer = "metadata"
+        if newer is not None:
+            raise InputError(
+                f"{newer}: cannot be sent while relevo 0.1.0 workers may run the turn; "
+                'set [worker] oldest_release = "0.2.0" once none is left (docs/deploy.md)'
+            )
+        if _marks_errors(turn) or turn.chain is not None:
+            messages = tuple(m.model_copy(update={"is_error": False}) for m in turn.messages)
+            turn = turn.model_copy(update={"messages": messages, "chain": None})
+    return turn.model_dump(mode="json")
+
+
+def _marks_errors(turn: TurnRequest) -> bool:
+    return any(message.is_error for message in turn.messages)
 
 
 def _check_size(app: Celery, size: int) -> None:
@@ -273,6 +302,11 @@ class Producer:
         self.store = TurnStore(redis, namespace=namespace)
         self._publisher: ThreadPoolExecutor | None = None
         self._owned = False
+
+    @property
+    def chains(self) -> tuple[str, ...]:
+        """The chains a turn sent here may name."""
+        return tuple(self.app.conf.get("relevo_chains") or (DEFAULT_CHAIN,))
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Producer:

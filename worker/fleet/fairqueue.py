@@ -30,11 +30,18 @@ one atomic step, nothing lost or sent twice between them (docs/fairness.md).
 
 None has a TTL: each is emptied by dispatch (turns), by expiry inside (leases), by a
 dispatcher (`wake`), or is one field per tenant (`vtime`, `buckets`).
+
+A key of another type than the one above (a hand edit, another tool) would fail every
+round: each script looks at its keys' types first and deletes one of the wrong type
+(what the others say is rebuilt from what is left: the queue from its entries, the
+ready tenants and their counts from the queue, the lease counts from the leases), and
+each is reported as `Unreadable` ("fair_key"). A lease whose expiry lies further ahead
+than any holder takes is brought back to one lease from now ("lease").
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -43,8 +50,11 @@ from redis.asyncio import Redis
 from redis.exceptions import NoPermissionError, NoScriptError, ResponseError
 
 from breakers.rediskit import LuaScripts, hash_tag, text
+from breakers.schema import ReadProblem
 from budgets.errors import InvalidAmountError
 from budgets.shares import Share, Shares
+from worker.fleet.errors import Unreadable
+from worker.fleet.schema import log_unreadable
 from worker.fleet.turnstore import TurnKeys
 from worker.turn.tokens import estimate_tokens
 from worker.types import TurnRequest
@@ -140,8 +150,9 @@ class DispatchRound:
     """What one round did: turns moved (tenant, ms waited), tenants held (tenant, limit),
     how many turns it found past their queue deadline, the ms until the first parked
     tenant is looked at again (None: none parked), whether a round run at once would
-    find more to move, and the tenants whose stored share it could not read (served on
-    the default share)."""
+    find more to move, the tenants whose stored share it could not read (served on
+    the default share), the keys of the wrong type it set aside ("<key>|<type>") and
+    how many leases' expiries it brought back to one lease."""
 
     moved: list[tuple[str, int]]
     held: list[tuple[str, str]]
@@ -149,15 +160,21 @@ class DispatchRound:
     next_ms: int | None = None
     again: bool = False
     unreadable: list[str] = field(default_factory=list)
+    damaged: list[str] = field(default_factory=list)
+    clamped: int = 0
 
     @classmethod
     def from_reply(cls, reply: Any) -> DispatchRound:
         """The round `dispatch.lua` answered (release 0.1.0's answers the first five)."""
         moved, held, expired, next_ms, again = reply[:5]
         unreadable = [_name(t) for t in reply[5]] if len(reply) > 5 else []
+        damaged = [_name(k) for k in reply[6]] if len(reply) > 6 else []
+        clamped = int(reply[7]) if len(reply) > 7 else 0
         waits = [(tenant, int(ms)) for tenant, ms in _pairs(moved)]
         parked = None if int(next_ms) < 0 else int(next_ms)
-        return cls(waits, _pairs(held), int(expired), parked, bool(again), unreadable)
+        return cls(
+            waits, _pairs(held), int(expired), parked, bool(again), unreadable, damaged, clamped
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,11 +247,15 @@ class FairQueue:
         default: Share | None = None,
         lease_s: float = 300.0,
         blocking: Redis | None = None,
+        on_unreadable: Callable[[Unreadable], None] | None = None,
     ) -> None:
         """`queue`: the broker's queue the workers consume; `default`: the share of a tenant
         with none of its own; `lease_s`: how long a dead worker's lease holds; `blocking`:
-        the client `wait` blocks on (its reads must outlast the wait), else `redis`."""
+        the client `wait` blocks on (its reads must outlast the wait), else `redis`;
+        `on_unreadable` hears each damaged item a script set aside (the metrics; else it
+        is logged)."""
         self.redis = redis
+        self.on_unreadable = on_unreadable
         self.blocking = blocking or redis
         self.keys = FairKeys(namespace)
         self.shares = Shares(redis, namespace=namespace)
@@ -276,7 +297,30 @@ class FairQueue:
         turns whose leases are given back first."""
         args: list[str | int] = [most, depth, self.lease_ms, self.default.packed(), int(drain)]
         args += [int(expire), *(f"{tenant}|{turn}" for tenant, turn in released)]
-        return DispatchRound.from_reply(await self._call("dispatch", self.dispatch_keys, args))
+        done = DispatchRound.from_reply(await self._call("dispatch", self.dispatch_keys, args))
+        self._set_aside(done.damaged)
+        if done.clamped:
+            why = f"{done.clamped} lease(s) ran further ahead than any holder takes: cut to one"
+            self._noted(Unreadable("lease", ReadProblem(why)))
+        return done
+
+    def _set_aside(self, damaged: Sequence[object]) -> None:
+        """Report the keys of the wrong type a script deleted ("<key>|<type>")."""
+        for item in damaged:
+            key, _, kind = _name(item).rpartition("|")
+            why = f"{key} was a {kind}, not what the fair queue keeps there: deleted"
+            self._noted(Unreadable("fair_key", ReadProblem(why)))
+
+    def _noted(self, exc: Unreadable) -> None:
+        if self.on_unreadable is not None:
+            self.on_unreadable(exc)
+        else:
+            log_unreadable(exc)
+
+    def _answer(self, reply: Any) -> int:
+        """A lease script's answer, its damaged keys reported."""
+        self._set_aside(reply[1])
+        return int(reply[0])
 
     async def wait(self, timeout_s: float) -> bool:
         """Block until a turn arrives for an idle tenant or a lease is given back (True),
@@ -298,19 +342,20 @@ class FairQueue:
         (a turn redelivered after its lease ran out). False: the tenant holds that many;
         the turn waits for one."""
         args: list[str | int] = [tenant, turn_id, int(hold_s * 1000), self.default.packed()]
-        return bool(await self._call("lease", self.lease_keys, args))
+        return bool(self._answer(await self._call("lease", self.lease_keys, args)))
 
     async def renew(self, leases: Sequence[tuple[str, str]], *, hold_s: float) -> None:
         """Hold the leases of turns still running (tenant, turn id) `hold_s` longer; one
         that ran out meanwhile stays out."""
         if leases:
             args: list[str | int] = [int(hold_s * 1000), *(f"{t}|{turn}" for t, turn in leases)]
-            await self._call("renew", self.release_keys[:9], args)
+            self._answer(await self._call("renew", self.release_keys[:9], args))
 
     async def release(self, tenant: str, turn_id: str) -> bool:
         """Give back the lease of a concluded turn now; False if it held none. A process
         with a dispatcher hands it the lease instead (`Dispatcher.give_back`)."""
-        return bool(await self._call("release", self.release_keys, [tenant, turn_id]))
+        reply = await self._call("release", self.release_keys, [tenant, turn_id])
+        return bool(self._answer(reply))
 
     async def set_share(self, tenant: str, share: Share) -> None:
         """Set a tenant's share, in effect from the next round: a tenant a limit parked is

@@ -7,6 +7,9 @@ time in `TurnKeys.workers`; a reader lists the processes seen within `KEPT_S`, a
 when seen within `ALIVE_S`. A process that died stays listed, silent, until `KEPT_S`.
 A heartbeat says its schema version (`worker.fleet.schema`); one this release cannot read
 (a newer release's, or damaged) is listed by its process name among the unreadable.
+A time ahead of now by more than `AHEAD_S` (a hand edit, a clock far off) is no sign of
+life: such a member of `TurnKeys.workers` is dropped by the next beat, and such a
+heartbeat is not alive.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from pydantic import BaseModel, ConfigDict
 from redis.asyncio import Redis
 
 from breakers.rediskit import text
+from breakers.schema import ReadProblem
 from breakers.scripts import SCRIPTS as BREAKER_SCRIPTS
 from budgets.scripts import SCRIPTS as BUDGET_SCRIPTS
 from worker.fleet.errors import Unreadable
@@ -27,6 +31,7 @@ from worker.fleet.turnstore import TurnKeys
 from worker.guard.allowance import OfflineAllowance
 
 __all__ = [
+    "AHEAD_S",
     "ALIVE_S",
     "BEAT_EVERY_S",
     "KEPT_S",
@@ -46,6 +51,8 @@ BEAT_EVERY_S = 5.0
 # Three beats missed: the process is gone (or cannot reach Redis, which it also says).
 ALIVE_S = 3 * BEAT_EVERY_S
 KEPT_S = 600
+# Hosts' clocks differ a little: a time this far ahead still counts, and no further.
+AHEAD_S = ALIVE_S
 _READ = 500
 
 
@@ -73,21 +80,32 @@ class Heartbeat(BaseModel):
         return f"{self.host}:{self.pid}"
 
     def alive(self, now_ms: int) -> bool:
-        return now_ms - self.seen_ms <= ALIVE_S * 1000
+        return -AHEAD_S * 1000 <= now_ms - self.seen_ms <= ALIVE_S * 1000
 
 
 async def beat(redis: Redis, keys: TurnKeys, heartbeat: Heartbeat) -> int:
-    """Write `heartbeat` (its `seen_ms` now) and drop processes silent past `KEPT_S`;
+    """Write `heartbeat` (its `seen_ms` now) and drop processes silent past `KEPT_S` or
+    seen further ahead than `AHEAD_S` (each would count as alive for as long as it says);
     return how many processes are alive (seen within `ALIVE_S`), this one included."""
     now_ms = int(time.time() * 1000)
+    ahead_ms = now_ms + int(AHEAD_S * 1000)
     fresh = heartbeat.model_copy(update={"seen_ms": now_ms})
     pipe = redis.pipeline(transaction=False)
     pipe.set(keys.worker(fresh.process), fresh.model_dump_json(), ex=KEPT_S)
     pipe.zadd(keys.workers, {fresh.process: now_ms})
     pipe.zremrangebyscore(keys.workers, "-inf", now_ms - KEPT_S * 1000)
+    pipe.zremrangebyscore(keys.workers, f"({ahead_ms}", "+inf")
     pipe.expire(keys.workers, KEPT_S)
-    pipe.zcount(keys.workers, now_ms - int(ALIVE_S * 1000), "+inf")
+    pipe.zcount(keys.workers, now_ms - int(ALIVE_S * 1000), ahead_ms)
     replies = await pipe.execute()
+    if replies[3]:
+        # A live process writes its own time again within a beat: none is lost.
+        log_unreadable(
+            Unreadable(
+                "worker time",
+                ReadProblem(f"{replies[3]} process(es) seen ahead of now by over {AHEAD_S:g} s"),
+            )
+        )
     return max(1, int(replies[-1]))
 
 

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from worker.fleet import environment
+from worker.settings import environment
 
 __all__ = ["ALIVE_VARIABLE", "Liveness", "touch"]
 

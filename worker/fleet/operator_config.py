@@ -20,8 +20,7 @@ import breakers
 import budgets
 from budgets.keys import check_namespace
 from worker.errors import ConfigError
-from worker.fleet import environment
-from worker.settings import RedisSettings, Settings, load_settings
+from worker.settings import RedisSettings, Settings, environment, load_settings
 from worker.settings.variables import PREFIX, nearest_key
 
 __all__ = ["OperatorConfig", "load_config", "operator_config", "redis_settings"]

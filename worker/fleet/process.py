@@ -30,7 +30,6 @@ from worker.errors import STORE_DOWN
 from worker.fleet import liveness
 from worker.fleet.agreement import Agreement, FleetShape
 from worker.fleet.dispatcher import Dispatcher
-from worker.fleet.environment import node_name
 from worker.fleet.errors import Unreadable
 from worker.fleet.fairqueue import FairQueue
 from worker.fleet.heartbeat import (
@@ -54,6 +53,7 @@ from worker.observability.logs import redact_secrets
 from worker.observability.metrics import VERSION, TurnMetrics
 from worker.observability.redact import provider_secrets
 from worker.settings import Settings
+from worker.settings.environment import node_name
 from worker.types import TurnRequest
 
 __all__ = ["FORGET_ERRORS", "LEASE_HOLD_S", "MARGIN_S", "RunningTurns", "WorkerProcess"]
@@ -135,6 +135,7 @@ class WorkerProcess:
             default=settings.fairness.default_share(),
             # A dead worker's lease runs out once its turn could no longer be running.
             lease_s=settings.turn_deadline_s + 2 * MARGIN_S + settings.worker.restore_interval_s,
+            on_unreadable=self.noted,
             # The dispatcher's wait for a wake token: one connection, reads outlasting it.
             blocking=settings.redis.connect(
                 timeout_s=settings.fairness.interval_s + max(settings.redis.timeout_s, 1.0)
@@ -236,6 +237,8 @@ class WorkerProcess:
             if other.alive(now_ms) and other.process != self.holder:
                 shape = FleetShape.parse(other.fleet)
                 self.agreement.check(shape, "worker", where=other.process)
+                oldest = self.settings.worker.oldest_release
+                self.agreement.check_release(other.version, oldest, where=other.process)
 
     async def renew_leases(self) -> None:
         """Renew the leases of the turns this process runs, and write their claims again if

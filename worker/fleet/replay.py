@@ -39,6 +39,7 @@ from worker.errors import InputError
 from worker.fleet.errors import Unreadable
 from worker.fleet.replay_gate import Place, ReplayGate, SetAside
 from worker.fleet.schema import read_turn
+from worker.turn.routing import primary_model
 from worker.types import Status, TurnRequest, TurnResult
 
 if TYPE_CHECKING:
@@ -232,7 +233,7 @@ async def _set_aside(
         reason=QUEUE_DEADLINE,
         error=f"held {held_s:.0f} s by the kill switch, past its {request.deadline_s:g} s "
         "deadline: not replayed",
-        primary_model=chain.settings.chain.models[0],
+        primary_model=primary_model(chain.settings, request),
     )
     replayed = await _delivered(delivery, result, ReplayOutcome.EXPIRED, turn)
     if replayed.outcome is ReplayOutcome.EXPIRED:

@@ -33,6 +33,7 @@ from worker.observability.metrics import TurnMetrics
 from worker.settings import Settings
 from worker.turn.chain import Chain
 from worker.turn.intake import checked_turn, turn_time_s
+from worker.turn.routing import primary_model
 from worker.types import Status, TurnId, TurnRequest, TurnResult
 
 __all__ = ["INVALID_INPUT", "UNREADABLE", "TurnRunner", "rejected_input"]
@@ -233,7 +234,7 @@ class TurnRunner:
             reason=QUEUE_DEADLINE,
             error=f"waited {time_s:.1f} s for a lease of its tenant (max_in_flight), past "
             "its deadline",
-            primary_model=self.settings.chain.models[0],
+            primary_model=primary_model(self.settings, request),
         )
         self.metrics.record(result)
         return result
@@ -248,7 +249,7 @@ class TurnRunner:
             status=Status.FAILED,
             reason=UNREADABLE,
             error=str(exc),
-            primary_model=self.settings.chain.models[0],
+            primary_model=primary_model(self.settings, request),
         )
 
     async def _save(self, result: TurnResult, *, end_stream: bool) -> TurnResult:

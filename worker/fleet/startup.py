@@ -22,7 +22,7 @@ import structlog
 
 import budgets
 from worker.errors import STORE_DOWN
-from worker.settings import RedisSettings
+from worker.settings import RedisSettings, environment
 
 log = structlog.get_logger("relevo.worker")
 
@@ -38,7 +38,7 @@ _POLL_S = 1.0
 
 def follow_parent() -> None:
     """If `PARENT_ENV` names this process's parent, end this process when the parent ends."""
-    raw = os.environ.get(PARENT_ENV, "")
+    raw = environment.value(PARENT_ENV) or ""
     if not raw.isdigit():
         return
     parent = int(raw)

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from worker.adapters import make_client
-from worker.errors import RelevoError
+from worker.errors import InputError, RelevoError
 from worker.guard.redis_guard import RedisGuard
-from worker.settings import Settings
+from worker.settings import DEFAULT_CHAIN, Settings
 from worker.turn.chain import Chain
 from worker.types import Reply, Status, TurnRequest, TurnResult
 
@@ -38,6 +38,7 @@ __all__ = [
     "ThroughFleet",
     "TurnNotAnswered",
     "answer",
+    "chain_name",
 ]
 
 # What an agent gets when relevo degrades a turn without a reply (budget spent, every
@@ -47,6 +48,11 @@ OnDegraded = Literal["raise", "message"]
 
 class Engine(Protocol):
     """Runs turns for a framework's model."""
+
+    @property
+    def chains(self) -> tuple[str, ...]:
+        """The chains its turns may name (`default` first)."""
+        ...
 
     async def run(self, request: TurnRequest) -> TurnResult:
         """The turn's result, once it has ended."""
@@ -72,6 +78,17 @@ class TurnNotAnswered(RelevoError):
     def __init__(self, result: TurnResult) -> None:
         self.result = result
         super().__init__(f"turn {result.turn_id} {result.status}: {result.reason or 'no reply'}")
+
+
+def chain_name(engine: Engine, name: str | None) -> str | None:
+    """The chain a model named `name` runs its turns on: None (`default`) for no name or
+    `default`; `InputError` naming the chains there are for a name that is none of them."""
+    if name is None or name == DEFAULT_CHAIN:
+        return None
+    if name not in engine.chains:
+        known = ", ".join(engine.chains)
+        raise InputError(f"no chain named {name!r} (chains: {known})")
+    return name
 
 
 def answer(result: TurnResult, on_degraded: OnDegraded = "raise") -> Reply:
@@ -104,6 +121,10 @@ class InProcess:
         client = make_client(settings.http)
         chain = Chain.from_settings(settings, client, guard=guard)
         return cls(chain, [client.aclose] if guard is None else [client.aclose, guard.aclose])
+
+    @property
+    def chains(self) -> tuple[str, ...]:
+        return self.chain.settings.chain_names
 
     async def run(self, request: TurnRequest) -> TurnResult:
         return await self.chain.run(request)
@@ -139,6 +160,10 @@ class ThroughFleet:
     producer: Producer
     timeout_s: float = 300.0
     close_producer: bool = True
+
+    @property
+    def chains(self) -> tuple[str, ...]:
+        return self.producer.chains
 
     async def run(self, request: TurnRequest) -> TurnResult:
         handle = await self.producer.enqueue(request)

@@ -35,9 +35,10 @@ def vendor_scope(target: Target) -> str:
 
 
 def configured_scopes(settings: Settings) -> list[str]:
-    """The model and vendor scopes the configured chain can touch."""
+    """The model and vendor scopes the configured chains can touch."""
     scopes: dict[str, None] = {}
-    for slug in settings.chain.models:
+    chains = (settings.chain, *settings.chains.values())
+    for slug in dict.fromkeys(slug for chain in chains for slug in chain.models):
         model = settings.models[slug]
         for serving in model.serve:
             target = Target(slug, model.vendor, serving.provider, serving.model_id)

@@ -9,7 +9,6 @@ liveness probe needs no secret. The token is never logged, echoed or put in an e
 from __future__ import annotations
 
 import hmac
-import os
 import re
 import socket
 import threading
@@ -22,6 +21,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from worker.errors import ConfigError
+from worker.settings import environment
 
 __all__ = ["TOKEN_ENV", "MetricsServer", "load_token", "serve_body"]
 
@@ -45,7 +45,7 @@ def load_token(token_file: Path | None) -> str | None:
                 f"observability.metrics_token_file: cannot read {token_file}: {type(exc).__name__}"
             ) from None
     else:
-        token, where = os.environ.get(TOKEN_ENV, "").strip(), TOKEN_ENV
+        token, where = (environment.value(TOKEN_ENV) or "").strip(), TOKEN_ENV
         if not token:
             return None
     if not _TOKEN.match(token):

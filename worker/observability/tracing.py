@@ -9,7 +9,6 @@ what it was given or a shared no-op. Spans carry the GenAI names of the logs
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 import time
 from collections.abc import Coroutine, Mapping
@@ -74,8 +73,12 @@ def configure_tracing(settings: ObservabilitySettings) -> bool:
         return False
     # A provider the process set up (a producer's web app, a test) gets relevo's spans too.
     if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
-        named = {} if os.environ.get("OTEL_SERVICE_NAME") else {"service.name": "relevo"}
-        provider = TracerProvider(resource=Resource.create(named))
+        # OpenTelemetry reads OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES itself, and
+        # calls a service nobody named `unknown_service:<process>`: that one is relevo.
+        resource = Resource.create()
+        if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
+            resource = resource.merge(Resource({"service.name": "relevo"}))
+        provider = TracerProvider(resource=resource)
         # None: the exporter reads OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT, else localhost:4318.
         url = settings.otlp_endpoint
         url = url and url.rstrip("/").removesuffix("/v1/traces") + "/v1/traces"
@@ -186,6 +189,8 @@ def _finish(span: Span, result: TurnResult, gen_ai_providers: Mapping[str, str])
     requested = attempts[0].provider_model if attempts else result.primary_model
     outcome = {
         REQUEST_MODEL: requested,
+        "relevo.chain": result.chain or "default",
+        **{f"relevo.metadata.{key}": value for key, value in result.metadata.items()},
         "relevo.status": result.status.value,
         "relevo.reason": result.reason,
         "relevo.step": result.step,

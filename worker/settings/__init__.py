@@ -8,7 +8,15 @@ is loaded, with a `ConfigError` naming the key.
 
 from __future__ import annotations
 
-from worker.settings.chain import ChainSettings, DegradationSettings, HedgingSettings, RetrySettings
+from worker.settings.chain import (
+    DEFAULT_CHAIN,
+    ChainSettings,
+    DegradationSettings,
+    HedgingSettings,
+    Lineup,
+    NamedChainSettings,
+    RetrySettings,
+)
 from worker.settings.fleet import FairnessSettings, LimitsSettings, WorkerSettings
 from worker.settings.loading import Settings, load_settings
 from worker.settings.operations import ConsoleSettings, HttpSettings, ObservabilitySettings
@@ -16,6 +24,7 @@ from worker.settings.providers import ModelSettings, ProviderSettings, Serving
 from worker.settings.stores import BreakerSettings, BrokerSettings, BudgetSettings, RedisSettings
 
 __all__ = [
+    "DEFAULT_CHAIN",
     "BreakerSettings",
     "BrokerSettings",
     "BudgetSettings",
@@ -26,7 +35,9 @@ __all__ = [
     "HedgingSettings",
     "HttpSettings",
     "LimitsSettings",
+    "Lineup",
     "ModelSettings",
+    "NamedChainSettings",
     "ObservabilitySettings",
     "ProviderSettings",
     "RedisSettings",

@@ -8,6 +8,9 @@ from pydantic import Field, model_validator
 
 from worker.settings.base import ModelSlug, Section
 
+DEFAULT_CHAIN = "default"
+"""The name of `[chain]`: what a turn that names no chain runs on."""
+
 
 class HedgingSettings(Section):
     """Hedged attempts: a call with no content by its hedge delay gets the next model
@@ -35,13 +38,30 @@ class HedgingSettings(Section):
     """How often a process re-reads the fleet's latency evidence."""
 
 
-class ChainSettings(Section):
-    """The ordered models a turn may use: the primary first."""
+class Lineup(Section):
+    """What every chain sets: its models and its cheaper stand-in."""
 
     models: tuple[ModelSlug, ...] = Field(min_length=2, max_length=3)
     """Two or three model slugs (each under `[models]`), the primary first."""
+    cheaper_model: ModelSlug | None = None
+    """This chain's stand-in for a turn its tenant's budget refused, in place of
+    `[degradation] cheaper_model` (with `action = "cheaper_model"`)."""
+
+
+class ChainSettings(Lineup):
+    """The ordered models a turn may use, the primary first: the chain named `default`,
+    which a turn naming no chain runs on (docs/routing.md)."""
+
     hedging: HedgingSettings = HedgingSettings()
-    """Hedged attempts (docs/hedging.md)."""
+    """Hedged attempts (docs/hedging.md); the delay and the budget are fleet-wide, for
+    every chain."""
+
+
+class NamedChainSettings(Lineup):
+    """Another chain a turn may choose by its name (`"chain": NAME`; docs/routing.md)."""
+
+    hedging: bool | None = None
+    """Hedged attempts on this chain; unset, as `[chain.hedging] enabled`."""
 
 
 class RetrySettings(Section):

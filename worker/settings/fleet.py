@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 import budgets
@@ -29,6 +31,12 @@ class WorkerSettings(Section):
     answered after the visibility timeout plus `restore_interval_s` (docs/deploy.md)."""
     result_ttl_s: int = Field(default=86_400, ge=60)
     """How long a turn's result is kept (`relevo result`)."""
+    oldest_release: Literal["0.1.0", "0.2.0"] = "0.1.0"
+    """The oldest relevo release still running on the fleet's Redis (producers, workers,
+    consoles). At 0.1.0, turns and results are written as 0.1.0 reads them: a tool
+    message's `is_error` is left out of a queued turn, and the fields a call did not carry
+    are named in its attempt's `detail` rather than its `left_out`. Raise it once no 0.1.0
+    process is left (docs/deploy.md)."""
 
 
 class FairnessSettings(Section):

@@ -3,7 +3,6 @@ cross-references no single field can see."""
 
 from __future__ import annotations
 
-import os
 import re
 import tomllib
 from collections.abc import Callable, Mapping
@@ -22,8 +21,16 @@ import breakers
 import budgets
 from budgets.keys import check_namespace
 from worker.errors import ConfigError
+from worker.settings import environment
 from worker.settings.base import ModelSlug, Name
-from worker.settings.chain import ChainSettings, DegradationSettings, RetrySettings
+from worker.settings.chain import (
+    DEFAULT_CHAIN,
+    ChainSettings,
+    DegradationSettings,
+    Lineup,
+    NamedChainSettings,
+    RetrySettings,
+)
 from worker.settings.fleet import FairnessSettings, LimitsSettings, WorkerSettings
 from worker.settings.operations import ConsoleSettings, HttpSettings, ObservabilitySettings
 from worker.settings.providers import ModelSettings, ProviderSettings
@@ -38,7 +45,7 @@ class Settings(BaseSettings):
         env_prefix="RELEVO_",
         env_nested_delimiter="__",
         # An empty variable is an unset one, as everywhere relevo reads its environment
-        # (worker/fleet/environment.py).
+        # (worker/settings/environment.py).
         env_ignore_empty=True,
         frozen=True,
         extra="forbid",
@@ -48,7 +55,9 @@ class Settings(BaseSettings):
     turn_deadline_s: float = Field(default=60.0, gt=0, le=3600)
     """The longest any turn may take; a request's `deadline_s` may be shorter."""
     chain: ChainSettings
-    """The models a turn may use, in order."""
+    """The models a turn may use, in order: the chain named `default`."""
+    chains: dict[Name, NamedChainSettings] = Field(default_factory=dict, max_length=100)
+    """More chains, by name, that a turn may choose (`"chain": NAME`; docs/routing.md)."""
     providers: dict[Name, ProviderSettings] = Field(min_length=1)
     """The provider endpoints and accounts, by a name of your choice."""
     models: dict[ModelSlug, ModelSettings] = Field(min_length=2)
@@ -65,6 +74,28 @@ class Settings(BaseSettings):
     observability: ObservabilitySettings = ObservabilitySettings()
     console: ConsoleSettings = ConsoleSettings()
     http: HttpSettings = HttpSettings()
+
+    @property
+    def chain_names(self) -> tuple[str, ...]:
+        """The chains a turn may name: `default` first."""
+        return (DEFAULT_CHAIN, *sorted(self.chains))
+
+    def chain_named(self, name: str | None) -> Lineup:
+        """The chain `name` (None: `default`); `KeyError` for one not configured."""
+        if name is None or name == DEFAULT_CHAIN:
+            return self.chain
+        return self.chains[name]
+
+    def hedged(self, chain: Lineup) -> bool:
+        """Whether `chain`'s turns run hedged attempts."""
+        own = chain.hedging if isinstance(chain, NamedChainSettings) else None
+        return self.chain.hedging.enabled if own is None else own
+
+    def degradation_for(self, chain: Lineup) -> DegradationSettings:
+        """`[degradation]`, with `chain`'s own cheaper model when it names one."""
+        if chain.cheaper_model is None:
+            return self.degradation
+        return self.degradation.model_copy(update={"cheaper_model": chain.cheaper_model})
 
     @property
     def visibility_timeout_s(self) -> float:
@@ -84,12 +115,11 @@ class Settings(BaseSettings):
 
     def check(self) -> None:
         """Cross-references that a single field cannot see."""
-        problems = []
-        if len(set(self.chain.models)) != len(self.chain.models):
-            problems.append("chain.models: a model appears twice")
-        for index, slug in enumerate(self.chain.models):
-            if slug not in self.models:
-                problems.append(f"chain.models[{index}]: {slug!r} is not defined under [models]")
+        problems = self._chain_problems("chain", self.chain)
+        if DEFAULT_CHAIN in self.chains:
+            problems.append(f"chains.{DEFAULT_CHAIN}: the chain named default is [chain]")
+        for name, chain in self.chains.items():
+            problems.extend(self._chain_problems(f"chains.{name}", chain))
         for slug, model in self.models.items():
             for index, serving in enumerate(model.serve):
                 if serving.provider not in self.providers:
@@ -112,19 +142,32 @@ class Settings(BaseSettings):
         if problems:
             raise ConfigError("; ".join(problems))
 
+    def _chain_problems(self, where: str, chain: Lineup) -> list[str]:
+        problems = []
+        if len(set(chain.models)) != len(chain.models):
+            problems.append(f"{where}.models: a model appears twice")
+        for index, slug in enumerate(chain.models):
+            if slug not in self.models:
+                problems.append(f"{where}.models[{index}]: {slug!r} is not defined under [models]")
+        return problems
+
     def _degradation_problems(self) -> list[str]:
-        """The cheaper model must be one the worker can call, and not the primary it
-        stands in for (that reservation was just refused)."""
-        slug = self.degradation.cheaper_model
-        if slug is None:
-            return []
-        if slug not in self.models:
-            return [f"degradation.cheaper_model: {slug!r} is not defined under [models]"]
-        if slug == self.chain.models[0]:
-            return [
-                f"degradation.cheaper_model: {slug!r} is the chain's primary; name a cheaper model"
-            ]
-        return []
+        """Each chain's cheaper model (its own, else `[degradation]`'s) must be one the
+        worker can call, and not the primary it stands in for (that reservation was just
+        refused)."""
+        problems: dict[str, None] = {}
+        every: list[tuple[str, str, Lineup]] = [("the chain", "chain", self.chain)]
+        every += [(f"chain {n!r}", f"chains.{n}", c) for n, c in self.chains.items()]
+        for label, where, chain in every:
+            slug = chain.cheaper_model or self.degradation.cheaper_model
+            if slug is None:
+                continue
+            at = f"{where}.cheaper_model" if chain.cheaper_model else "degradation.cheaper_model"
+            if slug not in self.models:
+                problems[f"{at}: {slug!r} is not defined under [models]"] = None
+            elif slug == chain.models[0]:
+                problems[f"{at}: {slug!r} is {label}'s primary; name a cheaper model"] = None
+        return list(problems)
 
     def _key_name_problems(self) -> list[str]:
         """Names that become Redis keys, checked by the rules of `breakers` and `budgets`."""
@@ -152,13 +195,14 @@ class Settings(BaseSettings):
         return problems
 
     def chain_providers(self) -> list[str]:
-        """The providers the chain can call, in order of first use."""
+        """The providers the chains can call, in order of first use."""
         names: dict[str, None] = {}
-        slugs = list(self.chain.models)
-        cheaper = self.degradation.cheaper_model
-        if self.degradation.action == "cheaper_model" and cheaper is not None:
-            # Its providers' keys are checked at start-up too, not at the first degraded turn.
-            slugs.append(cheaper)
+        chains = (self.chain, *self.chains.values())
+        slugs = [slug for chain in chains for slug in chain.models]
+        if self.degradation.action == "cheaper_model":
+            # Their providers' keys are checked at start-up too, not at the first degraded turn.
+            cheaper = (self.degradation_for(chain).cheaper_model for chain in chains)
+            slugs.extend(slug for slug in cheaper if slug is not None)
         for slug in slugs:
             for serving in self.models[slug].serve:
                 names[serving.provider] = None
@@ -214,11 +258,11 @@ def load_settings(
     try:
         settings = Settings(**raw)
     except ValidationError as exc:
-        raise ConfigError(_describe(exc, os.environ)) from None
+        raise ConfigError(_describe(exc, environment.variables())) from None
     except SettingsError as exc:
         # A list or a table in a variable that is not JSON: pydantic-settings names only
         # the top-level field, and its own message is a traceback's.
-        problems = json_problems(str(exc), os.environ, Settings)
+        problems = json_problems(str(exc), environment.variables(), Settings)
         raise ConfigError("; ".join(problems) or f"environment: {exc}") from None
     settings.check()
     if require_secrets:

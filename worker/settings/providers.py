@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 from dataclasses import dataclass
 from decimal import Decimal
 from itertools import pairwise
@@ -12,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from worker.settings import environment
 from worker.settings.base import Name, Section, to_micros
 
 
@@ -121,7 +121,7 @@ class ProviderSettings(Section):
             except OSError:
                 return None
         if self.api_key_env:
-            return os.environ.get(self.api_key_env) or None
+            return environment.value(self.api_key_env)
         return None
 
 

@@ -19,6 +19,8 @@ from typing import Annotated, Any, Union, get_args, get_origin
 
 from pydantic import BaseModel
 
+from worker.settings.environment import PREFIX
+
 __all__ = [
     "PREFIX",
     "assignments",
@@ -29,7 +31,6 @@ __all__ = [
     "unknown",
 ]
 
-PREFIX = "RELEVO_"
 _DELIMITER = "__"
 _FIELD = re.compile(r'field "(\w+)"')
 

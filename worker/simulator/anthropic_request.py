@@ -123,6 +123,8 @@ def _check_block(where: str, block: Any, allowed: frozenset[str], *, url_sources
         content = block.get("content", "")
         if not isinstance(block.get("tool_use_id"), str):
             raise BadRequest(f"{where}.tool_result.tool_use_id: Field required")
+        if not isinstance(block.get("is_error", False), bool):
+            raise BadRequest(f"{where}.tool_result.is_error: Input should be a valid boolean")
         for k, inner in enumerate(content if isinstance(content, list) else ()):
             where_k = f"{where}.tool_result.content.{k}"
             _check_block(where_k, inner, _RESULT_BLOCKS, url_sources=url_sources)

@@ -27,7 +27,7 @@ from worker.adapters import Adapter, build_adapter
 from worker.errors import DeadlineExceeded, InputError, StoreForbidden
 from worker.guard.hedge_book import HedgeBook, hedge_book
 from worker.guard.protocol import Availability, Guard, OpenGuard, Refusal, Target
-from worker.settings import Settings
+from worker.settings import DEFAULT_CHAIN, Settings
 from worker.turn.attempt import Attempter, Attempts, OnText
 from worker.turn.capability import INCAPABLE, Fit, Unfit, fit_turn, wire_unfit
 from worker.turn.intake import turn_time_s
@@ -43,6 +43,7 @@ from worker.turn.outcome import (
 )
 from worker.turn.race import HedgedAttempts
 from worker.turn.report import TurnReport
+from worker.turn.routing import UNKNOWN_CHAIN, check_chain
 from worker.turn.stand_in import cheaper_answer, uses_cheaper_model
 from worker.types import TurnRequest, TurnResult
 
@@ -69,7 +70,7 @@ class Chain:
         self.rng = rng or random.Random()
         # The evidence and budget hedged attempts use (`worker.turn.race`), when enabled.
         self.hedges: HedgeBook | None = None
-        if settings.chain.hedging.enabled:
+        if any(settings.hedged(chain) for chain in (settings.chain, *settings.chains.values())):
             self.hedges = hedges or hedge_book(settings, self.guard)
         self.gen_ai_providers = {
             name: provider.gen_ai_provider for name, provider in settings.providers.items()
@@ -106,11 +107,22 @@ class _Walk:
         self.chain = chain
         self.settings = chain.settings
         self.request = request
+        # The chain the turn named; None for one this worker has not configured.
+        self.route = self.settings.chains.get(request.chain or "") or (
+            None if request.chain not in (None, DEFAULT_CHAIN) else self.settings.chain
+        )
+        route = self.route or self.settings.chain
+        self.models = route.models
+        self.hedged = self.settings.hedged(route)
+        strict = self.settings.worker.oldest_release == "0.1.0"
         self.report = TurnReport(
             request,
-            primary_model=self.settings.chain.models[0],
+            primary_model=route.models[0],
             gen_ai_providers=chain.gen_ai_providers,
+            left_out_field=not strict,
+            chain=request.chain or (None if strict else DEFAULT_CHAIN),
         )
+        self.degradation = self.settings.degradation_for(route)
         time_s = turn_time_s(request, self.settings.turn_deadline_s)
         self.attempts = Attempts(
             chain.settings,
@@ -127,6 +139,11 @@ class _Walk:
 
     async def result(self) -> TurnResult:
         """The turn's result, whatever stopped it."""
+        if self.route is None:
+            try:
+                check_chain(self.request, self.settings.chain_names)
+            except InputError as exc:
+                return self.report.failed(UNKNOWN_CHAIN, exc)
         try:
             return await self.admitted()
         except StoreForbidden as exc:
@@ -140,7 +157,7 @@ class _Walk:
         """Ask the fleet to admit the turn (and reserve the primary's call), then walk it
         within its deadline."""
         attempts = self.attempts
-        every = [t for slug in self.settings.chain.models for t in self.chain.targets[slug]]
+        every = [t for slug in self.models for t in self.chain.targets[slug]]
         primary = every[0]
         first_fit = fit_turn(self.request, self.settings.models[primary.model])
         first = attempts.first(primary, first_fit) if isinstance(first_fit, Fit) else None
@@ -168,11 +185,15 @@ class _Walk:
             return self.report.failed(DeadlineExceeded.code, error)
 
     def _attempter(self, availability: Callable[[Target], Availability]) -> Attempter:
-        """The turn's attempts as they are, or hedged when the chain hedges."""
-        if self.chain.hedges is None:
+        """The turn's attempts as they are, or hedged when its chain hedges."""
+        if self.chain.hedges is None or not self.hedged:
             return self.attempts
         return HedgedAttempts(
-            self.attempts, self.chain.hedges, targets=self.chain.targets, availability=availability
+            self.attempts,
+            self.chain.hedges,
+            targets=self.chain.targets,
+            availability=availability,
+            models=self.models,
         )
 
     async def walk(
@@ -183,7 +204,7 @@ class _Walk:
     ) -> TurnResult:
         """Models and providers in the chain's order, until an attempt's outcome ends it."""
         min_window = 0
-        for step, slug in enumerate(self.settings.chain.models):
+        for step, slug in enumerate(self.models):
             model = self.settings.models[slug]
             targets = self.chain.targets[slug]
             # The primary's fit was made for the first reservation: same request, same model.
@@ -271,12 +292,13 @@ class _Walk:
     async def _degrade(self, reason: str, error: Exception | None = None) -> TurnResult:
         """Money stopped the turn: no fallback, the configured degradation instead (for a
         budget refusal, maybe one call on the cheaper model: `worker.turn.stand_in`)."""
-        plan = self.settings.degradation
+        plan = self.degradation
         # Once the cheaper model stands in, whatever stops it ends the turn: no second try.
         if uses_cheaper_model(plan, reason) and not self.report.standing_in:
             assert plan.cheaper_model is not None  # checked when the settings were loaded
             targets = self.chain.targets[plan.cheaper_model]
-            return await self._end(await cheaper_answer(self.attempts, targets, reason))
+            outcome = await cheaper_answer(self.attempts, targets, reason, plan)
+            return await self._end(outcome)
         if plan.action == "handoff":
             payload = self.request.model_dump_json()
             await self.chain.guard.handoff(

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import structlog
@@ -60,10 +60,13 @@ class HedgedAttempts:
         *,
         targets: Mapping[str, tuple[Target, ...]],
         availability: Callable[[Target], Availability],
+        models: Sequence[str],
     ) -> None:
+        """`models`: the turn's chain, whose order a hedge follows."""
         self.attempts = attempts
         self.book = book
         self.targets = targets
+        self.models = models
         self.availability = availability
         self.racers: dict[_Call, _Racer] = {}
         self.race: tuple[_Call, _Call] | None = None
@@ -201,7 +204,7 @@ class HedgedAttempts:
         now without a probe: available by the fleet's view, and fit for the turn."""
         settings, request = self.attempts.settings, self.attempts.request
         passed = False
-        for step, slug in enumerate(settings.chain.models):
+        for step, slug in enumerate(self.models):
             fit: Fit | None = None
             for target in self.targets[slug]:
                 if not passed:

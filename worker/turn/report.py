@@ -21,7 +21,7 @@ from worker.errors import ModelNotFound, ProviderError
 from worker.guard.protocol import Target
 from worker.observability.alert import model_gone
 from worker.observability.redact import redact_text
-from worker.settings import DegradationSettings
+from worker.settings import DEFAULT_CHAIN, DegradationSettings
 from worker.turn.capability import Fit
 from worker.types import (
     Attempt,
@@ -63,8 +63,18 @@ class TurnReport:
         *,
         primary_model: str,
         gen_ai_providers: Mapping[str, str] | None = None,
+        left_out_field: bool = False,
+        chain: str | None = None,
     ) -> None:
+        """`left_out_field`: name the fields a call did not carry in the attempt's own
+        `left_out`, which relevo 0.1.0's strict readers refuse, not in its `detail`.
+        `chain`: the name the result carries of the chain the turn ran on (none: not
+        written, as 0.1.0 reads results)."""
         self.request = request
+        self.chain = chain
+        # On each of the turn's log lines, when it has any.
+        self._metadata = {"metadata": request.metadata} if request.metadata else {}
+        self.left_out_field = left_out_field
         self.primary_model = primary_model
         # Each configured provider's `gen_ai.provider.name` (`ProviderSettings.gen_ai_provider`).
         self.gen_ai_providers = gen_ai_providers or {}
@@ -116,7 +126,9 @@ class TurnReport:
             # Results keep relevo 0.1.0's shape while it may read them (no new field):
             # the fields a call did not carry are named in the row's detail, when the
             # row has none of its own, and always on its log line.
-            if left_out and attempt.detail is None:
+            if left_out and self.left_out_field:
+                fields["left_out"] = left_out
+            elif left_out and attempt.detail is None:
                 fields["detail"] = LEFT_OUT + ", ".join(left_out)
         if self._first_byte_at is not None and attempt.outcome is not AttemptOutcome.HEDGE_LOST:
             # Content streams at most once a turn: after it, no other model is tried (a
@@ -144,12 +156,13 @@ class TurnReport:
             semconv[GEN_AI_OUTPUT_TOKENS] = usage.output_tokens
         if finish_reason is not None:
             semconv[GEN_AI_FINISH_REASONS] = [finish_reason]
-        if left_out:
+        if left_out and not self.left_out_field:  # else the attempt's own field says it
             semconv["left_out"] = list(left_out)
         (log.debug if answered else log.info)(
             "turn.attempt",
             turn_id=self.request.turn_id,
             tenant_id=self.request.tenant_id,
+            **self._metadata,
             **attempt.model_dump(mode="json", exclude_none=True),
             **semconv,
         )
@@ -361,6 +374,8 @@ class TurnReport:
                 "dropped_tools": fit.dropped_tools if fit else (),
                 "trimmed_messages": fit.trimmed_messages if fit else 0,
                 "latency_ms": round((time.monotonic() - self.started) * 1000),
+                "chain": self.chain,
+                "metadata": self.request.metadata,
                 **extra,
             }
         )
@@ -385,6 +400,8 @@ class TurnReport:
             tenant_id=result.tenant_id,
             status=result.status.value,
             reason=result.reason,
+            chain=self.chain or DEFAULT_CHAIN,
+            **self._metadata,
             primary_model=result.primary_model,
             effective_model=result.effective_model,
             effective_provider=result.effective_provider,

@@ -42,10 +42,12 @@ def uses_cheaper_model(plan: DegradationSettings, reason: str) -> bool:
     return plan.action == "cheaper_model" and reason in CHEAPER_MODEL_REASONS
 
 
-async def cheaper_answer(attempts: Attempts, targets: tuple[Target, ...], reason: str) -> Outcome:
+async def cheaper_answer(
+    attempts: Attempts, targets: tuple[Target, ...], reason: str, plan: DegradationSettings
+) -> Outcome:
     """The cheaper model's one attempt at a turn money stopped for `reason` (`targets`
-    are its providers'); whatever does not answer ends degraded for `reason`."""
-    plan = attempts.settings.degradation
+    are its providers'; `plan` the turn's chain's degradation); whatever does not answer
+    ends degraded for `reason`."""
     assert plan.cheaper_model is not None  # checked when the settings were loaded
     # A reservation still pending was made for the primary: given back, not reused.
     attempts.set_aside_first()

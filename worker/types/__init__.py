@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from worker.types.base import TenantId, TurnId
+from worker.types.base import ChainName, TenantId, TurnId
 from worker.types.messages import (
     DocumentPart,
     ImagePart,
@@ -28,6 +28,7 @@ from worker.types.result import Attempt, AttemptOutcome, Reply, Status, TurnResu
 __all__ = [
     "Attempt",
     "AttemptOutcome",
+    "ChainName",
     "DocumentPart",
     "ImagePart",
     "JsonObjectFormat",

@@ -9,6 +9,15 @@ from pydantic import BaseModel, ConfigDict, StringConstraints
 # Tenant ids and turn ids become parts of Redis keys: a short, plain alphabet.
 TenantId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")]
 TurnId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")]
+# A chain's name, as `[chains.NAME]` may be written (`worker.settings.base.Name`).
+ChainName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")]
+# A turn's metadata: a few string pairs for attribution (docs/routing.md). Values are
+# printable (a control character would forge a log line or a console cell).
+MetadataKey = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")]
+MetadataValue = Annotated[
+    str, StringConstraints(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+$")
+]
+MAX_METADATA_PAIRS = 16
 ToolName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
 
 

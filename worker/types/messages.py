@@ -104,7 +104,8 @@ class Message(Frozen):
     """One message of the conversation, in a provider-neutral shape.
 
     `content` is text, or a tuple of parts (text, images, documents): images and
-    documents come in user messages and tool results only.
+    documents come in user messages and tool results only. `is_error` marks a tool
+    message whose tool failed: its content is the error the model reads.
     """
 
     role: Literal["system", "user", "assistant", "tool"]
@@ -112,6 +113,8 @@ class Message(Frozen):
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = Field(default=None, max_length=256)
     reasoning: tuple[Reasoning, ...] = ()
+    # Written only when set: a turn without a failed tool is as relevo 0.1.0 reads it.
+    is_error: bool = Field(default=False, exclude_if=lambda set_: not set_)
 
     @property
     def parts(self) -> tuple[TextPart | ImagePart | DocumentPart, ...]:
@@ -144,6 +147,8 @@ class Message(Frozen):
             raise ValueError("a tool message needs the tool_call_id it answers")
         if self.role != "tool" and self.tool_call_id is not None:
             raise ValueError("only tool messages carry a tool_call_id")
+        if self.is_error and self.role != "tool":
+            raise ValueError("only tool messages carry is_error")
         if self.attachments and self.role not in ("user", "tool"):
             raise ValueError("only user and tool messages carry images and documents")
         return self

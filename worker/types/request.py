@@ -12,7 +12,16 @@ from jsonschema.exceptions import SchemaError
 from pydantic import ConfigDict, Field, StringConstraints, ValidationError, model_validator
 
 from worker.errors import InputError
-from worker.types.base import Frozen, TenantId, ToolName, TurnId
+from worker.types.base import (
+    MAX_METADATA_PAIRS,
+    ChainName,
+    Frozen,
+    MetadataKey,
+    MetadataValue,
+    TenantId,
+    ToolName,
+    TurnId,
+)
 from worker.types.messages import Message
 
 
@@ -90,6 +99,17 @@ class TurnRequest(Frozen):
     parallel_tool_calls: bool | None = None
     stream: bool = False
     deadline_s: float = Field(default=60.0, gt=0, le=3600)
+    # Written only when set: a turn naming none is as relevo 0.1.0's workers read it.
+    chain: ChainName | None = Field(default=None, exclude_if=lambda name: name is None)
+    """The chain to run on (`[chains.NAME]`, or `default`); unset, the tenant's default
+    chain, else `default` (docs/routing.md)."""
+    metadata: dict[MetadataKey, MetadataValue] = Field(
+        default_factory=dict,
+        max_length=MAX_METADATA_PAIRS,
+        exclude_if=lambda pairs: not pairs,
+    )
+    """A few string pairs the turn carries for attribution (`{"agent": "triage"}`): into
+    its result, its log lines and its trace, never into a metric label."""
 
     @cached_property
     def attachment_kinds(self) -> frozenset[str]:

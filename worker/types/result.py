@@ -89,6 +89,10 @@ class Attempt(Frozen):
     # Reasoning items of the conversation this call did not carry: another vendor wrote
     # them, and only their writer can read them back.
     reasoning_left_out: int = 0
+    left_out: tuple[str, ...] = Field(default=(), exclude_if=lambda names: not names)
+    """The turn's fields this call's body did not carry (its API has none for them, or
+    this model refuses them). Written from `[worker] oldest_release = "0.2.0"` on; before,
+    they are named in `detail` ("left out: seed, stop")."""
 
 
 FinishReasonName = Literal["stop", "length", "tool_calls", "content_filter", "refusal", "other"]
@@ -123,6 +127,11 @@ class TurnResult(Frozen):
     dropped_tools: tuple[str, ...] = ()
     trimmed_messages: int = 0
     latency_ms: int = 0
+    chain: str | None = Field(default=None, exclude_if=lambda name: name is None)
+    """The chain the turn ran on; written when the turn named one, and always from
+    `[worker] oldest_release = "0.2.0"` on (relevo 0.1.0 reads results strictly)."""
+    metadata: dict[str, str] = Field(default_factory=dict, exclude_if=lambda pairs: not pairs)
+    """The turn's metadata, as it was sent."""
 
     _errors: tuple[Exception, ...] = PrivateAttr(default=())
 

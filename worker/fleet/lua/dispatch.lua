@@ -24,13 +24,17 @@
 -- ARGV[8..] "<tenant>|<turn>" of turns concluded since the process's last round: their
 --          leases are given back first, as release.lua does
 --
--- Returns {moved, held, expired, next, again, unreadable}: moved is "<tenant>|<ms waited>" per turn
+-- Returns {moved, held, expired, next, again, unreadable, damaged, clamped}: moved is
+-- "<tenant>|<ms waited>" per turn
 -- moved, held is "<tenant>|<limit>" per tenant a limit parked this round, expired the
 -- count of turns found past their deadline, next the ms until the first parked tenant is
 -- looked at again (-1: none parked), again 1 when a round run at once would find more to
 -- move (it stopped at `most` or at its looks, not for want of room or turns), and
 -- unreadable the tenants whose stored share it could not read: each was served on the
--- default share (ARGV[5]), as if it had none of its own.
+-- default share (ARGV[5]), as if it had none of its own; damaged "<key>|<type>" per key of
+-- the wrong type it deleted before anything else (lib.lua's set_aside_damaged: what the
+-- others say is rebuilt from what is left), and clamped the count of leases whose expiry
+-- lay further ahead than any holder takes (a hand edit), brought back to one lease.
 --
 -- The cost is per visit, not per turn: a visit takes as many of the tenant's oldest turns
 -- as its limits allow before the next tenant's virtual time comes (a tenant alone: the
@@ -42,6 +46,65 @@ local LEASES, INFLIGHT, BUCKETS, EXPIRED, SHARES, SENT, QUEUE, DEADLINES =
 local now = now_ms()
 local most, depth, lease_ms = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local drain = ARGV[6] == '1'
+-- A lease renewed runs ALIVE_S (worker/fleet/heartbeat.py) from its holder's beat, one a
+-- dispatch takes `lease_ms`: one further ahead than both and this slack was not taken by a
+-- holder, and would hold its tenant's place for as long as it says.
+local LEASE_SLACK_MS = 15000
+
+local want = {}
+for i, kind in ipairs(COMMON_TYPES) do want[i] = kind end
+for i, kind in pairs({'zset', 'hash', 'hash', 'hash', 'hash', 'zset', 'list', 'zset'}) do
+  if KEYS[i + 8] then want[i + 8] = kind end
+end
+local damaged, gone = set_aside_damaged(want)
+
+-- Every tenant with turns queued is counted again from its queue, and put back in ready
+-- unless it is ready or parked already (where the keys that said so were deleted): a walk
+-- from tenant to tenant, not turn to turn.
+local function requeue_all()
+  local clock = clock_now()
+  local from = '-'
+  for _ = 1, 100000 do
+    local member = redis.call('ZRANGEBYLEX', PENDING, from, '+', 'LIMIT', 0, 1)[1]
+    if not member then break end
+    local tenant = string.match(member, '^(.*)|[^|]*$')
+    if not tenant then
+      from = '(' .. member
+    else
+      local n = redis.call('ZLEXCOUNT', PENDING, '[' .. tenant .. '|', '(' .. tenant .. '|\255')
+      redis.call('HSET', QUEUED, tenant, n)
+      if not (redis.call('ZSCORE', READY, tenant) or redis.call('ZSCORE', PARKED, tenant)) then
+        activate(tenant, clock)
+      end
+      from = '(' .. tenant .. '|\255'
+    end
+  end
+end
+
+if damaged[1] then
+  if gone[1] and not gone[2] then
+    -- The queue's order is in its members' names: the waiting turns' entries give it back.
+    local members = redis.call('HKEYS', MSGS)
+    for i = 1, #members, 1000 do
+      local part = {}
+      for j = i, math.min(i + 999, #members) do
+        part[#part + 1] = 0
+        part[#part + 1] = members[j]
+      end
+      redis.call('ZADD', PENDING, unpack(part))
+    end
+  end
+  if gone[1] or gone[4] or gone[5] or gone[8] then
+    requeue_all()
+  end
+  recount_leases(gone, 9, 10)
+  if gone[9] or gone[10] or gone[13] then
+    -- The limits that parked tenants are read afresh: each is looked at again at once.
+    for _, tenant in ipairs(redis.call('ZRANGE', PARKED, 0, -1)) do
+      redis.call('ZADD', PARKED, 'XX', 0, tenant)
+    end
+  end
+end
 
 -- Tenants a limit parked: the first one's time says when to look again.
 local first = redis.call('ZRANGE', PARKED, 0, 0, 'WITHSCORES')[2]
@@ -90,6 +153,16 @@ if ARGV[7] == '1' then
     redis.call('ZREM', LEASES, m)
     local tenant = string.match(m, '^([^|]*)|')
     if tenant then given_back(tenant, 1) end
+  end
+end
+-- Leases whose expiry lies further ahead than any holder takes: one lease from now, which
+-- a live holder's heartbeat renews and a dead one's lets run out.
+local clamped = 0
+if ARGV[7] == '1' then
+  local beyond = '(' .. int(now + lease_ms + LEASE_SLACK_MS)
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', LEASES, beyond, '+inf', 'LIMIT', 0, 100)) do
+    redis.call('ZADD', LEASES, 'XX', now + lease_ms, m)
+    clamped = clamped + 1
   end
 end
 -- Tenants whose wait is over (every one, while draining) are dispatched again.
@@ -364,4 +437,4 @@ for tenant, n in pairs(running) do
 end
 local next_ms = first and int(math.max(first - now, 0)) or -1
 local again = (room > 0 and looks <= 0) or (#moved == most and free > most)
-return {moved, held, expired, next_ms, again and 1 or 0, unreadable}
+return {moved, held, expired, next_ms, again and 1 or 0, unreadable, damaged, clamped}

@@ -95,3 +95,41 @@ local function wake(key)
     redis.call('LPUSH', key, '1')
   end
 end
+
+-- Keys of the wrong type (a hand edit, another tool) would fail the script at the first
+-- command on them, for every tenant, with whatever it wrote before left half done: each
+-- one is looked at first, and one of another type than `want` (KEYS index -> type) is
+-- deleted, so that the script goes on as if it were absent. Returns "<key>|<type>" per
+-- key set aside (the caller logs and counts them), and the set of indexes deleted.
+local function set_aside_damaged(want)
+  local damaged, gone = {}, {}
+  for i, kind in pairs(want) do
+    local found = redis.call('TYPE', KEYS[i])['ok']
+    if found ~= 'none' and found ~= kind then
+      redis.call('DEL', KEYS[i])
+      damaged[#damaged + 1] = KEYS[i] .. '|' .. found
+      gone[i] = true
+    end
+  end
+  return damaged, gone
+end
+
+-- Each key of lib.lua's, with its type.
+local COMMON_TYPES = {'zset', 'hash', 'hash', 'zset', 'zset', 'hash', 'string', 'hash'}
+
+-- After set_aside_damaged: the leases gone (KEYS[leases]), their counts (KEYS[counts])
+-- go too; the counts gone alone are counted again from the leases.
+local function recount_leases(gone, leases, counts)
+  if gone[leases] then
+    redis.call('DEL', KEYS[counts])
+  elseif gone[counts] then
+    local per = {}
+    for _, m in ipairs(redis.call('ZRANGE', KEYS[leases], 0, -1)) do
+      local tenant = string.match(m, '^([^|]*)|')
+      if tenant then per[tenant] = (per[tenant] or 0) + 1 end
+    end
+    for tenant, n in pairs(per) do
+      redis.call('HSET', KEYS[counts], tenant, n)
+    end
+  end
+end

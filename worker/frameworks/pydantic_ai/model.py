@@ -11,11 +11,12 @@ The turn runs on the engine given (a chain in this process, or the fleet), with
 relevo's retries, fallback, breakers and budgets; the response names the relevo model
 that answered (`ModelResponse.model_name`), and its `provider_details` say how
 (`status`, `step`, `effective_provider`, `turn_id`, and each attempt's model and outcome).
+`aclose` closes the engine; an agent run never does.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -23,7 +24,6 @@ from decimal import Decimal
 from typing import Any, ClassVar
 
 from pydantic_ai import RunContext
-from pydantic_ai.exceptions import AgentRunError
 from pydantic_ai.messages import (
     FinishReason,
     ModelMessage,
@@ -39,12 +39,14 @@ from pydantic_ai.profiles import ModelProfile
 from pydantic_ai.settings import ModelSettingName, ModelSettings
 from pydantic_ai.usage import RequestUsage
 
-from worker.frameworks.engine import Engine, OnDegraded, TurnNotAnswered, answer
+from worker.frameworks.engine import Engine, OnDegraded, TurnNotAnswered
+from worker.frameworks.options import TurnOptions
+from worker.frameworks.pydantic_ai.errors import PydanticAIInputError, TurnNotAnsweredError
 from worker.frameworks.pydantic_ai.reasoning import RELEVO, seal
-from worker.frameworks.pydantic_ai.turn import TurnOptions, to_turn
+from worker.frameworks.pydantic_ai.turn import to_turn
 from worker.types import Reply, TurnRequest, TurnResult
 
-__all__ = ["RelevoModel", "TurnNotAnsweredError"]
+__all__ = ["RelevoModel", "RelevoStreamedResponse"]
 
 _FINISH: dict[str, FinishReason] = {
     "stop": "stop",
@@ -56,32 +58,23 @@ _FINISH: dict[str, FinishReason] = {
 _MICROS_PER_USD = Decimal(1_000_000)
 
 
-class TurnNotAnsweredError(AgentRunError, TurnNotAnswered):
-    """relevo gave no answer for this request: refused (kill switch, budget), failed
-    (every model down), or degraded without a reply; `result` is the whole report.
-
-    An `AgentRunError`, not a `ModelAPIError`, on purpose: relevo has already fallen
-    back as far as the turn allowed, and a `FallbackModel` around it must not spend what
-    relevo refused to (a tenant's spent budget, a kill switch that is on).
-    """
-
-    def __init__(self, result: TurnResult) -> None:
-        self.result = result
-        AgentRunError.__init__(
-            self, f"turn {result.turn_id} {result.status}: {result.reason or 'no reply'}"
-        )
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return type(self), (self.result,)
-
-
 class RelevoModel(Model):
     """A pydantic-ai model whose requests run as relevo turns on `engine`.
 
-    `tenant_id` is charged for every turn; `on_degraded` says what an agent gets when
-    relevo degrades a turn without a reply: `"raise"` (`TurnNotAnsweredError`) or
-    `"message"` (the degradation message, as the model's text); `deadline_s` bounds
-    each turn (relevo's default when None). The model does not close `engine`.
+    - `tenant_id`: whose budget the turns spend.
+    - `on_degraded`: `"raise"` (`TurnNotAnsweredError`) or `"message"` (the degradation
+      message as the model's text) for a turn degraded without a reply.
+    - `deadline_s`: each turn's deadline (None: relevo's, 60 s).
+    - `side_effect_tools`: the names of the tools that change the world (besides those
+      whose `metadata` says `side_effects`).
+    - `on_result`: called with each turn's `TurnResult`, answered or not.
+    - `chain`: the chain its turns run on (None: `default`); `PydanticAIInputError` (a
+      `UserError`) for one the engine does not have. `model_name` is the chain's name
+      unless given.
+    - `metadata`: string pairs every turn carries (`{"agent": "planner"}`).
+    - `model_name`, `settings`: pydantic-ai's.
+
+    The options are the same for every framework (`worker.frameworks.TurnOptions`).
     """
 
     # relevo maps these to nothing a provider would honour the same way on every model of
@@ -108,7 +101,11 @@ class RelevoModel(Model):
         tenant_id: str,
         on_degraded: OnDegraded = "raise",
         deadline_s: float | None = None,
-        model_name: str = RELEVO,
+        side_effect_tools: Collection[str] = (),
+        on_result: Callable[[TurnResult], None] | None = None,
+        chain: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        model_name: str | None = None,
         settings: ModelSettings | None = None,
     ) -> None:
         profile = ModelProfile(
@@ -122,9 +119,18 @@ class RelevoModel(Model):
         )
         super().__init__(settings=settings, profile=profile)
         self.engine = engine
-        self.on_degraded: OnDegraded = on_degraded
-        self.options = TurnOptions(tenant_id=tenant_id, deadline_s=deadline_s)
-        self._model_name = model_name
+        self.options = TurnOptions.on(
+            engine,
+            chain,
+            PydanticAIInputError,
+            tenant_id=tenant_id,
+            deadline_s=deadline_s,
+            side_effect_tools=side_effect_tools,
+            on_degraded=on_degraded,
+            on_result=on_result,
+            metadata=metadata,
+        )
+        self._model_name = model_name or self.options.chain or RELEVO
 
     @property
     def model_name(self) -> str:
@@ -186,9 +192,13 @@ class RelevoModel(Model):
 
     def _reply(self, result: TurnResult) -> Reply:
         try:
-            return answer(result, self.on_degraded)
+            return self.options.reply(result)
         except TurnNotAnswered:
             raise TurnNotAnsweredError(result) from None
+
+    async def aclose(self) -> None:
+        """Close the engine (an agent run never does: the engine may serve several)."""
+        await self.engine.aclose()
 
 
 @dataclass

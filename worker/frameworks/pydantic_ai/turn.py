@@ -1,20 +1,19 @@
 """pydantic-ai's request (messages, settings, request parameters) as relevo's `TurnRequest`.
 
-Every field is mapped or refused with a `UserError` naming it: nothing an agent sends
-is dropped to make a turn fit. Two exceptions, said here once: a `CachePoint` (relevo
-chooses no cache breakpoints) and thinking another pydantic-ai model wrote (only the
-vendor that wrote it can read it, and relevo cannot tell which vendor that was).
+Every field is mapped or refused with a `PydanticAIInputError` (a `UserError`) naming
+it: nothing an agent sends is dropped to make a turn fit. Two exceptions, said here once:
+a `CachePoint` (relevo chooses no cache breakpoints) and thinking another pydantic-ai
+model wrote (only the vendor that wrote it can read it, and relevo cannot tell which
+vendor that was).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import ValidationError
-from pydantic_ai.exceptions import UserError
 from pydantic_ai.messages import (
     BinaryContent,
     CachePoint,
@@ -39,6 +38,8 @@ from pydantic_ai.models._tool_choice import resolve_tool_choice
 from pydantic_ai.settings import ModelSettings
 from pydantic_ai.tools import ToolDefinition
 
+from worker.frameworks.options import TurnOptions
+from worker.frameworks.pydantic_ai.errors import PydanticAIInputError
 from worker.frameworks.pydantic_ai.reasoning import RELEVO, unseal
 from worker.types import (
     DocumentPart,
@@ -55,7 +56,7 @@ from worker.types import (
     describe_validation_error,
 )
 
-__all__ = ["TurnOptions", "to_turn"]
+__all__ = ["to_turn"]
 
 Effort = Literal["low", "medium", "high"]
 # pydantic-ai's unified `thinking` levels on relevo's three; `True` is the providers' usual default.
@@ -70,15 +71,9 @@ _EFFORT: dict[object, Effort | None] = {
     "max": "high",
 }
 _IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
-
-
-@dataclass(frozen=True, slots=True)
-class TurnOptions:
-    """What the model adds to every turn: the tenant, and the turn's deadline (None:
-    relevo's default)."""
-
-    tenant_id: str
-    deadline_s: float | None = None
+# A tool return's outcomes that reach the model as an error (pydantic-ai's ERROR_OUTCOMES):
+# the tool raised, or its call was refused before it ran.
+_FAILED = frozenset({"failed", "retried"})
 
 
 def to_turn(
@@ -96,9 +91,9 @@ def to_turn(
     # Instructions go after the leading system prompts, as pydantic-ai's own adapters put them.
     lead = next((i for i, m in enumerate(history) if m.role != "system"), len(history))
     history[lead:lead] = [Message(role="system", content=text) for text in instructions if text]
-    tools, choice = _tools(settings, params)
+    tools, choice = _tools(settings, params, options.side_effect_tools)
     fields: dict[str, Any] = {
-        "tenant_id": options.tenant_id,
+        **options.fields(),
         "messages": history,
         "tools": tools,
         "tool_choice": choice,
@@ -113,13 +108,11 @@ def to_turn(
     }
     if "max_tokens" in settings:
         fields["max_tokens"] = settings["max_tokens"]
-    if options.deadline_s is not None:
-        fields["deadline_s"] = options.deadline_s
     try:
         return TurnRequest.model_validate(fields)
     except ValidationError as exc:
         problem = describe_validation_error(exc)
-        raise UserError(f"relevo cannot run this request: {problem}") from None
+        raise PydanticAIInputError(f"relevo cannot run this request: {problem}") from None
 
 
 def _messages(messages: Sequence[ModelMessage]) -> Iterator[Message]:
@@ -141,17 +134,22 @@ def _request(message: ModelRequest) -> Iterator[Message]:
         elif isinstance(part, ToolReturnPart):
             text, files = part.model_response_str_and_user_content()
             content = _content([text, *files]) if files else text
-            yield Message(role="tool", tool_call_id=part.tool_call_id, content=content)
+            failed = getattr(part, "outcome", "success") in _FAILED
+            yield Message(
+                role="tool", tool_call_id=part.tool_call_id, content=content, is_error=failed
+            )
         elif isinstance(part, RetryPromptPart):  # the deprecated form, on a direct request
             if part.tool_name is None:
                 yield Message(role="user", content=part.model_response())
             else:
                 content = part.model_response()
-                yield Message(role="tool", tool_call_id=part.tool_call_id, content=content)
+                yield Message(
+                    role="tool", tool_call_id=part.tool_call_id, content=content, is_error=True
+                )
         elif isinstance(part, RetryFeedbackPart):
             yield Message(role="user", content=part.model_response())
         else:
-            raise UserError(f"relevo cannot send a {type(part).__name__} to a model")
+            raise PydanticAIInputError(f"relevo cannot send a {type(part).__name__} to a model")
 
 
 def _content(content: str | Sequence[UserContent]) -> str | tuple[Part, ...]:
@@ -180,13 +178,17 @@ def _attachment(item: object) -> Part:
     if isinstance(item, BinaryContent) and item.media_type == "application/pdf":
         return DocumentPart(data=item.base64)
     kind = getattr(item, "media_type", None) or type(item).__name__
-    raise UserError(f"relevo takes text, images (png, jpeg, gif, webp) and PDFs, not {kind}")
+    raise PydanticAIInputError(
+        f"relevo takes text, images (png, jpeg, gif, webp) and PDFs, not {kind}"
+    )
 
 
 def _https(url: str) -> str:
     # relevo never fetches a URL itself: the provider does, so it must be one it can reach safely.
     if not url.startswith("https://"):
-        raise UserError("relevo sends attachments by https:// URL or as bytes, not other URLs")
+        raise PydanticAIInputError(
+            "relevo sends attachments by https:// URL or as bytes, not other URLs"
+        )
     return url
 
 
@@ -225,7 +227,7 @@ def _call(part: ToolCallPart) -> ToolCall:
 
 
 def _tools(
-    settings: ModelSettings, params: ModelRequestParameters
+    settings: ModelSettings, params: ModelRequestParameters, side_effect_tools: frozenset[str]
 ) -> tuple[tuple[Tool, ...], ToolChoice | None]:
     definitions = params.declared_tool_defs
     resolved = resolve_tool_choice(settings, params)
@@ -237,14 +239,15 @@ def _tools(
         choice = NamedTool(name=next(iter(names))) if forced else mode
     else:
         choice = resolved
-    tools = tuple(_tool(d) for d in definitions.values())
+    tools = tuple(_tool(d, side_effect_tools) for d in definitions.values())
     if not tools:
         return (), None
     return tools, None if choice == "auto" else choice
 
 
-def _tool(definition: ToolDefinition) -> Tool:
-    side_effects = bool((definition.metadata or {}).get("side_effects", False))
+def _tool(definition: ToolDefinition, side_effect_tools: frozenset[str]) -> Tool:
+    marked = bool((definition.metadata or {}).get("side_effects", False))
+    side_effects = marked or definition.name in side_effect_tools
     return Tool(
         name=definition.name,
         description=definition.description or "",

@@ -1,10 +1,13 @@
-"""The one reader of relevo's environment variables.
+"""The one reader of the process's environment variables.
 
 `RELEVO_CONFIG` names the configuration file; `RELEVO_<SECTION>__<KEY>` overrides a key
-of it; `relevo worker --node-name` hands its processes `RELEVO_NODE_NAME`. Names are read
-case-insensitively, as pydantic-settings reads them for the settings, and a variable set to
-the empty string counts as unset, everywhere: an empty `RELEVO_REDIS__URL` leaves the file's
-or the default URL, never an empty one.
+of it (pydantic-settings reads those for `Settings`, by the same rule); `relevo worker
+--node-name` hands its processes `RELEVO_NODE_NAME`. Every other variable relevo reads (a
+provider's API key, the console's and the metrics' tokens, `$USER`) is read here too.
+Names are read case-insensitively, as pydantic-settings reads them, and a variable set to
+the empty string counts as unset, everywhere: an empty `RELEVO_REDIS__URL` leaves the
+file's or the default URL, never an empty one. `tests/test_environment.py` fails when a
+module reads `os.environ` on its own.
 """
 
 from __future__ import annotations
@@ -18,10 +21,12 @@ __all__ = [
     "NODE_VARIABLE",
     "PREFIX",
     "config_path",
+    "forget_ours",
     "node_name",
     "section_overrides",
     "value",
     "variable",
+    "variables",
 ]
 
 PREFIX = "RELEVO_"
@@ -29,11 +34,26 @@ CONFIG_VARIABLE = "RELEVO_CONFIG"
 NODE_VARIABLE = "RELEVO_NODE_NAME"
 
 
+def variables(environ: Mapping[str, str] | None = None) -> Mapping[str, str]:
+    """Every variable: `environ` when given (a test's), else this process's."""
+    return os.environ if environ is None else environ
+
+
 def value(name: str, environ: Mapping[str, str] | None = None) -> str | None:
-    """The variable `name` (any case), or None when it is unset or empty."""
-    env = os.environ if environ is None else environ
+    """The variable `name` (any case; spelt as asked first), or None when it is unset or
+    empty."""
+    env = variables(environ)
+    if exact := env.get(name):
+        return exact
     wanted = name.upper()
     return next((text for key, text in env.items() if key.upper() == wanted and text), None)
+
+
+def forget_ours() -> None:
+    """Unset every `RELEVO_` variable (any case) in this process: what it starts next
+    sees only what it is handed."""
+    for name in [n for n in os.environ if n.upper().startswith(PREFIX)]:
+        del os.environ[name]
 
 
 def config_path(given: str | None = None, environ: Mapping[str, str] | None = None) -> str | None:

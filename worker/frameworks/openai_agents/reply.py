@@ -3,15 +3,13 @@
 The reply becomes, in this order, an assistant message (`output_text`, or `refusal`),
 one reasoning item per `Reasoning`, and one `function_call` item per tool call. What a
 vendor wants back on the next turn (its thinking and signatures) travels in a reasoning
-item's `encrypted_content`, sealed in a versioned envelope (`relevo.v1:` + base64 JSON of
-`Carried`) that `open_carried` reads back from the agent's next input: whichever vendor
-wrote it, it comes back whole, and the chain's adapters decide who may read it.
+item's `encrypted_content`, sealed in relevo's envelope (`worker.frameworks.envelope`: the
+JSON of `Carried`) that `open_carried` reads back from the agent's next input: whichever
+vendor wrote it, it comes back whole, and the chain's adapters decide who may read it.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import time
 from collections.abc import Iterator
@@ -40,13 +38,12 @@ from openai.types.responses import (
 )
 from openai.types.responses.response_reasoning_item import Summary
 from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
+from worker.frameworks.envelope import EnvelopeError, is_sealed, open_envelope, seal
 from worker.types import Reasoning, Reply, TurnResult, Usage
 
-__all__ = ["ENVELOPE", "Carried", "ReplyEvents", "model_response", "open_carried", "seal"]
-
-ENVELOPE = "relevo.v1:"
+__all__ = ["Carried", "ReplyEvents", "model_response", "open_carried"]
 
 
 class Carried(BaseModel):
@@ -59,19 +56,14 @@ class Carried(BaseModel):
     signatures: dict[str, str] = Field(default_factory=dict)
 
 
-def seal(carried: Carried) -> str:
-    """`carried` as `encrypted_content`: the envelope, then its JSON in base64."""
-    return ENVELOPE + base64.b64encode(carried.model_dump_json().encode()).decode()
-
-
 def open_carried(encrypted_content: str | None) -> Carried | None:
-    """What a reasoning item sealed by relevo carries; None for anyone else's."""
-    if not encrypted_content or not encrypted_content.startswith(ENVELOPE):
+    """What a reasoning item sealed by relevo carries; None for anyone else's, and for one
+    that was changed (the SDK hands back other models' reasoning the same way)."""
+    if encrypted_content is None or not is_sealed(encrypted_content):
         return None
     try:
-        raw = base64.b64decode(encrypted_content[len(ENVELOPE) :], validate=True)
-        return Carried.model_validate_json(raw)
-    except (binascii.Error, ValidationError):
+        return open_envelope(encrypted_content, Carried)
+    except EnvelopeError:
         return None
 
 

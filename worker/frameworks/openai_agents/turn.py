@@ -3,7 +3,7 @@
 The agent's instructions become the system message; its input items (Responses API
 format) become messages: user and system text, images and PDFs; the assistant's text,
 function calls and reasoning grouped into one assistant message; function call outputs
-as tool messages. Reasoning relevo sealed (`agents_reply.seal`) comes back whole;
+as tool messages. Reasoning relevo sealed (`reply.open_carried`) comes back whole;
 reasoning items anyone else wrote cannot be read by relevo and are left out. Anything
 else relevo cannot carry to every vendor of the chain is refused with `AgentsInputError`
 naming it, never dropped: hosted tools, stored prompts and conversations, settings no
@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agents.agent_output import AgentOutputSchemaBase
-from agents.exceptions import UserError
 from agents.handoffs import Handoff
 from agents.items import TResponseInputItem
 from agents.model_settings import ModelSettings
@@ -26,8 +25,9 @@ from agents.tool import FunctionTool
 from agents.tool import Tool as AgentsTool
 from pydantic import BaseModel, ValidationError
 
-from worker.errors import InputError
-from worker.frameworks.agents_reply import open_carried
+from worker.frameworks.openai_agents.errors import AgentsInputError
+from worker.frameworks.openai_agents.reply import open_carried
+from worker.frameworks.options import TurnOptions
 from worker.types import (
     DocumentPart,
     ImagePart,
@@ -44,7 +44,7 @@ from worker.types import (
     describe_validation_error,
 )
 
-__all__ = ["AgentsInputError", "ModelCall", "TurnShape", "turn_request"]
+__all__ = ["ModelCall", "turn_request"]
 
 # The SDK's reasoning efforts on relevo's three ("none" asks for no effort: the default).
 _EFFORT: dict[str, Literal["low", "medium", "high"] | None] = {
@@ -65,20 +65,6 @@ _EXTRA_ARGS = ("seed", "stop")
 _OUTPUT_NAME = "final_output"
 
 
-class AgentsInputError(InputError, UserError):
-    """Something the agent asks for that relevo cannot carry to every model of its chain."""
-
-
-@dataclass(frozen=True)
-class TurnShape:
-    """The user's options that shape every turn: who pays, how long a turn may take,
-    and which tools change the world (the chain's read-only fallback leaves them out)."""
-
-    tenant_id: str
-    deadline_s: float = 60.0
-    side_effect_tools: frozenset[str] = field(default_factory=frozenset)
-
-
 @dataclass(frozen=True)
 class ModelCall:
     """One call of the SDK's `Model`: what it passes, as it passes it."""
@@ -96,7 +82,7 @@ class ModelCall:
         return self.output_schema is not None and not self.output_schema.is_plain_text()
 
 
-def turn_request(shape: TurnShape, call: ModelCall, *, stream: bool) -> TurnRequest:
+def turn_request(options: TurnOptions, call: ModelCall, *, stream: bool) -> TurnRequest:
     """The turn `call` stands for; `AgentsInputError` names what cannot be carried."""
     messages = []
     if call.system_instructions:
@@ -105,13 +91,12 @@ def turn_request(shape: TurnShape, call: ModelCall, *, stream: bool) -> TurnRequ
     settings = call.model_settings
     try:
         messages.extend(_Conversation().read(items))
-        turn_tools = _tools(call.tools, call.handoffs, shape.side_effect_tools)
+        turn_tools = _tools(call.tools, call.handoffs, options.side_effect_tools)
         fields: dict[str, Any] = {
-            "tenant_id": shape.tenant_id,
+            **options.fields(settings.timeout),
             "messages": messages,
             "tools": turn_tools,
             "stream": stream,
-            "deadline_s": settings.timeout or shape.deadline_s,
             **_settings(settings, has_tools=bool(turn_tools)),
         }
         if call.output_schema is not None and call.structured:
