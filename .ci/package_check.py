@@ -18,7 +18,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-PACKAGES = ("worker", "breakers", "budgets")
+PACKAGES = ("worker", "breakers", "budgets", "rediskit")
 # What optional extras bring (`relevo[agents]`, `relevo[pydantic-ai]`...), not the wheel.
 OPTIONAL = {"agents", "pydantic_ai", "botocore", "google", "opentelemetry"}
 

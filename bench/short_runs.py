@@ -1,13 +1,15 @@
-"""Where the input estimate is no bound: text made of many short runs of letters.
+"""Text made of many short runs of letters, where a rule on letters is no bound.
 
-The estimate counts a lowercase letter a third of a token in a run shorter than 12
-(`worker.turn.tokens.text_tokens`), which holds for words, not for letters no
-vocabulary joins. For each kind of such text (400 runs of 11 letters between spaces,
-ROT13 of docs/budgets.md), the most tokens any of the four test tokenizers makes
-(`tests/tokenkit.py`: o200k, cl100k, Mistral Tekken and SentencePiece), over the
-estimate, and the tokenizer that makes them; then what one turn of such text is billed
-at GPT-4o's prices (letter pairs `zq`) ($2.50 / $10 per million tokens, o200k's count and every
-`max_tokens` written) over its reserved worst case (the estimate padded by 20 %).
+The estimate counts a lowercase letter a third of a token only in a word of its
+dictionary, words every tokenizer holds at that rate, and a token a letter in any other
+run (`worker.turn.tokens.text_tokens`); a third a letter in every short run would fall
+short 1.45 (random letters) to 2.36 times (`zq` pairs). For each kind of such text (400
+runs of 11 letters between spaces, ROT13 of docs/budgets.md), the most tokens any of the
+four test tokenizers makes (`tests/tokenkit.py`: o200k, cl100k, Mistral Tekken and
+SentencePiece) over the estimate, and the tokenizer that makes them; then what one turn
+of `zq` pairs is billed at GPT-4o's prices ($2.50 / $10 per million tokens, o200k's count
+and every `max_tokens` written) over its reserved worst case (the estimate padded by
+20 %). Every figure is at most 1 where the estimate is a bound.
 
     .venv/bin/python bench/short_runs.py     # ~10 s
 

@@ -1,9 +1,8 @@
 """Fleet-wide circuit breakers, cooldowns, exhausted marks and the kill switch, on Redis.
 
 Knows nothing of Celery, HTTP or LLMs: it takes scope names, holders, seconds and
-verdicts. Importing it never touches Redis. `breakers.rediskit` holds the Redis plumbing
-that `budgets` shares (keys, names, scripts, clock, failures): budgets imports breakers,
-never the other way. See docs/breakers.md.
+verdicts. Importing it never touches Redis. Its Redis plumbing (keys, names, scripts,
+clock, failures) is `rediskit`'s, shared with `budgets` and `worker`. See docs/breakers.md.
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ from breakers.killswitch import KillSwitch
 from breakers.operators import CooldownReport, ExhaustedReport, FleetReport, Operators, ScopeReport
 from breakers.outcomes import Cooldown, Entry, Exhausted, Gone, Outcome, Pair, Verdict
 from breakers.policy import CooldownPolicy, Policy
-from breakers.rediskit import FORBIDDEN_ERRORS, STORE_ERRORS
 from breakers.resilient import ResilientBreakers
 from breakers.schema import ReadProblem
 from breakers.state import (
@@ -36,6 +34,7 @@ from breakers.state import (
     TransitionKind,
 )
 from breakers.store import FleetBreakers
+from rediskit import FORBIDDEN_ERRORS, STORE_ERRORS
 
 __all__ = [
     "FORBIDDEN_ERRORS",

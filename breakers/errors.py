@@ -3,12 +3,16 @@
 BreakersError
 ├── InvalidNameError       a scope, account, model, holder or namespace outside the alphabet
 ├── InvalidPolicyError     a policy value out of range, naming the field
-├── UnknownScopeError      an operator named a scope nobody configured or used
+└── UnknownScopeError      an operator named a scope nobody configured or used
+
+rediskit.StoreError        the store's failures, as every room raises them (`rediskit.errors`)
 ├── StoreUnavailableError  Redis could not be reached on a path with no local fallback
 └── StoreForbiddenError    Redis answered but refused us (authentication, ACL permissions)
 """
 
 from __future__ import annotations
+
+from rediskit.errors import StoreForbiddenError, StoreUnavailableError
 
 __all__ = [
     "BreakersError",
@@ -39,15 +43,3 @@ class UnknownScopeError(BreakersError, LookupError):
         listed = ", ".join(known[:20]) or "none"
         super().__init__(f"unknown breaker scope {scope!r}; known scopes: {listed}")
         self.scope = scope
-
-
-class StoreUnavailableError(BreakersError):
-    """Redis did not answer on an operator path (operators get an error, never a local view)."""
-
-
-class StoreForbiddenError(BreakersError):
-    """Redis refused this client (bad password, missing ACL permission).
-
-    Never served from local breakers: a worker that may not read the kill switch
-    must not carry on as if Redis were merely down.
-    """

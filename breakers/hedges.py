@@ -22,8 +22,8 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
 from breakers.keys import Keys
-from breakers.rediskit import Parse, raise_if_error, text
 from breakers.scripts import SCRIPTS
+from rediskit import Parse, raise_if_error, text
 
 __all__ = ["EDGES_MS", "HedgeStore", "bucket_of", "percentile_ms"]
 

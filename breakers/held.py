@@ -17,9 +17,9 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
 from breakers.keys import Keys, validate_name
-from breakers.rediskit import Parse, raise_if_error, text, unavailable_as_error
 from breakers.schema import SCHEMA_FIELD, ReadProblem, read_entry
 from breakers.scripts import SCRIPTS
+from rediskit import Parse, raise_if_error, store_errors, text
 
 __all__ = ["HELD_SCHEMA", "HeldTurn", "HeldTurns"]
 
@@ -65,7 +65,7 @@ class HeldTurns:
         """Keep a turn for replay; return its stream id. `version`: the schema version the
         payload was written with (a turn held again keeps its own)."""
         validate_name(turn_id, "turn_id")
-        async with unavailable_as_error("hold turn"):
+        async with store_errors("hold turn"):
             entry_id = await self._redis.xadd(
                 self._keys.held,
                 {"turn_id": turn_id, "payload": payload, SCHEMA_FIELD: version},
@@ -76,13 +76,13 @@ class HeldTurns:
 
     async def held(self, limit: int = 100) -> list[HeldTurn]:
         """The oldest held turns, without taking them."""
-        async with unavailable_as_error("list held turns"):
+        async with store_errors("list held turns"):
             rows = await self._redis.xrange(self._keys.held, count=limit)
         return [_turn(entry_id, fields) for entry_id, fields in rows or [] if fields]
 
     async def count(self) -> int:
         """How many turns are held."""
-        async with unavailable_as_error("count held turns"):
+        async with store_errors("count held turns"):
             return int(await self._redis.xlen(self._keys.held))
 
     async def take(self, limit: int = 10) -> list[HeldTurn]:
@@ -97,5 +97,5 @@ class HeldTurns:
 
             return parse
 
-        async with unavailable_as_error("take held turns"):
+        async with store_errors("take held turns"):
             return await SCRIPTS.run(self._redis, queue)

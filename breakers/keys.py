@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from breakers.errors import InvalidNameError
-from breakers.rediskit import NAMESPACE, NameRule, check_name, hash_tag
+from rediskit import NAMESPACE, NameRule, check_name, hash_tag
 
 __all__ = ["MAX_NAME_CHARS", "NAME_ALPHABET", "NAME_RULE", "Keys", "validate_name"]
 

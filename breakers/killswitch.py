@@ -12,9 +12,9 @@ from redis.asyncio.client import Pipeline
 
 from breakers.errors import StoreUnavailableError
 from breakers.keys import Keys
-from breakers.rediskit import Parse, raise_if_error, text, unavailable_as_error
 from breakers.scripts import SCRIPTS
 from breakers.state import KillSwitchState
+from rediskit import Parse, raise_if_error, store_errors, text
 
 __all__ = ["KillSwitch", "stored_state"]
 
@@ -77,7 +77,7 @@ class KillSwitch:
 
             return parse
 
-        async with unavailable_as_error("kill switch on"):
+        async with store_errors("kill switch on"):
             since_ms = await SCRIPTS.run(self._redis, queue)
         log.warning("breakers.kill_switch_on", who=who, reason=reason, since_ms=since_ms)
         return KillSwitchState(who, reason, since_ms)
@@ -88,7 +88,7 @@ class KillSwitch:
         Then `confirm_off`: a worker may restore the switch from a look older than the off.
         """
         _check_text(who, "who")
-        async with unavailable_as_error("kill switch off"):
+        async with store_errors("kill switch off"):
             before = await self._off(who, confirming=False)
         log.warning("breakers.kill_switch_off", who=who, was_on=before is not None)
         return before
@@ -106,7 +106,7 @@ class KillSwitch:
         deadline = time.monotonic() + _CONFIRM_WITHIN_S
         while True:
             try:
-                async with unavailable_as_error("kill switch off (confirming)"):
+                async with store_errors("kill switch off (confirming)"):
                     undone = await self._off(who, confirming=True)
                 break
             except StoreUnavailableError:
@@ -131,7 +131,7 @@ class KillSwitch:
 
     async def status(self) -> KillSwitchState | None:
         """The kill switch while on, else None."""
-        async with unavailable_as_error("kill switch status"):
+        async with store_errors("kill switch status"):
             who, why, since = await self._redis.hmget(self._keys.kill, ["who", "why", "since_ms"])
         if who is None:
             return None
@@ -157,7 +157,7 @@ class KillSwitch:
 
             return parse
 
-        async with unavailable_as_error("kill switch restore"):
+        async with store_errors("kill switch restore"):
             outcome, state = await SCRIPTS.run(self._redis, queue)
         if outcome == "restored":
             log.warning("breakers.kill_switch_restored", who=seen.who, reason=reason)

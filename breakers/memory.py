@@ -24,22 +24,18 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
-import random
 import time
 from collections.abc import Callable
 
 import structlog
 
-from breakers.errors import StoreUnavailableError
 from breakers.killswitch import KillSwitch
-from breakers.rediskit import STORE_ERRORS, raise_if_forbidden
 from breakers.state import FleetState, KillSwitchState
 from breakers.store import FleetBreakers
+from rediskit import DOWN, backoff_s, raise_if_forbidden
 
 __all__ = ["FleetMemory"]
 
-# What reading or making the epoch, or restoring the switch, may meet: Redis gone again.
-_EPOCH_UNREAD: tuple[type[BaseException], ...] = (*STORE_ERRORS, StoreUnavailableError)
 # The first wait before a restore is tried again; each wait doubles, up to `fresh_s`.
 _RETRY_FIRST_S = 0.05
 log = structlog.get_logger("relevo.breakers")
@@ -100,7 +96,7 @@ class FleetMemory:
                 restored = await self._restored()
                 if restored is not None:
                     state = dataclasses.replace(state, kill_switch=restored)
-        except _EPOCH_UNREAD as exc:
+        except DOWN as exc:
             raise_if_forbidden(exc)
             return state  # the next check tries again
         self._epoch = epoch
@@ -145,7 +141,7 @@ class FleetMemory:
         """Say in the new epoch what was lost, for operators (the console); best effort."""
         try:
             await self.fleet.note_reset(epoch, lost)
-        except _EPOCH_UNREAD as exc:
+        except DOWN as exc:
             log.warning("breakers.store_reset_not_noted", error=type(exc).__name__)
 
     async def _restored(self) -> KillSwitchState | None:
@@ -173,8 +169,7 @@ class FleetMemory:
                 try:
                     return await switch.restore(seen, epoch, within_s=2 * self.fresh_s + late_by_s)
                 except Exception as exc:  # Redis away again (or worse): try again, say so once
-                    wait_s = min(self.fresh_s, _RETRY_FIRST_S * 2 ** (attempt - 1))
-                    wait_s *= random.uniform(0.5, 1.0)
+                    wait_s = backoff_s(attempt - 1, first_s=_RETRY_FIRST_S, cap_s=self.fresh_s)
                     log.warning(
                         "breakers.kill_switch_restore_failed",
                         attempt=attempt,

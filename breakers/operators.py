@@ -12,9 +12,9 @@ from redis.asyncio.client import Pipeline
 from breakers.errors import InvalidNameError, UnknownScopeError
 from breakers.keys import pair_member, split_pair, validate_name
 from breakers.outcomes import Pair
-from breakers.rediskit import Parse, raise_if_error, text, unavailable_as_error
 from breakers.state import BreakerState
 from breakers.store import FleetBreakers
+from rediskit import Parse, raise_if_error, store_errors, text
 
 __all__ = ["CooldownReport", "ExhaustedReport", "FleetReport", "Operators", "ScopeReport"]
 
@@ -109,7 +109,7 @@ class Operators:
 
     async def scopes(self) -> list[str]:
         """Every known scope: configured ones and those the fleet recorded, sorted."""
-        async with unavailable_as_error("list scopes"):
+        async with store_errors("list scopes"):
             seen = await self._store.redis.zrange(self._keys.scope_index, 0, -1)
         return sorted(self._store.known_scopes | set(_readable_scopes(seen)))
 
@@ -128,7 +128,7 @@ class Operators:
             self._store.queue_script(pipe, "inspect", keys, args)
             return self._parse_report(names)
 
-        async with unavailable_as_error("breakers report"):
+        async with store_errors("breakers report"):
             return await self._store.run_script(queue)
 
     def _parse_report(self, names: list[str]) -> Parse[FleetReport]:
@@ -205,7 +205,7 @@ class Operators:
 
             return parse
 
-        async with unavailable_as_error(f"breakers clear-gone {member}"):
+        async with store_errors(f"breakers clear-gone {member}"):
             kind, left_ms = await self._store.run_script(queue)
         if not kind:
             return None
@@ -243,7 +243,7 @@ class Operators:
 
             return parse
 
-        async with unavailable_as_error(f"breakers {op} {scope}"):
+        async with store_errors(f"breakers {op} {scope}"):
             return await self._store.run_script(queue)
 
 

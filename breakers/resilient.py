@@ -23,21 +23,17 @@ from typing import TypeVar
 
 import structlog
 from redis.asyncio.client import Pipeline
-from redis.exceptions import NoScriptError
 
 from breakers.connection import DEFAULT_TIMEOUT_S, in_memory
-from breakers.errors import StoreForbiddenError
 from breakers.memory import FleetMemory
 from breakers.outcomes import Entry, Pair
-from breakers.rediskit import FORBIDDEN_ERRORS, STORE_ERRORS, Parse, raise_if_forbidden
 from breakers.state import FleetState, Transition
 from breakers.store import FleetBreakers
+from rediskit import REFUSED, STORE_ERRORS, LuaScripts, Parse, raise_if_forbidden
 
 __all__ = ["ResilientBreakers"]
 
 T = TypeVar("T")
-# A Redis that answers and refuses us is not down: the next turn's call fails closed.
-_REFUSED: tuple[type[BaseException], ...] = (*FORBIDDEN_ERRORS, StoreForbiddenError)
 log = structlog.get_logger("relevo.breakers")
 
 
@@ -181,7 +177,7 @@ class ResilientBreakers:
         asked = time.monotonic()
 
         async def resolve(reply: object) -> T:
-            if isinstance(reply, NoScriptError):
+            if LuaScripts.lost([reply]):
                 # Redis answered but forgot the scripts (a restart, SCRIPT FLUSH):
                 # load them and ask again, without leaving the fleet view.
                 await self._reload_scripts()
@@ -237,7 +233,7 @@ class ResilientBreakers:
         try:
             async with asyncio.timeout(self.timeout_s):
                 await op(self.fleet)
-        except _REFUSED:
+        except REFUSED:
             pass  # it answers, and refuses us: the next turn's call fails closed
         except STORE_ERRORS as exc:
             self._lose(exc, asked)

@@ -9,7 +9,7 @@ pipeline of its own (still one round trip) and loads the scripts once if Redis l
 
 from __future__ import annotations
 
-from breakers.rediskit import LuaScripts
+from rediskit import LuaScripts
 
 __all__ = ["SCRIPTS"]
 

@@ -15,7 +15,6 @@ from breakers.keys import Keys, exhausted_member, pair_member, validate_name
 from breakers.killswitch import stored_state
 from breakers.outcomes import Cooldown, Entry, Exhausted, Gone, Outcome, Pair, Verdict
 from breakers.policy import CooldownPolicy, Policy
-from breakers.rediskit import Parse, raise_if_error, read_clock, text, unavailable_as_error
 from breakers.scripts import SCRIPTS
 from breakers.state import (
     BreakerState,
@@ -24,6 +23,7 @@ from breakers.state import (
     Transition,
     TransitionKind,
 )
+from rediskit import Parse, raise_if_error, read_clock, store_errors, text
 
 __all__ = ["FleetBreakers"]
 
@@ -174,7 +174,7 @@ class FleetBreakers:
     async def note_reset(self, epoch: str, lost: Sequence[str]) -> None:
         """Note in the store's epoch `epoch` when it was found to have lost its data, and
         what kinds of state went with it (`reset`): what the console tells operators."""
-        async with unavailable_as_error("note the store's reset"):
+        async with store_errors("note the store's reset"):
             if text(await self.redis.hget(self.keys.epoch, "id") or b"") == epoch:
                 await self.redis.hset(
                     self.keys.epoch,
@@ -183,7 +183,7 @@ class FleetBreakers:
 
     async def reset(self) -> tuple[int, str] | None:
         """When the store was last found to have lost its data, and what went with it."""
-        async with unavailable_as_error("read the store's epoch"):
+        async with store_errors("read the store's epoch"):
             at, lost = await self.redis.hmget(self.keys.epoch, ["reset_ms", "lost"])
         if at is None:
             return None

@@ -3,8 +3,7 @@
 Knows nothing of Celery, HTTP or LLMs: it takes tenant ids, charge ids,
 provider names and integer micro-dollars. It shares its Redis plumbing (keys,
 names, script loading, the test clock, Redis failures) with `breakers`, in
-`breakers.rediskit`: budgets imports breakers, never the other way. See
-docs/budgets.md.
+`rediskit`. See docs/budgets.md.
 """
 
 from budgets.errors import BudgetError, InvalidAmountError, InvalidNameError, UnknownTenantError
@@ -20,6 +19,7 @@ from budgets.money import (
     parse_dollars,
     worst_case_micros,
 )
+from budgets.routes import Route, Routes
 from budgets.shares import MAX_WEIGHT, Share, Shares
 from budgets.types import (
     BudgetReport,
@@ -50,6 +50,8 @@ __all__ = [
     "RefusalReason",
     "Release",
     "Reservation",
+    "Route",
+    "Routes",
     "Settlement",
     "Share",
     "Shares",

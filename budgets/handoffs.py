@@ -11,10 +11,10 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from breakers.rediskit import text
 from breakers.schema import SCHEMA_FIELD, ReadProblem, read_entry
 from budgets.errors import InvalidNameError
 from budgets.keys import BudgetKeys, check_plain, check_tenant
+from rediskit import text
 
 __all__ = ["HANDOFF_SCHEMA", "Handoff", "Handoffs"]
 

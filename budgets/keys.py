@@ -1,6 +1,6 @@
 """Every Redis key budgets uses, in one place, and the checks on the names inside them.
 
-Layout under a namespace ``N`` (default "relevo"); `<t>` is a validated tenant id. The
+Layout under a namespace ``N`` (default "relevo"); `<t>` is a tenant id (`TENANT_PATTERN`). The
 keys of one tenant start with the tenant's own Redis Cluster hash tag ``{N/<t>}``: every
 budget script touches one tenant's keys only, all in one slot, and on a Cluster the
 tenants spread over the nodes. The others start with ``{N}``, the same tag as `breakers`'
@@ -23,6 +23,8 @@ keys. Every key a script touches is passed in KEYS:
     {N}:budget:migrating               set   claims of a migration underway   no TTL (emptied)
     {N}:budget:evidence:<model>        list  output tokens, newest first      EVIDENCE_TTL_S
     {N}:handoffs                       stream  degraded turns for people      capped (MAXLEN ~)
+    {N}:budget:routes                  hash  tenant -> default and allowed    no TTL (operators')
+                                             chains (`budgets.routes`)
 
 The tenants set is written beside the scripts (in the same pipeline), not inside them: it
 lives on another slot.
@@ -34,12 +36,13 @@ script uses the pair of its own clock.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import date, timedelta
 from functools import lru_cache
 
-from breakers.rediskit import NAMESPACE, NameRule, check_name, hash_tag
 from budgets.errors import InvalidNameError
+from rediskit import NAMESPACE, NameRule, check_name, hash_tag
 
 __all__ = [
     "CHARGE_TTL_S",
@@ -47,6 +50,8 @@ __all__ = [
     "HOLD_GRACE_S",
     "MONTH_TTL_S",
     "PERIOD_SLACK_MS",
+    "TENANT_MAX_CHARS",
+    "TENANT_PATTERN",
     "BudgetKeys",
     "check_charge_id",
     "check_namespace",
@@ -66,8 +71,24 @@ _EPOCH = date(1970, 1, 1)
 
 _PLAIN_SAYS = "ASCII letters, digits, '_', '.' and '-'"
 _FIRST_SAYS = "a letter, a digit or '_'"
-# Tenant ids, provider names, hand-off reasons.
+# Provider names, hand-off reasons, and the tenant ids of the keys' older layout.
 PLAIN = NameRule("A-Za-z0-9_.-", "A-Za-z0-9_", 64, _PLAIN_SAYS, _FIRST_SAYS)
+
+# Tenant ids as platforms write them: "org:1234" (URNs, ARNs), "team/42" (paths), "acme.eu"
+# (domains), "user+eu@example.com" (e-mail addresses). The one rule for every place a tenant
+# id enters (`TurnRequest`, the commands, the console, the fair queue). Left out, because
+# something parses them: '|' (the fair queue's "<tenant>|<seq>" members and packed values
+# split on it), '{' and '}' (a key's Cluster hash tag ends at the first '}'), '%' (URL
+# encoding), whitespace, quotes, glob characters and anything not ASCII. Every id of the
+# PLAIN rule is one: an existing tenant's keys stay where they are. Each part between '/'
+# starts like an id, so no id reads as a path going up ("a/../b") or an empty part ("a//b").
+TENANT_MAX_CHARS = 64
+_TENANT_FIRST = "A-Za-z0-9_"
+_TENANT_REST = "A-Za-z0-9_.:@+-"
+TENANT_PATTERN = rf"^[{_TENANT_FIRST}][{_TENANT_REST}]*(?:/[{_TENANT_FIRST}][{_TENANT_REST}]*)*$"
+_TENANT_SAYS = "ASCII letters, digits, '_', '.', '-', ':', '/', '@' and '+'"
+TENANT = NameRule("A-Za-z0-9_.:@+/-", _TENANT_FIRST, TENANT_MAX_CHARS, _TENANT_SAYS, _FIRST_SAYS)
+_TENANT_VALID = re.compile(TENANT_PATTERN)
 # Charge ids may hold a colon ("turn-1:0"): they are always the last segment of a key.
 CHARGE = NameRule("A-Za-z0-9_.:-", "A-Za-z0-9_", 200, _PLAIN_SAYS + " and ':'", _FIRST_SAYS)
 # Model names as the chain spells them ("openai/gpt-5"): the last segment of a key.
@@ -82,8 +103,15 @@ def check_plain(what: str, value: object) -> str:
 
 
 def check_tenant(value: object) -> str:
-    """`value` if it is a valid tenant id, else `InvalidNameError` saying what is wrong with it."""
-    return check_plain("tenant id", value)
+    """`value` if it is a valid tenant id (`TENANT_PATTERN`, at most 64 characters), else
+    `InvalidNameError` in one line naming the characters allowed and the one at fault."""
+    checked = check_name(value, "tenant id", TENANT, InvalidNameError)
+    if _TENANT_VALID.fullmatch(checked) is None:
+        raise InvalidNameError(
+            f"tenant id {checked!r} must start with {_FIRST_SAYS} and use only "
+            f"{_TENANT_SAYS}, each part between '/' starting with {_FIRST_SAYS}"
+        )
+    return checked
 
 
 def check_provider(value: object) -> str:
@@ -97,7 +125,7 @@ def check_charge_id(value: object) -> str:
 
 
 def check_namespace(value: object) -> str:
-    """`value` if it is a valid key namespace (`breakers.rediskit.NAMESPACE`, as breakers')."""
+    """`value` if it is a valid key namespace (`rediskit.NAMESPACE`, as breakers')."""
     return check_name(value, "namespace", NAMESPACE, InvalidNameError)
 
 

@@ -21,9 +21,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import structlog
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
-from redis.exceptions import NoScriptError
 
-from breakers.rediskit import Parse, read_clock, text
 from budgets.errors import InvalidAmountError, InvalidNameError, UnknownTenantError
 from budgets.keys import (
     CHARGE_TTL_S,
@@ -44,6 +42,7 @@ from budgets.parsers import (
 )
 from budgets.scripts import SCRIPTS
 from budgets.types import BudgetReport, Limits, Refusal, Release, Reservation, Settlement
+from rediskit import Parse, read_clock, text
 
 __all__ = ["Ledger"]
 
@@ -324,16 +323,15 @@ class Ledger:
         """`report` of each of `tenants` (members of `tenants()`) in one round trip, for
         readers of many tenants: in the order given, the report or the error Redis (or
         the parser) gave for that tenant alone. Scripts are loaded once if Redis lost them."""
-        for attempt in range(2):
+
+        async def send() -> list[Any]:
             async with self._redis.pipeline(transaction=False) as pipe:
                 for tenant in tenants:
                     self._queue(pipe, "report", tenant, [self.keys.limits(tenant)], [tenant])
-                replies = await pipe.execute(raise_on_error=False)
-            if attempt == 0 and any(isinstance(r, NoScriptError) for r in replies):
-                await self.load_scripts()
-                continue
-            return [self._parsed(t, r) for t, r in zip(tenants, replies, strict=True)]
-        raise AssertionError("unreachable")  # pragma: no cover
+                return await pipe.execute(raise_on_error=False)
+
+        replies = await SCRIPTS.reloading(send, self.load_scripts)
+        return [self._parsed(t, r) for t, r in zip(tenants, replies, strict=True)]
 
     def _parsed(self, tenant: str, raw: object) -> BudgetReport | Exception:
         if isinstance(raw, Exception):

@@ -27,7 +27,6 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import date, timedelta
-from importlib import resources
 from itertools import count
 from typing import Any
 
@@ -35,8 +34,8 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 from redis.asyncio.cluster import RedisCluster
 
-from breakers.rediskit import hash_tag, raise_if_error, text
 from budgets.keys import CHARGE, PLAIN, BudgetKeys, utc_periods
+from rediskit import LuaScripts, hash_tag, raise_if_error, text
 
 __all__ = ["MigrationReport", "migrate_keys", "old_keys_present"]
 
@@ -52,12 +51,8 @@ _FIXED = frozenset({"limits", "held", "holds", "reclaimed"})
 _COUNTERS = ("day:", "month:")
 
 
-def _lua(name: str) -> str:
-    path = resources.files("budgets").joinpath("lua", "migrate", f"{name}.lua")
-    return path.read_text(encoding="utf-8")
-
-
-_CLAIM, _APPLY = _lua("claim"), _lua("apply")
+# Sent whole (EVAL): a migration runs once, on whatever Redis has loaded.
+_SCRIPTS = LuaScripts("budgets", "lua/migrate", library=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,7 +266,7 @@ async def _move_claimed(
 
     def claim(pipe: Pipeline) -> None:
         for move, name in claims:
-            pipe.execute_command("EVAL", _CLAIM, 3, move.source, name, names.claims)
+            _SCRIPTS.queue_whole(pipe, "claim", [move.source, name, names.claims], [])
 
     held: list[tuple[_Move, str, list[Any]]] = []
     for (move, name), reply in zip(claims, await _send(redis, claim), strict=True):
@@ -283,7 +278,7 @@ async def _move_claimed(
         for move, name, (kind, ttl, flat) in writes:
             mode = "merge" if move.merge else "keep"
             args = [name, APPLIED_TTL_MS, mode, text(kind), ttl, *flat]
-            pipe.execute_command("EVAL", _APPLY, 2, move.new, names.applied(move.tenant), *args)
+            _SCRIPTS.queue_whole(pipe, "apply", [move.new, names.applied(move.tenant)], args)
 
     outcomes = await _send(redis, apply) if writes else []
     written = {name for (_, name, _), out in zip(writes, outcomes, strict=True) if _ok(out)}

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from breakers.rediskit import raise_if_error, text
 from budgets.errors import UnknownTenantError
 from budgets.types import (
     BudgetReport,
@@ -16,6 +15,7 @@ from budgets.types import (
     Reservation,
     Settlement,
 )
+from rediskit import raise_if_error, text
 
 __all__ = ["parse_release", "parse_report", "parse_reservation", "parse_settlement", "reply"]
 

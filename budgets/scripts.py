@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from breakers.rediskit import LuaScripts
+from rediskit import LuaScripts
 
 __all__ = ["SCRIPTS"]
 

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
-from breakers.rediskit import hash_tag, text
 from budgets.errors import InvalidAmountError
 from budgets.keys import check_namespace, check_tenant
+from rediskit import hash_tag, text
 
 __all__ = ["MAX_WEIGHT", "Share", "Shares"]
 

@@ -1,10 +1,10 @@
 """Helpers for tests of code that uses budgets: a clock to drive periods and expiry.
 
-`ManualClock` is defined once, in `breakers.rediskit`, for breakers and budgets alike.
+`ManualClock` is defined once, in `rediskit`, for breakers and budgets alike.
 """
 
 from __future__ import annotations
 
-from breakers.rediskit import ManualClock
+from rediskit import ManualClock
 
 __all__ = ["ManualClock"]

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from tests.netkit import free_port
@@ -187,3 +188,34 @@ def worker_config(
         sim=sim, redis_url=redis_url, namespace=namespace, key_env=key_env
     )
     return f"turn_deadline_s = {deadline_s}\n\n{queue}{sections}\n{tables}"
+
+
+# The fleet tests' sections: turns a worker lost come back soon (a short visibility timeout).
+FLEET_SECTIONS = """
+[retry]
+base_delay_s = 0.01
+
+[worker]
+queue = "{namespace}"
+visibility_timeout_s = 12
+restore_interval_s = 1
+
+[budgets]
+hold_ttl_s = 10
+"""
+
+
+def write_worker_config(
+    path: Path,
+    *,
+    namespace: str,
+    sections: str = "",
+    fill: Mapping[str, object] = {},
+    **config: Any,
+) -> Path:
+    """`worker_config(namespace=..., sections=..., **config)` written to `path`, with
+    `{namespace}` and each of `fill` filled in in `sections` first (a brace meant for TOML
+    is written twice)."""
+    filled = sections.format(namespace=namespace, **fill)
+    path.write_text(worker_config(namespace=namespace, sections=filled, **config), encoding="utf-8")
+    return path

@@ -14,7 +14,8 @@ import subprocess
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 import pytest
@@ -25,6 +26,7 @@ from tests import threadsafe_ast
 from tests.netkit import free_port
 
 if TYPE_CHECKING:
+    from tests.fleetkit import Workers
     from worker.fleet.fairqueue import FairQueue
     from worker.simulator import Simulator
 
@@ -214,6 +216,81 @@ def sim() -> Iterator[Simulator]:
 
     with Simulator() as simulator:
         yield simulator
+
+
+@pytest.fixture
+def fresh_sim(sim: Simulator) -> Simulator:
+    """The module's simulator with no faults, counts or requests left by an earlier test.
+
+    A module whose every test wants that says so once:
+    `pytestmark = pytest.mark.usefixtures("fresh_sim")`.
+    """
+    sim.reset()
+    return sim
+
+
+@pytest.fixture
+def provider_key(monkeypatch: pytest.MonkeyPatch) -> str:
+    """`RELEVO_TEST_KEY` set for this test: the key every provider in `tests.chainkit`'s
+    configurations reads, for the turns this process runs itself."""
+    from tests.chainkit import KEY
+
+    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
+    return KEY
+
+
+class WorkerToml(Protocol):
+    """Writes a test's worker configuration file and returns its path."""
+
+    def __call__(self, sections: str = "", **config: Any) -> Path: ...
+
+
+@pytest.fixture
+def worker_toml(sim: Simulator, redis_url: str, namespace: str, tmp_path: Path) -> WorkerToml:
+    """`tests.chainkit.write_worker_config` on the module's simulator and the test's namespace
+    (and queue) on the session's Redis, to `chain.toml` in the test's directory: a test
+    passes its own sections (`{namespace}` filled in) and `worker_config`'s other options."""
+    from tests.chainkit import write_worker_config
+
+    def write(sections: str = "", **config: Any) -> Path:
+        path = tmp_path / "chain.toml"
+        return write_worker_config(
+            path, sim=sim.url, redis_url=redis_url, namespace=namespace, sections=sections, **config
+        )
+
+    return write
+
+
+@pytest.fixture
+def fleet_toml(worker_toml: WorkerToml) -> Path:
+    """The fleet tests' configuration: a lost turn back soon (`tests.chainkit.FLEET_SECTIONS`)."""
+    from tests.chainkit import FLEET_SECTIONS
+
+    return worker_toml(FLEET_SECTIONS)
+
+
+@pytest.fixture
+def console_toml(redis_url: str, namespace: str, tmp_path: Path) -> Path:
+    """A fleet's configuration for the console alone (`tests.consolekit.console_config`)."""
+    from tests.consolekit import console_config
+
+    return console_config(tmp_path, redis_url, namespace)
+
+
+@pytest.fixture(scope="module")
+def workers() -> Iterator[Workers]:
+    """Four fleet processes (`tests.fleetkit.Workers`) for the module: spawning costs about
+    a second each. They inherit the environment: chainkit's providers read their key there."""
+    from tests.chainkit import KEY
+    from tests.fleetkit import Workers
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RELEVO_TEST_KEY", KEY)
+        pool = Workers(4)
+    try:
+        yield pool
+    finally:
+        pool.close()
 
 
 @pytest.fixture

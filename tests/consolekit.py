@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from tests.chainkit import worker_config
+from tests.chainkit import write_worker_config
 from tests.conftest import skip_unless_ci
 from tests.netkit import free_port
 from worker.console import build_app
@@ -52,10 +52,9 @@ BASE = "http://testserver"
 def console_config(tmp_path: Path, redis_url: str, namespace: str) -> Path:
     """A fleet's configuration for the console alone: its providers never answer."""
     path = tmp_path / "chain.toml"
-    path.write_text(
-        worker_config(sim="http://127.0.0.1:9", redis_url=redis_url, namespace=namespace)
+    return write_worker_config(
+        path, sim="http://127.0.0.1:9", redis_url=redis_url, namespace=namespace
     )
-    return path
 
 
 @asynccontextmanager

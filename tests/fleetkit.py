@@ -26,6 +26,7 @@ from multiprocessing.synchronize import Event
 from types import TracebackType
 from typing import Any
 
+import budgets
 from tests.chainkit import ORDER, settings
 from worker.adapters import make_client
 from worker.guard.hedge_book import FleetHedges, hedge_book
@@ -198,6 +199,9 @@ class _Timed:
 
     async def handoff(self, tenant: str, turn_id: str, reason: str, payload: str) -> None:
         await self.guard.handoff(tenant, turn_id, reason, payload)
+
+    async def route(self, tenant: str) -> budgets.Route | None:
+        return await self.guard.route(tenant)
 
 
 def _record(index: int, started: float, result: TurnResult, timing: _Timing) -> TurnRecord:

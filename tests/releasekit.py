@@ -57,7 +57,7 @@ PREVIOUS = "0.1.0"
 RELEASES = Path(__file__).resolve().parent / "releases"
 WHEEL = RELEASES / f"relevo-{PREVIOUS}-py3-none-any.whl"
 CLIENT = RELEASES / "client.py"
-PACKAGES = ("worker", "breakers", "budgets")
+PACKAGES = ("worker", "breakers", "budgets", "rediskit")
 # `python -v`: "# code object from '/path/worker/turn/__pycache__/chain.cpython-311.pyc'"
 # (or the .py), on stderr; once Celery has redirected stderr to its logger, inside a JSON
 # log line.

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import os
 import subprocess
-import sys
 import threading
 import time
 import tomllib
@@ -22,7 +20,8 @@ from celery.exceptions import TimeoutError as CeleryTimeout
 from celery.result import AsyncResult
 from celery.signals import before_task_publish
 
-from tests.chainkit import KEY, worker_config
+from tests.chainkit import worker_config, write_worker_config
+from tests.workerkit import celery_worker_process, stop
 from worker.errors import InputError, RelevoError
 from worker.fleet import AsyncTurnHandle, Producer, TurnHandle, TurnTimeout, UnknownTurn
 from worker.fleet.turnstore import TurnStore
@@ -30,43 +29,30 @@ from worker.settings import LimitsSettings, Settings, load_settings
 from worker.simulator import Fault, Simulator
 from worker.types import Message, Status, TurnRequest, TurnResult
 
+pytestmark = pytest.mark.usefixtures("fresh_sim")
+
+
 SECTIONS = "[retry]\nbase_delay_s = 0.01\n"
 
 
 def write_fleet_config(path: Path, *, sim: str, redis_url: str) -> Path:
     """The two-model chain on a namespace (and queue) of its own."""
     namespace = f"relevo-test-{uuid.uuid4().hex[:12]}"
-    path.write_text(
-        worker_config(sim=sim, redis_url=redis_url, namespace=namespace, sections=SECTIONS)
+    return write_worker_config(
+        path, sim=sim, redis_url=redis_url, namespace=namespace, sections=SECTIONS
     )
-    return path
 
 
 @contextmanager
 def celery_worker(config: Path, *, threads: int) -> Iterator[subprocess.Popen[bytes]]:
     """A real `celery worker` process (threads pool) running `config`'s turns."""
     queue = load_settings(config, require_secrets=False).worker.queue
-    env = {**os.environ, "RELEVO_CONFIG": str(config), "RELEVO_TEST_KEY": KEY}
-    proc = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "celery", "-A", "worker.fleet.app", "worker"),
-            *("-P", "threads", "-c", str(threads), "-Q", queue, "-n", f"producer-{queue}@%h"),
-            *("--without-gossip", "--without-mingle", "--without-heartbeat"),
-            *("--loglevel", "WARNING"),
-        ],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    name = f"producer-{queue}@%h"
+    proc = celery_worker_process(config, queue=queue, name=name, threads=threads)
     try:
         yield proc
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop([proc])
 
 
 def request(i: int = 0, **fields: object) -> TurnRequest:
@@ -86,11 +72,6 @@ def worker(fleet_config: Path) -> Iterator[subprocess.Popen[bytes]]:
     """One worker for the module: 200 threads, so 200 turns run at once."""
     with celery_worker(fleet_config, threads=200) as proc:
         yield proc
-
-
-@pytest.fixture(autouse=True)
-def _fresh(sim: Simulator) -> None:
-    sim.reset()
 
 
 @pytest.fixture

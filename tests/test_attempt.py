@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import breakers
-from tests.chainkit import KEY, run, settings, turn
+from tests.chainkit import run, settings, turn
 from worker.adapters import make_client
 from worker.guard.redis_guard import open_guard
 from worker.guard.stores import breaker_store
@@ -18,13 +18,10 @@ from worker.simulator import Fault, Simulator
 from worker.turn.chain import Chain
 from worker.types import Status
 
+pytestmark = pytest.mark.usefixtures("fresh_sim", "provider_key")
+
+
 CHAIN = ("openai/alpha", "anthropic/beta")
-
-
-@pytest.fixture(autouse=True)
-def _fresh(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> None:
-    sim.reset()
-    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
 
 
 # Each way an attempt can end, on the primary (the backup answers when the turn moves on).

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 import budgets
-from tests.chainkit import KEY, model, settings
+from tests.chainkit import model, settings
 from tests.fleetkit import make_request
 from worker.adapters import make_client
 from worker.guard.redis_guard import RedisGuard, open_guard
@@ -28,17 +28,14 @@ from worker.turn.chain import Chain
 from worker.turn.pricing import reservation_micros
 from worker.types import Status, TurnRequest, TurnResult
 
+pytestmark = pytest.mark.usefixtures("fresh_sim", "provider_key")
+
+
 PRIMARY, BACKUP = "openai/alpha", "openai/alpha-mini"
 MAX_TOKENS = 4000
 SHORT = 6  # the short answers that size the expected hold
 MARGIN_PCT = 150  # the simulator counts a short prompt as about twice relevo's estimate
 PRICES = (2, 8)  # openai/alpha, dollars (so micro-dollars per token) in and out
-
-
-@pytest.fixture(autouse=True)
-def _fresh(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> None:
-    sim.reset()
-    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
 
 
 def config(

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import budgets
-from tests.chainkit import KEY, settings
+from tests.chainkit import settings
 from tests.fleetkit import make_request
 from tests.netkit import free_port
 from worker.adapters import make_client
@@ -26,17 +26,14 @@ from worker.turn.capability import Fit, fit_turn
 from worker.turn.chain import Chain
 from worker.types import Status, TurnRequest, TurnResult
 
+pytestmark = pytest.mark.usefixtures("fresh_sim", "provider_key")
+
+
 PRIMARY, BACKUP = "openai/alpha", "openai/alpha-mini"
 TOKENS = 6  # the simulator's answers here: far below max_tokens
 # The simulator counts an OpenAI prompt as its JSON over 4: about twice relevo's estimate
 # for these short messages. The reservations' input margin covers that.
 MARGIN_PCT = 150
-
-
-@pytest.fixture(autouse=True)
-def _fresh(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> None:
-    sim.reset()
-    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
 
 
 def config(

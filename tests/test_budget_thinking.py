@@ -12,7 +12,7 @@ import pytest
 from structlog.testing import capture_logs
 
 import budgets
-from tests.chainkit import KEY, MODEL_OF, ORDER, model, run, settings, turn
+from tests.chainkit import MODEL_OF, ORDER, model, run, settings, turn
 from worker.adapters.base import ProviderCall
 from worker.adapters.output_limit import billable_output_tokens
 from worker.fleet.loop import LoopThread
@@ -25,6 +25,9 @@ from worker.turn.capability import Fit, fit_turn
 from worker.turn.pricing import cost_of, reservation_micros
 from worker.types import Status, TurnRequest
 
+pytestmark = pytest.mark.usefixtures("fresh_sim", "provider_key")
+
+
 MAX_TOKENS = 4000
 TEXT = 16
 PROVIDER = {"openai": "oa", "anthropic": "an", "gemini": "gg"}
@@ -32,12 +35,6 @@ PROVIDER = {"openai": "oa", "anthropic": "an", "gemini": "gg"}
 MODEL_ID = {"openai": "o4-mini", "anthropic": "claude-sonnet-4-5", "gemini": "gemini-2.5-flash"}
 # What each API counts against the turn's limit, thinking included, as it documents it.
 GEMINI_HIGH = 24_576  # Google's budget for OpenAI's "high" effort, beside maxOutputTokens
-
-
-@pytest.fixture(autouse=True)
-def _fresh(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> None:
-    sim.reset()
-    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
 
 
 def reasoning_config(sim: Simulator, kind: str) -> Settings:

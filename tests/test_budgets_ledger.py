@@ -442,7 +442,7 @@ async def test_bad_input_is_refused_before_anything_reaches_redis(ledger: Ledger
     with pytest.raises(InvalidAmountError):
         await ledger.set_limits("acme", -1, 10)
     with pytest.raises(InvalidNameError):
-        await ledger.set_limits("a:b", 1, 10)
+        await ledger.set_limits("a|b", 1, 10)
     with pytest.raises(InvalidAmountError):
         await reserve(ledger, "c1", -5)
     with pytest.raises(InvalidAmountError, match="ttl_s"):

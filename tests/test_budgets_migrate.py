@@ -17,8 +17,9 @@ from redis.asyncio.cluster import RedisCluster
 from structlog.testing import capture_logs
 
 from budgets import Ledger, MigrationReport, migrate_keys, old_keys_present
-from budgets.migrate import _APPLY, _CLAIM, APPLIED_TTL_MS, STALE_CLAIM_MS
+from budgets.migrate import APPLIED_TTL_MS, STALE_CLAIM_MS
 from budgets.testing import ManualClock
+from rediskit import LuaScripts
 from tests import clusterkit
 from tests import test_budgets_redis as budget_fleet
 from tests.test_budgets_redis import SPAWN, clean, processes
@@ -30,6 +31,9 @@ DAY, MONTH = "2026-03-14", "2026-03"
 RELEVO = [sys.executable, "-m", "worker.cli", "--log-level", "warning"]
 # The fixture: a decoding client on the session's server, the namespace cleaned after.
 redis = budget_fleet.redis
+
+_MIGRATE = LuaScripts("budgets", "lua/migrate", library=False)
+_CLAIM, _APPLY = _MIGRATE.bodies["claim"], _MIGRATE.bodies["apply"]
 
 
 def old(ns: str, tenant: str, rest: str) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
 import sys
@@ -15,53 +14,25 @@ import pytest
 import redis
 
 import budgets
-from tests.chainkit import KEY, worker_config
+from tests.chainkit import FLEET_SECTIONS, write_worker_config
 from tests.test_async_producer import celery_worker
+from tests.workerkit import celery_worker_process, stop, wait_for_heartbeats
 from worker.cli.main import main
 from worker.fleet import Producer, StreamRestarted
 from worker.fleet.app import TASK_NAME, make_app
 from worker.fleet.enqueue import enqueue_turn
-from worker.fleet.turnstore import TurnKeys
 from worker.settings import load_settings
 from worker.simulator import Fault, Simulator
 from worker.types import Message, Status, TurnRequest
 
 RELEVO = [sys.executable, "-m", "worker.cli"]
 
-pytestmark = pytest.mark.slow
-
-SECTIONS = """
-[retry]
-base_delay_s = 0.01
-
-[worker]
-queue = "{namespace}"
-visibility_timeout_s = 12
-restore_interval_s = 1
-
-[budgets]
-hold_ttl_s = 10
-"""
-
-
-def write_config(path: Path, *, sim: str, redis_url: str, namespace: str) -> Path:
-    """The two-model chain, with a short visibility timeout so lost turns come back soon."""
-    sections = SECTIONS.format(namespace=namespace)
-    text = worker_config(sim=sim, redis_url=redis_url, namespace=namespace, sections=sections)
-    path.write_text(text)
-    return path
-
-
-@pytest.fixture(autouse=True)
-def _fresh(sim: Simulator) -> None:
-    sim.reset()
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("fresh_sim")]
 
 
 @pytest.fixture
-def config(sim: Simulator, redis_url: str, namespace: str, tmp_path: Path) -> Path:
-    return write_config(
-        tmp_path / "chain.toml", sim=sim.url, redis_url=redis_url, namespace=namespace
-    )
+def config(fleet_toml: Path) -> Path:
+    return fleet_toml
 
 
 @pytest.fixture
@@ -71,42 +42,17 @@ def start_worker(
     """Starts a worker process and returns once it consumes (it has written its
     heartbeat): a turn sent then is not left waiting out its deadline for a slow start."""
     started: list[subprocess.Popen[bytes]] = []
-    env = {**os.environ, "RELEVO_CONFIG": str(config), "RELEVO_TEST_KEY": KEY}
     queue = load_settings(config, require_secrets=False).worker.queue
-    heartbeats = redis.Redis.from_url(redis_url)
 
     def start(name: str) -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen(
-            [
-                *(sys.executable, "-m", "celery", "-A", "worker.fleet.app", "worker"),
-                *("-P", "threads", "-c", "20", "-Q", queue, "-n", f"{name}@%h"),
-                *("--without-gossip", "--without-mingle", "--without-heartbeat"),
-                *("--loglevel", "WARNING"),
-            ],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        proc = celery_worker_process(config, queue=queue, name=f"{name}@%h", threads=20)
         started.append(proc)
-        deadline = time.monotonic() + 60
         # Each process started here writes one heartbeat, and a killed one's stays.
-        while heartbeats.zcard(TurnKeys(namespace).workers) < len(started):
-            assert proc.poll() is None, f"worker {name} exited with {proc.returncode}"
-            assert time.monotonic() < deadline, f"worker {name} wrote no heartbeat in 60 s"
-            time.sleep(0.1)
+        wait_for_heartbeats(redis_url, namespace, [proc], count=len(started))
         return proc
 
     yield start
-    heartbeats.close()
-    for proc in started:
-        if proc.poll() is None:
-            proc.terminate()
-    for proc in started:
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    stop(started)
 
 
 def request(i: int = 0, **fields: object) -> TurnRequest:
@@ -181,7 +127,7 @@ def test_a_malformed_payload_fails_at_once_and_is_never_retried(
 ) -> None:
     start_worker("a")
     app = make_app(load_settings(config, require_secrets=False))
-    sent = app.send_task(TASK_NAME, args=[{"tenant_id": "a:b", "messages": "nope"}])
+    sent = app.send_task(TASK_NAME, args=[{"tenant_id": "a|b", "messages": "nope"}])
     raw = sent.get(timeout=30, disable_sync_subtasks=False)
     assert raw["status"] == "failed"
     assert raw["reason"] == "invalid_input"
@@ -244,42 +190,49 @@ def test_a_stream_run_again_after_its_worker_died_reads_as_the_rerun_alone(
             live = await asyncio.create_subprocess_exec(
                 *RELEVO, "tail", turn.turn_id, "--config", str(config), stdout=pipe, stderr=pipe
             )
-            assert live.stdout is not None
-            pieces: list[str] = []
-            restarts = 0
+            try:
+                assert live.stdout is not None
+                pieces: list[str] = []
+                restarts = 0
 
-            async def read_live() -> None:
-                nonlocal restarts
-                while True:
-                    try:
-                        async for text in handle.stream(timeout_s=90):
-                            pieces.append(text)  # noqa: PERF401 - the kill waits for them
-                        return
-                    except StreamRestarted:
-                        restarts += 1
-                        pieces.clear()  # what the caller showed is void
+                async def read_live() -> None:
+                    nonlocal restarts
+                    while True:
+                        try:
+                            async for text in handle.stream(timeout_s=90):
+                                pieces.append(text)  # noqa: PERF401 - the kill waits for them
+                            return
+                        except StreamRestarted:
+                            restarts += 1
+                            pieces.clear()  # what the caller showed is void
 
-            reader = asyncio.create_task(read_live())
-            deadline = time.monotonic() + 20
-            while len(pieces) < 8:
-                assert time.monotonic() < deadline, "the first run never streamed"
-                await asyncio.sleep(0.02)
-            printed = await asyncio.wait_for(live.stdout.read(1), 20)  # the first run's text
-            doomed.send_signal(signal.SIGKILL)
-            await asyncio.to_thread(doomed.wait)
-            shown_before = "".join(pieces)
-            start_worker("rescuer")
-            result = await handle.result(timeout_s=90)
-            await asyncio.wait_for(reader, 30)
-            assert result.status is Status.OK
-            assert result.reply is not None
-            assert shown_before
-            assert result.reply.text.startswith(shown_before)
-            # Connected after the rerun: the rerun's text alone, and no restart.
-            again = [text async for text in producer.turn(handle.turn_id).stream(timeout_s=10)]
-            rest, err = await asyncio.wait_for(live.communicate(), 30)
-            tailed = (live.returncode, printed + rest, err)
-            return result.reply.text, ["".join(pieces), "".join(again)], restarts, tailed
+                reader = asyncio.create_task(read_live())
+                deadline = time.monotonic() + 20
+                while len(pieces) < 8:
+                    assert time.monotonic() < deadline, "the first run never streamed"
+                    await asyncio.sleep(0.02)
+                printed = await asyncio.wait_for(live.stdout.read(1), 20)  # the first run's text
+                doomed.send_signal(signal.SIGKILL)
+                await asyncio.to_thread(doomed.wait)
+                shown_before = "".join(pieces)
+                start_worker("rescuer")
+                result = await handle.result(timeout_s=90)
+                await asyncio.wait_for(reader, 30)
+                assert result.status is Status.OK
+                assert result.reply is not None
+                assert shown_before
+                assert result.reply.text.startswith(shown_before)
+                # Connected after the rerun: the rerun's text alone, and no restart.
+                again = [text async for text in producer.turn(handle.turn_id).stream(timeout_s=10)]
+                rest, err = await asyncio.wait_for(live.communicate(), 30)
+                tailed = (live.returncode, printed + rest, err)
+                return result.reply.text, ["".join(pieces), "".join(again)], restarts, tailed
+            finally:
+                # A failed test must not leave `relevo tail` running: the garbage collector
+                # would report it (ResourceWarning) in whichever test comes next.
+                if live.returncode is None:
+                    live.kill()
+                    await live.wait()
 
     text, read, restarts, (tail_exit, tail_out, tail_err) = asyncio.run(scenario())
     assert read == [text, text]
@@ -305,7 +258,13 @@ def test_a_lost_broker_connection_leaves_the_running_turn_to_its_one_answer(
     (no model called again). Celery is told not to cancel the turn: under the threads pool
     it cannot, and Celery 6 would try by default (pinned in `celery_app`)."""
     url, _ = private_redis
-    config = write_config(tmp_path / "chain.toml", sim=sim.url, redis_url=url, namespace=namespace)
+    config = write_worker_config(
+        tmp_path / "chain.toml",
+        sim=sim.url,
+        redis_url=url,
+        namespace=namespace,
+        sections=FLEET_SECTIONS,
+    )
     app = make_app(load_settings(config, require_secrets=False))
     pinned = ("worker_cancel_long_running_tasks_on_connection_loss", "worker_soft_shutdown_timeout")
     assert [app.conf.changes.get(key) for key in pinned] == [False, 0]

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.chainkit import ID_OF, KEY, ORDER, fault, run, settings, turn
+from tests.chainkit import ID_OF, ORDER, fault, run, settings, turn
 from worker.errors import TurnFailed
 from worker.guard import Availability, Conclusion, Signal
 from worker.guard.testing import ScriptedGuard
@@ -19,11 +19,7 @@ from worker.simulator import Fault, Simulator
 from worker.simulator.catalogue import Kind
 from worker.types import AttemptOutcome, Status
 
-
-@pytest.fixture(autouse=True)
-def _fresh(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> None:
-    sim.reset()
-    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
+pytestmark = pytest.mark.usefixtures("fresh_sim", "provider_key")
 
 
 async def test_healthy_turn_is_answered_by_the_primary(sim: Simulator) -> None:

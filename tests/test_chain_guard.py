@@ -4,17 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from tests.chainkit import KEY, fault, run, settings, turn
+from tests.chainkit import fault, run, settings, turn
 from worker.guard.protocol import Availability, Signal
 from worker.guard.testing import ScriptedGuard
 from worker.simulator import Fault, Simulator
 from worker.types import AttemptOutcome, Message, Status, Tool, ToolCall
 
-
-@pytest.fixture(autouse=True)
-def _fresh(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> None:
-    sim.reset()
-    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
+pytestmark = pytest.mark.usefixtures("fresh_sim", "provider_key")
 
 
 async def test_open_breaker_skips_the_model_without_a_call(sim: Simulator) -> None:

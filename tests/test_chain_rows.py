@@ -16,7 +16,7 @@ import pytest
 from structlog.testing import capture_logs
 
 import breakers
-from tests.chainkit import ID_OF, KEY, ORDER, fault, model, run, settings, turn
+from tests.chainkit import ID_OF, ORDER, fault, model, run, settings, turn
 from worker.adapters.waits import seconds_to_daily_reset
 from worker.guard.redis_guard import open_guard
 from worker.guard.stores import breaker_store
@@ -25,11 +25,7 @@ from worker.simulator import Fault, Simulator
 from worker.simulator.catalogue import Kind, canned
 from worker.types import AttemptOutcome, Status
 
-
-@pytest.fixture(autouse=True)
-def _fresh(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> None:
-    sim.reset()
-    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
+pytestmark = pytest.mark.usefixtures("fresh_sim", "provider_key")
 
 
 AZURE = {"openai/azure": model("openai", ("az", "alpha-az"))}

@@ -16,6 +16,8 @@ import pytest
 from tests.netkit import free_port
 from worker.simulator import Fault, SimulatorClient
 
+pytestmark = pytest.mark.usefixtures("fresh_sim")
+
 ROOT = Path(__file__).parent.parent
 CONFIG = ROOT / "examples" / "simulated.toml"
 TURN = ROOT / "examples" / "turn.json"
@@ -48,9 +50,11 @@ def simulator() -> Iterator[SimulatorClient]:
         proc.wait(timeout=10)
 
 
-@pytest.fixture(autouse=True)
-def _fresh(simulator: SimulatorClient) -> None:
-    simulator.reset()
+@pytest.fixture(scope="module")
+def sim(simulator: SimulatorClient) -> SimulatorClient:
+    """The simulator process this module starts, in the place of conftest's own (its
+    `fresh_sim` resets this one)."""
+    return simulator
 
 
 def relevo(

@@ -89,7 +89,9 @@ async def test_the_guard_spreads_tenants_over_the_nodes(
         }
     )
     guard = open_guard(settings)
-    tenants = [f"tenant{i}" for i in range(12)]
+    # Tenant ids as platforms write them among them: each keeps to its own slot too.
+    platforms = ["org:1234", "team/42", "user+eu@example.com", "arn:aws:iam::1:root"]
+    tenants = [f"tenant{i}" for i in range(8)] + platforms
     async with make_client() as http:
         chain = Chain.from_settings(settings, http, guard=guard)
 

@@ -194,7 +194,7 @@ def test_a_configuration_mistake_gets_one_line_naming_it_and_its_exit_status(
         monkeypatch.setenv(name, value.format(dir=configs))
     args = [a.format(dir=configs) for a in mistake.args]
     if mistake.fresh:
-        code, out, err = _fresh(args)
+        code, out, err = _in_a_new_process(args)
     else:
         code, out, err = _in_process(args, mistake.tty, monkeypatch, capsys)
     output = out + err
@@ -225,7 +225,7 @@ def _in_process(
     return code, captured.out, captured.err
 
 
-def _fresh(args: list[str]) -> tuple[int, str, str]:
+def _in_a_new_process(args: list[str]) -> tuple[int, str, str]:
     done = subprocess.run(
         [sys.executable, "-m", "worker.cli", *args],
         stdin=subprocess.DEVNULL,

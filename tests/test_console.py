@@ -20,7 +20,7 @@ import redis
 from breakers import FleetBreakers, Gone, Pair, connect
 from budgets import Share
 from tests.chainkit import KEY
-from tests.consolekit import BASE, console_config, csrf_of, http_console, log_in
+from tests.consolekit import BASE, csrf_of, http_console, log_in
 from tests.netkit import free_port
 from tests.test_security_names import ALLOWED, TRICKY
 from worker.console.auth import TOKENS_ENV, Principal, Role, Tokens, load_tokens
@@ -42,28 +42,23 @@ TOKENS = Tokens(
 
 
 @pytest.fixture
-def config(redis_url: str, namespace: str, tmp_path: Path) -> Path:
-    return console_config(tmp_path, redis_url, namespace)
-
-
-@pytest.fixture
-async def client(config: Path, redis_url: str) -> AsyncIterator[httpx.AsyncClient]:
-    async with http_console(config, redis_url, TOKENS) as http:
+async def client(console_toml: Path, redis_url: str) -> AsyncIterator[httpx.AsyncClient]:
+    async with http_console(console_toml, redis_url, TOKENS) as http:
         yield http
 
 
 def test_a_fleet_whose_shared_state_is_elsewhere_is_refused_at_start(
-    config: Path, monkeypatch: pytest.MonkeyPatch
+    console_toml: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("RELEVO_REDIS__SHARED_URL", "redis+cluster://127.0.0.1:7000")
-    fleet = operator_fleet(str(config))
+    fleet = operator_fleet(str(console_toml))
     with pytest.raises(ConfigError, match=r"redis\.shared_url"):
         serve_console(fleet, console_settings(fleet))
 
 
-async def test_a_redis_that_does_not_answer_gets_a_503_page(config: Path) -> None:
+async def test_a_redis_that_does_not_answer_gets_a_503_page(console_toml: Path) -> None:
     nowhere = f"redis://127.0.0.1:{free_port()}/0"
-    async with http_console(config, nowhere, TOKENS) as http:
+    async with http_console(console_toml, nowhere, TOKENS) as http:
         csrf = await log_in(http, OPERATOR)
         page = await http.get("/")
         assert page.status_code == 503
@@ -228,6 +223,8 @@ async def test_every_tricky_name_is_refused_before_redis(
     kind, form, field = FORMS[where]
     csrf = await log_in(client, OPERATOR)
     for label, name in TRICKY.items():
+        if where == "tenant" and label in ALLOWED["tenant id"]:
+            continue  # "org:1234", "team/42": tenant ids as platforms write them
         data = {**form, field: name, "csrf": csrf, "confirmed": "yes"}
         response = await client.post(f"/act/{kind}", data=data)
         assert response.status_code == 400, f"{label}: {response.status_code}"

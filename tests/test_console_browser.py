@@ -11,8 +11,6 @@ main pages as PNG files there (docs/ keeps them).
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -23,6 +21,7 @@ import pytest
 
 from tests.chainkit import KEY, worker_config
 from tests.consolekit import chromium, console_process
+from tests.workerkit import celery_worker_process, stop
 from worker.fleet.app import make_app
 from worker.fleet.enqueue import TurnHandle, enqueue_turn
 from worker.settings import Settings, load_settings
@@ -71,30 +70,10 @@ def settings(fleet_config: Path) -> Settings:
 @pytest.fixture(scope="module")
 def workers(fleet_config: Path, settings: Settings) -> Iterator[None]:
     """Two `celery worker` processes on the namespace's queue."""
-    env = {**os.environ, "RELEVO_CONFIG": str(fleet_config), "RELEVO_TEST_KEY": KEY}
-    procs = [
-        subprocess.Popen(
-            [
-                *(sys.executable, "-m", "celery", "-A", "worker.fleet.app", "worker"),
-                *("-P", "threads", "-c", "8", "-Q", settings.worker.queue, "-n", f"w{i}@%h"),
-                *("--without-gossip", "--without-mingle", "--without-heartbeat"),
-                *("--loglevel", "WARNING"),
-            ],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        for i in range(2)
-    ]
+    queue = settings.worker.queue
+    procs = [celery_worker_process(fleet_config, queue=queue, name=f"w{i}@%h") for i in range(2)]
     yield
-    for proc in procs:
-        proc.terminate()
-    for proc in procs:
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    stop(procs)
 
 
 @pytest.fixture(scope="module")

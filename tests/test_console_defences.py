@@ -20,7 +20,7 @@ import pytest
 import redis
 from structlog.testing import capture_logs
 
-from tests.consolekit import console_config, console_process, csrf_of, http_console, log_in
+from tests.consolekit import console_process, csrf_of, http_console, log_in
 from tests.test_cli_surface import redis_only, relevo
 from worker.console.auth import TOKENS_ENV, Principal, Role, Tokens, load_tokens
 from worker.console.gate import exposure_warnings
@@ -39,13 +39,8 @@ BIDI = "all clear \u202eFFO ton od\u202c"
 
 
 @pytest.fixture
-def config(redis_url: str, namespace: str, tmp_path: Path) -> Path:
-    return console_config(tmp_path, redis_url, namespace)
-
-
-@pytest.fixture
-async def client(config: Path, redis_url: str) -> AsyncIterator[httpx.AsyncClient]:
-    async with http_console(config, redis_url, TOKENS) as http:
+async def client(console_toml: Path, redis_url: str) -> AsyncIterator[httpx.AsyncClient]:
+    async with http_console(console_toml, redis_url, TOKENS) as http:
         yield http
 
 
@@ -123,8 +118,10 @@ async def test_a_hostile_result_makes_no_huge_turn_page_and_the_page_says_what_i
     assert "5,242,893 bytes: over the 4,194,304 bytes this page reads" in page.text
 
 
-async def test_a_token_s_logins_end_only_its_own_sessions(config: Path, redis_url: str) -> None:
-    async with http_console(config, redis_url, TOKENS, sessions_per_token=3) as operator:
+async def test_a_token_s_logins_end_only_its_own_sessions(
+    console_toml: Path, redis_url: str
+) -> None:
+    async with http_console(console_toml, redis_url, TOKENS, sessions_per_token=3) as operator:
         await log_in(operator, OPERATOR)
         transport = operator._transport  # the same application, another browser
         async with httpx.AsyncClient(transport=transport, base_url=str(operator.base_url)) as first:
@@ -143,10 +140,10 @@ async def test_a_token_s_logins_end_only_its_own_sessions(config: Path, redis_ur
 
 
 async def test_logins_are_throttled_per_address_and_per_token_and_logged_with_the_address(
-    config: Path, redis_url: str
+    console_toml: Path, redis_url: str
 ) -> None:
     async with http_console(
-        config, redis_url, TOKENS, logins_per_minute=3, trusted_proxies=("127.0.0.1",)
+        console_toml, redis_url, TOKENS, logins_per_minute=3, trusted_proxies=("127.0.0.1",)
     ) as http:
 
         async def attempt(address: str, token: str) -> int:
@@ -248,7 +245,7 @@ async def test_text_that_reorders_itself_is_written_out(
 
 
 async def test_behind_a_trusted_tls_proxy_logins_work_and_cookies_are_secure(
-    config: Path, redis_url: str
+    console_toml: Path, redis_url: str
 ) -> None:
     proxied = {
         "x-forwarded-proto": "https",
@@ -258,7 +255,7 @@ async def test_behind_a_trusted_tls_proxy_logins_work_and_cookies_are_secure(
     }
     settings = {"hosts": ("console.example.com",), "trusted_proxies": ("10.0.0.0/8",)}
     async with http_console(
-        config, redis_url, TOKENS, peer=("10.1.2.3", 40000), **settings
+        console_toml, redis_url, TOKENS, peer=("10.1.2.3", 40000), **settings
     ) as http:
         page = await http.get("/login", headers=proxied)
         assert page.status_code == 200
@@ -273,20 +270,20 @@ async def test_behind_a_trusted_tls_proxy_logins_work_and_cookies_are_secure(
         assert [e["address"] for e in logs if e["event"] == "console.login"] == ["192.0.2.10"]
     # The same headers from an address that is not a configured proxy count for nothing.
     async with http_console(
-        config, redis_url, TOKENS, peer=("192.0.2.99", 40000), **settings
+        console_toml, redis_url, TOKENS, peer=("192.0.2.99", 40000), **settings
     ) as http:
         assert (await http.get("/login", headers=proxied)).status_code == 421
 
 
 def test_the_served_console_ignores_forwarded_headers_from_a_proxy_not_configured(
-    config: Path,
+    console_toml: Path,
 ) -> None:
     """`relevo console` over TCP from loopback, no `trusted_proxies`, 3 logins a minute: a
     client forging a new X-Forwarded-For on every wrong token is still throttled as one
     address, and X-Forwarded-Proto: https sets no Secure cookie (only relevo decides)."""
-    config.write_text(config.read_text() + "\n[console]\nlogins_per_minute = 3\n")
+    console_toml.write_text(console_toml.read_text() + "\n[console]\nlogins_per_minute = 3\n")
     env = {TOKENS_ENV: f"alice operator {OPERATOR};bob viewer {VIEWER}"}
-    with console_process(config, env) as url:
+    with console_process(console_toml, env) as url:
         statuses = []
         for attempt in range(8):
             forged = {"x-forwarded-for": f"6.6.6.{attempt}", "x-forwarded-proto": "https"}

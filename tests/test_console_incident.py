@@ -15,7 +15,7 @@ import redis.asyncio
 
 import budgets
 from breakers import Operators
-from tests.consolekit import console_config, http_console, log_in
+from tests.consolekit import http_console, log_in
 from tests.test_console import OPERATOR, TOKENS, VIEWER
 from worker.fleet.heartbeat import ALIVE_S, Heartbeat, beat
 from worker.fleet.operations import operator_fleet
@@ -24,13 +24,8 @@ from worker.types import Attempt, AttemptOutcome, Status, TurnResult
 
 
 @pytest.fixture
-def config(redis_url: str, namespace: str, tmp_path: Path) -> Path:
-    return console_config(tmp_path, redis_url, namespace)
-
-
-@pytest.fixture
-async def client(config: Path, redis_url: str) -> AsyncIterator[httpx.AsyncClient]:
-    async with http_console(config, redis_url, TOKENS) as http:
+async def client(console_toml: Path, redis_url: str) -> AsyncIterator[httpx.AsyncClient]:
+    async with http_console(console_toml, redis_url, TOKENS) as http:
         yield http
 
 
@@ -122,10 +117,10 @@ def _scope_rows(html: str) -> list[tuple[str, str]]:
 
 
 async def test_breakers_open_first_with_a_control_per_row_and_their_last_errors(
-    client: httpx.AsyncClient, store: redis.asyncio.Redis, config: Path, namespace: str
+    client: httpx.AsyncClient, store: redis.asyncio.Redis, console_toml: Path, namespace: str
 ) -> None:
     await _save_turns(store, namespace)
-    await Operators(operator_fleet(str(config)).store(store)).force_open("vendor:openai", 60)
+    await Operators(operator_fleet(str(console_toml)).store(store)).force_open("vendor:openai", 60)
     await log_in(client, OPERATOR)
     page = (await client.get("/?fragment=1")).text
     rows = _scope_rows(page)

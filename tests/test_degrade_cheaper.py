@@ -14,7 +14,7 @@ import pytest
 from redis.asyncio import Redis
 
 import budgets
-from tests.chainkit import KEY, fault, model, run, settings, turn
+from tests.chainkit import fault, model, run, settings, turn
 from worker.errors import ConfigError
 from worker.guard.protocol import Availability, Signal
 from worker.guard.redis_guard import open_guard
@@ -24,17 +24,14 @@ from worker.simulator import Fault, Simulator
 from worker.turn.stand_in import CHEAPER_MODEL_REASONS
 from worker.types import AttemptOutcome, Status, TurnResult
 
+pytestmark = pytest.mark.usefixtures("fresh_sim", "provider_key")
+
+
 PRIMARY, CHEAP = "openai/alpha", "google/gamma-lite"
 # The cheap model is on other providers than the primary (oa), so `refuse` can tell them
 # apart: first Gemini (gg), then Anthropic's endpoint (an).
 CHEAP_ID, CHEAP_BACKUP_ID = "gamma-lite", "lite-an"
 MESSAGE = "Back soon."
-
-
-@pytest.fixture(autouse=True)
-def _fresh(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> None:
-    sim.reset()
-    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
 
 
 def cheaper(sim: Simulator, **sections: Any) -> Settings:

@@ -34,8 +34,8 @@ PAGES = [README, ROOT / "CHANGELOG.md", *sorted(DOCS.rglob("*.md"))]
 # Pages the site makes from files outside docs/ (.ci/mkdocs_hooks.py).
 GENERATED = {DOCS / "changelog.md": ROOT / "CHANGELOG.md"}
 REPO_DIRS = ("bench/", "breakers/", "budgets/", "deploy/", "docs/", "examples/", "tests/")
-REPO_DIRS += ("worker/",)
-SOURCES = ("worker", "breakers", "budgets")
+REPO_DIRS += ("rediskit/", "worker/")
+SOURCES = ("worker", "breakers", "budgets", "rediskit")
 # Files a page tells the reader to make (docs/deploy.md: `cp .env.example .env`).
 CREATED_BY_READER = {"deploy/.env"}
 # The pages whose code blocks a reader copies as they are.

@@ -53,11 +53,14 @@ SURFACES: dict[str, str] = {
     "breakers.testing": "ManualClock",
     "budgets": "MAX_WEIGHT MICROS_PER_DOLLAR BudgetError BudgetReport Handoff Handoffs"
     " InvalidAmountError InvalidNameError Ledger Limits MigrationReport OutputEvidence"
-    " PeriodReport Refusal RefusalReason Release Reservation Settlement Share Shares"
+    " PeriodReport Refusal RefusalReason Release Reservation Route Routes Settlement Share Shares"
     " UnknownTenantError check_provider check_tenant"
     " cost_micros format_micros migrate_keys old_keys_present parse_dollars percentile"
     " worst_case_micros",
     "budgets.testing": "ManualClock",
+    "rediskit": "BLIPS DOWN FAILED FORBIDDEN_ERRORS NAMESPACE REFUSED STORE_ERRORS LuaScripts"
+    " ManualClock NameRule Parse StoreError StoreForbiddenError StoreUnavailableError backoff_s"
+    " check_name hash_tag raise_if_error raise_if_forbidden read_clock refused store_errors text",
 }
 
 
@@ -69,10 +72,17 @@ def test_the_public_surface_is_the_intended_one(name: str) -> None:
         assert hasattr(package, member), f"{name}.{member}"
 
 
-def test_breakers_and_budgets_never_import_worker() -> None:
+@pytest.mark.parametrize(
+    ("imported", "above"),
+    [
+        ("breakers, budgets", ("worker", "celery", "httpx")),  # never worker, nor its engines
+        ("rediskit", ("worker", "breakers", "budgets")),  # the kit is below all three
+    ],
+)
+def test_a_package_imports_nothing_above_it(imported: str, above: tuple[str, ...]) -> None:
     code = (
-        "import sys, breakers, budgets; "
-        "bad = [m for m in sys.modules if m.split('.')[0] in ('worker', 'celery', 'httpx')]; "
+        f"import sys, {imported}; "
+        f"bad = [m for m in sys.modules if m.split('.')[0] in {above!r}]; "
         "print(','.join(bad))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.chainkit import worker_config
+from tests.conftest import WorkerToml
 from tests.test_celery_fleet import request, start_worker
 from worker.fleet.app import make_app
 from worker.fleet.enqueue import enqueue_turn
@@ -50,13 +50,8 @@ BOUND = 2
 
 
 @pytest.fixture
-def config(sim: Simulator, redis_url: str, namespace: str, tmp_path: Path) -> Path:
-    path = tmp_path / "chain.toml"
-    sections = SECTIONS.format(namespace=namespace)
-    path.write_text(
-        worker_config(sim=sim.url, redis_url=redis_url, namespace=namespace, sections=sections)
-    )
-    return path
+def config(worker_toml: WorkerToml) -> Path:
+    return worker_toml(SECTIONS)
 
 
 def _calls_running(sim: Simulator) -> int:

@@ -7,9 +7,6 @@ fail each producer's publish, for every tenant, until someone finds the key.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,8 +15,8 @@ import pytest
 import redis
 from redis.asyncio import Redis as AsyncRedis
 
-from tests.chainkit import KEY
-from tests.test_celery_fleet import request, write_config
+from tests.test_celery_fleet import request
+from tests.workerkit import celery_worker_process, stop, wait_for_heartbeats
 from worker.fleet.app import make_app
 from worker.fleet.enqueue import enqueue_turn, send_turn
 from worker.fleet.fairqueue import FairKeys, FairQueue, enqueue_sync
@@ -31,46 +28,20 @@ from worker.types import Status
 
 
 @pytest.fixture
-def config(
-    sim: Simulator, redis_url: str, namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Path:
-    sim.reset()
-    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
-    return write_config(
-        tmp_path / "chain.toml", sim=sim.url, redis_url=redis_url, namespace=namespace
-    )
+def config(fleet_toml: Path, fresh_sim: Simulator, provider_key: str) -> Path:
+    return fleet_toml
 
 
 @pytest.fixture
 def node(config: Path, redis_url: str, namespace: str) -> Iterator[None]:
     """One worker process of the fleet, consuming (its heartbeat is written)."""
-    env = {**os.environ, "RELEVO_CONFIG": str(config), "RELEVO_TEST_KEY": KEY}
-    proc = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "celery", "-A", "worker.fleet.app", "worker"),
-            *("-P", "threads", "-c", "8", "-Q", namespace, "-n", f"keys@{namespace}"),
-            *("--without-gossip", "--without-mingle", "--without-heartbeat"),
-            *("--loglevel", "WARNING"),
-        ],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    proc = celery_worker_process(config, queue=namespace, name=f"keys@{namespace}")
     client = redis.Redis.from_url(redis_url)
     try:
-        deadline = time.monotonic() + 60
-        while client.zcard(TurnKeys(namespace).workers) < 1:
-            assert proc.poll() is None, f"the worker exited with {proc.returncode}"
-            assert time.monotonic() < deadline, "the worker wrote no heartbeat in 60 s"
-            time.sleep(0.1)
+        wait_for_heartbeats(redis_url, namespace, [proc])
         yield
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop([proc])
         keys = list(client.scan_iter(match=f"*{namespace}*", count=1000))
         if keys:
             client.delete(*keys)

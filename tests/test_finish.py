@@ -10,21 +10,18 @@ from __future__ import annotations
 import pytest
 from structlog.testing import capture_logs
 
-from tests.chainkit import ID_OF, KEY, ORDER, fault, model, run, settings, turn
+from tests.chainkit import ID_OF, ORDER, fault, model, run, settings, turn
 from worker.simulator import Fault, Simulator
 from worker.types import Status, Tool, TurnRequest
+
+pytestmark = pytest.mark.usefixtures("fresh_sim", "provider_key")
+
 
 KINDS = ("openai", "anthropic", "gemini")
 AZURE = {"openai/azure": model("openai", ("az", "alpha-az"))}
 # Each API's chain, and Azure OpenAI's: the served model first.
 CHAINS = {**{k: ORDER[k] for k in KINDS}, "azure": ("openai/azure", "anthropic/beta")}
 SERVED = {**{k: ID_OF[ORDER[k][0]] for k in KINDS}, "azure": "alpha-az"}
-
-
-@pytest.fixture(autouse=True)
-def _fresh(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> None:
-    sim.reset()
-    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
 
 
 def _turn(*, stream: bool, max_tokens: int = 1024, tools: tuple[Tool, ...] = ()) -> TurnRequest:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.chainkit import KEY, run, settings
+from tests.chainkit import run, settings
 from worker.simulator import Simulator
 from worker.turn.capability import INCAPABLE, Fit, Unfit, fit_turn, wire_unfit
 from worker.types import (
@@ -31,6 +31,9 @@ from worker.types import (
     Tool,
     TurnRequest,
 )
+
+pytestmark = pytest.mark.usefixtures("fresh_sim", "provider_key")
+
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 64).decode()
 IMAGE = ImagePart(media_type="image/png", data=PNG)
@@ -67,12 +70,6 @@ def _model(vendor: str, provider: str, model_id: str) -> dict[str, Any]:
         "context_window": 100_000,
         "serve": [{"provider": provider, "model_id": model_id}],
     }
-
-
-@pytest.fixture(autouse=True)
-def _fresh(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> None:
-    sim.reset()
-    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,6 @@ import pytest
 
 from tests.chainkit import KEY
 from tests.netkit import free_port
-from tests.test_celery_fleet import write_config
 from worker.cli.main import main
 from worker.fleet.loop import LoopThread
 from worker.fleet.runner import TurnRunner
@@ -29,14 +28,8 @@ RELEVO = [sys.executable, "-m", "worker.cli"]
 
 
 @pytest.fixture
-def config(
-    sim: Simulator, redis_url: str, namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Path:
-    sim.reset()
-    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
-    return write_config(
-        tmp_path / "chain.toml", sim=sim.url, redis_url=redis_url, namespace=namespace
-    )
+def config(fleet_toml: Path, fresh_sim: Simulator, provider_key: str) -> Path:
+    return fleet_toml
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.chainkit import worker_config
+from tests.chainkit import write_worker_config
 from tests.conftest import skip_unless_ci
 from tests.rabbitkit import machine_url
 from tests.test_rabbitmq import Fleet, request
@@ -25,24 +25,24 @@ from worker.settings import BrokerSettings, FairnessSettings, Settings, load_set
 from worker.simulator import Simulator
 from worker.types import Status
 
+pytestmark = pytest.mark.usefixtures("fresh_sim")
+
+
 FIFO_WORKERS = """
 [fairness]
 enabled = false
 """
 
 
-@pytest.fixture(autouse=True)
-def _fresh(sim: Simulator) -> None:
-    sim.reset()
-
-
 def _config(path: Path, sim: Simulator, redis_url: str, namespace: str, sections: str) -> Path:
-    path.write_text(
-        worker_config(
-            sim=sim.url, redis_url=redis_url, namespace=namespace, sections=sections, deadline_s=30
-        )
+    return write_worker_config(
+        path,
+        sim=sim.url,
+        redis_url=redis_url,
+        namespace=namespace,
+        sections=sections,
+        deadline_s=30,
     )
-    return path
 
 
 def _fair(settings: Settings) -> Settings:

@@ -12,7 +12,7 @@ import itertools
 import signal
 import subprocess
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -22,7 +22,7 @@ from redis.asyncio import Redis
 import breakers
 import budgets
 from tests import tokenkit
-from tests.chainkit import KEY, fault, settings
+from tests.chainkit import fault, settings
 from tests.fleetkit import (
     Job,
     ProcessReport,
@@ -40,7 +40,7 @@ from worker.turn.chain import Chain
 from worker.turn.pricing import reservation_micros
 from worker.types import Message, TurnRequest, TurnResult, parse_turn_request
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("fresh_sim", "provider_key")]
 
 T = TypeVar("T")
 ALPHA, BETA, GAMMA = "alpha", "beta", "gamma"  # provider model ids of the chain's three models
@@ -48,25 +48,6 @@ PRIMARY = "openai/alpha"
 MODEL_SCOPE = "model:openai/alpha@oa"
 # Breakers that never trip: tests about money must see the primary tried on every turn.
 NEVER_TRIP = {"consecutive_failures_threshold": 10_000, "min_calls_in_window": 10_000}
-
-
-@pytest.fixture(scope="module")
-def workers() -> Iterator[Workers]:
-    """Four worker processes for the whole module (spawning costs about a second each)."""
-    with pytest.MonkeyPatch.context() as patch:
-        # Spawned processes inherit the environment: chainkit's providers read their key here.
-        patch.setenv("RELEVO_TEST_KEY", KEY)
-        pool = Workers(4)
-    try:
-        yield pool
-    finally:
-        pool.close()
-
-
-@pytest.fixture(autouse=True)
-def _fresh(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> None:
-    sim.reset()
-    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)  # for the turns this process runs itself
 
 
 def sections(url: str, ns: str, *, timeout_s: float = 1.0, **more: Any) -> dict[str, Any]:
@@ -180,7 +161,12 @@ def _outage(sim: Simulator, workers: Workers, url: str, ns: str, processes: int)
     job = Job(sim.url, sections(url, ns, breakers=rules), lanes=FLEET_LANES // processes)
     with workers.fleet([job] * processes) as fleet:
         fleet.go()
-        time.sleep(1.0)
+        # Run until enough turns went to the backup (each will be answered), not for a fixed
+        # time: on a loaded machine a second held 22 turns where 40 were wanted.
+        deadline = time.monotonic() + 30
+        while sim.calls(BETA) <= 10 * processes:
+            assert time.monotonic() < deadline, "the fleet sent too few turns to the backup"
+            time.sleep(0.05)
         fleet.stop()
         reports = fleet.reports()
     turns = turns_of(reports)

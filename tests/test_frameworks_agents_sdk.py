@@ -33,7 +33,7 @@ from openai.types.responses import ResponseCompletedEvent, ResponseTextDeltaEven
 from openai.types.shared import Reasoning as OpenAIReasoning
 from pydantic import BaseModel
 
-from tests.chainkit import KEY, ORDER, model, settings
+from tests.chainkit import ORDER, model, settings
 from worker.adapters import make_client
 from worker.fleet import Producer
 from worker.fleet.testing import stub_fleet
@@ -88,10 +88,8 @@ class Verdict(BaseModel):
 
 
 @pytest.fixture(autouse=True)
-def _fresh(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> None:
-    sim.reset()
+def _no_tool_called(fresh_sim: Simulator, provider_key: str) -> None:
     called.clear()
-    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
 
 
 @pytest.fixture

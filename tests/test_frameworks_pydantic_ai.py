@@ -21,7 +21,7 @@ from pydantic_ai.messages import ImageUrl, ModelRequest, ModelResponse, Thinking
 from pydantic_ai.models import ModelRequestParameters
 from pydantic_ai.tools import ToolDefinition
 
-from tests.chainkit import KEY, ORDER, model, settings
+from tests.chainkit import ORDER, model, settings
 from worker.adapters import make_client
 from worker.fleet import Producer
 from worker.fleet.testing import stub_fleet
@@ -35,15 +35,12 @@ from worker.simulator import Fault, Simulator
 from worker.turn import Chain
 from worker.types import Reasoning
 
+pytestmark = pytest.mark.usefixtures("fresh_sim", "provider_key")
+
+
 ROOT = Path(__file__).resolve().parent.parent
 DOWN = Fault(status=503)  # overloaded: the chain moves on at once
 THINKING = {"anthropic/beta": model("anthropic", ("an", "beta"), thinking_budget_tokens=1024)}
-
-
-@pytest.fixture(autouse=True)
-def _fresh(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> None:
-    sim.reset()
-    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
 
 
 @asynccontextmanager

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,7 +14,7 @@ from redis.asyncio import Redis
 from breakers import HedgeStore
 from breakers.hedges import EDGES_MS
 from breakers.keys import Keys
-from tests.chainkit import KEY, settings, turn
+from tests.chainkit import settings, turn
 from tests.fleetkit import Job, Workers, make_request
 from worker.adapters import make_client
 from worker.guard import Availability, Target
@@ -29,15 +28,12 @@ from worker.simulator.state import SimState
 from worker.turn.chain import Chain
 from worker.types import AttemptOutcome, Status, TurnRequest, TurnResult
 
+pytestmark = pytest.mark.usefixtures("fresh_sim", "provider_key")
+
+
 TWO = ("openai/alpha", "anthropic/beta")
 # No evidence yet: every attempt waits the fallback; each normal attempt earns one hedge.
 QUICK = {"enabled": True, "fallback_s": 0.15, "min_samples": 1000, "budget_share": 1.0}
-
-
-@pytest.fixture(autouse=True)
-def _fresh(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> None:
-    sim.reset()
-    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
 
 
 def _config(sim: Simulator, chain: tuple[str, ...] = TWO, **hedging: Any) -> Settings:
@@ -211,17 +207,6 @@ def test_the_delay_is_a_percentile_of_first_byte_latency_with_a_floor_and_a_fall
     assert EDGES_MS[0] == 10
 
 
-@pytest.fixture(scope="module")
-def workers() -> Iterator[Workers]:
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("RELEVO_TEST_KEY", KEY)
-        pool = Workers(4)
-    try:
-        yield pool
-    finally:
-        pool.close()
-
-
 @pytest.mark.slow
 def test_the_fleet_spends_no_more_hedges_than_its_attempts_earned(
     sim: Simulator, workers: Workers, redis_url: str, namespace: str
@@ -230,7 +215,10 @@ def test_the_fleet_spends_no_more_hedges_than_its_attempts_earned(
     # A round trip slower than the default 0.25 s on a loaded machine drops its samples
     # (evidence is never retried): counting every one needs them all to land.
     store = {"url": redis_url, "namespace": namespace, "timeout_s": 2.0}
-    sections: dict[str, Any] = {"redis": store}
+    # A hedge is counted by the primary it cut (hedge_lost): a slow primary (0.4 s) must not
+    # reach a first-byte timeout first (0.5 s by default; under load it did, and a turn that
+    # spent a hedge counted none). Nor may a late first byte add warm-up attempts.
+    sections: dict[str, Any] = {"redis": store, "first_byte_timeout_s": 2.0}
     # The warm-up waits 5 s before any hedge: it only earns.
     config = settings(sim.url, hedging={**hedging, "fallback_s": 5.0}, **sections)
 

@@ -14,12 +14,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("worker", "breakers", "budgets")
+PACKAGES = ("worker", "breakers", "budgets", "rediskit")
 # worker/errors.py and the types and settings packages: every room may import them.
 FOUNDATION_ROOTS = ("worker.types", "worker.errors", "worker.settings")
 
-# What each room may import besides itself and the foundation: surfaces on top, then
-# fleet, turn, guard and adapters, observability at the bottom.
+# What each room may import besides itself, the foundation and `rediskit` (the Redis kit
+# below every room, `BELOW_ALL`): surfaces on top, then fleet, turn, guard and adapters,
+# observability at the bottom.
 MAY_IMPORT: dict[str, set[str]] = {
     "worker": {"worker.turn", "worker.guard", "worker.adapters"},  # the public surface
     "worker.cli": {"worker.console", "worker.demo", "worker.simulator", "worker.fleet",
@@ -42,7 +43,9 @@ MAY_IMPORT: dict[str, set[str]] = {
     "worker.foundation": {"breakers", "budgets"},
     "breakers": set(),
     "budgets": {"breakers"},
+    "rediskit": set(),
 }  # fmt: skip
+BELOW_ALL = "rediskit"
 
 
 def _modules() -> Iterator[tuple[str, Path]]:
@@ -93,9 +96,11 @@ def test_every_module_is_in_a_room() -> None:
 @pytest.mark.parametrize("module", sorted(MODULES))
 def test_imports_point_down(module: str) -> None:
     own = room(module)
-    allowed = MAY_IMPORT[own] | {own, "worker.foundation"}
-    if own in ("breakers", "budgets"):
+    allowed = MAY_IMPORT[own] | {own, "worker.foundation", BELOW_ALL}
+    if own in ("breakers", "budgets", BELOW_ALL):
         allowed -= {"worker.foundation"}
+    if own == BELOW_ALL:
+        allowed = {own}
     wrong = sorted(m for m in GRAPH[module] if room(m) not in allowed)
     assert wrong == [], f"{module} ({own}) may not import {wrong}"
 
@@ -103,6 +108,15 @@ def test_imports_point_down(module: str) -> None:
 def test_the_foundation_imports_only_itself() -> None:
     for module in FOUNDATION:
         assert {m for m in GRAPH[module] if m.startswith("worker")} <= FOUNDATION
+
+
+def test_the_redis_kit_is_below_every_room() -> None:
+    """`breakers`, `budgets` and `worker` import `rediskit`; it imports none of them."""
+    kit = {m for m in MODULES if room(m) == BELOW_ALL}
+    assert kit
+    assert all(GRAPH[m] <= kit for m in kit)
+    users = {room(m).split(".")[0] for m in MODULES for i in GRAPH[m] if i in kit}
+    assert {"breakers", "budgets", "worker"} <= users
 
 
 def test_no_import_circles() -> None:

@@ -24,7 +24,6 @@ import redis
 import structlog
 
 from tests.chainkit import KEY
-from tests.test_celery_fleet import write_config
 from worker.fleet.app import make_app
 from worker.fleet.enqueue import enqueue_turn
 from worker.fleet.turnstore import TurnKeys
@@ -82,14 +81,12 @@ def run_node(config: Path, log: Path, level: str, redis_url: str, namespace: str
 
 @pytest.mark.slow
 @pytest.mark.parametrize("level", ["debug"])  # every line info has, and more
+@pytest.mark.usefixtures("fresh_sim")
 def test_no_content_in_any_line_of_a_fleets_logs(
-    sim: Simulator, redis_url: str, namespace: str, tmp_path: Path, level: str
+    sim: Simulator, fleet_toml: Path, redis_url: str, namespace: str, level: str
 ) -> None:
-    sim.reset()
-    config = write_config(
-        tmp_path / "chain.toml", sim=sim.url, redis_url=redis_url, namespace=namespace
-    )
-    log = tmp_path / "node.log"
+    config = fleet_toml
+    log = config.parent / "node.log"
     node = run_node(config, log, level, redis_url, namespace)
     try:
         app = make_app(load_settings(config, require_secrets=False))
@@ -169,13 +166,11 @@ def test_a_message_celery_cannot_run_is_logged_without_its_body(content: bool) -
 
 
 def test_a_sent_turn_shows_celery_no_repr_of_its_payload(
-    sim: Simulator, redis_url: str, namespace: str, tmp_path: Path
+    fleet_toml: Path, redis_url: str, namespace: str
 ) -> None:
     """`argsrepr` (what Celery's lines, `celery inspect` and Flower show of a task's
     arguments) holds no text of the turn; the payload itself is whole."""
-    config = write_config(
-        tmp_path / "chain.toml", sim=sim.url, redis_url=redis_url, namespace=namespace
-    )
+    config = fleet_toml
     app = make_app(load_settings(config, require_secrets=False))
     try:
         handle = enqueue_turn(turn(stream=False), app=app)

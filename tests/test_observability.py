@@ -41,13 +41,10 @@ from worker.settings import Settings, load_settings
 from worker.simulator import Fault, Simulator
 from worker.types import Message, Status, TurnRequest, TurnResult
 
+pytestmark = pytest.mark.usefixtures("fresh_sim", "provider_key")
+
+
 RELEVO = [sys.executable, "-m", "worker.cli"]
-
-
-@pytest.fixture(autouse=True)
-def _fresh(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> None:
-    sim.reset()
-    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
 
 
 # -- logs ---------------------------------------------------------------------------------
@@ -221,10 +218,13 @@ async def test_turn_metrics_count_turns_attempts_and_latency(sim: Simulator) -> 
     sim.set_faults("alpha", Fault(status=529))
     metrics.record(await run(config, turn()))
 
-    turns = {"status": "ok", "effective_model": "anthropic/beta", "step": "1"}
+    turns = {"status": "ok", "effective_model": "anthropic/beta", "step": "1", "chain": "default"}
     assert _sample(metrics, TURNS_TOTAL, **turns) == 1
     assert _sample(metrics, TURNS_TOTAL, **{**turns, "effective_model": "openai/alpha"}) == 0
-    assert _sample(metrics, TURNS_TOTAL, status="ok", effective_model="openai/alpha", step="0") == 1
+    assert (
+        _sample(metrics, TURNS_TOTAL, **{**turns, "effective_model": "openai/alpha", "step": "0"})
+        == 1
+    )
     error = {"model": "openai/alpha", "provider": "oa", "outcome": "error"}
     assert _sample(metrics, ATTEMPTS_TOTAL, **error, error_class="overloaded") == 1
     assert _sample(metrics, "relevo_turn_duration_seconds_count", status="ok") == 2
@@ -238,7 +238,12 @@ def test_a_turn_that_never_ran_counts_with_empty_labels() -> None:
         turn_id="t1", tenant_id="acme", status=Status.REJECTED, primary_model="openai/alpha"
     )
     metrics.record(rejected)
-    assert _sample(metrics, TURNS_TOTAL, status="rejected", effective_model="", step="") == 1
+    assert (
+        _sample(
+            metrics, TURNS_TOTAL, status="rejected", effective_model="", step="", chain="default"
+        )
+        == 1
+    )
 
 
 def test_a_workers_series_carry_no_tenant_label() -> None:
@@ -468,8 +473,10 @@ def test_relevo_worker_serves_turn_metrics_and_the_fleet_state_adds_up(
         return series.get((name, frozenset(labels.items())), 0.0)
 
     ok = {"status": "ok"}
-    assert value(TURNS_TOTAL, **ok, effective_model="openai/alpha", step="0") == 6
-    assert value(TURNS_TOTAL, **ok, effective_model="anthropic/beta", step="1") == 4
+    assert value(TURNS_TOTAL, **ok, effective_model="openai/alpha", step="0", chain="default") == 6
+    assert (
+        value(TURNS_TOTAL, **ok, effective_model="anthropic/beta", step="1", chain="default") == 4
+    )
     alpha = {"model": "openai/alpha", "provider": "oa"}
     assert value(ATTEMPTS_TOTAL, **alpha, outcome="ok", error_class="") == 6
     assert value(ATTEMPTS_TOTAL, **alpha, outcome="error", error_class="overloaded") == 3

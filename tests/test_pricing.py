@@ -18,7 +18,7 @@ import pytest
 from structlog.testing import capture_logs
 
 import breakers
-from tests.chainkit import ID_OF, KEY, MODEL_OF, ORDER, model, run, settings, turn
+from tests.chainkit import ID_OF, MODEL_OF, ORDER, model, run, settings, turn
 from worker.adapters import AnthropicAdapter, GeminiAdapter, OpenAIAdapter
 from worker.adapters.base import Completion
 from worker.adapters.sse import SseEvent
@@ -30,17 +30,14 @@ from worker.simulator import Fault, Simulator
 from worker.turn.pricing import cost_of
 from worker.types import Status, TurnResult, Usage
 
+pytestmark = pytest.mark.usefixtures("fresh_sim", "provider_key")
+
+
 KINDS = ("openai", "anthropic", "gemini")
 WRITTEN, READ, REASONING = 1200, 3401, 250
 TEXT_TOKENS = 8  # the simulator's default reply
 # Dollars per million tokens are micro-dollars per token: the cost of n tokens is n * price.
 PRICES = {"input": "2.5", "output": "10", "write": "3.125", "read": "0.25"}
-
-
-@pytest.fixture(autouse=True)
-def _fresh(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> None:
-    sim.reset()
-    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
 
 
 def priced(url: str, kind: str, *, cache_prices: bool = True) -> Settings:

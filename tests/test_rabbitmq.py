@@ -19,6 +19,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from amqp.exceptions import NotFound, PreconditionFailed
@@ -26,10 +27,11 @@ from celery import Celery
 from kombu.connection import Connection
 from redis.asyncio import Redis
 
-from tests.chainkit import KEY, worker_config
+from tests.chainkit import KEY, write_worker_config
 from tests.conftest import skip_unless_ci
 from tests.netkit import free_port
 from tests.rabbitkit import PrivateRabbit, delete_queues, machine_url, private_rabbit_missing
+from tests.workerkit import celery_worker_process, stop
 from worker.cli.main import main
 from worker.fleet import Producer
 from worker.fleet.app import make_app
@@ -43,6 +45,9 @@ from worker.fleet.turnstore import TurnKeys, TurnStore
 from worker.settings import FairnessSettings, Settings, load_settings
 from worker.simulator import Simulator
 from worker.types import Message, Status, TurnRequest, TurnResult
+
+pytestmark = pytest.mark.usefixtures("fresh_sim")
+
 
 RELEVO = [sys.executable, "-m", "worker.cli"]
 
@@ -72,18 +77,11 @@ def amqp_url() -> str:
     return url
 
 
-def write_config(
-    path: Path, *, sim: str, redis_url: str, broker: str, namespace: str, deadline_s: float = 5
-) -> Path:
-    """The two-model chain on `broker`; the sweeper re-sends a turn lost for `DUE_S` (with
-    the default deadline)."""
-    visibility_s = deadline_s + 1
-    sections = SECTIONS.format(broker=broker, namespace=namespace, visibility_s=visibility_s)
-    text = worker_config(
-        sim=sim, redis_url=redis_url, namespace=namespace, sections=sections, deadline_s=deadline_s
-    )
-    path.write_text(text)
-    return path
+def rabbit_config(path: Path, *, broker: str, deadline_s: float = 5, **config: Any) -> Path:
+    """The two-model chain on `broker` (`config`: `write_worker_config`'s `sim`, `redis_url`
+    and `namespace`); the sweeper re-sends a turn lost for `DUE_S` (the default deadline)."""
+    fill = {"broker": broker, "visibility_s": deadline_s + 1}
+    return write_worker_config(path, sections=SECTIONS, deadline_s=deadline_s, fill=fill, **config)
 
 
 class Fleet:
@@ -97,19 +95,15 @@ class Fleet:
         self.procs: list[subprocess.Popen[bytes]] = []
 
     def start(self, name: str, threads: int = 20) -> subprocess.Popen[bytes]:
-        env = {**os.environ, "RELEVO_CONFIG": str(self.config), "RELEVO_TEST_KEY": KEY, **self.env}
         queue = self.settings.worker.queue
         with self.log.open("ab") as out:
-            proc = subprocess.Popen(
-                [
-                    *(sys.executable, "-m", "celery", "-A", "worker.fleet.app", "worker"),
-                    *("-P", "threads", "-c", str(threads), "-Q", queue, "-n", f"{name}@%h"),
-                    *("--without-gossip", "--without-mingle", "--without-heartbeat"),
-                    *("--loglevel", "WARNING"),
-                ],
-                env=env,
-                stdout=out,
-                stderr=out,
+            proc = celery_worker_process(
+                self.config,
+                queue=queue,
+                name=f"{name}@%h",
+                threads=threads,
+                env=self.env,
+                output=out,
             )
         self.procs.append(proc)
         return proc
@@ -129,15 +123,7 @@ class Fleet:
             time.sleep(0.2)
 
     def stop(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop(self.procs, timeout_s=20)
 
 
 @pytest.fixture(scope="module")
@@ -155,7 +141,7 @@ def fleet(
 ) -> Iterator[Fleet]:
     """Two worker processes on the machine's RabbitMQ, fair dispatch on."""
     root = tmp_path_factory.mktemp("rabbit")
-    config = write_config(
+    config = rabbit_config(
         root / "chain.toml", sim=sim.url, redis_url=redis_url, broker=amqp_url, namespace=rabbit_ns
     )
     workers = Fleet(config, root / "workers.log")
@@ -169,17 +155,12 @@ def fleet(
         delete_queues(amqp_url, rabbit_ns)
 
 
-@pytest.fixture(autouse=True)
-def _fresh(sim: Simulator) -> None:
-    sim.reset()
-
-
 @pytest.fixture
 def own_config(
     amqp_url: str, redis_url: str, sim: Simulator, tmp_path: Path, namespace: str
 ) -> Iterator[Path]:
     """A configuration on the machine's RabbitMQ with this test's own queue, deleted after."""
-    yield write_config(
+    yield rabbit_config(
         tmp_path / "c.toml", sim=sim.url, redis_url=redis_url, broker=amqp_url, namespace=namespace
     )
     delete_queues(amqp_url, namespace)
@@ -239,7 +220,7 @@ def test_a_broker_that_does_not_answer_names_rabbitmq_without_its_password(
     redis_url: str, sim: Simulator, tmp_path: Path, namespace: str
 ) -> None:
     url = f"amqp://guest:hunter2-not-here@127.0.0.1:{free_port()}//"
-    config = write_config(
+    config = rabbit_config(
         tmp_path / "c.toml", sim=sim.url, redis_url=redis_url, broker=url, namespace=namespace
     )
     app = make_app(load_settings(config, require_secrets=False))
@@ -258,7 +239,7 @@ def test_a_redis_that_does_not_answer_is_named_not_the_broker(
 ) -> None:
     """RabbitMQ answers, the Redis that keeps the turn's record does not: the error says so."""
     redis_url = f"redis://127.0.0.1:{free_port()}/0"
-    config = write_config(
+    config = rabbit_config(
         tmp_path / "c.toml", sim=sim.url, redis_url=redis_url, broker=amqp_url, namespace=namespace
     )
     app = make_app(load_settings(config, require_secrets=False))
@@ -437,7 +418,7 @@ def test_a_broker_restart_mid_run_loses_no_turn_and_answers_each_once(
         skip_unless_ci(missing)
     turns = 1000
     with PrivateRabbit() as rabbit:
-        config = write_config(
+        config = rabbit_config(
             tmp_path / "c.toml",
             sim=sim.url,
             redis_url=redis_url,

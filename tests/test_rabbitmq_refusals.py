@@ -21,7 +21,7 @@ from redis.asyncio import Redis
 from tests import chainkit
 from tests.conftest import skip_unless_ci
 from tests.rabbitkit import PrivateRabbit, private_rabbit_missing
-from tests.test_rabbitmq import Fleet, fifo, request, wait_results, write_config
+from tests.test_rabbitmq import Fleet, fifo, rabbit_config, request, wait_results
 from worker.errors import InputError
 from worker.fleet.app import make_app
 from worker.fleet.enqueue import enqueue_turn, send_turn
@@ -32,6 +32,9 @@ from worker.fleet.turnstore import TurnKeys, TurnStore
 from worker.settings import BrokerSettings, load_settings
 from worker.simulator import Fault, Simulator
 from worker.types import Message, Status, TurnResult
+
+pytestmark = pytest.mark.usefixtures("fresh_sim")
+
 
 LIMIT = 1024 * 1024
 # Over the broker's limit, within relevo's own (16 MiB, 256 KiB a message).
@@ -54,16 +57,11 @@ def rabbit() -> Iterator[PrivateRabbit]:
         yield node
 
 
-@pytest.fixture(autouse=True)
-def _fresh(sim: Simulator) -> None:
-    sim.reset()
-
-
 @pytest.fixture
 def config(
     rabbit: PrivateRabbit, redis_url: str, sim: Simulator, tmp_path: Path, namespace: str
 ) -> Path:
-    return write_config(
+    return rabbit_config(
         tmp_path / "c.toml",
         sim=sim.url,
         redis_url=redis_url,

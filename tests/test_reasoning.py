@@ -19,17 +19,14 @@ from worker.adapters.gemini import SKIP_SIGNATURE
 from worker.simulator import Fault, Simulator
 from worker.types import Message, Reasoning, Reply, Status, Tool, ToolCall, TurnResult
 
+pytestmark = pytest.mark.usefixtures("fresh_sim", "provider_key")
+
+
 LOOKUP = Tool(name="lookup", description="Find an order")
 # Claude with extended thinking: the budget must stay under the turn's max_tokens.
 THINKING = {
     "anthropic/beta": model("anthropic", ("an", "beta"), thinking_budget_tokens=1024),
 }
-
-
-@pytest.fixture(autouse=True)
-def _fresh(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> None:
-    sim.reset()
-    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
 
 
 def _follow_up(reply: Reply, *, stream: bool) -> Any:

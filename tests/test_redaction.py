@@ -33,15 +33,13 @@ from worker.settings import Settings
 from worker.simulator import Fault, Simulator
 from worker.types import Status, TurnResult
 
+pytestmark = pytest.mark.usefixtures("fresh_sim")
+
+
 # A key no pattern recognises: only the configured providers' exact values catch it.
 PLAIN_KEY = "Zq7pLainSecretNoPattern42"
 PROMPT = "canary-prompt-7f3e: my account number is 0042"
 KEYS = [KEY, PLAIN_KEY]
-
-
-@pytest.fixture(autouse=True)
-def _fresh(sim: Simulator) -> None:
-    sim.reset()
 
 
 def _log_lines() -> io.StringIO:

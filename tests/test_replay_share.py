@@ -14,7 +14,7 @@ import pytest
 
 import breakers
 from budgets import Share
-from tests.test_operate import config, ns, on_redis, relevo, write_config
+from tests.test_operate import config, ns, on_redis, relevo
 from worker.fleet.fairqueue import FairQueue
 from worker.fleet.runner import TurnRunner
 from worker.fleet.turnstore import TurnStore
@@ -22,7 +22,7 @@ from worker.settings import load_settings
 from worker.simulator import Fault, Simulator
 from worker.types import Message, Status, TurnRequest
 
-__all__ = ["config", "ns", "write_config"]
+__all__ = ["config", "ns"]
 
 MODEL = "claude-sim"
 BOUND = 2

@@ -12,20 +12,17 @@ from email.utils import format_datetime
 import pytest
 
 import breakers
-from tests.chainkit import KEY, settings, turn
+from tests.chainkit import settings, turn
 from worker.adapters import make_client
 from worker.guard.redis_guard import open_guard
 from worker.simulator import Fault, Simulator
 from worker.turn.chain import Chain
 from worker.types import Status
 
+pytestmark = pytest.mark.usefixtures("fresh_sim", "provider_key")
+
+
 PRIMARY, BACKUP = "openai/alpha", "anthropic/beta"
-
-
-@pytest.fixture(autouse=True)
-def _fresh(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> None:
-    sim.reset()
-    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
 
 
 def _past_date() -> str:

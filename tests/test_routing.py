@@ -10,6 +10,8 @@ its breakers in real Redis. The chains (models from tests.chainkit):
 
 from __future__ import annotations
 
+import asyncio
+import os
 import re
 import subprocess
 import sys
@@ -19,26 +21,25 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from tests.chainkit import KEY, run, settings, turn
+import budgets
+from tests.chainkit import KEY, run, settings, turn, worker_config
 from worker.errors import ConfigError, InputError
 from worker.fleet.app import make_app
 from worker.fleet.enqueue import enqueue_turn
 from worker.guard.redis_guard import open_guard
-from worker.settings import LimitsSettings, Settings
+from worker.guard.route_book import RouteBook
+from worker.settings import LimitsSettings, Settings, load_settings
 from worker.simulator import Fault, Simulator
 from worker.turn.intake import checked_turn
-from worker.types import AttemptOutcome, Status
+from worker.types import AttemptOutcome, Status, TurnResult
+
+pytestmark = pytest.mark.usefixtures("fresh_sim", "provider_key")
+
 
 CHAINS = {
     "planner": {"models": ["anthropic/beta", "google/gamma"]},
     "triage": {"models": ["openai/alpha", "google/gamma"]},
 }
-
-
-@pytest.fixture(autouse=True)
-def _fresh(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> None:
-    sim.reset()
-    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
 
 
 def routed(sim: Simulator, **sections: Any) -> Settings:
@@ -305,3 +306,115 @@ input_usd_per_mtok = 1
 output_usd_per_mtok = 2
 serve = [{{provider = "an", model_id = "beta"}}]
 """
+
+
+# --- tenants' routes ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("default", "allowed", "error"),
+    [
+        ("premium", ("default", "triage"), "default chain 'premium' is not one of the allowed"),
+        (None, ("triage", "triage"), "a chain is named twice"),
+        (None, (), "allowed chains: 1 to 100 names"),
+        ("a,b", None, "chain 'a,b': letters, digits"),
+    ],
+)
+def test_a_route_that_cannot_hold_is_refused(
+    default: str | None, allowed: tuple[str, ...] | None, error: str
+) -> None:
+    with pytest.raises(budgets.InvalidNameError, match=re.escape(error)):
+        budgets.Route(default, allowed)
+
+
+def test_a_route_reads_back_as_it_was_written() -> None:
+    for route in (
+        budgets.Route(),
+        budgets.Route("planner"),
+        budgets.Route(None, ("default",)),
+        budgets.Route("triage", ("default", "triage")),
+    ):
+        assert budgets.Route.unpacked(route.packed()) == route
+
+
+def _config_file(path: Path, sim: Simulator, redis_url: str, namespace: str) -> Path:
+    """tests.chainkit's worker (openai/alpha, then anthropic/beta) with two chains more."""
+    chains = """
+[chains.planner]
+models = ["anthropic/beta", "openai/alpha"]
+
+[chains.triage]
+models = ["openai/alpha", "anthropic/beta"]
+"""
+    path.write_text(worker_config(sim=sim.url, redis_url=redis_url, namespace=namespace) + chains)
+    return path
+
+
+def test_a_tenants_route_gives_its_default_chain_and_refuses_the_others(
+    sim: Simulator, redis_url: str, namespace: str, tmp_path: Path
+) -> None:
+    config = _config_file(tmp_path / "chain.toml", sim, redis_url, namespace)
+    relevo = [sys.executable, "-m", "worker.cli", "tenants", "chains", "--config", str(config)]
+    env = {**os.environ, "RELEVO_TEST_KEY": KEY}
+    given = subprocess.run(
+        [*relevo, "acme", "--default", "planner", "--allow", "default,planner"],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert given.returncode == 0, given.stderr
+    assert given.stdout == "acme: default chain planner; may use default, planner\n"
+    unknown = subprocess.run(
+        [*relevo, "acme", "--allow", "premium"],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert unknown.returncode == 2
+    assert "no chain named 'premium' (chains: default, planner, triage)" in unknown.stderr
+    unnamed, named, refused, elsewhere = asyncio.run(_four_turns(load_settings(config)))
+    assert (unnamed.chain, unnamed.effective_model) == ("planner", "anthropic/beta")
+    assert (named.chain, named.effective_model) == ("default", "openai/alpha")
+    assert (refused.status, refused.reason) == (Status.FAILED, "chain_not_allowed")
+    assert refused.error == (
+        "chain: tenant 'acme' may not use chain 'triage' (its chains: default, planner)"
+    )
+    assert refused.attempts == ()
+    assert (elsewhere.status, elsewhere.chain) == (Status.OK, "triage")
+    shown = subprocess.run(
+        [*relevo, "acme", "--clear"], check=False, capture_output=True, text=True, env=env
+    )
+    assert shown.stdout.startswith("acme: no route of its own")
+
+
+async def _four_turns(config: Settings) -> list[TurnResult]:
+    """acme's turns naming no chain, `default` and `triage`; another tenant's on `triage`."""
+    guard = open_guard(config)
+    other = turn().model_copy(update={"tenant_id": "other", "chain": "triage"})
+    try:
+        return [
+            await run(config, request, guard=guard)
+            for request in (
+                turn(),
+                turn().model_copy(update={"chain": "default"}),
+                turn().model_copy(update={"chain": "triage"}),
+                other,
+            )
+        ]
+    finally:
+        await guard.aclose()
+
+
+async def test_a_route_last_read_stands_while_redis_does_not_answer() -> None:
+    class Down:
+        async def hget(self, *_: object) -> None:
+            raise ConnectionError("refused")
+
+    book = RouteBook(budgets.Routes(Down(), namespace="ns"), timeout_s=0.1, fresh_s=0)  # type: ignore[arg-type]
+    book._seen["acme"] = (0.0, budgets.Route("planner"))
+    assert await book.get("acme") == budgets.Route("planner")
+    assert await book.get("never-read") is None

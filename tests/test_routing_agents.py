@@ -21,7 +21,7 @@ from agents import Agent, RunConfig, Runner, UserError
 from pydantic_ai import Agent as PydanticAgent
 from pydantic_ai import RunContext
 
-from tests.chainkit import KEY, settings
+from tests.chainkit import settings
 from worker.fleet import Producer
 from worker.fleet.testing import stub_fleet
 from worker.frameworks import Engine, InProcess, ThroughFleet
@@ -33,16 +33,13 @@ from worker.settings import Settings
 from worker.simulator import Fault, Simulator
 from worker.types import TurnResult
 
+pytestmark = pytest.mark.usefixtures("fresh_sim", "provider_key")
+
+
 CHAINS = {
     "triage": {"models": ["openai/alpha-mini", "openai/alpha"]},
     "planner": {"models": ["anthropic/beta", "google/gamma"]},
 }
-
-
-@pytest.fixture(autouse=True)
-def _fresh(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> None:
-    sim.reset()
-    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
 
 
 def config(sim: Simulator) -> Settings:

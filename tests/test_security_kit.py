@@ -7,23 +7,23 @@ workers read, and real `celery worker` processes.
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import subprocess
-import sys
 import time
 import tomllib
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import redis
 
-from tests.chainkit import worker_config
+from tests.chainkit import write_worker_config
 from tests.conftest import skip_unless_ci
 from tests.netkit import free_port
+from tests.workerkit import celery_worker_process, stop
 
 # Shaped like no known key prefix, so only exact-key scrubbing can hide it.
 KEY = "9d2c4e6f8a0b1c3d5e7f9a1b3c5d7e9f"
@@ -52,16 +52,12 @@ max_message_chars = 4096
 """
 
 
-def write_config(
-    path: Path, *, redis_url: str, namespace: str, sim: str, max_bytes: int = 16_384
-) -> Path:
-    """A chain of two simulated models whose API key comes from `KEY_ENV`."""
-    sections = SECTIONS.format(namespace=namespace, max_bytes=max_bytes)
-    text = worker_config(
-        sim=sim, redis_url=redis_url, namespace=namespace, sections=sections, key_env=KEY_ENV
-    )
-    path.write_text(text, encoding="utf-8")
-    return path
+def limited_config(path: Path, *, max_bytes: int = 16_384, **config: Any) -> Path:
+    """A chain of two simulated models whose API key comes from `KEY_ENV`, its requests
+    limited (`[limits]`, at most `max_bytes`); `config`: `write_worker_config`'s `sim`,
+    `redis_url` and `namespace`."""
+    fill = {"max_bytes": max_bytes}
+    return write_worker_config(path, sections=SECTIONS, key_env=KEY_ENV, fill=fill, **config)
 
 
 @dataclass(frozen=True)
@@ -181,25 +177,10 @@ def _wait_until_it_answers(config: Path, name: str, proc: subprocess.Popen[bytes
 @contextmanager
 def celery_worker(config: Path, queue: str, env: Mapping[str, str] | None = None) -> Iterator[None]:
     """One `celery worker` process (threads pool) reading `config`, with the API key in its env."""
-    environ = {**os.environ, "RELEVO_CONFIG": str(config), KEY_ENV: KEY, **(env or {})}
-    proc = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "celery", "-A", "worker.fleet.app", "worker"),
-            *("-P", "threads", "-c", "8", "-Q", queue, "-n", f"security-{queue}@%h"),
-            *("--without-gossip", "--without-mingle", "--without-heartbeat"),
-            *("--loglevel", "WARNING"),
-        ],
-        env=environ,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    name = f"security-{queue}@%h"
+    proc = celery_worker_process(config, queue=queue, name=name, key_env=KEY_ENV, key=KEY, env=env)
     try:
         _wait_until_it_answers(config, f"security-{queue}@{socket.gethostname()}", proc)
         yield
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop([proc])

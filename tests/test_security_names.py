@@ -50,18 +50,24 @@ TRICKY: dict[str, str] = {
     "percent-encoded dots": "%2e%2e",
 }
 # Model ids and the model part of a slug may hold ':' (Ollama tags like "llama3:8b"), ids
-# also '/' (org/model): nothing else of the list.
-ALLOWED = {"model id": {"key separator", "slash"}, "model slug": {"key separator"}}
+# also '/' (org/model), and so may tenant ids ("org:1234", "team/42"): nothing else of the list.
+ALLOWED = {
+    "model id": {"key separator", "slash"},
+    "model slug": {"key separator"},
+    "tenant id": {"key separator", "slash"},
+}
+TRICKY_TENANTS = {k: v for k, v in TRICKY.items() if k not in ALLOWED["tenant id"]}
 
 
 def payload(**fields: Any) -> dict[str, Any]:
     return {"tenant_id": "acme", "messages": [{"role": "user", "content": "hi"}], **fields}
 
 
-@pytest.mark.parametrize("name", TRICKY, ids=list(TRICKY))
+@pytest.mark.parametrize("name", TRICKY_TENANTS, ids=list(TRICKY_TENANTS))
 def test_a_tricky_tenant_id_in_a_task_payload_is_refused(name: str) -> None:
-    with pytest.raises(InputError, match=r"^tenant_id: String should match pattern"):
+    with pytest.raises(InputError, match=r"^tenant_id: tenant id ") as caught:
         parse_turn_request(payload(tenant_id=TRICKY[name]))
+    assert len(str(caught.value).splitlines()) == 1
 
 
 @pytest.mark.parametrize("name", TRICKY, ids=list(TRICKY))
@@ -70,7 +76,7 @@ def test_a_tricky_turn_id_in_a_task_payload_is_refused(name: str) -> None:
         parse_turn_request(payload(turn_id=TRICKY[name]))
 
 
-@pytest.mark.parametrize("name", TRICKY, ids=list(TRICKY))
+@pytest.mark.parametrize("name", TRICKY_TENANTS, ids=list(TRICKY_TENANTS))
 @pytest.mark.parametrize("action", ["set", "show"])
 def test_a_tricky_tenant_id_on_the_command_line_is_refused_before_redis(
     name: str, action: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]

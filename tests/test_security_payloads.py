@@ -18,7 +18,7 @@ import pytest
 import redis
 from celery import Celery
 
-from tests.test_security_kit import celery_worker, write_config
+from tests.test_security_kit import celery_worker, limited_config
 from worker.errors import InputError
 from worker.fleet.app import TASK_NAME, make_app
 from worker.fleet.enqueue import enqueue_turn
@@ -141,7 +141,7 @@ def test_the_default_limits_are_sensible() -> None:
 
 @pytest.fixture
 def config(sim: Simulator, redis_url: str, namespace: str, tmp_path: Path) -> Path:
-    return write_config(
+    return limited_config(
         tmp_path / "chain.toml", redis_url=redis_url, namespace=namespace, sim=sim.url
     )
 

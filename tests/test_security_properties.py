@@ -122,7 +122,7 @@ tools = st.fixed_dictionaries(
 LAST = {"role": "user", "content": "and now?"}
 requests = st.fixed_dictionaries(
     {
-        "tenant_id": maybe(st.sampled_from(["acme", "acme", "acme", "_", "a:b", ""])),
+        "tenant_id": maybe(st.sampled_from(["acme", "acme", "acme", "_", "org:1234", "a|b", ""])),
         # Ending on a user message, as a runnable turn must, most of the time.
         "messages": maybe(st.lists(messages, max_size=4).map(lambda m: [*m, LAST])),
     },

@@ -31,10 +31,10 @@ from tests.test_security_kit import (
     WORKER_USER,
     PrivateRedis,
     celery_worker,
+    limited_config,
     make_tls,
     private_redis,
     tls_supported,
-    write_config,
 )
 from worker.cli.main import main
 from worker.fleet.app import make_app
@@ -46,6 +46,8 @@ from worker.types import Message, TurnRequest
 
 # Valid, but each close to a rule's edge: a turn for each must stay inside the namespace.
 EDGE_TENANTS = ["_", "0", "a.b-c_d", "t..t", "T" * 64, "x-", "acme.eu"]
+# Tenant ids as platforms write them: ':', '/', '@' and '+' inside the tenant's hash tag.
+EDGE_TENANTS += ["org:1234", "team/42", "user+eu@example.com", "arn:aws:iam::1:root"]
 
 
 @pytest.fixture(scope="module")
@@ -169,12 +171,13 @@ def test_the_guard_runs_turns_as_an_acl_user(
 ) -> None:
     runner = TurnRunner(settings_on(acl.url(WORKER_USER, WORKER_PASSWORD), sim, namespace))
     try:
-        result = runner.answer(request().model_dump(mode="json"))
+        results = [runner.answer(request(t).model_dump(mode="json")) for t in ("acme", "team/42")]
     finally:
         runner.close()
-    assert result["status"] == "ok"
+    assert [r["status"] for r in results] == ["ok", "ok"]
     with acl.client() as client:
-        assert client.exists(f"{{{namespace}}}:turn:{result['turn_id']}:result")
+        for result in results:
+            assert client.exists(f"{{{namespace}}}:turn:{result['turn_id']}:result")
         entries = client.acl_log()
     assert not [e for e in entries if e.get("username") == WORKER_USER], entries  # no refusal
 
@@ -222,7 +225,9 @@ def test_a_celery_round_trip_as_an_acl_user_stores_no_echoed_key(
     acl: PrivateRedis, sim: Simulator, namespace: str, tmp_path: Path
 ) -> None:
     url = acl.url(WORKER_USER, WORKER_PASSWORD, db=1)
-    config = write_config(tmp_path / "chain.toml", redis_url=url, namespace=namespace, sim=sim.url)
+    config = limited_config(
+        tmp_path / "chain.toml", redis_url=url, namespace=namespace, sim=sim.url
+    )
     settings = load_settings(config)
     for model in ("alpha", "beta"):
         sim.set_faults(model, Fault(status=401, echo_key=True))
@@ -335,7 +340,9 @@ def test_a_celery_round_trip_over_tls(
     tls_server: PrivateRedis, sim: Simulator, namespace: str, tmp_path: Path
 ) -> None:
     url = tls_server.url(db=1)
-    config = write_config(tmp_path / "chain.toml", redis_url=url, namespace=namespace, sim=sim.url)
+    config = limited_config(
+        tmp_path / "chain.toml", redis_url=url, namespace=namespace, sim=sim.url
+    )
     settings = load_settings(config)
     with celery_worker(config, settings.worker.queue):
         app = make_app(settings)

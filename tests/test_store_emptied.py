@@ -7,9 +7,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import gc
-import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,14 +15,14 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.chainkit import KEY, worker_config
+from tests.chainkit import worker_config
 from tests.consolekit import http_console, log_in
 from tests.test_celery_fleet import request
 from tests.test_console import OPERATOR, TOKENS
+from tests.workerkit import celery_worker_process, stop, wait_for_heartbeats
 from worker.fleet import Producer, UnknownTurn
 from worker.fleet.app import make_app
 from worker.fleet.enqueue import enqueue_turn
-from worker.fleet.turnstore import TurnKeys
 from worker.settings import load_settings
 from worker.simulator import Simulator
 
@@ -58,35 +56,15 @@ def config(sim: Simulator, url: str, namespace: str, tmp_path: Path) -> Path:
 def worker_log(config: Path, url: str, namespace: str, tmp_path: Path) -> Iterator[Path]:
     """One worker process on the private Redis; its log."""
     log = tmp_path / "worker.log"
-    env = {**os.environ, "RELEVO_CONFIG": str(config), "RELEVO_TEST_KEY": KEY}
     queue = load_settings(config, require_secrets=False).worker.queue
     with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [
-                *(sys.executable, "-m", "celery", "-A", "worker.fleet.app", "worker"),
-                *("-P", "threads", "-c", "4", "-Q", queue, "-n", f"w-{namespace}@%h"),
-                *("--without-gossip", "--without-mingle", "--without-heartbeat"),
-                *("--loglevel", "WARNING"),
-            ],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+        name = f"w-{namespace}@%h"
+        proc = celery_worker_process(config, queue=queue, name=name, threads=4, output=out)
     try:
-        with redis.Redis.from_url(url) as client:
-            until = time.monotonic() + 60
-            while client.zcard(TurnKeys(namespace).workers) < 1:
-                assert proc.poll() is None, log.read_text()
-                assert time.monotonic() < until, "the worker wrote no heartbeat"
-                time.sleep(0.1)
+        wait_for_heartbeats(url, namespace, [proc], log=log)
         yield log
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop([proc])
 
 
 def test_a_producer_waiting_on_a_turn_an_emptied_store_forgot_is_told_it_was_lost(

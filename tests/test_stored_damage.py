@@ -19,7 +19,7 @@ from breakers.keys import Keys
 from budgets import Share
 from budgets.keys import BudgetKeys
 from tests.chainkit import KEY
-from tests.consolekit import console_config, csrf_of, http_console, log_in
+from tests.consolekit import csrf_of, http_console, log_in
 from tests.test_console import OPERATOR, TOKENS
 from tests.test_fair_dispatch import _dispatcher, drain, put
 from tests.test_operate import out_json, relevo
@@ -41,13 +41,8 @@ def ns(redis_url: str, namespace: str, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 @pytest.fixture
-def config(redis_url: str, namespace: str, tmp_path: Path) -> Path:
-    return console_config(tmp_path, redis_url, namespace)
-
-
-@pytest.fixture
-async def console(config: Path, redis_url: str) -> AsyncIterator[httpx.AsyncClient]:
-    async with http_console(config, redis_url, TOKENS) as http:
+async def console(console_toml: Path, redis_url: str) -> AsyncIterator[httpx.AsyncClient]:
+    async with http_console(console_toml, redis_url, TOKENS) as http:
         yield http
 
 
@@ -193,11 +188,11 @@ async def test_console_pages_skip_members_they_cannot_read(
 
 
 def test_the_exporter_skips_members_it_cannot_read(
-    config: Path, redis_url: str, namespace: str, monkeypatch: pytest.MonkeyPatch
+    console_toml: Path, redis_url: str, namespace: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
     _damage_indexes(redis_url, namespace)
-    collector = FleetCollector(load_settings(config))
+    collector = FleetCollector(load_settings(console_toml))
     # Tenant series come from a snapshot read in the background: read one now.
     assert collector.tenants.refresh() is not None
     assert TENANT_QUEUED in collector.render().decode()

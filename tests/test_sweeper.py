@@ -16,7 +16,7 @@ import pytest
 import redis
 from redis.asyncio import Redis
 
-from tests.chainkit import worker_config
+from tests.conftest import WorkerToml
 from tests.test_celery_fleet import request, start_worker
 from worker.fleet.app import make_app
 from worker.fleet.enqueue import TurnHandle, enqueue_turn
@@ -28,7 +28,7 @@ from worker.types import Status, TurnResult
 
 __all__ = ["start_worker"]  # the fixture, shared with the fleet tests
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("fresh_sim")]
 
 SECTIONS = """
 [retry]
@@ -44,23 +44,9 @@ sweep_interval_s = 0.5
 DUE_S = 7
 
 
-@pytest.fixture(autouse=True)
-def _fresh(sim: Simulator) -> None:
-    sim.reset()
-
-
 @pytest.fixture
-def config(sim: Simulator, redis_url: str, namespace: str, tmp_path: Path) -> Path:
-    text = worker_config(
-        sim=sim.url,
-        redis_url=redis_url,
-        namespace=namespace,
-        sections=SECTIONS.format(namespace=namespace),
-        deadline_s=5,
-    )
-    path = tmp_path / "chain.toml"
-    path.write_text(text)
-    return path
+def config(worker_toml: WorkerToml) -> Path:
+    return worker_toml(SECTIONS, deadline_s=5)
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 from structlog.testing import capture_logs
 
-from tests.chainkit import KEY, run, settings, turn
+from tests.chainkit import run, settings, turn
 from worker.fleet import enqueue_turn
 from worker.fleet.app import TASK_NAME
 from worker.fleet.testing import stub_fleet
@@ -46,9 +46,7 @@ _provider().add_span_processor(SimpleSpanProcessor(EXPORTER))
 
 
 @pytest.fixture(autouse=True)
-def _fresh(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    sim.reset()
-    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
+def _no_spans_left(fresh_sim: Simulator, provider_key: str) -> Iterator[None]:
     EXPORTER.clear()
     yield
     tracing.configure_tracing(ObservabilitySettings())  # off again for the other tests

@@ -21,9 +21,11 @@ from examples.webapp import _sse, follow, stream_timeout_s
 from tests.chainkit import KEY, worker_config
 from tests.netkit import free_port
 from tests.test_async_producer import celery_worker, write_fleet_config
-from tests.test_celery_fleet import write_config
 from worker.settings import load_settings
 from worker.simulator import Fault, Simulator
+
+pytestmark = pytest.mark.usefixtures("fresh_sim")
+
 
 ROOT = Path(__file__).resolve().parents[1]
 ACME = {"Authorization": "Bearer acme-token"}
@@ -84,11 +86,6 @@ def web(config: Path) -> Iterator[str]:
 def worker(config: Path) -> Iterator[subprocess.Popen[bytes]]:
     with celery_worker(config, threads=20) as proc:
         yield proc
-
-
-@pytest.fixture(autouse=True)
-def _fresh(sim: Simulator) -> None:
-    sim.reset()
 
 
 def turn(**fields: object) -> dict[str, object]:
@@ -228,14 +225,12 @@ def test_a_stream_waits_as_long_as_a_turn_run_again_can_take() -> None:
 
 @pytest.mark.slow
 def test_a_client_sees_a_turn_run_again_finish_through_a_dropped_connection(
-    sim: Simulator, redis_url: str, namespace: str, tmp_path: Path
+    sim: Simulator, fleet_toml: Path, redis_url: str, namespace: str, tmp_path: Path
 ) -> None:
     """The worker dies mid-stream and the turn runs again 12 s later (visibility timeout):
     the stream stays open meanwhile (keep-alives), a restart event voids the first run's
     text, and `follow` (the example's client) ends with the stored result's text."""
-    config = write_config(
-        tmp_path / "chain.toml", sim=sim.url, redis_url=redis_url, namespace=namespace
-    )
+    config = fleet_toml
     sim.set_faults("alpha", Fault(tokens=40, token_interval_s=0.1, times=1), Fault(tokens=40))
     with serve(config) as url, celery_worker(config, threads=4) as doomed:
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.chainkit import KEY, run, settings
+from tests.chainkit import run, settings
 from tests.cloudkit import GCP_PROJECT, simulated_service_account
 from worker.settings import Settings, load_settings
 from worker.simulator import Fault, Simulator
@@ -31,6 +31,9 @@ from worker.types import (
     TurnRequest,
 )
 
+pytestmark = pytest.mark.usefixtures("fresh_sim", "provider_key")
+
+
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 24).decode()
 PDF = base64.b64encode(b"%PDF-1.7\n%%EOF\n").decode()
 TICKET = JsonSchemaFormat(
@@ -42,12 +45,6 @@ TICKET = JsonSchemaFormat(
     },
 )
 CAPABLE = {"inputs": ["text", "image", "pdf"], "structured_output": True}
-
-
-@pytest.fixture(autouse=True)
-def _fresh(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> None:
-    sim.reset()
-    monkeypatch.setenv("RELEVO_TEST_KEY", KEY)
 
 
 def two_claudes(url: str) -> tuple[Settings, str, str]:

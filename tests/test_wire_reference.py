@@ -25,7 +25,6 @@ import httpx
 import pytest
 
 from worker.adapters import ProviderCall, build_adapter
-from worker.adapters.openai_responses import _EventDecoder
 from worker.adapters.reasoning_models import reasons
 from worker.errors import InvalidRequest
 from worker.settings import ProviderSettings
@@ -274,8 +273,10 @@ def test_the_bedrock_reference_is_the_installed_service_models() -> None:
 
 
 def _events_read() -> set[str]:
-    """The event types `_EventDecoder.feed` compares a stream event's type with."""
-    tree = ast.parse(inspect.getsource(_EventDecoder))
+    """The event types the Responses adapter's stream decoder compares an event's type with."""
+    settings = ProviderSettings(**TARGETS["openai-responses"][0])
+    decoder = build_adapter(settings, httpx.AsyncClient()).decoder()
+    tree = ast.parse(inspect.getsource(type(decoder)))
     found: set[str] = set()
     for node in ast.walk(tree):
         if (

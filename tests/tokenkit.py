@@ -15,6 +15,8 @@ import gzip
 import importlib.util
 import json
 import os
+import re
+import sys
 import sysconfig
 import tempfile
 from collections.abc import Callable
@@ -77,6 +79,55 @@ def counters() -> dict[str, Counter]:
     }
 
 
+# Where a word of the dictionary is checked, and what the estimate counts for what comes
+# before it: a space before letters counts nothing, anything else one. A digit or a
+# newline is a token of its own, so the word is counted alone; a space, a tab or a
+# punctuation mark may join the word's first token.
+WORD_CONTEXTS = {" ": 0, "\n": 1, "\t": 1, "1": 1, "(": 1, "_": 1, "/": 1, "@": 1, "-": 1, ".": 1}
+_LETTERS = re.compile(r"[a-z]+")
+
+
+def _letter_pieces() -> set[str]:
+    """Every run of letters that one of the four tokenizers holds as a token (a leading
+    space or SentencePiece's word mark taken off), lowercase or capitalized, in
+    lowercase: the candidate words."""
+    from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
+
+    pieces: set[str] = set()
+    for name in ("o200k_base", "cl100k_base"):
+        for raw in openai_encoding(name)._mergeable_ranks:
+            pieces.add(raw.decode("utf-8", "replace").removeprefix(" "))
+    for make in (lambda: MistralTokenizer.v3(is_tekken=True), MistralTokenizer.v1):
+        tokenizer = make().instruct_tokenizer.tokenizer
+        for i in range(tokenizer.n_words):
+            pieces.add(tokenizer.id_to_piece(i).removeprefix(" ").removeprefix("\u2581"))
+    return {p.lower() for p in pieces if _LETTERS.fullmatch(p[:1].lower() + p[1:])}
+
+
+def word_holds(word: str) -> bool:
+    """Whether no tokenizer makes more of `word` than a word's rate (one token, plus a
+    third a letter), after any of `WORD_CONTEXTS`, and capitalized after a space (one
+    more, for the capital)."""
+    # A text before it, so that SentencePiece's leading mark is not counted, ending in a
+    # character that joins none of the contexts.
+    prefix = "x\u4e2d"
+    rate = 1 + len(word) / 3
+    capital = " " + word[0].upper() + word[1:]
+    for count in counters().values():
+        before = count(prefix)
+        for context, cost in WORD_CONTEXTS.items():
+            if count(prefix + context + word) - before > cost + rate:
+                return False
+        if count(prefix + capital) - before > 1 + rate:
+            return False
+    return True
+
+
+def letter_words() -> list[str]:
+    """The dictionary `worker.turn.tokens` ships: every candidate word that holds."""
+    return sorted(word for word in _letter_pieces() if word_holds(word))
+
+
 @functools.cache
 def sources() -> dict[str, tuple[str, ...]]:
     """Real texts by kind: English prose (markdown), code, and samples in other scripts."""
@@ -95,3 +146,8 @@ def sources() -> dict[str, tuple[str, ...]]:
 
 # One paragraph per language or kind, written for these tests.
 SAMPLES: dict[str, str] = json.loads((Path(__file__).with_name("token_samples.json")).read_text())
+
+
+if __name__ == "__main__":
+    # python -m tests.tokenkit > worker/turn/letter_words.txt   (~30 s)
+    sys.stdout.write("".join(f"{word}\n" for word in letter_words()))

@@ -8,8 +8,6 @@ chain does next (see `worker.turn.policy.RULES`).
     ├── ConfigError            a bad configuration, naming the key
     ├── InputError             a bad turn request, naming the field
     ├── DeadlineExceeded       the turn's deadline passed
-    ├── StoreForbidden         Redis refused this worker (password, ACL): fail closed
-    ├── StoreUnreachable       Redis slow or gone: the guard answers locally, keeps writes
     ├── ProviderError          one attempt failed
     │   ├── ServerError            500 / 502 / 504, Anthropic api_error
     │   ├── Overloaded             503 overloaded, Anthropic 529
@@ -29,13 +27,20 @@ chain does next (see `worker.turn.policy.RULES`).
     ├── TurnFailed             every attempt's error, as an ExceptionGroup
     └── (worker.fleet.errors)  sending a turn and reading it: FleetUnavailable,
                                TurnTimeout, StreamRestarted
+
+    rediskit.StoreError        the shared store failed a call (`rediskit.store_errors`)
+    ├── StoreForbidden         Redis refused this worker (password, ACL): fail closed
+    └── StoreUnreachable       Redis slow or gone: the guard answers locally, keeps writes
+
+`StoreForbidden` and `StoreUnreachable` are `rediskit`'s `StoreForbiddenError` and
+`StoreUnavailableError` (and `breakers`'), under the names this package gives them.
 """
 
 from __future__ import annotations
 
 from typing import ClassVar
 
-import breakers
+from rediskit import DOWN, REFUSED, StoreForbiddenError, StoreUnavailableError
 
 __all__ = [
     "STORE_DOWN",
@@ -67,16 +72,12 @@ __all__ = [
 
 
 # The shared store's failures as every room of worker catches them: Redis slow, gone or
-# refusing us, as redis-py and sockets raise it and as breakers translates it.
-STORE_DOWN: tuple[type[BaseException], ...] = (
-    *breakers.STORE_ERRORS,
-    breakers.StoreUnavailableError,
-)
+# refusing us, as redis-py and sockets raise it and as `rediskit.store_errors` translates it.
+STORE_DOWN = DOWN
 # The part of it that means "Redis answered and said no" (password, ACL): fail closed.
-STORE_REFUSED: tuple[type[BaseException], ...] = (
-    *breakers.FORBIDDEN_ERRORS,
-    breakers.StoreForbiddenError,
-)
+STORE_REFUSED = REFUSED
+StoreForbidden = StoreForbiddenError
+StoreUnreachable = StoreUnavailableError
 
 
 class RelevoError(Exception):
@@ -95,17 +96,6 @@ class DeadlineExceeded(RelevoError):
     """The turn's deadline passed before a model answered."""
 
     code: ClassVar[str] = "deadline_exceeded"
-
-
-class StoreForbidden(RelevoError):
-    """The shared store refused this worker: it may not read the kill switch, so no turn runs."""
-
-    code: ClassVar[str] = "store_forbidden"
-
-
-class StoreUnreachable(RelevoError):
-    """The shared store did not answer in time. The guard answers for it locally (the
-    process's own breakers, the offline allowance) and keeps what it missed for later."""
 
 
 class ProviderError(RelevoError):

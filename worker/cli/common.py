@@ -26,7 +26,8 @@ from rich.console import Console
 
 import breakers
 import budgets
-from worker.errors import STORE_DOWN, STORE_REFUSED, ConfigError, InputError
+from rediskit import FAILED, StoreError, refused
+from worker.errors import ConfigError, InputError
 from worker.fleet.errors import FleetUnavailable, UnknownTurn, write_refusal
 from worker.fleet.operations import check_text
 from worker.observability.redact import redact_url
@@ -181,7 +182,7 @@ def redis_trouble(
     """
     url, setting = _store(where, shared=shared)
     url = redact_url(url)
-    if _refused(exc):
+    if refused(exc) or (isinstance(exc, FleetUnavailable) and exc.refused):
         return OperatorError(
             f"Redis at {url} refused this client ({type(_cause(exc)).__name__}); "
             f"check the user and password in the URL and its ACL permissions{hint}",
@@ -206,14 +207,10 @@ def _store(where: RedisSettings, *, shared: bool) -> tuple[str, str]:
 
 def _cause(exc: BaseException) -> BaseException:
     """The Redis or socket error itself, under what breakers, kombu or the fleet made of it."""
-    wrapped = isinstance(exc, FleetUnavailable | breakers.StoreUnavailableError)
+    wrapped = isinstance(exc, FleetUnavailable | StoreError)
     if (wrapped or type(exc).__module__.startswith("kombu")) and exc.__cause__ is not None:
         return _cause(exc.__cause__)
     return exc
-
-
-def _refused(exc: BaseException) -> bool:
-    return isinstance(exc, STORE_REFUSED) or (isinstance(exc, FleetUnavailable) and exc.refused)
 
 
 # The operator clients open in this task, innermost last: a failure is named after the
@@ -234,7 +231,7 @@ async def operator_redis(where: RedisSettings, *, shared: bool = False) -> Async
     opened = _OPEN.set((*_OPEN.get(), (client, shared)))
     try:
         yield client
-    except (*STORE_REFUSED, *STORE_DOWN) as exc:
+    except FAILED as exc:
         raise redis_trouble(where, exc, shared=await _failing(shared)) from None
     finally:
         _OPEN.reset(opened)
@@ -247,7 +244,7 @@ async def _failing(default: bool) -> bool:
     for client, shared in reversed(_OPEN.get()):
         try:
             await client.ping()
-        except (*STORE_REFUSED, *STORE_DOWN):
+        except FAILED:
             return shared
     return default
 

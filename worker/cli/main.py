@@ -24,6 +24,7 @@ import textwrap
 from collections.abc import Callable, Sequence
 from importlib import metadata
 
+from rediskit import StoreError
 from worker.cli import (
     breakers,
     budgets,
@@ -47,6 +48,7 @@ from worker.cli.common import (
     EXIT_OK,
     EXIT_PORT,
     EXIT_REJECTED,
+    EXIT_UNAVAILABLE,
     EXIT_UNREADABLE,
     EXIT_USAGE,
     USAGE_ERRORS,
@@ -318,6 +320,8 @@ def _run(argv: Sequence[str] | None) -> int:
         return func(args)
     except OperatorError as exc:
         return _fail(str(exc), exc.exit_code)
+    except StoreError as exc:  # a store call no command wrapped: still one line, exit 6
+        return _fail(str(exc), EXIT_UNAVAILABLE)
     except USAGE_ERRORS as exc:
         return _fail(str(exc), EXIT_USAGE)
     except Unreadable as exc:

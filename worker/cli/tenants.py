@@ -4,6 +4,8 @@ relevo tenants [list]                      queued, in flight, and each tenant's 
 relevo tenants set TENANT [--max-in-flight N] [--turns-per-minute N]
                           [--input-tokens-per-minute N] [--weight N]
 relevo tenants clear TENANT                back to the [fairness] defaults
+relevo tenants chains TENANT [--default NAME] [--allow NAME,NAME] [--clear]
+                                           its default chain and the chains it may use
 """
 
 from __future__ import annotations
@@ -135,6 +137,56 @@ async def _clear(args: argparse.Namespace) -> int:
     return 0
 
 
+def _route_line(tenant: str, route: budgets.Route | None) -> str:
+    if route is None:
+        return f"{tenant}: no route of its own (turns run on the chain they name, or default)"
+    default = route.default or "default"
+    allowed = "any chain" if route.allowed is None else ", ".join(route.allowed)
+    return f"{tenant}: default chain {default}; may use {allowed}"
+
+
+def _checked_route(args: argparse.Namespace) -> budgets.Route:
+    allowed = None if args.allow is None else tuple(n for n in args.allow.split(",") if n)
+    try:
+        route = budgets.Route(args.default, allowed)
+    except budgets.InvalidNameError as exc:
+        raise OperatorError(f"tenants chains: {exc}") from None
+    settings = operator_config(args.config).chain_settings()
+    named = [route.default] if route.default else []
+    unknown = [n for n in (*named, *(route.allowed or ())) if n not in _names(settings)]
+    if unknown:
+        known = ", ".join(_names(settings))
+        raise OperatorError(f"tenants chains: no chain named {unknown[0]!r} (chains: {known})")
+    return route
+
+
+def _names(settings: Any) -> tuple[str, ...]:
+    return ("default",) if settings is None else settings.chain_names
+
+
+async def _chains(args: argparse.Namespace) -> int:
+    tenant = budgets.check_tenant(args.tenant)
+    changing = args.default is not None or args.allow is not None
+    if args.clear and changing:
+        raise OperatorError("tenants chains: --clear takes no --default or --allow")
+    route = _checked_route(args) if changing else None
+    where = operator_config(args.config).redis
+    async with operator_redis(where, shared=True) as client:
+        routes = budgets.Routes(client, namespace=where.namespace)
+        if args.clear:
+            await routes.clear(tenant)
+        elif route is not None:
+            await routes.set(tenant, route)
+        else:
+            route = await routes.get(tenant)
+    if args.json:
+        fields = None if route is None else {"default": route.default, "allowed": route.allowed}
+        emit_json({"tenant": tenant, "route": fields})
+    else:
+        print(_route_line(tenant, route))
+    return 0
+
+
 def register(commands: Commands) -> None:
     """Add `tenants` to the `relevo` command."""
     group = add_command(
@@ -180,3 +232,23 @@ def register(commands: Commands) -> None:
     clear.add_argument("tenant", metavar="TENANT")
     add_redis_options(clear)
     clear.set_defaults(func=operator_command(_clear))
+    chains = add_command(
+        actions,
+        "chains",
+        "a tenant's default chain and the chains it may use (shown without options)",
+        exits=_EXITS,
+        details="--default and --allow replace the tenant's route; workers read it within "
+        "5 s. With --config naming the chains, each name is checked against them.",
+    )
+    chains.add_argument("tenant", metavar="TENANT")
+    chains.add_argument(
+        "--default", metavar="NAME", help="the chain its turns run on when they name none"
+    )
+    chains.add_argument(
+        "--allow",
+        metavar="NAME,NAME",
+        help="the only chains its turns may run on (a turn naming another fails)",
+    )
+    chains.add_argument("--clear", action="store_true", help="no route of its own")
+    add_redis_options(chains)
+    chains.set_defaults(func=operator_command(_chains))

@@ -31,6 +31,7 @@ from starlette.types import ASGIApp
 
 import breakers
 import budgets
+from rediskit import FAILED, refused
 from worker.console import filters
 from worker.console.actions import Actions, parse_action
 from worker.console.auth import Principal, Sessions, Tokens, csrf_ok
@@ -47,7 +48,7 @@ from worker.console.views import (
     tenant_rows,
     turn_view,
 )
-from worker.errors import STORE_DOWN, STORE_REFUSED, InputError
+from worker.errors import InputError
 from worker.fleet.operations import OperatorFleet
 from worker.settings import ConsoleSettings
 from worker.types import TurnId
@@ -63,7 +64,7 @@ _TURN_ID: TypeAdapter[str] = TypeAdapter(TurnId)
 # The largest form is six fields of at most 1,000 characters, percent-encoded.
 _FORM_BYTES = 32 * 1024
 _LOGIN_BYTES = 2048
-_BACK = re.compile(r"/(tenants|turns|recent)?(\?[A-Za-z0-9_.=&%+-]{0,300})?")
+_BACK = re.compile(r"/(tenants|turns|recent)?(\?[A-Za-z0-9_.=&%+:@/-]{0,300})?")
 
 
 @dataclass(frozen=True)
@@ -155,7 +156,7 @@ class _Console:
                 request.state.form = form
             try:
                 return await handler(request, session.principal)
-            except (*STORE_DOWN, *STORE_REFUSED) as exc:
+            except FAILED as exc:
                 log.warning("console.redis_trouble", error=type(exc).__name__)
                 retry_ms = self.poll_ms if request.method == "GET" else None
                 return self.page(
@@ -294,7 +295,7 @@ class _Console:
                     request, "confirm.html", preview=shown, warnings=warnings, back=back
                 )
             message = await self.actions.perform(shown.action, who, client_address(request))
-        except (*STORE_DOWN, *STORE_REFUSED):
+        except FAILED:
             raise  # the store's trouble, not the operator's: `guarded` shows it
         except _USER_ERRORS as exc:
             return self.page(request, "error.html", 400, error=str(exc), back=back)
@@ -354,7 +355,7 @@ def _set_cookie(
 
 
 def _redis_trouble(exc: BaseException) -> str:
-    if isinstance(exc, STORE_REFUSED):
+    if refused(exc):
         return (
             f"Redis refused the console ({type(exc).__name__}): check the role's user and "
             "password and its ACL permissions"

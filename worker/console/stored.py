@@ -14,7 +14,7 @@ from typing import Any, cast
 
 from redis.asyncio import Redis
 
-from breakers.rediskit import text
+from rediskit import text
 from worker.fleet.errors import Unreadable
 from worker.fleet.schema import log_unreadable
 from worker.fleet.schema import read_result as read_stored_result

@@ -21,8 +21,8 @@ from celery import Celery
 
 import breakers
 import budgets
+from rediskit import FAILED
 from worker.demo.plan import DEADLINE_S, SIM_MODELS, Phase, make_request
-from worker.errors import STORE_DOWN
 from worker.fleet.enqueue import enqueue_turn
 from worker.fleet.loop import LoopThread
 from worker.guard.redis_guard import open_guard
@@ -33,7 +33,7 @@ from worker.types import TurnResult
 __all__ = ["BreakerChange", "Driver", "FleetSnapshot", "Monitor", "PhaseRun", "TurnRecord"]
 
 # A snapshot not taken this time: Redis slow or gone, or a breakers error while reading.
-_UNREADABLE: tuple[type[BaseException], ...] = (breakers.BreakersError, *STORE_DOWN)
+_UNREADABLE: tuple[type[BaseException], ...] = (breakers.BreakersError, *FAILED)
 T = TypeVar("T")
 # A turn ends by its deadline; past this it is counted as lost.
 _RESULT_TIMEOUT_S = DEADLINE_S + 20

@@ -24,8 +24,8 @@ from typing import Any
 import structlog
 from redis.asyncio import Redis
 
-from breakers.rediskit import text
 from breakers.schema import SCHEMA_FIELD, ReadProblem, read_entry
+from rediskit import text
 from worker.fleet.schema import AUDIT_SCHEMA
 
 __all__ = ["Actor", "AuditEntry", "AuditTrail", "Outcome", "cli_actor"]

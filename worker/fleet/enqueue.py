@@ -28,7 +28,6 @@ from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import Any
 
-import redis
 import structlog
 from celery import Celery
 from celery.result import AsyncResult
@@ -36,7 +35,9 @@ from kombu.utils.functional import retry_over_time
 from pydantic import TypeAdapter, ValidationError
 from redis.asyncio import Redis
 
-from worker.errors import STORE_REFUSED, InputError
+from budgets.keys import PLAIN
+from rediskit import BLIPS, REFUSED, refused
+from worker.errors import InputError
 from worker.fleet.agreement import FLEET_HEADER, Agreement, FleetShape
 from worker.fleet.broker import TASK_NAME, celery_app, store_client
 from worker.fleet.envelope import compact
@@ -67,12 +68,7 @@ _PUBLISH_THREADS = 4
 _TURN_ID: TypeAdapter[str] = TypeAdapter(TurnId)
 # What a Redis blip raises on the record's write (a client Redis refuses is no blip), or
 # `store_client` for it when the record goes to the result store (a RabbitMQ broker).
-_BLIPS: tuple[type[BaseException], ...] = (
-    redis.ConnectionError,
-    redis.TimeoutError,
-    OSError,
-    FleetUnavailable,
-)
+_BLIPS: tuple[type[BaseException], ...] = (*BLIPS, FleetUnavailable)
 # kombu's `Connection.ensure` defaults, for what a publish retry policy leaves out.
 _ENSURE_DEFAULTS = {"max_retries": None, "interval_start": 1, "interval_step": 1, "interval_max": 1}
 # What Celery's message body adds around the payload (its args, kwargs and options).
@@ -153,14 +149,16 @@ def _payload(turn: TurnRequest, app: Celery) -> dict[str, Any]:
 
     While relevo 0.1.0 may run it (`[worker] oldest_release`), the message has no field
     0.1.0's workers refuse: a failed tool's `is_error` is left out (the model reads the
-    tool's error as its output), and a turn naming a chain other than `default`, or with
-    metadata, is refused.
+    tool's error as its output), and a turn naming a chain other than `default`, with
+    metadata, or of a tenant id outside 0.1.0's plain alphabet ("org:1234"), is refused.
     """
     check_chain(turn, app.conf.get("relevo_chains") or (DEFAULT_CHAIN,))
     if app.conf.get("relevo_oldest_release", "0.1.0") == "0.1.0":
         newer = "chain" if turn.chain not in (None, DEFAULT_CHAIN) else None
         if turn.metadata:
             newer = "metadata"
+        if not PLAIN.valid(turn.tenant_id):
+            newer = "tenant_id"
         if newer is not None:
             raise InputError(
                 f"{newer}: cannot be sent while relevo 0.1.0 workers may run the turn; "
@@ -211,12 +209,12 @@ def _record_sent(app: Celery, channel: Any, turn_id: str, payload: str) -> None:
                 pipe.execute()
             except Exception as exc:
                 # Redis answered no (a refused client, a full memory): nothing written.
-                if not (isinstance(exc, STORE_REFUSED) or write_refusal(exc) is not None):
+                if not (refused(exc) or write_refusal(exc) is not None):
                     sent = True
                 raise
 
     def again(exc: BaseException, intervals: Iterator[float], retries: int) -> float:
-        if isinstance(exc, STORE_REFUSED) or getattr(exc, "refused", False):
+        if refused(exc) or getattr(exc, "refused", False):
             raise exc  # Redis answered and said no: no blip to wait out
         return next(intervals)
 
@@ -231,7 +229,7 @@ def _record_sent(app: Celery, channel: Any, turn_id: str, payload: str) -> None:
             interval_max=policy["interval_max"],
             timeout=app.conf.relevo_send_timeout_s,
         )
-    except (*_BLIPS, *STORE_REFUSED) as exc:
+    except (*_BLIPS, *REFUSED) as exc:
         spent_s = time.monotonic() - started
         attempts = f"{tries} {'try' if tries == 1 else 'tries'} in {spent_s:.1f} s"
         # The result store's failure is named by `store_client`; the broker's, here.

@@ -31,7 +31,8 @@ from redis.asyncio import Redis
 from redis.exceptions import OutOfMemoryError, ReadOnlyError, ResponseError
 
 from breakers.schema import ReadProblem
-from worker.errors import STORE_DOWN, STORE_REFUSED, InputError, RelevoError
+from rediskit import refused
+from worker.errors import STORE_DOWN, InputError, RelevoError
 from worker.observability.redact import redact_url
 
 __all__ = [
@@ -75,7 +76,7 @@ class FleetUnavailable(RelevoError):
     def __init__(self, url: str, error: BaseException, *, during: str | None = None) -> None:
         """`during`: what was being done, when the caller knows (it ends the message)."""
         self.url = url
-        self.refused = _refused(error)
+        self.refused = refused(error, also=(AccessRefused,))
         self.rabbitmq = url.startswith("amqp")
         why = write_refusal(error)
         if self.refused:
@@ -266,11 +267,3 @@ def write_refusal(exc: BaseException | None) -> str | None:
                 return f"{code}: {_WRITE_REFUSALS[code]}"
         exc = exc.__cause__
     return None
-
-
-def _refused(exc: BaseException | None) -> bool:
-    while exc is not None:
-        if isinstance(exc, (*STORE_REFUSED, AccessRefused)):
-            return True
-        exc = exc.__cause__
-    return False

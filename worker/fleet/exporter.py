@@ -30,7 +30,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from redis.asyncio import Redis
 
 import breakers
-from worker.errors import STORE_DOWN, STORE_REFUSED
+from rediskit import FAILED
 from worker.fleet.liveness import ALIVE_VARIABLE, Liveness
 from worker.fleet.rabbitmq import queue_depth
 from worker.fleet.tenant_snapshot import TenantSnapshots
@@ -157,7 +157,7 @@ class FleetCollector:
         try:
             async with asyncio.timeout(self.timeout_s):
                 return await read
-        except (*STORE_DOWN, *STORE_REFUSED) as exc:  # slow, gone or refusing us
+        except FAILED as exc:  # slow, gone or refusing us
             log.warning("metrics.fleet_unreadable", part=part, error=type(exc).__name__)
             return None
         except Exception as exc:  # a damaged record in one part must not hide the others

@@ -47,12 +47,12 @@ from typing import Any, cast
 
 import structlog
 from redis.asyncio import Redis
-from redis.exceptions import NoPermissionError, NoScriptError, ResponseError
+from redis.exceptions import NoPermissionError, ResponseError
 
-from breakers.rediskit import LuaScripts, hash_tag, text
 from breakers.schema import ReadProblem
 from budgets.errors import InvalidAmountError
 from budgets.shares import Share, Shares
+from rediskit import LuaScripts, hash_tag, text
 from worker.fleet.errors import Unreadable
 from worker.fleet.schema import log_unreadable
 from worker.fleet.turnstore import TurnKeys
@@ -221,13 +221,9 @@ def enqueue_sync(
     deploy/redis/users.acl.in): the caller sends the message straight to the queue."""
     fair = FairKeys(namespace)
     keys = [*fair.common(), fair.key("seq"), fair.key("wake"), fair.key("deadlines")]
-    args = ["", tenant, turn_id, deadline_ms, input_tokens, message]
+    args = [tenant, turn_id, deadline_ms, input_tokens, message]
     try:
-        return bool(client.evalsha(SCRIPTS.sha("enqueue"), len(keys), *keys, *args))
-    except NoScriptError:
-        pass
-    try:
-        return bool(client.eval(SCRIPTS.bodies["enqueue"], len(keys), *keys, *args))
+        return bool(SCRIPTS.call_sync(client, "enqueue", keys, args))
     except NoPermissionError:
         # No worker has loaded it since Redis started: the turn waits in the broker's
         # queue instead, outside the tenants' shares, rather than fail to be sent.
@@ -277,10 +273,7 @@ class FairQueue:
         self.release_keys += [self.keys.key("inflight"), self.keys.key("wake")]
 
     async def _call(self, name: str, keys: list[str], args: list[str | int]) -> Any:
-        try:
-            return await self.redis.evalsha(SCRIPTS.sha(name), len(keys), *keys, "", *args)
-        except NoScriptError:
-            return await self.redis.eval(SCRIPTS.bodies[name], len(keys), *keys, "", *args)
+        return await SCRIPTS.call(self.redis, name, keys, args)
 
     async def dispatch(
         self,

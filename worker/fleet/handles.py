@@ -23,6 +23,7 @@ from celery.exceptions import TimeoutError as CeleryTimeout
 from celery.result import AsyncResult
 from redis.asyncio import Redis
 
+from rediskit import BLIPS
 from worker.fleet.errors import (
     StreamRestarted,
     TurnTimeout,
@@ -231,8 +232,8 @@ class AsyncTurnHandle:
         until = loop.time() + timeout_s
         while not reader.ended:
             before = reader.last
-            with fleet_errors(url):
-                events = await reader.read(max(1, int(min(wait_s, until - loop.time()) * 1000)))
+            block_ms = max(1, int(min(wait_s, until - loop.time()) * 1000))
+            events = await _waited(reader, block_ms, url)
             for event in events:
                 yield event.readable(self.turn_id)
             if reader.last != before:
@@ -246,6 +247,18 @@ class AsyncTurnHandle:
                     return
             if loop.time() >= until:
                 raise TurnTimeout(self.turn_id, timeout_s)
+
+
+async def _waited(reader: StreamReader, block_ms: int, url: str) -> list[StreamEvent]:
+    """A blocking read, then once more without blocking if its answer came back past the
+    client's read timeout: on a loaded machine a wait that ends late is not Redis gone.
+    `FleetUnavailable` when the second read fails too."""
+    try:
+        return await reader.read(block_ms)
+    except BLIPS:
+        pass
+    with fleet_errors(url):
+        return await reader.read()
 
 
 def _block_s(redis: Redis) -> float:

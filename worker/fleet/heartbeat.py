@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict
 from redis.asyncio import Redis
 
-from breakers.rediskit import text
 from breakers.schema import ReadProblem
 from breakers.scripts import SCRIPTS as BREAKER_SCRIPTS
 from budgets.scripts import SCRIPTS as BUDGET_SCRIPTS
+from rediskit import text
 from worker.fleet.errors import Unreadable
 from worker.fleet.fairqueue import SCRIPTS as FAIR_SCRIPTS
 from worker.fleet.schema import HEARTBEAT_SCHEMA, log_unreadable, read_stored

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 
 import httpx
 import structlog
-from redis.exceptions import RedisError
 
 from breakers import KillSwitchState
 from worker.adapters import make_client
@@ -75,10 +74,9 @@ _TURN_STATE = (
 _KILL_FRESH_S = 0.5
 # Every this many heartbeats, a worker compares the other workers' fleet settings with its own.
 _COMPARE_EVERY = 12
-# Redis gone or slow: a record kept, a heartbeat missed.
-FORGET_ERRORS: tuple[type[BaseException], ...] = (*STORE_DOWN, TimeoutError)
-# A worker user without SCRIPT LOAD (not the deploy's) too: its turns need none.
-_KEEP_ERRORS: tuple[type[BaseException], ...] = (*FORGET_ERRORS, RedisError)
+# Redis gone or slow: a record kept, a heartbeat missed; a worker user without SCRIPT LOAD
+# (not the deploy's) too: its turns need none.
+FORGET_ERRORS = _KEEP_ERRORS = STORE_DOWN
 
 
 @dataclass(slots=True)

@@ -30,22 +30,13 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from breakers.rediskit import text
 from breakers.schema import SCHEMA_FIELD, ReadProblem, version_problem
+from rediskit import text
 from worker.fleet.errors import Unreadable
 from worker.fleet.schema import STREAM_SCHEMA
 
-__all__ = ["START", "StreamEvent", "StreamReader"]
+__all__ = ["StreamEvent", "StreamReader"]
 
-# KEYS[1] the turn's stream; ARGV[1] the run's holder, ARGV[2] the TTL, ARGV[3] the schema
-# version. Reply: the marker's id. Trimmed below the marker (MINID, not DEL: ids keep
-# growing for readers).
-START = """
-local id = redis.call('XADD', KEYS[1], '*', 'run', ARGV[1], 'text', '', 'schema_version', ARGV[3])
-redis.call('XTRIM', KEYS[1], 'MINID', id)
-redis.call('EXPIRE', KEYS[1], ARGV[2])
-return id
-"""
 _BATCH = 100
 _VERSION = SCHEMA_FIELD.encode()
 _NOT_UTF8 = ReadProblem("a piece of its text is not UTF-8")

@@ -31,7 +31,7 @@ from typing import Any
 
 import structlog
 
-from breakers.rediskit import text
+from rediskit import text
 from worker.errors import STORE_DOWN, InputError
 from worker.fleet.errors import FleetUnavailable, Unreadable
 from worker.fleet.fairqueue import FairKeys

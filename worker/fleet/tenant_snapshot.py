@@ -27,7 +27,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
 import budgets
-from worker.errors import STORE_DOWN, STORE_REFUSED
+from rediskit import FAILED
 from worker.fleet.fairqueue import FairQueue, TenantLoad
 from worker.guard.stores import budget_ledger
 from worker.observability.metrics import (
@@ -124,7 +124,7 @@ class TenantSnapshots:
             snapshot = asyncio.run(self.read())
         except _Stopping:
             return None
-        except (*STORE_DOWN, *STORE_REFUSED) as exc:  # slow, gone or refusing us
+        except FAILED as exc:  # slow, gone or refusing us
             self.last_failed = True
             log.warning("metrics.tenants_unreadable", error=type(exc).__name__)
             return None

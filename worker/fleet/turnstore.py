@@ -48,11 +48,11 @@ from typing import Any, cast
 import structlog
 from redis.asyncio import Redis
 
-from breakers.rediskit import text
+from rediskit import LuaScripts, text
 from worker.errors import STORE_DOWN
 from worker.fleet.errors import StreamRestarted, Unreadable
 from worker.fleet.schema import STREAM_SCHEMA, log_unreadable, read_result
-from worker.fleet.streams import START, StreamReader
+from worker.fleet.streams import StreamReader
 from worker.guard.autopipeline import AutoPipeline
 from worker.types import TurnResult
 
@@ -65,25 +65,8 @@ RECENT_TURNS = 1000
 # Each process trims the record every this many saves: it holds at most RECENT_TURNS plus
 # this many per process, for a command less on nearly every save.
 _TRIM_EVERY = 100
-# KEYS[1] the result, KEYS[2] (if given) the turn's stream, ended first; ARGV[1] the new
-# result, ARGV[2] its TTL, ARGV[3] the stream's length cap. Reply: the result that stands
-# (nil: ours). Only a missing or "rejected" result gives way: one that answered stands.
-_REPLACE = """
-if KEYS[2] then
-  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', 'end', '1')
-  redis.call('EXPIRE', KEYS[2], ARGV[2])
-end
-local standing = redis.call('GET', KEYS[1])
-if standing then
-  local ok, saved = pcall(cjson.decode, standing)
-  if not ok or type(saved) ~= 'table' or saved['status'] ~= 'rejected' then
-    return standing
-  end
-end
-redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
-redis.call('PUBLISH', KEYS[1], ARGV[1])
-return false
-"""
+# The scripts of a turn's result and stream, sent as written (their ARGV has no clock).
+TURN_SCRIPTS = LuaScripts("worker.fleet", "lua/turns", library=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,8 +143,6 @@ class TurnStore:
         self.keys = TurnKeys(namespace)
         self.ttl_s = ttl_s
         self.pipes = pipes or AutoPipeline(redis)
-        self._replace = redis.register_script(_REPLACE)
-        self._start = redis.register_script(START)
         self._saves = 0
 
     async def result(self, turn_id: str) -> TurnResult | None:
@@ -264,7 +245,7 @@ class TurnStore:
         turn_id = result.turn_id
         keys = [self.keys.result(turn_id), *([self.keys.chunks(turn_id)] if end_stream else [])]
         args: list[str | int] = [result.model_dump_json(), self.ttl_s, _CHUNK_MAXLEN]
-        standing = await self._replace(keys=keys, args=args)
+        standing = await TURN_SCRIPTS.call(self.redis, "replace", keys, args)
         return result if standing is None else read_result(standing, turn_id)
 
     async def wait_result(self, turn_id: str, timeout_s: float) -> TurnResult | None:
@@ -313,9 +294,8 @@ class TurnStore:
 
     async def start_stream(self, turn_id: str, holder: str) -> None:
         """Begin a run's text: what an earlier run of the turn streamed is dropped."""
-        await self._start(
-            keys=[self.keys.chunks(turn_id)], args=[holder, self.ttl_s, STREAM_SCHEMA]
-        )
+        keys, args = [self.keys.chunks(turn_id)], [holder, self.ttl_s, STREAM_SCHEMA]
+        await TURN_SCRIPTS.call(self.redis, "start", keys, args)
 
     async def publish(self, turn_id: str, text: str) -> None:
         slot = self.pipes.open()

@@ -178,6 +178,10 @@ class Guard(Protocol):
         """Hand a degraded turn to people."""
         ...
 
+    async def route(self, tenant: str) -> budgets.Route | None:
+        """The tenant's default and allowed chains, as operators set them (None: none)."""
+        ...
+
 
 class OpenGuard:
     """Everything available, nothing remembered or charged: one process on its own."""
@@ -201,4 +205,7 @@ class OpenGuard:
         return None
 
     async def handoff(self, tenant: str, turn_id: str, reason: str, payload: str) -> None:
+        return None
+
+    async def route(self, tenant: str) -> budgets.Route | None:
         return None

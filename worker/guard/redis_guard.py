@@ -6,7 +6,7 @@ attempt's reservation, and `conclude` pipelines the breaker record with the
 settlement. Turns that reach the guard in the same loop iteration share those
 round trips (`worker.guard.autopipeline`); every budget script goes out that one way.
 
-The store's failures are translated in one place, `_StoreErrors`: Redis refusing the
+The store's failures are translated at one boundary, `rediskit.store_errors`: Redis refusing the
 worker (password, ACL) is `StoreForbidden`, and the turn fails closed (a held turn or a
 hand-off it refuses to write is kept, below); Redis slow or gone is `StoreUnreachable`,
 which each method answers locally. Breakers answer from this process's own
@@ -21,17 +21,16 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
-from types import TracebackType
 from typing import Any
 
 import structlog
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
-from redis.exceptions import NoScriptError
 
 import breakers
 import budgets
-from worker.errors import STORE_DOWN, STORE_REFUSED, StoreForbidden, StoreUnreachable
+from rediskit import LuaScripts, store_errors
+from worker.errors import StoreForbidden, StoreUnreachable
 from worker.guard.allowance import OfflineAllowance
 from worker.guard.autopipeline import AutoPipeline
 from worker.guard.backlog import Backlog
@@ -42,6 +41,7 @@ from worker.guard.protocol import (
     Refusal,
     Target,
 )
+from worker.guard.route_book import RouteBook
 from worker.guard.sizing import OutputSizer
 from worker.guard.stores import (
     breaker_store,
@@ -61,27 +61,9 @@ Parser = Callable[[Any], object]
 Queue = Callable[[Pipeline], Parser]
 
 
-class _StoreErrors:
-    """Redis failures as the guard names them: refusing us (password, ACL) is
-    `StoreForbidden`, never a quiet local view; slow or gone is `StoreUnreachable`.
-
-    A class, not a generator: it wraps every guard call of every turn."""
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if exc is None:
-            return
-        if isinstance(exc, STORE_REFUSED):
-            raise StoreForbidden(f"Redis refused this worker: {exc}") from exc
-        if isinstance(exc, STORE_DOWN):
-            raise StoreUnreachable(f"Redis did not answer ({type(exc).__name__})") from exc
-
-
-_STORE_ERRORS = _StoreErrors()
+# Redis refusing the worker is `StoreForbidden`, never a quiet local view; slow or gone is
+# `StoreUnreachable`, which each method answers locally.
+_STORE_ERRORS = store_errors()
 
 
 class RedisGuard:
@@ -100,13 +82,15 @@ class RedisGuard:
         backlog: Backlog | None = None,
         offline_allowance_micros: int = 0,
         sizer: OutputSizer | None = None,
+        routes: RouteBook | None = None,
     ) -> None:
         """`pipes` carries the per-turn round trips (by default, on `redis`); `backlog`
         keeps the writes Redis missed until they land; while the budgets cannot be
         reached, a tenant may start calls worth `offline_allowance_micros` in this process
         (each counted at its worst case until it ends, then at its cost until Redis has
         it); `sizer` sizes reservations by the fleet's evidence (by default, every
-        attempt reserves its `max_tokens`)."""
+        attempt reserves its `max_tokens`); `routes` reads the tenants' routes (by
+        default, none)."""
         self.redis = redis
         self.circuits = circuits
         self.ledger = ledger
@@ -117,6 +101,7 @@ class RedisGuard:
         self.backlog = backlog or Backlog()
         self.offline = OfflineAllowance(offline_allowance_micros, self.backlog)
         self.sizer = sizer
+        self.routes = routes
         self.budgets_reachable = True
         """False from a budget script Redis missed until the next one it answers."""
         self.on_over_worst_case: Callable[[str, str], None] | None = None
@@ -286,6 +271,9 @@ class RedisGuard:
             return memory.kill
         return (await self.circuits.check(())).kill_switch
 
+    async def route(self, tenant: str) -> budgets.Route | None:
+        return None if self.routes is None else await self.routes.get(tenant)
+
     async def aclose(self) -> None:
         """Write what the backlog holds if Redis answers, then close the guard's Redis
         clients (both, when `open_guard` made them)."""
@@ -359,17 +347,18 @@ class RedisGuard:
     async def _send(self, queue: Queue) -> object:
         """One budget script in a round trip of its own (on the shared pipeline); sent
         again once when Redis had forgotten the scripts."""
-        for _ in range(2):
+        parses: list[Parser] = []
+
+        async def send() -> list[Any]:
             slot = self.pipes.open()
-            parse = queue(slot.pipe)
-            # The script's reply comes first; a settle may queue a second command after it.
-            reply = (await slot.send())[0]
-            if not isinstance(reply, NoScriptError):
-                break
-            await self.ledger.load_scripts()
+            parses.append(queue(slot.pipe))
+            return await slot.send()
+
+        # The script's reply comes first; a settle may queue a second command after it.
+        reply = (await LuaScripts.reloading(send, self.ledger.load_scripts))[0]
         if isinstance(reply, BaseException):
             raise reply
-        return parse(reply)
+        return parses[-1](reply)
 
     async def _reserve_alone(self, charge: Charge) -> Refusal | None:
         try:
@@ -395,7 +384,7 @@ class RedisGuard:
         """A budget script's pipelined reply; `lost()` answers when Redis missed it."""
         try:
             with _STORE_ERRORS:
-                if isinstance(reply, NoScriptError):
+                if LuaScripts.lost([reply]):
                     await self.ledger.load_scripts()
                     outcome = await self._send(queue)
                 elif isinstance(reply, BaseException):
@@ -468,6 +457,9 @@ def open_guard(settings: Settings, redis: Redis | None = None) -> RedisGuard:
         backlog=Backlog(retry_every_s=store.rejoin_check_s),
         offline_allowance_micros=plan.offline_allowance_micros(),
         sizer=sizer,
+        routes=RouteBook(
+            budgets.Routes(redis, namespace=store.namespace), timeout_s=store.timeout_s
+        ),
     )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import budgets
 from worker.guard.protocol import (
     Admission,
     Availability,
@@ -32,7 +33,8 @@ class ScriptedGuard:
     `availability` is keyed by provider model id (a target absent from it is
     available); `refuse` maps a provider name to the refusal every reservation on
     it gets; `kill_switch` is the reason the switch is on, if it is;
-    `output_tokens` is what a model's attempts reserve (default: their `max_tokens`).
+    `output_tokens` is what a model's attempts reserve (default: their `max_tokens`);
+    `routes` are the tenants' routes.
     """
 
     def __init__(
@@ -43,12 +45,14 @@ class ScriptedGuard:
         probe_granted: bool = True,
         refuse: Mapping[str, str] | None = None,
         output_tokens: Mapping[str, int] | None = None,
+        routes: Mapping[str, budgets.Route] | None = None,
     ) -> None:
         self.availability = dict(availability or {})
         self.kill_switch = kill_switch
         self.probe_granted = probe_granted
         self.refuse = {provider: Refusal(why) for provider, why in (refuse or {}).items()}
         self.sizes = dict(output_tokens or {})
+        self.routes = dict(routes or {})
         self.reserved: list[Charge] = []
         """Every charge reserved, the first attempt's included, in order."""
         self.concluded: list[tuple[Target, Charge, Signal | None, int | None]] = []
@@ -98,3 +102,6 @@ class ScriptedGuard:
 
     async def handoff(self, tenant: str, turn_id: str, reason: str, payload: str) -> None:
         self.handed_off.append((reason, payload))
+
+    async def route(self, tenant: str) -> budgets.Route | None:
+        return self.routes.get(tenant)

@@ -104,7 +104,8 @@ FAIR_WAIT_SECONDS = "relevo_fair_queue_wait_seconds"
 
 # Every metric name and its labels, as PromQL sees them.
 METRIC_NAMES: dict[str, tuple[str, ...]] = {
-    TURNS_TOTAL: ("status", "effective_model", "step"),
+    # `chain`: the configured chain the turn ran on (a bounded set of names).
+    TURNS_TOTAL: ("status", "effective_model", "step", "chain"),
     ATTEMPTS_TOTAL: ("model", "provider", "outcome", "error_class"),
     TURN_DURATION_SECONDS: ("status",),
     ATTEMPT_DURATION_SECONDS: ("model", "provider", "outcome"),
@@ -352,7 +353,8 @@ class TurnMetrics:
         """Count a finished turn and each of its attempts; update the fallback rate."""
         step = "" if result.step is None else str(result.step)
         status = result.status.value
-        self.turns.labels(status, result.effective_model or "", step).inc()
+        chain = result.chain or "default"
+        self.turns.labels(status, result.effective_model or "", step, chain).inc()
         self.turn_seconds.labels(status).observe(result.latency_ms / 1000)
         for attempt in result.attempts:
             outcome = attempt.outcome.value

@@ -34,8 +34,9 @@ class WorkerSettings(Section):
     oldest_release: Literal["0.1.0", "0.2.0"] = "0.1.0"
     """The oldest relevo release still running on the fleet's Redis (producers, workers,
     consoles). At 0.1.0, turns and results are written as 0.1.0 reads them: a tool
-    message's `is_error` is left out of a queued turn, and the fields a call did not carry
-    are named in its attempt's `detail` rather than its `left_out`. Raise it once no 0.1.0
+    message's `is_error` is left out of a queued turn, the fields a call did not carry
+    are named in its attempt's `detail` rather than its `left_out`, and a turn of a tenant
+    id 0.1.0 refuses (`org:1234`, `team/42`) is refused at intake. Raise it once no 0.1.0
     process is left (docs/deploy.md)."""
 
 

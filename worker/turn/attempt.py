@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from rediskit import backoff_s
 from worker.adapters import Adapter, ProviderCall, reasoning_family
 from worker.adapters.base import Completion, TextDelta, UsageSoFar
 from worker.adapters.left_out import left_out
@@ -157,13 +158,15 @@ class Attempts:
         loop = asyncio.get_running_loop()
         first_byte_s = self.settings.providers[charge.provider].first_byte_timeout_s
         until = min(self.deadline - first_byte_s, loop.time() + self.settings.budgets.held_wait_s)
-        delay_s = _HELD_FIRST_WAIT_S
+        waits = 0
         while refusal is not None and refusal.held:
-            pause = self.rng.uniform(delay_s / 2, delay_s)
+            pause = backoff_s(
+                waits, first_s=_HELD_FIRST_WAIT_S, cap_s=_HELD_MAX_WAIT_S, rng=self.rng
+            )
             if loop.time() + pause >= until:
                 break
             await asyncio.sleep(pause)
-            delay_s = min(2 * delay_s, _HELD_MAX_WAIT_S)
+            waits += 1
             refusal = await self.guard.reserve(charge)
         return refusal
 

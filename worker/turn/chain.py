@@ -43,7 +43,7 @@ from worker.turn.outcome import (
 )
 from worker.turn.race import HedgedAttempts
 from worker.turn.report import TurnReport
-from worker.turn.routing import UNKNOWN_CHAIN, check_chain
+from worker.turn.routing import CHAIN_NOT_ALLOWED, UNKNOWN_CHAIN, check_chain, routed
 from worker.turn.stand_in import cheaper_answer, uses_cheaper_model
 from worker.types import TurnRequest, TurnResult
 
@@ -96,15 +96,24 @@ class Chain:
 
     async def run(self, request: TurnRequest, *, on_text: OnText | None = None) -> TurnResult:
         """Run one turn. Always returns a result; caller cancellation propagates."""
-        return await _Walk(self, request, on_text).result()
+        request, refused = routed(request, await self.guard.route(request.tenant_id))
+        return await _Walk(self, request, on_text, refused).result()
 
 
 class _Walk:
     """One turn walking the chain: the fleet's admission, then models and providers in
     order until an attempt's outcome ends the turn."""
 
-    def __init__(self, chain: Chain, request: TurnRequest, on_text: OnText | None) -> None:
+    def __init__(
+        self,
+        chain: Chain,
+        request: TurnRequest,
+        on_text: OnText | None,
+        refused: InputError | None = None,
+    ) -> None:
+        """`refused`: the turn's chain is one its tenant may not use."""
         self.chain = chain
+        self.refused = refused
         self.settings = chain.settings
         self.request = request
         # The chain the turn named; None for one this worker has not configured.
@@ -139,6 +148,8 @@ class _Walk:
 
     async def result(self) -> TurnResult:
         """The turn's result, whatever stopped it."""
+        if self.refused is not None:
+            return self.report.failed(CHAIN_NOT_ALLOWED, self.refused)
         if self.route is None:
             try:
                 check_chain(self.request, self.settings.chain_names)

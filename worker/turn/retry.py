@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 
+from rediskit import backoff_s
 from worker.errors import ProviderError
 from worker.settings import RetrySettings
 from worker.turn.policy import Decision
@@ -29,9 +30,7 @@ def retry_delay_s(
     if retry_index >= settings.retries_per_model:
         return None
     if decision is Decision.RETRY_THEN_NEXT:
-        # Full jitter between half and all of the base delay: fleets retrying
-        # a shared outage must not arrive together.
-        delay = settings.base_delay_s * rng.uniform(0.5, 1.0)
+        delay = backoff_s(retry_index, first_s=settings.base_delay_s, rng=rng)
     elif decision is Decision.WAIT_OR_NEXT and error.retry_after_s is not None:
         if error.retry_after_s > settings.retry_after_cap_s:
             return None

@@ -3,19 +3,23 @@
 The estimate sizes every reservation and overdraft bound (docs/budgets.md) and decides
 trimming, so it must not fall short of what a provider bills: every tokenizer in use
 works on UTF-8 bytes (byte-level BPE) or falls back to them (SentencePiece), so no
-text takes more tokens than it has bytes. Only runs of ASCII letters are counted for
-less, at rates that hold for natural text in any language, code and JSON
-(`tests/test_tokens.py` checks them against real tokenizers). Cheap by design: a few
-passes of C code over the text's bytes, no tokenizer. Images and PDFs count as their
-model's vendor bills them (`worker.turn.media`); the turn's options (a response schema,
-stop sequences, a forced tool) as the text they add.
+text takes more tokens than it has bytes. Only ASCII letters and spaces are counted
+for less: the letters of a word every tokenizer holds (a dictionary of them, checked
+word by word), and spaces, at rates that hold for natural text in any language, code
+and JSON (`tests/test_tokens.py` checks them against real tokenizers). Cheap by design:
+a few passes of C code over the text's bytes and a set look-up a word, no tokenizer.
+Images and PDFs count as their model's vendor bills them (`worker.turn.media`); the
+turn's options (a response schema, stop sequences, a forced tool) as the text they add.
 """
 
 from __future__ import annotations
 
+import functools
+import gzip
 import json
 from collections.abc import Sequence
-from itertools import repeat
+from itertools import filterfalse, repeat
+from pathlib import Path
 
 from worker.turn.media import TOKENS_PER_ATTACHMENT, MediaRule, media_rule
 from worker.types import (
@@ -50,15 +54,28 @@ TOKENS_WITH_TOOLS = 600
 TOKENS_FOR_TOOL_CHOICE = 16
 # Any vendor's rule: what an attachment counts when the model is not known.
 _ANY = media_rule("")
-# A lowercase letter counts a third of a token, which holds for words: a tokenizer's
-# vocabulary holds their pieces. A long run of lowercase letters without a space (a
-# sequence, a slug, a compound, random letters) is not made of words, and letter
-# pairs no vocabulary holds ("qoqo") take a token a letter. So each whole block of
-# `LETTER_BLOCK` lowercase letters in a run counts a token a letter, the bytes bound;
-# natural text seldom has a word that long, so prose and code pay almost nothing.
-LETTER_BLOCK = 12
-_BLOCK = b"a" * LETTER_BLOCK
-_BLOCK_EXTRA = LETTER_BLOCK - LETTER_BLOCK // 3
+# A lowercase letter counts a third of a token in a word every tokenizer holds: one of
+# `letter_words.txt.gz`, the runs of letters the four tokenizers of the tests hold as a
+# token, each kept only if none of them makes more of it than that rate after a space,
+# a newline, a tab, a digit or a punctuation mark, and capitalized (written by
+# `python -m tests.tokenkit`; a test checks it). Any other run of letters (a sequence,
+# a slug, an identifier, random letters, letter pairs no vocabulary holds) counts a
+# token a letter, the bytes bound: a third a letter holds for no rule on letters short
+# of the tokenizer itself (`qoqo` and `zqzq` take a token a letter; letters whose every
+# piece of five all four vocabularies hold, up to 0.56 a letter).
+_WORDS_FILE = Path(__file__).with_name("letter_words.txt.gz")
+# Letters kept, anything else a space: the text's runs of letters by `bytes.split`, the
+# one split in C.
+_RUNS = bytes(c if 65 <= c <= 90 or 97 <= c <= 122 else 32 for c in range(256))
+_UPPER = bytes(range(65, 91))
+
+
+@functools.cache
+def _words() -> frozenset[bytes]:
+    # Each word lowercase and capitalized, the two forms checked: in any other casing
+    # ("aaA", camelCase) a run is not a word.
+    words = gzip.decompress(_WORDS_FILE.read_bytes()).split()
+    return frozenset(words + [word.capitalize() for word in words])
 
 
 def _byte_classes() -> bytes:
@@ -180,23 +197,28 @@ def text_tokens(text: str) -> int:
 
     Every UTF-8 byte counts one token, except ASCII letters and spaces: a run of
     letters counts one, plus one per uppercase letter, a third per lowercase one and
-    one per lowercase letter that follows an uppercase one, and every lowercase letter
-    of each whole block of `LETTER_BLOCK` in a row counts one;
-    a space counts only before a digit, a control or a non-ASCII character or at the
-    end, and a run of n spaces counts n/4 (at least one).
+    one per lowercase letter that follows an uppercase one; in a run that is not a word
+    of the dictionary (lowercase or capitalized) each lowercase letter counts two
+    thirds more, so a token a letter or more; a space counts only before a digit, a
+    control or a non-ASCII character or at the end, and a run of n spaces counts n/4
+    (at least one).
     """
     if not text:
         return 0
-    classes = text.encode("utf-8", "surrogatepass").translate(_CLASSES)
+    data = text.encode("utf-8", "surrogatepass")
+    classes = data.translate(_CLASSES)
     size = len(classes)
     lower = classes.count(b"a")
     spaces = classes.count(b" ")
     tokens = size - lower - spaces + (lower + 2) // 3
     upper = classes.count(b"A")
     letters = lower + upper
-    if lower >= LETTER_BLOCK:
-        # Counted without overlap: a run of n letters holds n // LETTER_BLOCK blocks.
-        tokens += _BLOCK_EXTRA * classes.count(_BLOCK)
+    if lower:
+        # Runs split in C, looked up in C: a few tens of ns a word. Uppercase letters
+        # count a token each already.
+        unknown = b"".join(filterfalse(_words().__contains__, data.translate(_RUNS).split()))
+        if unknown:
+            tokens += (2 * len(unknown.translate(None, _UPPER)) + 2) // 3
     if upper and lower:
         # A change of case starts a token in mixed-case text (base64, identifiers).
         tokens += classes.count(b"Aa")

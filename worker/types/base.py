@@ -4,10 +4,29 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, StringConstraints, WithJsonSchema
+from pydantic_core import PydanticCustomError
 
-# Tenant ids and turn ids become parts of Redis keys: a short, plain alphabet.
-TenantId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")]
+from budgets import InvalidNameError, check_tenant
+from budgets.keys import TENANT_MAX_CHARS, TENANT_PATTERN
+
+
+def _tenant(value: str) -> str:
+    # budgets' own check, so a request, a command and the console refuse an id in the same
+    # one line naming the characters allowed (a pattern's mismatch names only the pattern).
+    try:
+        return check_tenant(value)
+    except InvalidNameError as exc:
+        raise PydanticCustomError("tenant_id", "{reason}", {"reason": str(exc)}) from None
+
+
+# Tenant ids and turn ids become parts of Redis keys; tenant ids as platforms write them
+# ("org:1234", "team/42", "user@example.com"): `budgets.keys.TENANT_PATTERN`.
+TenantId = Annotated[
+    str,
+    AfterValidator(_tenant),
+    WithJsonSchema({"type": "string", "pattern": TENANT_PATTERN, "maxLength": TENANT_MAX_CHARS}),
+]
 TurnId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")]
 # A chain's name, as `[chains.NAME]` may be written (`worker.settings.base.Name`).
 ChainName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")]
