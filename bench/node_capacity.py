@@ -573,7 +573,7 @@ async def main(args: argparse.Namespace) -> None:
 class _Sleeper:
     """The floor's runner: the provider's latency and nothing else, in the Celery thread."""
 
-    def run(self, payload: object) -> dict[str, Any]:
+    def answer(self, payload: object, **_: object) -> dict[str, Any]:
         latency_s = float(os.environ.get("NODE_CAP_LATENCY_S", "1"))
         time.sleep(latency_s)
         turn_id = payload.get("turn_id") if isinstance(payload, dict) else None

@@ -86,7 +86,7 @@ def test_an_answer_not_streamed_that_breaks_on_the_way_back_is_charged_what_it_b
     # half-way: it bills every one of them, twice (the retry breaks too).
     runner, _ = runner_of(OPENAI)
     sim.set_faults("alpha", Fault(tokens=3000, error_after_tokens=1, times=2))
-    result = runner.run(payload(max_tokens=4000))
+    result = runner.answer(payload(max_tokens=4000))
     cut = [a for a in result["attempts"] if a["model"] == "openai/alpha"]
     billed = prompt_tokens(sim, "alpha") * 2 + 3000 * 8
     charges = [a["charged_micros"] for a in cut]
@@ -105,7 +105,7 @@ def test_a_stream_that_breaks_after_its_status_and_before_content_is_charged(
     # least. Nothing was streamed to count: the expected hold, then the fallback answers.
     runner, _ = runner_of(OPENAI)
     sim.set_faults("alpha", Fault(error_after_tokens=0, drop=True, times=2))
-    result = runner.run(payload(stream=True, max_tokens=4000))
+    result = runner.answer(payload(stream=True, max_tokens=4000))
     cut = [a for a in result["attempts"] if a["model"] == "openai/alpha"]
     prompt = prompt_tokens(sim, "alpha") * 2
     print(f"each stream broken before content: prompt {prompt} µ$, charged", cut)
@@ -146,7 +146,7 @@ def test_a_cut_gemini_stream_is_charged_the_thinking_it_reported(
     # the cut. The provider bills them all; the stream's text counts only the 100.
     runner, _ = runner_of(GEMINI, first_byte_timeout_s=3)
     sim.set_faults("gamma", fault)
-    result = runner.run(payload(stream=True, max_tokens=4000, deadline_s=deadline_s))
+    result = runner.answer(payload(stream=True, max_tokens=4000, deadline_s=deadline_s))
     (attempt,) = result["attempts"]
     output_billed = (5000 + 100) * 4
     print(f"gemini {cut}: output billed {output_billed} µ$, charged {attempt['charged_micros']}")
@@ -166,13 +166,13 @@ def test_a_lost_hedge_is_charged_its_worst_case_unless_it_streamed(
     hedging = {"enabled": True, "fallback_s": 0.3, "floor_s": 0.05, "budget_share": 1.0}
     runner, _ = runner_of(OPENAI, hedging=hedging, first_byte_timeout_s=5)
     for _ in range(3):  # each answered attempt earns the fleet's hedge budget its share
-        assert runner.run(payload())["status"] == "ok"
+        assert runner.answer(payload())["status"] == "ok"
     time.sleep(1.0)  # the evidence is written after each turn, on its own pipeline
     before = spent(redis_url, namespace)
     # Streamed, the primary sends nothing for 2 s: it has written nothing, and is charged
     # its prompt.
     sim.set_faults("alpha", Fault(tokens=3000, stall_first_byte_s=2))
-    result = runner.run(payload(max_tokens=4000, stream=stream))
+    result = runner.answer(payload(max_tokens=4000, stream=stream))
     lost, won = result["attempts"]
     prompt = prompt_tokens(sim, "alpha") * 2
     billed = prompt + (0 if stream else 3000 * 8)
@@ -200,14 +200,14 @@ def test_a_first_byte_timeout_that_may_hide_a_written_answer_is_charged_its_wors
         models["openai/alpha"]["reasoning"] = True
     runner, _ = runner_of(OPENAI, budgets=budgets, models=models, first_byte_timeout_s=1)
     for _ in range(5):
-        assert runner.run(payload(max_tokens=4000))["status"] == "ok"
+        assert runner.answer(payload(max_tokens=4000))["status"] == "ok"
     for _ in range(2):  # a turn after the refresh interval reads the evidence again
         time.sleep(0.5)
-        assert runner.run(payload(max_tokens=4000))["status"] == "ok"
+        assert runner.answer(payload(max_tokens=4000))["status"] == "ok"
     before = spent(redis_url, namespace)
     hidden = {"reasoning_tokens": 3000} if stream else {"tokens": 3000}
     sim.set_faults("alpha", Fault(stall_first_byte_s=3, **hidden))
-    result = runner.run(payload(max_tokens=4000, stream=stream))
+    result = runner.answer(payload(max_tokens=4000, stream=stream))
     timed_out, answered = result["attempts"]
     billed = prompt_tokens(sim, "alpha") * 2 + 3000 * 8
     print(f"first-byte timeout, stream {stream}: billed {billed}, charged", timed_out)

@@ -129,7 +129,7 @@ def test_a_call_billed_past_its_worst_case_is_charged_logged_and_counted(
     try:
         with capture_logs() as logs:
             results = [
-                runner.run(turn().model_copy(update={"max_tokens": 256}).model_dump(mode="json"))
+                runner.answer(turn().model_copy(update={"max_tokens": 256}).model_dump(mode="json"))
                 for _ in range(3)
             ]
         spent = runner.loop.run(runner.guard.ledger.report("acme"), timeout_s=5).day.spent_micros

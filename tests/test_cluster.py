@@ -227,19 +227,19 @@ def test_fair_dispatch_with_the_shared_state_on_a_cluster(
         return None if raw is None else TurnRequest.model_validate_json(raw[1])
 
     try:
-        runner.loop.run(runner.fair.shares.set("capped", Share(max_in_flight=2)))
+        runner.loop.run(runner.process.fair.shares.set("capped", Share(max_in_flight=2)))
         put(4)
-        runner.start_dispatcher()
+        runner.process.start_dispatcher()
         first = [taken(5), taken(5)]
         assert None not in first
         assert taken(0.5) is None  # two running: the cap holds
-        assert runner.run(first[0].model_dump(mode="json"))["status"] == "ok"  # type: ignore[union-attr]
+        assert runner.answer(first[0].model_dump(mode="json"))["status"] == "ok"  # type: ignore[union-attr]
         assert taken(5) is not None  # its lease given back: the third goes
         runner.loop.run(KillSwitch(shared, namespace=namespace).on("alice", "drill"))
         assert taken(5) is not None  # the fourth: drained, past the cap
         put(3)
         assert all(taken(5) is not None for _ in range(3))  # drained, past the cap
-        running = int(broker.hget(runner.fair.keys.key("inflight"), "capped") or 0)
+        running = int(broker.hget(runner.process.fair.keys.key("inflight"), "capped") or 0)
         assert running == 6  # every lease still counted
     finally:
         runner.loop.run(KillSwitch(shared, namespace=namespace).off("alice"))

@@ -50,7 +50,7 @@ def test_result_prints_a_finished_turn(
     config: Path, runner: TurnRunner, capsys: pytest.CaptureFixture[str]
 ) -> None:
     request = turn()
-    runner.run(request.model_dump(mode="json"))
+    runner.answer(request.model_dump(mode="json"))
     assert main(["result", request.turn_id, "--config", str(config)]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["turn_id"] == request.turn_id
@@ -68,7 +68,7 @@ def test_tail_prints_a_streaming_turns_content(
     config: Path, runner: TurnRunner, capsys: pytest.CaptureFixture[str]
 ) -> None:
     request = turn(stream=True)
-    result = runner.run(request.model_dump(mode="json"))
+    result = runner.answer(request.model_dump(mode="json"))
     assert main(["tail", request.turn_id, "--config", str(config)]) == 0
     assert capsys.readouterr().out.strip() == result["reply"]["text"]
 
@@ -77,7 +77,7 @@ def test_a_turn_run_twice_by_a_runner_calls_the_model_once(
     runner: TurnRunner, sim: Simulator
 ) -> None:
     payload = turn().model_dump(mode="json")
-    assert runner.run(payload) == runner.run(payload)
+    assert runner.answer(payload) == runner.answer(payload)
     assert sim.calls("alpha") == 1
 
 

@@ -79,9 +79,9 @@ def test_a_runner_that_cannot_reach_redis_says_so_in_its_gauges(sim: Simulator) 
     os.environ.setdefault("RELEVO_TEST_KEY", KEY)
     runner = TurnRunner(settings(sim.url, redis={"url": dead}), loop=LoopThread())
     try:
-        runner.report_state()
+        runner.process.report_state()
         assert _value(runner.metrics, LOCAL_BREAKERS) == 0
-        result = runner.run(turn().model_dump(mode="json"))
+        result = runner.answer(turn().model_dump(mode="json"))
         assert result["status"] == "ok"
         assert _value(runner.metrics, LOCAL_BREAKERS) == 1
         # The result (and the spend) wait for Redis in the backlog.
@@ -226,12 +226,12 @@ def test_a_runner_beats_with_its_version_and_the_turns_it_runs(
     keys = TurnKeys(namespace)
     try:
         sim.set_faults("alpha", Fault(latency_s=1.0, times=1))
-        turn_future = asyncio.run_coroutine_threadsafe(runner.run_once(turn()), runner.loop.loop)
+        turn_future = asyncio.run_coroutine_threadsafe(runner.result_of(turn()), runner.loop.loop)
         time.sleep(0.5)  # the turn waits on the slow model
-        runner.loop.run(runner.heartbeat(), timeout_s=5)
+        runner.loop.run(runner.process.announce(), timeout_s=5)
         during = runner.loop.run(read_heartbeats(runner.store.redis, keys), timeout_s=5).beats
         turn_future.result(timeout=10)
-        runner.loop.run(runner.heartbeat(), timeout_s=5)
+        runner.loop.run(runner.process.announce(), timeout_s=5)
         after = runner.loop.run(read_heartbeats(runner.store.redis, keys), timeout_s=5).beats
     finally:
         runner.close()

@@ -191,7 +191,7 @@ def test_a_worker_shares_a_room_with_the_live_processes_its_heartbeat_counts(
             host="elsewhere", pid=7, version="x", in_flight=0, local_breakers=False, started_ms=0
         )
         asyncio.run(beat_on(url, namespace, other))  # another live process of the fleet
-        on_loop = asyncio.run_coroutine_threadsafe(runner.heartbeat(), runner.loop.loop)
+        on_loop = asyncio.run_coroutine_threadsafe(runner.process.announce(), runner.loop.loop)
         on_loop.result(timeout=10)
         assert runner.guard.offline.processes == 2
     finally:
@@ -253,7 +253,7 @@ def test_a_tenant_with_no_room_in_one_process_starts_nothing_offline_in_another(
         (heard,) = run(first, 1)
         assert heard.reason == budgets.RefusalReason.TENANT_BUDGET_EXHAUSTED
         for runner in (first, second):  # each beats once, as every few seconds
-            beating = asyncio.run_coroutine_threadsafe(runner.heartbeat(), runner.loop.loop)
+            beating = asyncio.run_coroutine_threadsafe(runner.process.announce(), runner.loop.loop)
             beating.result(timeout=10)
         proc.send_signal(signal.SIGSTOP)
         with ThreadPoolExecutor(6) as threads:

@@ -454,7 +454,7 @@ def hold_on_runner(
     patient = settings.redis.model_copy(update={"timeout_s": 2.0})
     runner = TurnRunner(settings.model_copy(update={"redis": patient}))
     try:
-        results = [runner.run(turn(stream=stream).model_dump(mode="json")) for _ in range(count)]
+        results = [runner.answer(turn(stream=stream).model_dump(mode="json")) for _ in range(count)]
     finally:
         runner.close()
     assert {r["status"] for r in results} == {"rejected"}

@@ -113,8 +113,8 @@ def test_echoed_key_is_absent_through_the_turn_runner(
     configure_logging(level="debug", json=True, stream=logs)
     runner = TurnRunner(config, loop=LoopThread())
     try:
-        payload = runner.run(turn(PROMPT).model_dump(mode="json"))
-        direct = runner.loop.run(runner.run_once(turn(PROMPT)))
+        payload = runner.answer(turn(PROMPT).model_dump(mode="json"))
+        direct = runner.loop.run(runner.result_of(turn(PROMPT)))
     finally:
         runner.close()
 

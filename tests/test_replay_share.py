@@ -51,7 +51,7 @@ def _hold(config: Path, url: str, namespace: str, requests: list[TurnRequest]) -
     runner = TurnRunner(settings.model_copy(update={"redis": patient}))
     try:
         for request in requests:
-            result = runner.run(request.model_dump(mode="json"))
+            result = runner.answer(request.model_dump(mode="json"))
             assert result["status"] == "rejected"
     finally:
         runner.close()

@@ -159,7 +159,7 @@ def test_a_malformed_payload_fails_naming_the_field(
 ) -> None:
     payload, field = MALFORMED[case]
     sim.reset()
-    result = runner.run(payload)
+    result = runner.answer(payload)
     assert result["status"] == "failed"
     assert result["reason"] == "invalid_input"
     assert field in result["error"]
@@ -170,7 +170,7 @@ def test_a_malformed_payload_fails_naming_the_field(
 def test_the_worker_refuses_a_payload_over_its_limits(case: str, runner: TurnRunner) -> None:
     payload, limit = OVER_LIMITS[case]
     assert runner.settings.limits == LIMITS
-    result = runner.run(payload)
+    result = runner.answer(payload)
     assert (result["status"], result["reason"]) == ("failed", "invalid_input")
     assert f"limits.{limit}" in result["error"]
 

@@ -140,7 +140,7 @@ def test_turns_for_edge_tenants_touch_only_keys_of_their_namespace(
     try:
         with Monitor(acl) as monitor:
             results = [
-                runner.run(request(tenant).model_dump(mode="json")) for tenant in EDGE_TENANTS
+                runner.answer(request(tenant).model_dump(mode="json")) for tenant in EDGE_TENANTS
             ]
             with acl.client() as client:
                 client.get("outside-probe")  # the harness must see a key outside the namespace
@@ -171,7 +171,7 @@ def test_the_guard_runs_turns_as_an_acl_user(
 ) -> None:
     runner = TurnRunner(settings_on(acl.url(WORKER_USER, WORKER_PASSWORD), sim, namespace))
     try:
-        results = [runner.run(request(t).model_dump(mode="json")) for t in ("acme", "team/42")]
+        results = [runner.answer(request(t).model_dump(mode="json")) for t in ("acme", "team/42")]
     finally:
         runner.close()
     assert [r["status"] for r in results] == ["ok", "ok"]
@@ -268,7 +268,7 @@ def test_the_guard_runs_turns_over_tls(
     assert "ssl_cert_reqs=required" in url
     runner = TurnRunner(settings_on(url, sim, namespace))
     try:
-        result = runner.run(request().model_dump(mode="json"))
+        result = runner.answer(request().model_dump(mode="json"))
     finally:
         runner.close()
     assert result["status"] == "ok"

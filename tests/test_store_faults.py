@@ -78,7 +78,9 @@ def worst_case(config: Settings, model: str) -> int:
 
 
 def run(runner: TurnRunner, n: int) -> list[TurnResult]:
-    return [TurnResult.model_validate(runner.run(turn().model_dump(mode="json"))) for _ in range(n)]
+    return [
+        TurnResult.model_validate(runner.answer(turn().model_dump(mode="json"))) for _ in range(n)
+    ]
 
 
 def wait_for(check: object, timeout_s: float) -> float:

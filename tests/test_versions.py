@@ -211,18 +211,18 @@ def test_a_worker_ignores_a_field_it_does_not_know_and_answers_a_newer_turn_unre
 ) -> None:
     sim.reset()
     added = {**TURN, "turn_id": "t-added", **ADDED}
-    assert runner.run(added, version=1, task_id="t-added")["status"] == "ok"
+    assert runner.answer(added, version=1, task_id="t-added")["status"] == "ok"
     assert sim.calls() == 1
 
     newer = {**TURN, "turn_id": "t-newer"}
-    answer = runner.run(newer, version=2, task_id="t-newer")
+    answer = runner.answer(newer, version=2, task_id="t-newer")
     assert (answer["status"], answer["reason"]) == ("failed", "unreadable")
     assert "a newer release wrote it (schema version 2" in answer["error"]
     assert sim.calls() == 1  # not run
     stored = runner.loop.run(runner.store.result("t-newer"), timeout_s=5)
     assert stored is not None
     assert stored.reason == "unreadable"  # its sender reads why
-    damaged = runner.run({**TURN, "turn_id": "t-v"}, version="two", task_id="t-v")
+    damaged = runner.answer({**TURN, "turn_id": "t-v"}, version="two", task_id="t-v")
     assert damaged["reason"] == "unreadable"
     metric = runner.metrics.registry.get_sample_value
     assert metric(UNREADABLE_TOTAL, {"what": "request", "cause": "newer"}) == 1

@@ -1,4 +1,4 @@
-"""Provider adapters: one class per API, chosen by the provider's `kind`."""
+"""Provider adapters: one class per API, chosen by the API a provider speaks (`wire`)."""
 
 from __future__ import annotations
 

@@ -42,7 +42,7 @@ ORIGIN = "anthropic"  # the `Reasoning.origin` of Claude's thinking blocks, wher
 class AnthropicAdapter(SseAdapter):
     """POST /v1/messages with `x-api-key` and `anthropic-version`."""
 
-    kind = "anthropic"
+    wire = "anthropic"
     # Structured outputs (`output_config.format`) and URL sources: what the wire takes.
     native_output: ClassVar[bool] = True
     url_sources: ClassVar[bool] = True

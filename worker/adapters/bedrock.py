@@ -57,7 +57,7 @@ def reasoning_origin(model_id: str) -> str:
 class BedrockAdapter:
     """One Bedrock provider (a region): every model, one credential chain."""
 
-    kind: ClassVar[str] = "bedrock"
+    wire: ClassVar[str] = "bedrock"
 
     def __init__(self, provider: ProviderSettings, client: httpx.AsyncClient) -> None:
         auth = SigV4(service=_SERVICE, region=provider.region or "")
@@ -119,7 +119,7 @@ class EventMessage(NamedTuple):
 class _Converse(HttpAdapter[EventMessage]):
     """POST /model/{modelId}/converse (or /converse-stream) for one family's models."""
 
-    kind = "bedrock"
+    wire = "bedrock"
     stream_media_type = EVENT_STREAM
 
     def __init__(

@@ -71,14 +71,14 @@ class _Fields:
 
 
 def classify_response(
-    kind: str, status: int, headers: Mapping[str, str], body: bytes
+    wire: str, status: int, headers: Mapping[str, str], body: bytes
 ) -> ProviderError:
-    """Classify one HTTP error response from a provider of `kind`; never raises."""
-    fields = _read_aws(headers, body) if kind == "bedrock" else _read_body(body)
+    """Classify one HTTP error response from a provider API (`wire`); never raises."""
+    fields = _read_aws(headers, body) if wire == "bedrock" else _read_body(body)
     retry_after = parse_retry_after(headers)
     if retry_after is None:
         retry_after = fields.retry_after_s
-    cls, code = _decide(kind, status, fields)
+    cls, code = _decide(wire, status, fields)
     if cls is RateLimited and retry_after is None:
         retry_after = wait_in_message(fields.message)
         if retry_after is None:
@@ -93,25 +93,25 @@ def classify_response(
     return cls(message, status=status, provider_code=code, retry_after_s=retry_after)
 
 
-def classify_stream_error(kind: str, payload: Mapping[str, Any] | list[Any]) -> ProviderError:
+def classify_stream_error(wire: str, payload: Mapping[str, Any] | list[Any]) -> ProviderError:
     """Classify the JSON of a mid-stream error event (Anthropic `event: error`, an
     OpenAI or Gemini `data:` line carrying `error`, alone or in Google's one-element
     list, a Responses `error` or `response.failed` event); never raises."""
-    if kind == "bedrock":
+    if wire == "bedrock":
         fields = _read_aws_event(payload)
-    elif kind == "openai-responses":
+    elif wire == "openai-responses":
         fields = _read_document(_responses_error(payload))
     else:
         fields = _read_document(payload)
     if not fields.codes and not fields.message and fields.status_hint is None:
         return MalformedResponse("stream error event without an error object")
-    cls, code = _decide(kind, fields.status_hint, fields)
+    cls, code = _decide(wire, fields.status_hint, fields)
     message = _clean(fields.message) or "error event in the stream"
     return cls(message, provider_code=code, retry_after_s=fields.retry_after_s)
 
 
-def _decide(kind: str, status: int | None, fields: _Fields) -> tuple[ErrorClass, str | None]:
-    table = CODES.get(kind, {})
+def _decide(wire: str, status: int | None, fields: _Fields) -> tuple[ErrorClass, str | None]:
+    table = CODES.get(wire, {})
     cls: ErrorClass | None = None
     code = fields.codes[0] if fields.codes else None
     for candidate in () if fields.relayed else fields.codes:

@@ -44,7 +44,7 @@ __all__ = ["ORIGIN", "SKIP_SIGNATURE", "GeminiAdapter"]
 class GeminiAdapter(SseAdapter):
     """POST /v1beta/models/{model}:generateContent (or :streamGenerateContent?alt=sse)."""
 
-    kind = "gemini"
+    wire = "gemini"
     # Vertex AI's fileData needs a mimeType; the Gemini API's does not.
     _vertex = False
 

@@ -151,7 +151,7 @@ class StreamDecoder(Protocol[_FrameT_contra]):
 class HttpAdapter(ABC, Generic[_FrameT]):
     """One provider API over a shared `httpx.AsyncClient`, its stream made of frames."""
 
-    kind: ClassVar[str]
+    wire: ClassVar[str]  # the API it speaks (`ProviderSettings.wire`)
     stream_media_type: ClassVar[str]
 
     def __init__(
@@ -241,7 +241,7 @@ class HttpAdapter(ABC, Generic[_FrameT]):
                 # Before parsing: the message is cut short later, and a cut key is no longer
                 # the key `_scrubbed` looks for.
                 body = redact_exact(body.decode("utf-8", "replace"), secrets).encode()
-            raise classify_response(self.kind, response.status_code, response.headers, body)
+            raise classify_response(self.wire, response.status_code, response.headers, body)
         media = response.headers.get("content-type", "").partition(";")[0].strip().lower()
         wanted = self.stream_media_type if streaming else "application/json"
         if media != wanted and not (wanted == "application/json" and media.endswith("+json")):
@@ -255,7 +255,7 @@ class HttpAdapter(ABC, Generic[_FrameT]):
         except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
             detail = str(exc).splitlines()[0][:200] if str(exc) else ""
             raise MalformedResponse(
-                f"unexpected {self.kind} response: {type(exc).__name__} {detail}".rstrip()
+                f"unexpected {self.wire} response: {type(exc).__name__} {detail}".rstrip()
             ) from None
 
     def _scrubbed(self, exc: ProviderError) -> ProviderError:

@@ -59,7 +59,7 @@ _NEW_LIMIT_HOSTS = ("api.openai.com",)
 class OpenAIAdapter(SseAdapter):
     """Chat Completions; Azure OpenAI when the provider has an `azure_api_version`."""
 
-    kind = "openai"
+    wire = "openai"
 
     def request(self, call: ProviderCall) -> HttpRequest:
         base = self._provider.base_url.rstrip("/")

@@ -42,7 +42,7 @@ __all__ = ["OpenAIResponsesAdapter"]
 class OpenAIResponsesAdapter(SseAdapter):
     """The Responses API; Azure OpenAI's when the provider has an `azure_api_version`."""
 
-    kind = "openai-responses"  # its errors: Chat Completions' table (`classify`)
+    wire = "openai-responses"  # its errors: Chat Completions' table (`classify`)
 
     def request(self, call: ProviderCall) -> HttpRequest:
         base = self._provider.base_url.rstrip("/")

@@ -47,7 +47,7 @@ def publisher(model_id: str) -> Publisher:
 class VertexAdapter:
     """One Vertex AI provider: a project and a location, both publishers, one token."""
 
-    kind: ClassVar[str] = "vertex"
+    wire: ClassVar[str] = "vertex"
 
     def __init__(self, provider: ProviderSettings, client: httpx.AsyncClient) -> None:
         self._token = AccessToken(timeout_s=provider.first_byte_timeout_s)
@@ -77,7 +77,7 @@ class VertexAdapter:
 class _VertexGemini(GeminiAdapter):
     """The Gemini adapter's bodies and replies, on Vertex's URL with a Bearer token."""
 
-    kind = "vertex"
+    wire = "vertex"
     _vertex = True
 
     def __init__(
@@ -102,7 +102,7 @@ class _VertexClaude(AnthropicAdapter):
     and for some models only; every Claude on Vertex takes a forced tool.
     """
 
-    kind = "vertex"
+    wire = "vertex"
     native_output = False
     url_sources = False
 

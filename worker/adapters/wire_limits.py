@@ -135,15 +135,15 @@ WIRE_LIMITS: Mapping[str, WireLimits] = MappingProxyType(
     }
 )
 """Per provider API (`ProviderSettings.wire`), Vertex AI per publisher (`limits_for`); a
-kind not listed has no limits of its own."""
+API not listed has no limits of its own."""
 
 
-def limits_for(kind: str, model_id: str) -> WireLimits | None:
-    """The limits of the API a `kind` provider speaks for `model_id`."""
-    if kind == "vertex":
+def limits_for(wire: str, model_id: str) -> WireLimits | None:
+    """The limits of the API `wire` for `model_id`."""
+    if wire == "vertex":
         # As the Vertex adapter chooses its publisher: Claude ids are Anthropic's.
-        kind = "vertex:anthropic" if model_id.startswith("claude-") else "vertex:google"
-    return WIRE_LIMITS.get(kind)
+        wire = "vertex:anthropic" if model_id.startswith("claude-") else "vertex:google"
+    return WIRE_LIMITS.get(wire)
 
 
 def image_type(part: ImagePart) -> str | None:

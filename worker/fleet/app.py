@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any
 
 import structlog
 from celery import Celery, Task
@@ -38,9 +38,10 @@ log = structlog.get_logger("relevo.worker")
 class RunTurn(Task):  # type: ignore[misc]
     """The fleet's one task: a turn payload in, its result (a dict) out.
 
-    Each app made by `make_app` has a subclass of its own carrying that app's runner
-    (`runner`), as `@app.task` makes one: Celery keeps a task's app on its class, and
-    several apps in one process (the embedded demo, tests) each run their own turns.
+    Each app made by `make_app` registers Celery's subclass of it for that app
+    (`Celery.subclass_with_self`, as `@app.task` makes one: Celery keeps a task's app on
+    its class), and finds its runner through its app (`runner`): several apps in one
+    process (the embedded demo, tests) each run their own turns.
     """
 
     name = TASK_NAME
@@ -50,13 +51,17 @@ class RunTurn(Task):  # type: ignore[misc]
     # (`worker.fleet.results`); only a task that raised is Celery's to store.
     ignore_result = True
     store_errors_even_if_ignored = True
-    runner: ClassVar[staticmethod[[], TurnRunner]]
+
+    def runner(self) -> TurnRunner:
+        """The runner of this task's app (`make_app`)."""
+        get: Callable[[], TurnRunner] = self.app.relevo_runner
+        return get()
 
     def run(self, payload: Any) -> dict[str, Any]:
         # The producer's trace context and the turn's schema version came in the message
         # headers (None: tracing is off; an older producer's message).
         task_id = self.request.id
-        result = self.runner().run(
+        result = self.runner().answer(
             payload,
             carrier=tracing.carried(self.request),
             version=getattr(self.request, SCHEMA_HEADER, None),
@@ -76,8 +81,8 @@ def make_app(settings: Settings, *, runner: Callable[[], TurnRunner] | None = No
     """A Celery app for `settings`, whose task runs on `runner()`."""
     app = celery_app(settings)
     get_runner = runner or _lazy_runner(settings)
-    task = type(RunTurn.__name__, (RunTurn,), {"runner": staticmethod(get_runner)})
-    app.register_task(task())
+    app.relevo_runner = get_runner
+    app.register_task(app.subclass_with_self(RunTurn, keep_reduce=True)())
 
     def ready(sender: Any = None, **_: Any) -> None:
         # A worker of this app consuming: it also re-sends the turns the broker lost, and
@@ -85,9 +90,9 @@ def make_app(settings: Settings, *, runner: Callable[[], TurnRunner] | None = No
         if getattr(sender, "app", None) is not app:
             return
         try:
-            runner = get_runner()
-            runner.start_sweeper(lambda turn: send_turn(app, turn))
-            runner.start_dispatcher()
+            process = get_runner().process
+            process.start_sweeper(lambda turn: send_turn(app, turn))
+            process.start_dispatcher()
         except Exception as exc:  # Celery would swallow it: say why there is none
             log.warning("sweep.not_started", error=str(exc))
 

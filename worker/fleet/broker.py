@@ -24,18 +24,15 @@ from kombu.utils.json import dumps, loads
 from worker.fleet.agreement import FleetShape
 from worker.fleet.envelope import compact, redis_message
 from worker.fleet.errors import fleet_errors
-from worker.fleet.fairqueue import DEADLINE_HEADER, TENANT_HEADER, TOKENS_HEADER, enqueue_sync
+from worker.fleet.fairqueue import FairTurn
 from worker.fleet.rabbitmq import held_delivery_s, rabbitmq_conf
 from worker.fleet.results import result_backend
 from worker.observability import tracing
 from worker.settings import Settings
 
 __all__ = [
-    "DEADLINE_HEADER",
     "SEND_TIMEOUT_S",
     "TASK_NAME",
-    "TENANT_HEADER",
-    "TOKENS_HEADER",
     "celery_app",
     "store_client",
 ]
@@ -227,10 +224,9 @@ class _Channel(kombu_redis.Channel):
             # (the turn is recorded: `TurnRecorded`), not an AttributeError.
             raise redis.ConnectionError("the broker channel is closed")
         options = self.connection.client.transport_options
-        headers = message.get("headers") or {}
-        tenant = headers.get(TENANT_HEADER)
+        turn = FairTurn.read(message.get("headers") or {})
         if (
-            tenant is None
+            turn is None
             or queue != options.get(FAIR_QUEUE)
             or self._get_message_priority(message)  # type: ignore[no-untyped-call]
             or "_publish_batch" in kwargs
@@ -238,14 +234,10 @@ class _Channel(kombu_redis.Channel):
             super()._put(queue, message, **kwargs)  # type: ignore[no-untyped-call]
             return
         with self.conn_or_acquire() as client:
-            queued = enqueue_sync(
+            queued = turn.enqueue(
                 client,
                 options[FAIR_NAMESPACE],
-                tenant=tenant,
-                turn_id=headers["id"],
-                deadline_ms=int(headers[DEADLINE_HEADER]),
-                input_tokens=int(headers[TOKENS_HEADER]),
-                message=dumps(message),  # type: ignore[no-untyped-call]
+                dumps(message),  # type: ignore[no-untyped-call]
             )
         if queued is None:  # the fair queue's script is not loaded yet (`enqueue_sync`)
             super()._put(queue, message, **kwargs)  # type: ignore[no-untyped-call]

@@ -39,14 +39,7 @@ from budgets.keys import PLAIN
 from rediskit import BLIPS, REFUSED, refused
 from worker.errors import InputError
 from worker.fleet.agreement import FLEET_HEADER, Agreement, FleetShape
-from worker.fleet.broker import (
-    DEADLINE_HEADER,
-    TASK_NAME,
-    TENANT_HEADER,
-    TOKENS_HEADER,
-    celery_app,
-    store_client,
-)
+from worker.fleet.broker import TASK_NAME, celery_app, store_client
 from worker.fleet.envelope import compact
 from worker.fleet.errors import (
     FleetUnavailable,
@@ -55,6 +48,7 @@ from worker.fleet.errors import (
     fleet_errors,
     write_refusal,
 )
+from worker.fleet.fairqueue import FairTurn
 from worker.fleet.handles import AsyncTurnHandle, TurnHandle
 from worker.fleet.heartbeat import read_heartbeats
 from worker.fleet.schema import SCHEMA_HEADER, TURN_SCHEMA
@@ -63,7 +57,6 @@ from worker.observability.redact import redact_url
 from worker.settings import DEFAULT_CHAIN, LimitsSettings, Settings
 from worker.turn.intake import checked_turn
 from worker.turn.routing import check_chain
-from worker.turn.tokens import estimate_tokens
 from worker.types import TurnId, TurnRequest
 
 __all__ = ["TASK_NAME", "Producer", "enqueue_turn", "send_turn"]
@@ -131,7 +124,7 @@ def send_turn(app: Celery, turn: TurnRequest, *, ignore_result: bool = False) ->
                     kwargsrepr="{}",
                     # The payload stays as relevo 0.1.0's workers validate it: no field more.
                     headers={
-                        **_fair_headers(turn),
+                        **FairTurn.headers(turn),
                         SCHEMA_HEADER: TURN_SCHEMA,
                         FLEET_HEADER: app.conf.get("relevo_fleet"),
                     },
@@ -189,16 +182,6 @@ def _check_size(app: Celery, size: int) -> None:
             f"the turn is {size} bytes as a broker message, over the broker's limit of "
             f"{limit} bytes ([broker] max_message_bytes)"
         )
-
-
-def _fair_headers(turn: TurnRequest) -> dict[str, Any]:
-    """What the fair queue reads of the turn (`broker._Channel._put`): whose it is, how
-    long it may wait, and the input tokens its tenant's bucket pays."""
-    return {
-        TENANT_HEADER: turn.tenant_id,
-        DEADLINE_HEADER: int(turn.deadline_s * 1000),
-        TOKENS_HEADER: estimate_tokens(turn.messages, turn.tools),
-    }
 
 
 def _record_sent(app: Celery, channel: Any, turn_id: str, payload: str) -> None:

@@ -41,7 +41,7 @@ than any holder takes is brought back to one lease from now ("lease").
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -56,6 +56,8 @@ from rediskit import LuaScripts, hash_tag, text
 from worker.fleet.errors import Unreadable
 from worker.fleet.schema import log_unreadable
 from worker.fleet.turnstore import TurnKeys
+from worker.turn.tokens import estimate_tokens
+from worker.types import TurnRequest
 
 __all__ = [
     "DEADLINE_HEADER",
@@ -65,6 +67,7 @@ __all__ = [
     "DispatchRound",
     "FairKeys",
     "FairQueue",
+    "FairTurn",
     "TenantLoad",
     "enqueue_sync",
 ]
@@ -77,6 +80,51 @@ TENANT_HEADER = "relevo_tenant"
 DEADLINE_HEADER = "relevo_queue_deadline_ms"
 TOKENS_HEADER = "relevo_input_tokens"
 log = structlog.get_logger("relevo.dispatch")
+
+
+@dataclass(frozen=True, slots=True)
+class FairTurn:
+    """What the fair queue reads of a turn, in its message's headers: whose it is, its id
+    (Celery's `id` header), how long it may wait, and the input tokens its tenant's
+    bucket pays. `headers` writes them (`send_turn`), `read` reads them back (the broker
+    channels, Redis's and RabbitMQ's, as they publish)."""
+
+    tenant: str
+    turn_id: str
+    deadline_ms: int
+    input_tokens: int
+
+    @staticmethod
+    def headers(turn: TurnRequest) -> dict[str, Any]:
+        """The headers a turn's message carries for the fair queue."""
+        return {
+            TENANT_HEADER: turn.tenant_id,
+            DEADLINE_HEADER: int(turn.deadline_s * 1000),
+            TOKENS_HEADER: estimate_tokens(turn.messages, turn.tools),
+        }
+
+    @classmethod
+    def read(cls, headers: Mapping[str, Any]) -> FairTurn | None:
+        """The turn a message's headers describe; None: none for the fair queue (an older
+        producer's message, or another task's)."""
+        tenant = headers.get(TENANT_HEADER)
+        if tenant is None:
+            return None
+        return cls(
+            tenant, headers["id"], int(headers[DEADLINE_HEADER]), int(headers[TOKENS_HEADER])
+        )
+
+    def enqueue(self, client: Any, namespace: str, message: str) -> bool | None:
+        """Queue the turn's broker `message` for its tenant (`enqueue_sync`)."""
+        return enqueue_sync(
+            client,
+            namespace,
+            tenant=self.tenant,
+            turn_id=self.turn_id,
+            deadline_ms=self.deadline_ms,
+            input_tokens=self.input_tokens,
+            message=message,
+        )
 
 
 @dataclass(frozen=True, slots=True)

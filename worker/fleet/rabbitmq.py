@@ -37,13 +37,7 @@ from redis.asyncio import Redis
 
 from worker.fleet.envelope import Undecodable, amqp_message, envelope, identify
 from worker.fleet.errors import fleet_errors
-from worker.fleet.fairqueue import (
-    DEADLINE_HEADER,
-    TENANT_HEADER,
-    TOKENS_HEADER,
-    FairKeys,
-    enqueue_sync,
-)
+from worker.fleet.fairqueue import FairKeys, FairTurn
 
 __all__ = [
     "BROKER_DOWN",
@@ -83,6 +77,11 @@ CONSUMER_TIMEOUT_S = 1800.0
 # RabbitMQ's own default `max_message_size` (128 MiB).
 MAX_MESSAGE_BYTES = 128 * 1024 * 1024
 _LIMIT_SETTING = "[broker] max_message_bytes"
+# The transport options `_Channel` reads (`rabbitmq_conf`).
+_FAIR = "relevo_fair"
+_CONFIRM_TIMEOUT = "relevo_confirm_timeout_s"
+# A confirm's wait when no options are at hand (a connection kombu has let go).
+_CONFIRM_DEFAULT_S = 2.0
 
 
 def outbox_key(namespace: str) -> str:
@@ -114,7 +113,11 @@ def rabbitmq_conf(
     `fair_namespace`: fair dispatch's namespace, None when it is off; `held_s`: the
     longest a worker may hold a delivery unacknowledged."""
     exchange = Exchange(queue, type="topic")  # type: ignore[no-untyped-call]
-    fair = None if fair_namespace is None else _Fair(weakref.ref(app), fair_namespace, queue)
+    # What the channel reads of its connection's options (py-amqp ignores keys it does
+    # not know): how long a confirm is waited for, and where fair dispatch queues a turn.
+    options: dict[str, Any] = {"confirm_publish": True, _CONFIRM_TIMEOUT: send_timeout_s}
+    if fair_namespace is not None:
+        options[_FAIR] = _Fair(weakref.ref(app), fair_namespace, queue)
     return {
         "task_queues": [
             Queue(  # type: ignore[no-untyped-call]
@@ -134,9 +137,10 @@ def rabbitmq_conf(
         "task_default_routing_key": queue,
         "worker_detect_quorum_queues": True,
         "broker_native_delayed_delivery_queue_type": "quorum",
-        "broker_transport_options": {"confirm_publish": True},
+        "broker_transport_options": options,
         "broker_connection_timeout": send_timeout_s,
-        "broker_transport": _transport(url, fair, send_timeout_s),
+        # TLS for `amqps://`, as kombu's own choice of transport does.
+        "broker_transport": _SSLTransport if urlsplit(url).scheme == "amqps" else _Transport,
     }
 
 
@@ -151,10 +155,13 @@ class _Fair:
 
 class _Channel(pyamqp.Channel):
     """py-amqp's channel: a tenant's turn for the fleet's queue goes to the fair queue, and
-    a confirm is waited for no longer than a producer waits for the broker."""
+    a confirm is waited for no longer than a producer waits for the broker (both as its
+    connection's transport options say: `rabbitmq_conf`)."""
 
-    fair: _Fair | None = None
-    confirm_timeout_s: float = 2.0
+    def _option(self, name: str) -> Any:
+        # kombu hands its connection to py-amqp's (`client`), and takes it back on close.
+        client = getattr(self.connection, "client", None)
+        return None if client is None else client.transport_options.get(name)
 
     def basic_publish(self, msg: Any, *args: Any, **kwargs: Any) -> Any:
         if self._queued_fairly(msg, *args, **kwargs):
@@ -165,16 +172,15 @@ class _Channel(pyamqp.Channel):
         if self._queued_fairly(msg, *args, **kwargs):
             return None
         if not kwargs.get("confirm_timeout"):
-            kwargs["confirm_timeout"] = self.confirm_timeout_s
+            kwargs["confirm_timeout"] = self._option(_CONFIRM_TIMEOUT) or _CONFIRM_DEFAULT_S
         return super().basic_publish_confirm(msg, *args, **kwargs)
 
     def _queued_fairly(
         self, msg: Any, exchange: str = "", routing_key: str = "", *_: Any, **__: Any
     ) -> bool:
-        fair = self.fair
-        headers = msg.properties.get("application_headers") or {}
-        tenant = headers.get(TENANT_HEADER)
-        if fair is None or tenant is None or routing_key != fair.queue:
+        fair: _Fair | None = self._option(_FAIR)
+        turn = FairTurn.read(msg.properties.get("application_headers") or {})
+        if fair is None or turn is None or routing_key != fair.queue:
             return False
         if msg.properties.get("priority"):
             return False
@@ -183,26 +189,22 @@ class _Channel(pyamqp.Channel):
             return False
         backend = app.backend
         with fleet_errors(backend.url):  # the fair queue's Redis failed, not RabbitMQ
-            queued = enqueue_sync(
-                backend.client,
-                fair.namespace,
-                tenant=tenant,
-                turn_id=headers["id"],
-                deadline_ms=int(headers[DEADLINE_HEADER]),
-                input_tokens=int(headers[TOKENS_HEADER]),
-                message=envelope(msg, exchange, routing_key),
+            queued = turn.enqueue(
+                backend.client, fair.namespace, envelope(msg, exchange, routing_key)
             )
         return queued is not None  # None: not loaded yet, publish to RabbitMQ as it is
 
 
-def _transport(url: str, fair: _Fair | None, confirm_timeout_s: float) -> type[pyamqp.Transport]:
-    """kombu's py-amqp transport (TLS for `amqps://`) with `_Channel` bound to `fair`."""
-    channel = type(
-        "_FairChannel", (_Channel,), {"fair": fair, "confirm_timeout_s": confirm_timeout_s}
-    )
-    connection = type("_Connection", (pyamqp.Connection,), {"Channel": channel})
-    base = pyamqp.SSLTransport if urlsplit(url).scheme == "amqps" else pyamqp.Transport
-    return type("_Transport", (base,), {"Connection": connection})
+class _Connection(pyamqp.Connection):
+    Channel = _Channel
+
+
+class _Transport(pyamqp.Transport):
+    Connection = _Connection
+
+
+class _SSLTransport(pyamqp.SSLTransport):
+    Connection = _Connection
 
 
 @dataclass(frozen=True, slots=True)

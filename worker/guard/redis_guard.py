@@ -19,6 +19,7 @@ A turn never fails because the shared store is down.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -261,6 +262,14 @@ class RedisGuard:
             lambda: self.handoffs.push(tenant, turn_id, reason, payload),
             turn_id=turn_id,
         )
+
+    async def kill_switch(self, fresh_s: float) -> breakers.KillSwitchState | None:
+        """The kill switch as this process sees it, looked at again when the last look is
+        older than `fresh_s`."""
+        memory = self.circuits.memory
+        if time.monotonic() - memory.seen_at < fresh_s:
+            return memory.kill
+        return (await self.circuits.check(())).kill_switch
 
     async def route(self, tenant: str) -> budgets.Route | None:
         return None if self.routes is None else await self.routes.get(tenant)

@@ -1,6 +1,6 @@
 """One attempt: one model on one provider, reserved, called, concluded and reported.
 
-    Attempts.run(plan)
+    Attempts.attempt(plan)
       prepare ── the fleet's probe slot (half-open breaker), then the tenant's budget
       call ───── the adapter's events, under the first-byte and then the total timeout
                ├─ conclude: the charge settled or released, the breaker told
@@ -8,7 +8,7 @@
 
 An attempt never ends the turn itself: its `Outcome` tells the walk (`worker.turn.chain`)
 what to do next. Hedging (`worker.turn.race.HedgedAttempts`) wraps `Attempts` with the
-same `run`, as an httpx transport wraps another.
+same `attempt`, as an httpx transport wraps another.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import random
 import secrets
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from rediskit import backoff_s
 from worker.adapters import Adapter, ProviderCall, reasoning_family
@@ -51,11 +51,24 @@ from worker.turn.retry import retry_delay_s
 from worker.turn.tokens import text_tokens
 from worker.types import Message, Tool, TurnRequest
 
-__all__ = ["Attempts", "OnText"]
+__all__ = ["Attempter", "Attempts", "OnText"]
 
 OnText = Callable[[str], None]
 _HELD_FIRST_WAIT_S = 0.05
 _HELD_MAX_WAIT_S = 1.0
+
+
+class Attempter(Protocol):
+    """What the walk (`worker.turn.chain`) calls each attempt through: `Attempts`, or a
+    wrapper of it (`worker.turn.race.HedgedAttempts`)."""
+
+    async def attempt(self, plan: Plan) -> Outcome:
+        """Prepare and call `plan`."""
+        ...
+
+    async def aclose(self) -> None:
+        """The turn is ending: stop what is in flight, give back what is held unused."""
+        ...
 
 
 class Attempts:
@@ -174,7 +187,8 @@ class Attempts:
 
     # -- one attempt --------------------------------------------------------------------
 
-    async def run(self, plan: Plan) -> Outcome:
+    async def attempt(self, plan: Plan) -> Outcome:
+        """Prepare `plan`, then call it (`Attempter`)."""
         flight = await self.prepare(plan)
         return flight if not isinstance(flight, Flight) else await self.call(flight)
 

@@ -95,10 +95,10 @@ def fit_turn(request: TurnRequest, model: ModelSettings, *, min_window: int = 0)
     )
 
 
-def wire_unfit(request: TurnRequest, kind: str, model_id: str) -> Unfit | None:
-    """Why a provider API of `kind` cannot carry the turn to `model_id`, if it cannot
+def wire_unfit(request: TurnRequest, wire: str, model_id: str) -> Unfit | None:
+    """Why the provider API `wire` cannot carry the turn to `model_id`, if it cannot
     (`worker.adapters.wire_limits`); checked per provider, after the model's fit."""
-    limits = limits_for(kind, model_id)
+    limits = limits_for(wire, model_id)
     if limits is None:
         return None
     problems = _field_problems(request, limits)
@@ -107,7 +107,7 @@ def wire_unfit(request: TurnRequest, kind: str, model_id: str) -> Unfit | None:
     if not problems:
         return None
     unique = ", ".join(dict.fromkeys(problems))
-    return Unfit(INCAPABLE, f"its {kind} API cannot carry {unique}")
+    return Unfit(INCAPABLE, f"its {wire} API cannot carry {unique}")
 
 
 def _field_problems(request: TurnRequest, limits: WireLimits) -> list[str]:

@@ -1,9 +1,11 @@
 """The fallback chain: one turn, a short ordered list of models, one deadline.
 
-    Chain.run ─► _Walk.run: admit (the fleet's view, the first reservation)
-                 └─ for each model, for each provider serving it:
+    Chain.run ─► _Walk.result ─► _Walk.admitted: admit (the fleet's view, the first
+                 │  reservation), then the attempter, chosen once: plain or hedged
+                 └─ _Walk.walk: for each model, for each provider serving it:
                       fit (worker.turn.capability) ─► skip what the fleet says is sick
-                      ─► Attempter.run (worker.turn.attempt) ─► adapter.send
+                      ─► _Walk.attempt ─► Attempter.attempt (worker.turn.attempt)
+                      ─► adapter.send
                       ─► the outcome: answered, retry once (worker.turn.retry), move on,
                          fail, or degrade (worker.turn.policy)
 
@@ -26,11 +28,11 @@ from worker.errors import DeadlineExceeded, InputError, StoreForbidden
 from worker.guard.hedge_book import HedgeBook, hedge_book
 from worker.guard.protocol import Availability, Guard, OpenGuard, Refusal, Target
 from worker.settings import DEFAULT_CHAIN, Settings
-from worker.turn.attempt import Attempts, OnText
+from worker.turn.attempt import Attempter, Attempts, OnText
 from worker.turn.capability import INCAPABLE, Fit, Unfit, fit_turn, wire_unfit
+from worker.turn.intake import turn_time_s
 from worker.turn.outcome import (
     Answered,
-    Attempter,
     Degrade,
     Failed,
     MoveOn,
@@ -95,7 +97,7 @@ class Chain:
     async def run(self, request: TurnRequest, *, on_text: OnText | None = None) -> TurnResult:
         """Run one turn. Always returns a result; caller cancellation propagates."""
         request, refused = routed(request, await self.guard.route(request.tenant_id))
-        return await _Walk(self, request, on_text, refused).run()
+        return await _Walk(self, request, on_text, refused).result()
 
 
 class _Walk:
@@ -130,21 +132,22 @@ class _Walk:
             chain=request.chain or (None if strict else DEFAULT_CHAIN),
         )
         self.degradation = self.settings.degradation_for(route)
-        budget_s = min(request.deadline_s, self.settings.turn_deadline_s)
+        time_s = turn_time_s(request, self.settings.turn_deadline_s)
         self.attempts = Attempts(
             chain.settings,
             chain.adapters,
             chain.guard,
             request,
             self.report,
-            deadline=asyncio.get_running_loop().time() + budget_s,
+            deadline=asyncio.get_running_loop().time() + time_s,
             rng=chain.rng,
             on_text=on_text,
         )
-        # How the walk runs each attempt: as it is, or hedged (chosen once admitted).
-        self.attempter: Attempter = self.attempts
+        # How the walk makes each attempt: as it is, or hedged; chosen once, when admitted.
+        self.attempter: Attempter | None = None
 
-    async def run(self) -> TurnResult:
+    async def result(self) -> TurnResult:
+        """The turn's result, whatever stopped it."""
         if self.refused is not None:
             return self.report.failed(CHAIN_NOT_ALLOWED, self.refused)
         if self.route is None:
@@ -153,15 +156,17 @@ class _Walk:
             except InputError as exc:
                 return self.report.failed(UNKNOWN_CHAIN, exc)
         try:
-            return await self._run()
+            return await self.admitted()
         except StoreForbidden as exc:
             # Fail closed: a worker that may not read the kill switch runs nothing.
             log.error("turn.store_forbidden", turn_id=self.request.turn_id, error=str(exc))
             return self.report.rejected(StoreForbidden.code, exc)
         finally:
-            await self.attempter.aclose()
+            await (self.attempter or self.attempts).aclose()
 
-    async def _run(self) -> TurnResult:
+    async def admitted(self) -> TurnResult:
+        """Ask the fleet to admit the turn (and reserve the primary's call), then walk it
+        within its deadline."""
         attempts = self.attempts
         every = [t for slug in self.models for t in self.chain.targets[slug]]
         primary = every[0]
@@ -182,24 +187,33 @@ class _Walk:
             if refusal is not None:
                 attempts.skip(primary, refusal)
                 return await self._degrade(refusal)
-        if self.chain.hedges is not None and self.hedged:
-            self.attempter = HedgedAttempts(
-                attempts,
-                self.chain.hedges,
-                targets=self.chain.targets,
-                availability=view.of,
-                models=self.models,
-            )
+        self.attempter = self._attempter(view.of)
         try:
             async with asyncio.timeout_at(attempts.deadline):
-                return await self._walk(view.of, first_fit)
+                return await self.walk(self.attempter, view.of, first_fit)
         except TimeoutError:
             error = DeadlineExceeded("the turn's deadline passed")
             return self.report.failed(DeadlineExceeded.code, error)
 
-    async def _walk(
-        self, availability: Callable[[Target], Availability], first_fit: Fit | Unfit
+    def _attempter(self, availability: Callable[[Target], Availability]) -> Attempter:
+        """The turn's attempts as they are, or hedged when its chain hedges."""
+        if self.chain.hedges is None or not self.hedged:
+            return self.attempts
+        return HedgedAttempts(
+            self.attempts,
+            self.chain.hedges,
+            targets=self.chain.targets,
+            availability=availability,
+            models=self.models,
+        )
+
+    async def walk(
+        self,
+        attempter: Attempter,
+        availability: Callable[[Target], Availability],
+        first_fit: Fit | Unfit,
     ) -> TurnResult:
+        """Models and providers in the chain's order, until an attempt's outcome ends it."""
         min_window = 0
         for step, slug in enumerate(self.models):
             model = self.settings.models[slug]
@@ -210,8 +224,8 @@ class _Walk:
                 self.attempts.skip(targets[0], fit.reason, fit.detail)
                 continue
             for index, target in enumerate(targets):
-                kind = self.settings.providers[target.provider].wire
-                unfit = wire_unfit(self.request, kind, target.provider_model)
+                wire = self.settings.providers[target.provider].wire
+                unfit = wire_unfit(self.request, wire, target.provider_model)
                 if unfit is not None:
                     self.attempts.skip(target, unfit.reason, unfit.detail)
                     continue
@@ -229,7 +243,7 @@ class _Walk:
                     fallback=step > 0 or index > 0,
                     probe=state is Availability.PROBE,
                 )
-                outcome = await self._try(plan)
+                outcome = await self.attempt(attempter, plan)
                 if not isinstance(outcome, MoveOn):
                     return await self._end(outcome)
                 if outcome.min_window:
@@ -246,9 +260,9 @@ class _Walk:
             return self.report.failed(INCAPABLE, InputError(f"no model can take it ({lacks})"))
         return self.report.exhausted()
 
-    async def _try(self, plan: Plan) -> Outcome:
+    async def attempt(self, attempter: Attempter, plan: Plan) -> Outcome:
         """One model on one provider: a call and at most the configured retries."""
-        outcome = await self.attempter.run(plan)
+        outcome = await attempter.attempt(plan)
         for retry_index in range(1, self.settings.retry.retries_per_model + 1):
             if not isinstance(outcome, Retry):
                 break
@@ -256,7 +270,7 @@ class _Walk:
             seen = await self._before_retry(plan.target)
             if seen is not None:
                 return seen
-            outcome = await self.attempter.run(replace(plan, retry_index=retry_index))
+            outcome = await attempter.attempt(replace(plan, retry_index=retry_index))
         return MoveOn() if isinstance(outcome, Retry) else outcome
 
     async def _before_retry(self, target: Target) -> Outcome | None:

@@ -15,10 +15,15 @@ from worker.errors import InputError
 from worker.settings import LimitsSettings
 from worker.types import TextPart, TurnRequest, parse_turn_request
 
-__all__ = ["check_payload", "check_request", "checked_turn", "request_bytes"]
+__all__ = ["check_payload", "check_request", "checked_turn", "request_bytes", "turn_time_s"]
 
 # (payload field, the limit on how many items it may hold)
 _COUNTED = (("messages", "max_messages"), ("tools", "max_tools"))
+
+
+def turn_time_s(request: TurnRequest, turn_deadline_s: float) -> float:
+    """How long the turn may take: its own deadline, within the fleet's `turn_deadline_s`."""
+    return min(request.deadline_s, turn_deadline_s)
 
 
 def request_bytes(payload: object) -> int:

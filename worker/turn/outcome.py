@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from worker.guard.protocol import Charge, Refusal, Target
 from worker.turn.capability import Fit
@@ -14,7 +13,6 @@ from worker.types import Usage
 
 __all__ = [
     "Answered",
-    "Attempter",
     "Degrade",
     "Failed",
     "Flight",
@@ -99,15 +97,3 @@ class Refused:
 
 
 Outcome = Answered | MoveOn | Retry | Failed | Degrade | Refused
-
-
-class Attempter(Protocol):
-    """Runs the attempts of one turn (`Attempts`, or a wrapper of it)."""
-
-    async def run(self, plan: Plan) -> Outcome:
-        """Prepare and call `plan`."""
-        ...
-
-    async def aclose(self) -> None:
-        """The turn is ending: stop what is in flight, give back what is held unused."""
-        ...

@@ -1,7 +1,7 @@
 """Hedged attempts: a call with no content by its hedge delay gets a twin on the next model.
 
 With `chain.hedging.enabled`, the walk runs its attempts through `HedgedAttempts`, which
-wraps the turn's `Attempts` with the same `run`, and every call runs as a task of its
+wraps the turn's `Attempts` with the same `attempt`, and every call runs as a task of its
 own. When a call has sent no content by its delay (`worker.guard.hedge_book`: a high
 percentile of its first-byte latency), the turn has time left for the twin to answer,
 and the fleet's hedge budget holds a hedge, the next model or provider the chain would
@@ -74,7 +74,8 @@ class HedgedAttempts:
         self.used = False
         self._claimed = asyncio.Event()
 
-    async def run(self, plan: Plan) -> Outcome:
+    async def attempt(self, plan: Plan) -> Outcome:
+        """Prepare `plan` and call it, with a twin if it is slow to send content."""
         flight = await self.attempts.prepare(plan)
         if not isinstance(flight, Flight):
             return flight
@@ -211,8 +212,8 @@ class HedgedAttempts:
                     continue
                 if self.availability(target) is not Availability.AVAILABLE:
                     continue
-                kind = settings.providers[target.provider].wire
-                if wire_unfit(request, kind, target.provider_model) is not None:
+                wire = settings.providers[target.provider].wire
+                if wire_unfit(request, wire, target.provider_model) is not None:
                     continue
                 if fit is None:
                     found = fit_turn(request, settings.models[slug])

@@ -72,7 +72,7 @@ async def cheaper_answer(
                 # chain.
                 probe = state is Availability.PROBE
                 calls = attempts.calls
-                outcome = await attempts.run(Plan(0, target, fit, fallback=True, probe=probe))
+                outcome = await attempts.attempt(Plan(0, target, fit, fallback=True, probe=probe))
                 if not isinstance(outcome, MoveOn | Retry):
                     return outcome
                 if attempts.calls > calls:
