@@ -447,10 +447,19 @@ def test_relevo_result_and_tail_say_what_they_cannot_read(
 
 
 def test_what_relevo_0_1_0_reads_strictly_keeps_its_shape(app: Celery) -> None:
-    """0.1.0 refuses any field it does not know in a turn, a result or a sent record: until
-    no 0.1.0 process is left, these models gain no field and the version stays outside."""
-    shapes = {m.__name__: " ".join(sorted(m.model_fields)) for m in _strict_models()}
-    assert shapes == SHAPE_0_1_0
+    """0.1.0 refuses any field it does not know in a turn, a result or a sent record: a
+    field added since is written only when set, and set only once `[worker]
+    oldest_release` says no 0.1.0 process is left; the version stays outside."""
+    for model in _strict_models():
+        known = set(SHAPE_0_1_0[model.__name__].split())
+        added = set(model.model_fields) - known
+        assert added == WRITTEN_WHEN_SET.get(model.__name__, set()), model.__name__
+        assert known <= set(model.model_fields), model.__name__
+        for name in added:
+            info = model.model_fields[name]
+            default = info.get_default(call_default_factory=True)
+            assert info.exclude_if is not None, f"{model.__name__}.{name}"
+            assert info.exclude_if(default), f"{model.__name__}.{name} is written unset"
     sent: list[tuple[dict[str, Any], Any]] = []
 
     def capture(headers: dict[str, Any], body: Any, **_: Any) -> None:
@@ -463,7 +472,18 @@ def test_what_relevo_0_1_0_reads_strictly_keeps_its_shape(app: Celery) -> None:
         before_task_publish.disconnect(capture)
     ((headers, (args, _, _)),) = sent
     assert headers["relevo_schema_version"] == 1
-    TurnRequest.model_validate(args[0])  # as 0.1.0 reads it: strictly
+    assert set(args[0]) <= set(SHAPE_0_1_0["TurnRequest"].split())
+    TurnRequest.model_validate(args[0])
+
+
+# The fields added since 0.1.0 to what it reads strictly: each is left out of what is
+# written while it has its default (`exclude_if`).
+WRITTEN_WHEN_SET: dict[str, set[str]] = {
+    "Attempt": {"left_out"},
+    "Message": {"is_error"},
+    "TurnRequest": {"chain", "metadata"},
+    "TurnResult": {"chain", "metadata"},
+}
 
 
 # Every model relevo 0.1.0 reads a turn or a result with, and its fields (all it accepts).
