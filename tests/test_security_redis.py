@@ -309,14 +309,23 @@ def unix_socket_redis(tmp_path: Path) -> Iterator[Path]:
     args = [binary, "--port", "0", "--unixsocket", str(socket_path), "--save", ""]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
+        # The socket file exists from bind(), a moment before the server listens on it.
         deadline = time.monotonic() + 10
-        while not socket_path.exists():
-            assert time.monotonic() < deadline, "the private redis-server never made its socket"
+        while not _answers_on(socket_path):
+            assert time.monotonic() < deadline, "the private redis-server never answered"
             time.sleep(0.05)
         yield socket_path
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def _answers_on(socket_path: Path) -> bool:
+    try:
+        with redis.Redis(unix_socket_path=str(socket_path), socket_timeout=1) as client:
+            return bool(client.ping())
+    except (redis.ConnectionError, redis.TimeoutError):
+        return False
 
 
 async def test_the_control_path_client_speaks_over_a_unix_socket(unix_socket_redis: Path) -> None:
