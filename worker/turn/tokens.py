@@ -43,12 +43,14 @@ __all__ = [
 
 # Framing around the text, above what providers document or show: chat templates
 # spend 3 to 6 tokens a message and a few to prime the reply; a tool call about 25
-# beside its id, name and arguments; a function definition about 10 beside its
+# beside its id, name and arguments; a function definition about 26 beside its
 # schema; and with any tool Anthropic adds a tool-use system prompt of up to 530.
 TOKENS_PER_REQUEST = 8
 TOKENS_PER_MESSAGE = 8
 TOKENS_PER_TOOL_CALL = 32
-TOKENS_PER_TOOL = 16
+# Mistral's template wraps each tool as {"type": "function", "function": {...}}: about
+# 25 tokens for a tool with an empty name and description.
+TOKENS_PER_TOOL = 26
 TOKENS_WITH_TOOLS = 600
 # A tool_choice is a line or two of the template (Anthropic's "any" or "tool").
 TOKENS_FOR_TOOL_CHOICE = 16
@@ -92,6 +94,9 @@ def _byte_classes() -> bytes:
 
 
 _CLASSES = _byte_classes()
+# Every byte but the control characters JSON escapes as \u00XX (tab, newline and carriage
+# return have short escapes): deleting these leaves the text's control characters.
+_NOT_CONTROL = bytes(c for c in range(256) if not ((c < 32 and c not in (9, 10, 13)) or c == 127))
 _LETTERS = bytes.maketrans(b"aA x.", b"LL...")
 
 
@@ -230,6 +235,10 @@ def text_tokens(text: str) -> int:
             tokens += runs.count(b".L") + (runs[0] == ord("L"))
         else:
             tokens += runs.count(b"L.") + (runs[-1] == ord("L"))
+    controls = len(data.translate(None, _NOT_CONTROL))
+    if controls:
+        # A chat template that writes a tool result as JSON escapes each as \u00XX.
+        tokens += 5 * controls
     if spaces:
         tokens += classes.count(b" x") + (classes[-1] == ord(" "))
         # floor(n/2) - floor(n/4) for a run of n: one for 2 to 5 spaces, then n/4.
