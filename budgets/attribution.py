@@ -93,6 +93,19 @@ class Attribution:
         """Spend the key did not see (before it was attributed, or by an older release)."""
         return self.spent_micros - self.attributed_micros
 
+    def rows(self) -> list[tuple[str, int]]:
+        """The spend as people read it: each value, then "(no <key>)", "(other)" and
+        "(unattributed)" where not zero; the rows sum to `spent_micros`."""
+        rows = list(self.values.items())
+        for label, micros in (
+            (f"(no {self.key})", self.none_micros),
+            ("(other)", self.other_micros),
+            ("(unattributed)", self.unattributed_micros),
+        ):
+            if micros:
+                rows.append((label, micros))
+        return rows
+
 
 def attributions(spend: Mapping[str, int]) -> dict[str, Attribution]:
     """Every key's `Attribution` from a period hash's fields (as integers)."""

@@ -167,6 +167,10 @@ class PeriodReport:
     attribution: dict[str, Attribution] = field(default_factory=dict)
     """The spend by each label key, when the report was asked for it (`Ledger.report`)."""
 
+    def by(self, key: str) -> Attribution:
+        """The spend by `key` (all of it unattributed when no charge carried the key)."""
+        return self.attribution.get(key) or Attribution(key, self.spent_micros)
+
 
 @dataclass(frozen=True, slots=True)
 class BudgetReport:

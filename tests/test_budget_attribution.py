@@ -6,16 +6,20 @@ of the day and of the month; past the bound of values, the rest is `other`."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
 import redis.asyncio as aredis
 
-from budgets import Ledger, Reservation, encode_labels
+from budgets import Ledger, Limits, Reservation, encode_labels
 from budgets.attribution import attributions
 from budgets.errors import InvalidNameError
 from budgets.testing import ManualClock
+from tests import chainkit
+from tests.fleetkit import Job, Workers, make_request, turns_of
+from worker.simulator import Fault, Simulator
+from worker.types import TurnRequest
 
 KEYS = ("agent", "user")
 NOON = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -198,3 +202,90 @@ async def test_concurrent_charges_sum_exactly(ledger: Ledger, client: aredis.Red
     await asyncio.gather(*(one(n) for n in range(60)))
     expected = sum(37 + n for n in range(60) if n % 4)
     assert await assert_sums(client, ledger, "acme") == expected
+
+
+# -- through the chain, from several processes ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def workers() -> Iterator[Workers]:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RELEVO_TEST_KEY", chainkit.KEY)  # the spawned processes' provider key
+        pool = Workers(3)
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
+@pytest.mark.slow
+def test_turns_from_several_processes_sum_exactly_to_the_spend(
+    workers: Workers, sim: Simulator, redis_url: str, namespace: str
+) -> None:
+    """Three processes run turns of three agents and six users at once (a user without
+    a value, a cut call charged what it produced, a hold reclaimed): each agent's spend is
+    its turns' cost, and each key's values sum to the tenant's spend of the day and month."""
+    sim.reset()
+    # The primary's first two calls break after their first token: charged, then fallback.
+    sim.set_faults("alpha", Fault(tokens=400, error_after_tokens=1, times=2))
+    sections = {
+        "redis": {"url": redis_url, "namespace": namespace, "timeout_s": 2.0},
+        "budgets": {"attribute_by": list(KEYS), "max_attributed_values": 3},
+        "first_byte_timeout_s": 5.0,
+    }
+    agents = ("triage", "planner", "writer")
+    jobs = []
+    for process in range(3):
+        requests = []
+        for n in range(8):
+            metadata = {"agent": agents[(process + n) % 3]}
+            if n % 4:
+                metadata["user"] = f"u-{(process * 8 + n) % 6}"
+            turn = make_request(max_tokens=200).model_copy(update={"metadata": metadata})
+            requests.append(turn.model_dump_json())
+        jobs.append(Job(sim.url, sections, requests=tuple(requests), max_tokens=200))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RELEVO_TEST_KEY", chainkit.KEY)
+        with workers.fleet(jobs) as fleet:
+            fleet.go()
+            turns = turns_of(fleet.reports())
+    assert len(turns) == 24
+    assert all(t.status == "ok" for t in turns), turns
+    assert sim.calls("alpha", "dropped") == 2
+
+    async def check() -> None:
+        client = aredis.from_url(redis_url)
+        try:
+            ledger = Ledger(client, namespace=namespace, default_limits=Limits(10**9, 10**10))
+            dead = encode_labels(KEYS, {"agent": "reaper", "user": "u-9"}, 3)
+            held = await ledger.reserve(
+                "acme",
+                "dead:0",
+                provider="oa",
+                micros=777,
+                fallback=False,
+                ttl_s=0.05,
+                labels=dead,
+            )
+            assert isinstance(held, Reservation)
+            await asyncio.sleep(0.2)
+            spent = await assert_sums(client, ledger, "acme")
+            assert spent == sum(t.cost_micros for t in turns) + 777
+            report = await ledger.report("acme", attributed=True)
+            assert report.day.reclaimed_charges == 1
+            agent, user = report.day.by("agent"), report.month.by("user")
+            for name in agents:
+                cost = sum(t.cost_micros for t in turns if t.turn_id in by_agent[name])
+                assert agent.values[name] == cost
+            # Three agents and the reaper: the fourth value the day sees is other.
+            assert (len(agent.values), len(user.values)) == (3, 3)
+            assert min(agent.other_micros, user.other_micros, user.none_micros) > 0
+        finally:
+            await client.aclose()
+
+    by_agent: dict[str, set[str]] = {name: set() for name in agents}
+    for job in jobs:
+        for raw in job.requests:
+            request = TurnRequest.model_validate_json(raw)
+            by_agent[request.metadata["agent"]].add(request.turn_id)
+    asyncio.run(check())
