@@ -6,6 +6,7 @@ of the day and of the month; past the bound of values, the rest is `other`."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -18,6 +19,7 @@ from budgets.errors import InvalidNameError
 from budgets.testing import ManualClock
 from tests import chainkit
 from tests.fleetkit import Job, Workers, make_request, turns_of
+from worker.cli.main import main
 from worker.simulator import Fault, Simulator
 from worker.types import TurnRequest
 
@@ -202,6 +204,49 @@ async def test_concurrent_charges_sum_exactly(ledger: Ledger, client: aredis.Red
     await asyncio.gather(*(one(n) for n in range(60)))
     expected = sum(37 + n for n in range(60) if n % 4)
     assert await assert_sums(client, ledger, "acme") == expected
+
+
+# -- relevo budgets report --------------------------------------------------------------
+
+
+async def test_the_command_shows_the_spend_by_a_key_summing_to_the_spend(
+    client: aredis.Redis,
+    redis_url: str,
+    namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("RELEVO_REDIS__URL", redis_url)
+    monkeypatch.setenv("RELEVO_REDIS__NAMESPACE", namespace)
+    ledger = Ledger(client, namespace=namespace)  # on the server's clock, as the command
+    await ledger.set_limits("acme", 10**9, 10**10)
+    # Spend from before the key was attributed, then three charges with labels.
+    await ledger.settle("acme", "before", 1_000_000, provider="openai")
+    for n, (agent, micros) in enumerate([("triage", 250_000), ("planner", 2_000_000)]):
+        await hold(ledger, f"c{n}", micros, labels(most=1, agent=agent))
+        await ledger.settle("acme", f"c{n}", micros)
+    await ledger.settle("acme", "anon", 5, provider="openai", labels=labels())
+
+    def relevo(*args: str, status: int = 0) -> str:
+        assert main(["budgets", "report", "acme", *args]) == status
+        return capsys.readouterr().out
+
+    shown = json.loads(await asyncio.to_thread(relevo, "--by", "agent", "--month", "--json"))
+    assert shown == {
+        "tenant": "acme",
+        "period": (await ledger.report("acme")).month.period,
+        "by": "agent",
+        "spent_micros": 3_250_005,
+        "values": {"triage": 250_000},
+        "none_micros": 5,
+        "other_micros": 2_000_000,
+        "unattributed_micros": 1_000_000,
+    }
+    text = await asyncio.to_thread(relevo, "--by", "agent")
+    for row in ("triage", "(no agent)", "(other)", "(unattributed)", "total"):
+        assert row in text
+    assert "$3.25" in text
+    await asyncio.to_thread(relevo, "--by", "no=key", status=2)
 
 
 # -- through the chain, from several processes ------------------------------------------

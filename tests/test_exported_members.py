@@ -55,8 +55,8 @@ SURFACES: dict[str, str] = {
     " InvalidAmountError InvalidNameError Ledger Limits MigrationReport OutputEvidence"
     " PeriodReport Refusal RefusalReason Release Reservation Route Routes Settlement Share Shares"
     " UnknownTenantError check_label_key check_provider check_tenant"
-    " cost_micros encode_labels format_micros migrate_keys old_keys_present parse_dollars percentile"
-    " worst_case_micros",
+    " cost_micros encode_labels format_micros migrate_keys old_keys_present parse_dollars"
+    " percentile worst_case_micros",
     "budgets.testing": "ManualClock",
     "rediskit": "BLIPS DOWN FAILED FORBIDDEN_ERRORS NAMESPACE REFUSED STORE_ERRORS LuaScripts"
     " ManualClock NameRule Parse StoreError StoreForbiddenError StoreUnavailableError backoff_s"

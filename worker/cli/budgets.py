@@ -178,14 +178,16 @@ async def _attribution(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(attribution_json(tenant, period, key))
         return 0
-    table = Table(title=f"{tenant}: spend of {period.period} by {key}", title_justify="left")
+    out = console()
+    out.print(f"{tenant}: spend of {period.period} by {key}", markup=False, highlight=False)
+    table = Table()
     for name in ("value", "spent", "share"):
         table.add_column(name, no_wrap=name != "value")
     whole = max(shown.spent_micros, 1)
     for label, micros in shown.rows():
         table.add_row(label, usd(micros), f"{100 * micros / whole:.1f}%")
     table.add_row("total", usd(shown.spent_micros), "", style="bold")
-    console().print(table)
+    out.print(table)
     return 0
 
 
