@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
+import subprocess
+import time
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -20,6 +23,8 @@ from budgets.testing import ManualClock
 from tests import chainkit
 from tests.fleetkit import Job, Workers, make_request, turns_of
 from worker.cli.main import main
+from worker.guard import Charge, Conclusion, Signal, Target
+from worker.guard.redis_guard import open_guard
 from worker.simulator import Fault, Simulator
 from worker.types import TurnRequest
 
@@ -334,3 +339,42 @@ def test_turns_from_several_processes_sum_exactly_to_the_spend(
             request = TurnRequest.model_validate_json(raw)
             by_agent[request.metadata["agent"]].add(request.turn_id)
     asyncio.run(check())
+
+
+async def test_spend_settled_after_redis_came_back_is_attributed(
+    sim: Simulator,
+    private_redis: tuple[str, subprocess.Popen[bytes]],
+    namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Calls admitted while Redis was away are journaled with their labels, and settled
+    (with no reservation behind them) to the values of their turns."""
+    monkeypatch.setenv("RELEVO_TEST_KEY", chainkit.KEY)
+    url, proc = private_redis
+    redis = {"url": url, "namespace": namespace, "timeout_s": 0.2, "rejoin_check_s": 0.2}
+    plan = {"attribute_by": list(KEYS), "offline_allowance_usd": "1"}
+    config = chainkit.settings(sim.url, redis=redis, budgets=plan)
+    guard = open_guard(config)
+    alpha = Target("openai/alpha", "openai", "oa", "alpha")
+    try:
+        await guard.admit([alpha], None)
+        guard.offline.heard("acme", 10**9)
+        proc.send_signal(signal.SIGSTOP)
+        for n, agent in enumerate(["triage", "planner", "triage"]):
+            tags = config.budgets.labels({"agent": agent, "user": "u-1"})
+            charge = Charge(f"t{n}:r:0", "acme", "oa", 1_000, False, 3_000, tags)
+            assert (await guard.admit([alpha], charge)).refusal is None
+            await guard.conclude(Conclusion(alpha, charge, Signal.SUCCESS, 100 * (n + 1)))
+        proc.send_signal(signal.SIGCONT)
+        began = time.monotonic()
+        while len(guard.backlog):
+            assert time.monotonic() - began < 5.0
+            await asyncio.sleep(0.02)
+        client = guard.redis
+        assert await assert_sums(client, guard.ledger, "acme") == 600
+        report = await guard.ledger.report("acme", attributed=True)
+        assert report.day.by("agent").values == {"triage": 400, "planner": 200}
+        assert report.month.by("user").values == {"u-1": 600}
+    finally:
+        proc.send_signal(signal.SIGCONT)
+        await guard.aclose()
