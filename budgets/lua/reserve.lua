@@ -87,8 +87,9 @@ end
 local expires_at = now + tonumber(ARGV[15])
 -- The labels travel with the hold and the charge record: whichever script charges it
 -- (its settlement, or a reclaim in anyone's script) attributes it the same.
-redis.call('HSET', HELD, charge_id,
-  int(micros) .. '|' .. fallback .. '|' .. int(worst) .. '|' .. provider .. '|' .. labels)
+local hold = int(micros) .. '|' .. fallback .. '|' .. int(worst) .. '|' .. provider
+if labels ~= '' then hold = hold .. '|' .. labels end
+redis.call('HSET', HELD, charge_id, hold)
 redis.call('HINCRBY', HELD, '=total', int(micros))
 redis.call('HINCRBY', HELD, '=worst', int(worst))
 if fallback == '1' then
@@ -99,7 +100,8 @@ redis.call('ZADD', HOLDS, int(expires_at), charge_id)
 refresh_hold_ttl(now, tonumber(ARGV[16]))
 
 redis.call('HSET', KEYS[9], 'state', 'reserved', 'micros', int(micros),
-  'expires_at', int(expires_at), 'fallback', fallback, 'provider', provider, 'labels', labels)
+  'expires_at', int(expires_at), 'fallback', fallback, 'provider', provider)
+if labels ~= '' then redis.call('HSET', KEYS[9], 'labels', labels) end
 redis.call('PEXPIRE', KEYS[9], ARGV[8])
 return {'reserved', 0, micros, expires_at, fallback, provider, reclaimed, '', '', 0, 0, now,
   math.max(0, room - worst)}

@@ -36,7 +36,8 @@ local precharged = unreclaim(charge_id)
 add_spend(dk, mk, actual - precharged, fallback, provider, labels)
 
 redis.call('HSET', KEYS[8], 'state', 'settled', 'actual', int(actual), 'fallback', fallback,
-  'provider', provider, 'day', day, 'month', month, 'settled_at', int(now), 'labels', labels)
+  'provider', provider, 'day', day, 'month', month, 'settled_at', int(now))
+if labels ~= '' then redis.call('HSET', KEYS[8], 'labels', labels) end
 redis.call('PEXPIRE', KEYS[8], ARGV[8])
 return {0, actual - precharged, actual, released, fallback, provider, day, month, reclaimed,
   precharged, now}
