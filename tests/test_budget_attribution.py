@@ -124,7 +124,7 @@ async def test_a_reclaimed_hold_its_correction_and_its_refund_keep_the_sums(
     ledger: Ledger, client: aredis.Redis, clock: ManualClock
 ) -> None:
     await hold(ledger, "late", 900, labels(agent="a"), ttl_s=1)
-    await hold(ledger, "gone", 400, labels(agent="b", user="u"), ttl_s=1)
+    await hold(ledger, "gone", 400, labels(agent="b", user="u|1|2"), ttl_s=1)
     await hold(ledger, "dead", 700, labels(agent="c"), ttl_s=1)
     clock.advance(2)
     # Anyone's script reclaims the three expired holds: charged at what they held.
@@ -134,8 +134,9 @@ async def test_a_reclaimed_hold_its_correction_and_its_refund_keep_the_sums(
     await ledger.release("acme", "gone")  # the provider never billed it: refunded
     await ledger.settle("acme", "other", 10)
     assert await assert_sums(client, ledger, "acme") == 150 + 700 + 10
-    agent = (await ledger.report("acme", attributed=True)).day.attribution["agent"]
-    assert agent.values == {"c": 700, "a": 150, "d": 10, "b": 0}
+    day = (await ledger.report("acme", attributed=True)).day
+    assert day.by("agent").values == {"c": 700, "a": 150, "d": 10, "b": 0}
+    assert day.by("user").values == {"u|1|2": 0}  # a '|' in a value survives the hold
 
 
 async def test_a_correction_the_next_day_moves_the_labels_as_the_spend(
