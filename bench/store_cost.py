@@ -16,6 +16,9 @@ the fleet's ceiling, printed beside each figure.
   reserve, settle; the scopes, pairs and accounts of the 3-model chain), 3,000 calls
   pipelined 100 at a time on fresh charge ids: the server's cost of the scripts without
   the chain's traffic, steadier than the turns' on a busy machine.
+- `--attribute`: the guard's turns and the scripts with spend attribution by two metadata
+  keys (`[budgets] attribute_by = ["agent", "user"]`; 5 agents, 500 users, past the bound
+  of 100 a period), for a side-by-side with the same run without it.
 - worker: real `celery worker` processes (bench/node_capacity.py's rig) fed K turns in
   flight: the broker's, the result backend's, the turn store's and the guard's commands
   together, healthy and falling back, plus Celery's floor (a task that only sleeps).
@@ -23,6 +26,7 @@ the fleet's ceiling, printed beside each figure.
     .venv/bin/python bench/store_cost.py                 # ~2 min
     .venv/bin/python bench/store_cost.py --only guard    # ~20 s
     .venv/bin/python bench/store_cost.py --only guard --cluster
+    .venv/bin/python bench/store_cost.py --only scripts --attribute
 
 Output: `FIGURE <name> <value> <unit>` lines on stdout; progress and the top commands on
 stderr.
@@ -144,6 +148,10 @@ async def guard_turns(
     )
     shared = settings.redis.model_copy(update={"shared_url": shared_url})
     settings = settings.model_copy(update={"redis": shared})
+    if args.attribute:
+        plan = settings.budgets.model_copy(update={"attribute_by": ATTRIBUTE_BY})
+        settings = settings.model_copy(update={"budgets": plan})
+        label += "_attributed"
     admins = [aioredis.Redis.from_url(url) for url in nodes]
     guard = open_guard(settings)
     packets = Packets()
@@ -151,7 +159,10 @@ async def guard_turns(
         chain = Chain.from_settings(settings, http, guard=guard)
 
         async def turn(i: int, step: int) -> None:
-            result = await chain.run(kit.turn_request(i))
+            request = kit.turn_request(i)
+            if args.attribute:
+                request = request.model_copy(update={"metadata": metadata(i)})
+            result = await chain.run(request)
             if result.status != "ok" or result.step != step:
                 raise RuntimeError(f"turn {result.status} at step {result.step}, not {step}")
 
@@ -187,6 +198,13 @@ async def drive(turn: Callable[[int], Awaitable[None]], turns: int, in_flight: i
 
 # --- each script alone -----------------------------------------------------------------------
 
+ATTRIBUTE_BY = ("agent", "user")
+
+
+def metadata(i: int) -> dict[str, str]:
+    return {"agent": f"agent-{i % 5}", "user": f"user-{i % 500}"}
+
+
 SCOPES = [f"{kind}:{name}" for name in ("alpha", "beta", "gamma") for kind in ("model", "vendor")]
 PAIRS = [("oa", "alpha"), ("an", "beta"), ("gg", "gamma")]
 CALLS, BATCH = 3000, 100
@@ -205,13 +223,28 @@ async def script_runs(args: argparse.Namespace, rig: kit.Rig) -> None:
     await fleet.load_scripts()
     await ledger.load_scripts()
     success = [breakers.Outcome(s, breakers.Verdict.SUCCESS) for s in SCOPES[:2]]
+    # The labels of charge "r<repeat>-<i>", or none.
+    labels: Callable[[str], str] = lambda c: (  # noqa: E731
+        budgets.encode_labels(ATTRIBUTE_BY, metadata(int(c.rsplit("-", 1)[1])), 100)
+        if args.attribute
+        else ""
+    )
     ops: dict[str, Callable[[Any, str], object]] = {
         "check": lambda pipe, _: fleet.check_on(pipe, SCOPES, PAIRS, ["an", "gg", "oa"]),
         "record": lambda pipe, _: fleet.record_on(pipe, success),
         "reserve": lambda pipe, c: ledger.reserve_on(
-            pipe, f"t{c[-1]}", c, provider="oa", micros=2000, fallback=False, ttl_s=30
+            pipe,
+            f"t{c[-1]}",
+            c,
+            provider="oa",
+            micros=2000,
+            fallback=False,
+            ttl_s=30,
+            labels=labels(c),
         ),
-        "settle": lambda pipe, c: ledger.settle_on(pipe, f"t{c[-1]}", c, 1000, provider="oa"),
+        "settle": lambda pipe, c: ledger.settle_on(
+            pipe, f"t{c[-1]}", c, 1000, provider="oa", labels=labels(c)
+        ),
     }
     per: dict[str, list[float]] = {name: [] for name in ops}
     for repeat in range(args.repeats + 1):  # the first round warms up
@@ -229,11 +262,12 @@ async def script_runs(args: argparse.Namespace, rig: kit.Rig) -> None:
                     )
             if repeat:
                 per[name].append(cost(before, await snapshot([admin]), CALLS)[0])
+    tag = "_attributed" if args.attribute else ""
     for name, values in per.items():
         kit.say(f"# script {name}: {[round(v, 1) for v in values]} us/call")
-        kit.figure(f"store_cost_script_{name}_redis_cpu", kit.median(values), "us/call")
+        kit.figure(f"store_cost_script_{name}{tag}_redis_cpu", kit.median(values), "us/call")
     total = sum(kit.median(v) for v in per.values())
-    kit.figure("store_cost_scripts_of_a_healthy_turn_redis_cpu", total, "us/turn")
+    kit.figure(f"store_cost_scripts_of_a_healthy_turn{tag}_redis_cpu", total, "us/turn")
     await admin.aclose()
 
 
@@ -297,6 +331,9 @@ def main() -> int:
     parser.add_argument("--in-flight", type=int, default=100, help="guard: turns in flight")
     parser.add_argument("--repeats", type=int, default=3, help="runs per figure (median)")
     parser.add_argument("--cluster", action="store_true", help="guard: shared state on a cluster")
+    parser.add_argument(
+        "--attribute", action="store_true", help="guard, scripts: spend attributed by 2 keys"
+    )
     parser.add_argument("--shape", default="threads:1x500", help="worker: pool:PxC")
     parser.add_argument("--k", type=int, default=200, help="worker: turns kept in flight")
     parser.add_argument("--latency-s", type=float, default=0.5, help="worker: provider latency")

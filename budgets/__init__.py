@@ -6,6 +6,7 @@ names, script loading, the test clock, Redis failures) with `breakers`, in
 `rediskit`. See docs/budgets.md.
 """
 
+from budgets.attribution import Attribution, check_label_key, encode_labels
 from budgets.errors import BudgetError, InvalidAmountError, InvalidNameError, UnknownTenantError
 from budgets.evidence import OutputEvidence, percentile
 from budgets.handoffs import Handoff, Handoffs
@@ -35,6 +36,7 @@ from budgets.types import (
 __all__ = [
     "MAX_WEIGHT",
     "MICROS_PER_DOLLAR",
+    "Attribution",
     "BudgetError",
     "BudgetReport",
     "Handoff",
@@ -56,9 +58,11 @@ __all__ = [
     "Share",
     "Shares",
     "UnknownTenantError",
+    "check_label_key",
     "check_provider",
     "check_tenant",
     "cost_micros",
+    "encode_labels",
     "format_micros",
     "migrate_keys",
     "old_keys_present",

@@ -9,15 +9,18 @@ keys. Every key a script touches is passed in KEYS:
     {N}:budget:tenants                 set   tenants with limits or spend     no TTL (operators')
     {N/<t>}:budget:limits              hash  daily, monthly, fallback_cap     no TTL (operators')
     {N/<t>}:budget:held                hash  charge id -> "micros|fallback|   last hold's expiry
-                                             worst|provider", =total =worst,  + HOLD_GRACE_S
+                                             worst|provider|labels", =total,  + HOLD_GRACE_S
+                                             =worst,
                                              =fallback =fallback_worst,
                                              =reclaimed
     {N/<t>}:budget:holds               zset  charge id by expiry (ms)         same as held
     {N/<t>}:budget:reclaimed           hash  charge id -> "micros|fallback|   charge_ttl_s
-                                             provider": charged at reclaim
+                                             provider|labels": charged at reclaim
     {N/<t>}:budget:charge:<charge>     hash  one charge's state               charge_ttl_s (7 d)
     {N/<t>}:budget:day:<YYYY-MM-DD>    hash  spent, fallback, fb:<provider>,  DAY_TTL_S
-                                             reclaimed, reclaimed_micros
+                                             reclaimed, reclaimed_micros,
+                                             by:<key>=<value> !none !other #
+                                             (budgets.attribution)
     {N/<t>}:budget:month:<YYYY-MM>     hash  the same for the UTC month       MONTH_TTL_S
     {N/<t>}:budget:migrated            hash  old-layout claims applied here   7 d (budgets.migrate)
     {N}:budget:migrating               set   claims of a migration underway   no TTL (emptied)

@@ -186,6 +186,7 @@ class Ledger:
         fallback: bool,
         ttl_s: float,
         worst_micros: int | None = None,
+        labels: str = "",
     ) -> Parser[Reservation | Refusal]:
         """Hold `micros` (the expected cost) for `charge_id` if the day, month and (for
         fallback) cap allow it, and allow `worst_micros` (default: `micros`) within the
@@ -193,7 +194,9 @@ class Ledger:
         the commands queued here) the returned function parses.
 
         Idempotent by charge id: a live hold or a settled charge is returned as it
-        is (`replayed=True`); a released one is held afresh.
+        is (`replayed=True`); a released one is held afresh. `labels`
+        (`budgets.attribution.encode_labels`) travel with the hold: whatever charges
+        it attributes its spend to them.
         """
         keys = self.keys
         check_provider(provider)
@@ -218,6 +221,7 @@ class Ledger:
             math.ceil(ttl_s * 1000),
             HOLD_GRACE_S * 1000,
             *self._default_args(),
+            labels,
         ]
         self._queue(pipe, "reserve", tenant, own_keys, args)
         if self.default_limits is not None:
@@ -236,15 +240,16 @@ class Ledger:
         *,
         provider: str | None = None,
         fallback: bool | None = None,
+        labels: str = "",
     ) -> Parser[Settlement]:
         """Charge `actual_micros` for `charge_id` once, whatever was reserved, and drop its
         hold; queued on `pipe`, whose reply (the first of the commands queued here) the
         returned function parses.
 
         A charge id already settled is never charged again (`replayed=True`,
-        `charged_micros=0`), even when two settlements race. `provider` and `fallback`
-        are used only when no reservation record exists (never reserved, or reserved
-        longer ago than the charge record's TTL).
+        `charged_micros=0`), even when two settlements race. `provider`, `fallback` and
+        `labels` are used only when no reservation record exists (never reserved, or
+        reserved longer ago than the charge record's TTL).
         """
         check_micros("actual_micros", actual_micros)
         if provider is not None:
@@ -258,6 +263,7 @@ class Ledger:
             actual_micros,
             "" if fallback is None else "1" if fallback else "0",
             provider or "",
+            labels,
         ]
         self._queue(pipe, "settle", tenant, own_keys, args)
         self._register_on(pipe, tenant)
@@ -311,8 +317,9 @@ class Ledger:
                 )
         return sorted(found)
 
-    async def report(self, tenant: str) -> BudgetReport:
-        """Limits, spend, holds and what remains in the current UTC day and month.
+    async def report(self, tenant: str, *, attributed: bool = False) -> BudgetReport:
+        """Limits, spend, holds and what remains in the current UTC day and month; with
+        `attributed`, the periods' spend by label too (`PeriodReport.attribution`).
 
         Raises `UnknownTenantError` for a tenant with neither configured limits nor spend.
         """
@@ -320,7 +327,7 @@ class Ledger:
         known = bool(await self._redis.sismember(self.keys.tenants(), tenant))
 
         def queue(pipe: Pipeline) -> Parser[BudgetReport]:
-            self._queue(pipe, "report", tenant, own_keys, [tenant])
+            self._queue(pipe, "report", tenant, own_keys, [tenant, "1" if attributed else "0"])
             return partial(parse_report, tenant, self.default_limits, known)
 
         return await self._run(queue)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from budgets.attribution import attributions
 from budgets.errors import UnknownTenantError
 from budgets.types import (
     BudgetReport,
@@ -144,4 +145,5 @@ def _period(period: str, limit: int, spend: dict[str, int], held: int) -> Period
         },
         reclaimed_charges=spend.get("reclaimed", 0),
         reclaimed_micros=spend.get("reclaimed_micros", 0),
+        attribution=attributions(spend),
     )

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Literal
 
+from budgets.attribution import Attribution
 from budgets.money import check_micros
 
 __all__ = [
@@ -163,6 +164,12 @@ class PeriodReport:
     fallback_by_provider: dict[str, int] = field(default_factory=dict)
     reclaimed_charges: int = 0
     reclaimed_micros: int = 0
+    attribution: dict[str, Attribution] = field(default_factory=dict)
+    """The spend by each label key, when the report was asked for it (`Ledger.report`)."""
+
+    def by(self, key: str) -> Attribution:
+        """The spend by `key` (all of it unattributed when no charge carried the key)."""
+        return self.attribution.get(key) or Attribution(key, self.spent_micros)
 
 
 @dataclass(frozen=True, slots=True)

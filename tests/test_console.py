@@ -16,9 +16,10 @@ from typing import Any
 import httpx
 import pytest
 import redis
+import redis.asyncio
 
 from breakers import FleetBreakers, Gone, Pair, connect
-from budgets import Share
+from budgets import Ledger, Share, encode_labels
 from tests.chainkit import KEY
 from tests.consolekit import BASE, csrf_of, http_console, log_in
 from tests.netkit import free_port
@@ -342,3 +343,32 @@ async def test_the_fallback_card_is_not_green_below_the_minimum_of_turns(
     live = (await client.get("/?fragment=1")).text
     assert 'class="card quiet" id="fallback"' in live
     assert 'data-enough="0"' in live
+
+
+async def test_the_tenant_page_shows_its_spend_by_metadata_summing_to_its_spend(
+    client: httpx.AsyncClient, redis_url: str, namespace: str
+) -> None:
+    store = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        ledger = Ledger(store, namespace=namespace)
+        await ledger.set_limits("org:7", 10**9, 10**10)
+        for n, agent in enumerate(["triage", "<b>planner</b>", "triage"]):
+            tags = encode_labels(("agent",), {"agent": agent}, 100)
+            await ledger.settle("org:7", f"c{n}", 1_000_000 * (n + 1), labels=tags)
+        await ledger.settle("org:7", "anon", 500_000, labels=encode_labels(("agent",), {}, 100))
+    finally:
+        await store.aclose()
+    await log_in(client, VIEWER)
+    assert 'href="/tenant?id=org%3A7"' in (await client.get("/tenants")).text
+    html = (await client.get("/tenant", params={"id": "org:7"})).text
+    assert 'id="spent-month">$6.50' in html
+    table = html[html.index('data-key="agent"') :]
+    table = table[: table.index("</table>")]
+    assert '<td>triage</td><td data-micros="4000000">$4.00</td>' in table
+    assert "&lt;b&gt;planner&lt;/b&gt;" in table
+    assert "<b>planner" not in table
+    assert '<td>(no agent)</td><td data-micros="500000">' in table
+    assert '<td>total</td><td data-micros="6500000">' in table
+    assert (await client.get("/tenant", params={"id": "no tenant"})).status_code == 400
+    unknown = (await client.get("/tenant", params={"id": "nobody"})).text
+    assert 'data-status="unknown"' in unknown

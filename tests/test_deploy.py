@@ -36,7 +36,7 @@ from tests.chainkit import settings as chain_settings
 from tests.conftest import skip_unless_ci
 from tests.netkit import free_port
 from worker.cli.fleet import EXPORTER_PORT, celery_command
-from worker.console.views import fleet_view, tenant_rows, turn_view
+from worker.console.views import fleet_view, tenant_rows, tenant_view, turn_view
 from worker.fleet.app import make_app
 from worker.fleet.enqueue import enqueue_turn
 from worker.fleet.heartbeat import keep_scripts
@@ -805,6 +805,11 @@ async def test_the_viewer_reads_every_console_page_and_writes_nothing(
         assert {s.scope: str(s.state) for s in view.report.scopes}["vendor:openai"] == "open"
         assert view.queued == 1, "the viewer reads the queue's length"
         assert "viewed" in [row.tenant for row in (await tenant_rows(fleet, viewer)).rows]
+        tags = budgets.encode_labels(("agent",), {"agent": "a"}, 10)
+        await budgets.Ledger(operator).settle("viewed", "c1", 5, labels=tags)
+        shown = (await tenant_view(fleet, viewer, "viewed")).report
+        assert shown is not None
+        assert shown.day.by("agent").values == {"a": 5}
         assert (await turn_view(fleet, viewer, "t1")).result is None
         for write in (
             breakers.KillSwitch(viewer).on("mallory", "because"),

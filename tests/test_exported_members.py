@@ -51,12 +51,12 @@ SURFACES: dict[str, str] = {
     " ScopeState StoreForbiddenError StoreUnavailableError Transition TransitionKind"
     " UnknownScopeError Verdict connect in_memory validate_name",
     "breakers.testing": "ManualClock",
-    "budgets": "MAX_WEIGHT MICROS_PER_DOLLAR BudgetError BudgetReport Handoff Handoffs"
+    "budgets": "MAX_WEIGHT MICROS_PER_DOLLAR Attribution BudgetError BudgetReport Handoff Handoffs"
     " InvalidAmountError InvalidNameError Ledger Limits MigrationReport OutputEvidence"
     " PeriodReport Refusal RefusalReason Release Reservation Route Routes Settlement Share Shares"
-    " UnknownTenantError check_provider check_tenant"
-    " cost_micros format_micros migrate_keys old_keys_present parse_dollars percentile"
-    " worst_case_micros",
+    " UnknownTenantError check_label_key check_provider check_tenant"
+    " cost_micros encode_labels format_micros migrate_keys old_keys_present parse_dollars"
+    " percentile worst_case_micros",
     "budgets.testing": "ManualClock",
     "rediskit": "BLIPS DOWN FAILED FORBIDDEN_ERRORS NAMESPACE REFUSED STORE_ERRORS LuaScripts"
     " ManualClock NameRule Parse StoreError StoreForbiddenError StoreUnavailableError backoff_s"

@@ -58,20 +58,26 @@ end
 -- Its own KEYS start at KEYS[8], its own ARGV at ARGV[9].
 local HELD, HOLDS, RECLAIMED = KEYS[1], KEYS[2], KEYS[3]
 
--- A hold is stored in the held hash as "<micros>|<fallback 0/1>|<worst micros>|<provider>".
-local function fields(v)
-  local parts = {}
-  for part in string.gmatch(v .. '|', '([^|]*)|') do
-    parts[#parts + 1] = part
+-- A hold is stored in the held hash as "<micros>|<fallback 0/1>|<worst micros>|<provider>|<labels>".
+-- The labels come last and may hold '|' (budgets/attribution.py): `n` parts at most, the
+-- last one the rest of the value.
+local function fields(v, n)
+  local parts, at = {}, 1
+  while #parts < n - 1 do
+    local bar = string.find(v, '|', at, true)
+    if not bar then break end
+    parts[#parts + 1] = string.sub(v, at, bar - 1)
+    at = bar + 1
   end
+  parts[#parts + 1] = string.sub(v, at)
   return parts
 end
 
 -- (Holds written before worst cases were kept have two fields: the worst is the hold.)
 local function parse_hold(v)
-  local parts = fields(v)
+  local parts = fields(v, 5)
   local micros = tonumber(parts[1])
-  return micros, parts[2], tonumber(parts[3]) or micros, parts[4] or ''
+  return micros, parts[2], tonumber(parts[3]) or micros, parts[4] or '', parts[5] or ''
 end
 
 -- Returns whether the field held nothing before (an addition to an empty field).
@@ -85,13 +91,61 @@ local function bump(key, field, amount)
   return false
 end
 
--- Add `amount` (negative for a correction) to the spend of the day and the month. A
+-- Spend attribution: the labels a charge carries, as the client encoded them
+-- (budgets/attribution.py): "<most values>" then "<key>" "<value>" pairs, each part ended
+-- by \31 (no key or value holds a control character). A key counts its values in the
+-- period hash as "by:<key>=<value>", a turn without the key as "by:<key>!none", the
+-- values past the most a key keeps per period as "by:<key>!other", and how many values
+-- it keeps as "by:<key>#". Every value field starts with "by:", so no label writes
+-- "spent" or any other field; a key holds no '=', '!' or '#', so no value passes for
+-- another key's or for a count.
+local function attribute(key, labels, amount)
+  if labels == '' or amount == 0 then
+    return
+  end
+  local parts = {}
+  for part in string.gmatch(labels, '([^\31]*)\31') do
+    parts[#parts + 1] = part
+  end
+  local most = tonumber(parts[1]) or 0
+  for i = 2, #parts - 1, 2 do
+    local name, value = parts[i], parts[i + 1]
+    local field
+    if value == '' then
+      field = 'by:' .. name .. '!none'
+    else
+      field = 'by:' .. name .. '=' .. value
+      if redis.call('HEXISTS', key, field) == 0 then
+        local count = 'by:' .. name .. '#'
+        if num(redis.call('HGET', key, count)) < most then
+          redis.call('HINCRBY', key, count, 1)
+        else
+          field = 'by:' .. name .. '!other'
+        end
+      end
+    end
+    redis.call('HINCRBY', key, field, int(amount))
+  end
+end
+
+-- Add `amount` (negative for a correction) to the spend of the day and the month, and to
+-- its labels' values: each by what "spent" changed, so a key's values always sum to it. A
 -- period's TTL is set when its spend starts (it outlives the period; refreshing it on
 -- every charge would change nothing), and on a correction.
-local function add_spend(dk, mk, amount, fallback, provider)
+local function add_spend(dk, mk, amount, fallback, provider, labels)
   for _, spec in ipairs({{dk, ARGV[6]}, {mk, ARGV[7]}}) do
     local key = spec[1]
-    local fresh = bump(key, 'spent', amount)
+    local fresh, before
+    if amount >= 0 then
+      fresh = bump(key, 'spent', amount)
+      attribute(key, labels or '', amount)
+    else
+      -- A correction downwards never takes a period below zero: the labels lose what
+      -- "spent" lost.
+      before = num(redis.call('HGET', key, 'spent'))
+      fresh = bump(key, 'spent', amount)
+      attribute(key, labels or '', math.max(0, before + amount) - before)
+    end
     if fallback == '1' then
       bump(key, 'fallback', amount)
       if provider ~= '' then
@@ -105,14 +159,14 @@ local function add_spend(dk, mk, amount, fallback, provider)
 end
 
 -- Drop one hold and its share of the running totals. Returns its micros (0 when there
--- was none), fallback flag, worst case and provider.
+-- was none), fallback flag, worst case, provider and labels.
 local function drop_hold(charge_id)
   local v = redis.call('HGET', HELD, charge_id)
   redis.call('ZREM', HOLDS, charge_id)
   if not v then
-    return 0, '0', 0, ''
+    return 0, '0', 0, '', ''
   end
-  local micros, fallback, worst, provider = parse_hold(v)
+  local micros, fallback, worst, provider, labels = parse_hold(v)
   redis.call('HDEL', HELD, charge_id)
   redis.call('HINCRBY', HELD, '=total', int(-micros))
   redis.call('HINCRBY', HELD, '=worst', int(-worst))
@@ -120,7 +174,7 @@ local function drop_hold(charge_id)
     redis.call('HINCRBY', HELD, '=fallback', int(-micros))
     redis.call('HINCRBY', HELD, '=fallback_worst', int(-worst))
   end
-  return micros, fallback, worst, provider
+  return micros, fallback, worst, provider, labels
 end
 
 -- Reclaim holds whose expiry (script time) has passed. The worker that held one died or
@@ -133,13 +187,14 @@ end
 local function reclaim(now, dk, mk)
   local expired = redis.call('ZRANGEBYSCORE', HOLDS, '-inf', int(now), 'LIMIT', 0, 500)
   for _, charge_id in ipairs(expired) do
-    local micros, fallback, _, provider = drop_hold(charge_id)
-    add_spend(dk, mk, micros, fallback, provider)
+    local micros, fallback, _, provider, labels = drop_hold(charge_id)
+    add_spend(dk, mk, micros, fallback, provider, labels)
     for _, key in ipairs({dk, mk}) do
       redis.call('HINCRBY', key, 'reclaimed', 1)
       redis.call('HINCRBY', key, 'reclaimed_micros', int(micros))
     end
-    redis.call('HSET', RECLAIMED, charge_id, int(micros) .. '|' .. fallback .. '|' .. provider)
+    redis.call('HSET', RECLAIMED, charge_id,
+      int(micros) .. '|' .. fallback .. '|' .. provider .. '|' .. labels)
   end
   if #expired > 0 then
     redis.call('HINCRBY', HELD, '=reclaimed', #expired)
@@ -148,16 +203,16 @@ local function reclaim(now, dk, mk)
   return #expired
 end
 
--- What reclaiming `charge_id` charged (micros, fallback flag, provider), forgotten now
--- that its caller reports back; 0 when it was not reclaimed.
+-- What reclaiming `charge_id` charged (micros, fallback flag, provider, labels), forgotten
+-- now that its caller reports back; 0 when it was not reclaimed.
 local function unreclaim(charge_id)
   local v = redis.call('HGET', RECLAIMED, charge_id)
   if not v then
-    return 0, '0', ''
+    return 0, '0', '', ''
   end
   redis.call('HDEL', RECLAIMED, charge_id)
-  local parts = fields(v)
-  return tonumber(parts[1]), parts[2], parts[3] or ''
+  local parts = fields(v, 4)
+  return tonumber(parts[1]), parts[2], parts[3] or '', parts[4] or ''
 end
 
 -- The start of every script: the clock, this period's keys, and expired holds reclaimed.

@@ -20,9 +20,9 @@ if live_hold(charge_id) then
   redis.call('HSET', KEYS[8], 'state', 'released')
   return {1, micros, reclaimed, 0, now}
 end
-local refunded, fallback, provider = unreclaim(charge_id)
+local refunded, fallback, provider, labels = unreclaim(charge_id)
 if refunded > 0 then
-  add_spend(dk, mk, -refunded, fallback, provider)
+  add_spend(dk, mk, -refunded, fallback, provider, labels)
   redis.call('HSET', KEYS[8], 'state', 'released')
 end
 return {0, 0, reclaimed, refunded, now}

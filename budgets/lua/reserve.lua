@@ -6,6 +6,7 @@
 -- ARGV[13] fallback "1"/"0"   ARGV[14] provider   ARGV[15] hold ttl ms   ARGV[16] hold grace ms
 -- ARGV[17] default daily micros ("" = refuse unknown tenants)   ARGV[18] default monthly
 -- ARGV[19] default fallback cap ("" = none)   ARGV[20] default overdraft micros
+-- ARGV[21] the charge's labels for spend attribution ("" or absent: none; lib.lua)
 --
 -- Returns {state "reserved"|"settled"|"refused", replayed 0/1, micros, expires_at_ms,
 --          fallback "1"/"0", provider, reclaimed, reason, period, free micros,
@@ -28,6 +29,7 @@
 
 local charge_id = ARGV[10]
 local micros, worst, fallback, provider = tonumber(ARGV[11]), tonumber(ARGV[12]), ARGV[13], ARGV[14]
+local labels = ARGV[21] or ''
 local now, dk, mk, _, _, reclaimed = begin()
 
 -- Idempotency: a live hold or a settled charge is returned as it is.
@@ -83,7 +85,11 @@ if refusal then
 end
 
 local expires_at = now + tonumber(ARGV[15])
-redis.call('HSET', HELD, charge_id, int(micros) .. '|' .. fallback .. '|' .. int(worst) .. '|' .. provider)
+-- The labels travel with the hold and the charge record: whichever script charges it
+-- (its settlement, or a reclaim in anyone's script) attributes it the same.
+local hold = int(micros) .. '|' .. fallback .. '|' .. int(worst) .. '|' .. provider
+if labels ~= '' then hold = hold .. '|' .. labels end
+redis.call('HSET', HELD, charge_id, hold)
 redis.call('HINCRBY', HELD, '=total', int(micros))
 redis.call('HINCRBY', HELD, '=worst', int(worst))
 if fallback == '1' then
@@ -95,6 +101,7 @@ refresh_hold_ttl(now, tonumber(ARGV[16]))
 
 redis.call('HSET', KEYS[9], 'state', 'reserved', 'micros', int(micros),
   'expires_at', int(expires_at), 'fallback', fallback, 'provider', provider)
+if labels ~= '' then redis.call('HSET', KEYS[9], 'labels', labels) end
 redis.call('PEXPIRE', KEYS[9], ARGV[8])
 return {'reserved', 0, micros, expires_at, fallback, provider, reclaimed, '', '', 0, 0, now,
   math.max(0, room - worst)}

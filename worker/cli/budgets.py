@@ -151,6 +151,46 @@ async def _show(args: argparse.Namespace) -> int:
     return 0
 
 
+def attribution_json(tenant: str, period: budgets.PeriodReport, key: str) -> dict[str, Any]:
+    """One period's spend by `key`, as `relevo budgets report --json` and the console give it."""
+    shown = period.by(key)
+    return {
+        "tenant": tenant,
+        "period": period.period,
+        "by": key,
+        "spent_micros": shown.spent_micros,
+        "values": shown.values,
+        "none_micros": shown.none_micros,
+        "other_micros": shown.other_micros,
+        "unattributed_micros": shown.unattributed_micros,
+    }
+
+
+async def _attribution(args: argparse.Namespace) -> int:
+    tenant = budgets.check_tenant(args.tenant)
+    key = budgets.check_label_key(args.by)
+    where, default = _where(args.config)
+    async with operator_redis(where, shared=True) as client:
+        ledger = budgets.Ledger(client, namespace=where.namespace, default_limits=default)
+        report = await ledger.report(tenant, attributed=True)
+    period = report.month if args.month else report.day
+    shown = period.by(key)
+    if args.json:
+        emit_json(attribution_json(tenant, period, key))
+        return 0
+    out = console()
+    out.print(f"{tenant}: spend of {period.period} by {key}", markup=False, highlight=False)
+    table = Table()
+    for name in ("value", "spent", "share"):
+        table.add_column(name, no_wrap=name != "value")
+    whole = max(shown.spent_micros, 1)
+    for label, micros in shown.rows():
+        table.add_row(label, usd(micros), f"{100 * micros / whole:.1f}%")
+    table.add_row("total", usd(shown.spent_micros), "", style="bold")
+    out.print(table)
+    return 0
+
+
 def _dollars(option: str, text: str) -> int:
     try:
         return budgets.parse_dollars(text)
@@ -257,6 +297,20 @@ def register(commands: Commands) -> None:
     show.add_argument("tenant", metavar="TENANT")
     add_redis_options(show)
     show.set_defaults(func=operator_command(_show))
+    by = add_command(
+        actions,
+        "report",
+        "one tenant's spend by a turn metadata key ([budgets] attribute_by)",
+        exits=_EXITS,
+        details="This UTC day (--month: month). The rows sum to the tenant's spend: each "
+        "value, the turns without the key, the values past [budgets] max_attributed_values "
+        "(other), and spend from before the key was attributed.",
+    )
+    by.add_argument("tenant", metavar="TENANT")
+    by.add_argument("--by", required=True, metavar="KEY", help="a metadata key, e.g. agent")
+    by.add_argument("--month", action="store_true", help="this UTC month, not the day")
+    add_redis_options(by)
+    by.set_defaults(func=operator_command(_attribution))
     put = add_command(
         actions,
         "set",

@@ -46,6 +46,7 @@ from worker.console.views import (
     recent_view,
     tenant_loads,
     tenant_rows,
+    tenant_view,
     turn_view,
 )
 from worker.errors import InputError
@@ -86,6 +87,7 @@ def build_app(
         Route("/logout", c.guarded(c.logout), methods=["POST"]),
         Route("/", c.guarded(c.fleet_page), methods=["GET"]),
         Route("/tenants", c.guarded(c.tenants_page), methods=["GET"]),
+        Route("/tenant", c.guarded(c.tenant_page), methods=["GET"]),
         Route("/turns", c.guarded(c.turn_page), methods=["GET"]),
         Route("/recent", c.guarded(c.recent_page), methods=["GET"]),
         Route("/act/{kind}", c.guarded(c.act), methods=["POST"]),
@@ -255,6 +257,15 @@ class _Console:
             sort=sort,
             desc=desc,
         )
+
+    async def tenant_page(self, request: Request, who: Principal) -> Response:
+        tenant = request.query_params.get("id", "")
+        try:
+            budgets.check_tenant(tenant)
+        except budgets.InvalidNameError as exc:
+            return self.page(request, "error.html", 400, error=str(exc), back="/tenants")
+        view = await tenant_view(self.fleet, self.clients.viewer, tenant)
+        return self.page(request, "tenant.html", view=view)
 
     async def recent_page(self, request: Request, who: Principal) -> Response:
         try:

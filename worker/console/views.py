@@ -32,6 +32,7 @@ from worker.fleet.streams import StreamReader
 from worker.fleet.turnstore import TurnKeys
 from worker.settings import (
     BrokerSettings,
+    BudgetSettings,
     FairnessSettings,
     ObservabilitySettings,
     WorkerSettings,
@@ -316,6 +317,27 @@ async def tenant_loads(
     needle = search.casefold()
     loads = [x for x in await fair.load() if needle in x.tenant.casefold()]
     return sorted(loads, key=lambda x: (-x.queued, -x.in_flight, x.tenant))
+
+
+@dataclass(frozen=True)
+class TenantView:
+    """One tenant's budget, with its spend by each metadata key attributed (those the
+    configuration names, then any other the periods hold); None when it has no budget."""
+
+    tenant: str
+    report: budgets.BudgetReport | None
+    keys: list[str]
+
+
+async def tenant_view(fleet: OperatorFleet, client: Redis, tenant: str) -> TenantView:
+    """`tenant`'s report with its spend attribution (`relevo budgets report --by`)."""
+    try:
+        report = await fleet.ledger(client).report(tenant, attributed=True)
+    except budgets.UnknownTenantError:
+        return TenantView(tenant, None, [])
+    named = fleet.config.section("budgets", BudgetSettings).attribute_by
+    found = sorted({*report.day.attribution, *report.month.attribution} - set(named))
+    return TenantView(tenant, report, [*named, *found])
 
 
 # What one turn's page renders at most: a stored result, a stream or a list of attempts

@@ -82,7 +82,8 @@ class Target:
 @dataclass(frozen=True, slots=True)
 class Charge:
     """One attempt's reservation: its expected cost (`micros`) is held, its worst case
-    (`worst_micros`, by default the same) must fit the tenant's overdraft."""
+    (`worst_micros`, by default the same) must fit the tenant's overdraft. `labels`
+    (`budgets.encode_labels`) attribute its spend, wherever it is charged."""
 
     charge_id: str
     tenant: str
@@ -90,6 +91,7 @@ class Charge:
     micros: int
     fallback: bool
     worst_micros: int | None = None
+    labels: str = ""
 
     @property
     def worst(self) -> int:

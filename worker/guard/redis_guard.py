@@ -330,6 +330,7 @@ class RedisGuard:
             fallback=charge.fallback,
             ttl_s=self.hold_ttl_s,
             worst_micros=charge.worst,
+            labels=charge.labels,
         )
 
     def _queue_settle(self, pipe: Pipeline, charge: Charge, cost: int | None) -> Parser:
@@ -342,6 +343,7 @@ class RedisGuard:
             cost,
             provider=charge.provider,
             fallback=charge.fallback,
+            labels=charge.labels,
         )
 
     async def _send(self, queue: Queue) -> object:

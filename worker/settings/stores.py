@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from decimal import Decimal
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, StringConstraints, field_validator, model_validator
 from redis.asyncio import Redis
 
 import breakers
 import budgets
 from breakers.sentinel import SentinelAddress, is_sentinel
 from worker.settings.base import Name, Section, to_micros
+
+# A turn's metadata key (`worker.types`), as spend is attributed by it.
+MetadataKeyName = Annotated[str, StringConstraints(pattern=budgets.attribution.LABEL_KEY_PATTERN)]
 
 
 class RedisSettings(Section):
@@ -199,8 +203,29 @@ class BudgetSettings(Section):
     had when the process last heard from Redis (the room over the live processes), before
     its turns degrade (`budget_store_unreachable`); settled when Redis answers."""
 
+    attribute_by: tuple[MetadataKeyName, ...] = Field(
+        default=(), max_length=budgets.attribution.MAX_LABEL_KEYS
+    )
+    """The turn metadata keys spend is attributed by (`["agent", "user"]`), per tenant, UTC
+    day and month (`relevo budgets report TENANT --by agent`); a turn without one counts
+    as none of its values. At most 4 keys."""
+    max_attributed_values: int = Field(default=100, ge=1, le=10_000)
+    """How many distinct values of each key a tenant's day or month keeps; spend of the
+    values past them is counted as `other`."""
+
+    @field_validator("attribute_by")
+    @classmethod
+    def _distinct_keys(cls, keys: tuple[str, ...]) -> tuple[str, ...]:
+        if len(set(keys)) != len(keys):
+            raise ValueError("a key is named twice")
+        return keys
+
     def offline_allowance_micros(self) -> int:
         return to_micros(self.offline_allowance_usd)
+
+    def labels(self, metadata: Mapping[str, str]) -> str:
+        """A charge's labels for spend attribution: `metadata`'s values of `attribute_by`."""
+        return budgets.encode_labels(self.attribute_by, metadata, self.max_attributed_values)
 
     def default_limits(self) -> budgets.Limits | None:
         """The limits of a tenant nobody configured; None refuses such tenants."""

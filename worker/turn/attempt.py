@@ -96,6 +96,8 @@ class Attempts:
         self.on_text = on_text
         self.calls = 0
         self._run_id = secrets.token_hex(4)
+        # Every charge of the turn carries the same labels, so its spend is attributed alike.
+        self._labels = settings.budgets.labels(request.metadata)
         # The first attempt's reservation, made by `admit` before the fleet view was
         # known (`first`); set aside once that attempt is skipped (`_unused`), and given
         # back with the next reservation (one round trip) or when the turn ends.
@@ -125,7 +127,13 @@ class Attempts:
         charge_id = f"{self.request.turn_id}:{self._run_id}:{self.calls}"
         tenant = self.request.tenant_id
         return Charge(
-            charge_id, tenant, target.provider, cost(expected_tokens), fallback, cost(most_tokens)
+            charge_id,
+            tenant,
+            target.provider,
+            cost(expected_tokens),
+            fallback,
+            cost(most_tokens),
+            self._labels,
         )
 
     def first(self, target: Target, fit: Fit) -> Charge:
