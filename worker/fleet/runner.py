@@ -13,7 +13,6 @@ threads pool.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -175,8 +174,11 @@ class TurnRunner:
             time_s = turn_time_s(request, self.settings.turn_deadline_s)
         result = await self._claim(request, time_s)
         if result is None:
-            late = await self._lease(request, time_s)
-            ran = late if late is not None else await self._walk(request)
+            # One deadline for the lease's wait and the walk: a turn that waited for its
+            # tenant's lease has that much less to run.
+            deadline = asyncio.get_running_loop().time() + time_s
+            late = await self._lease(request, time_s, deadline)
+            ran = late if late is not None else await self._walk(request, deadline)
             result = await self._save(ran, end_stream=request.stream)
         await self.process.give_back(request.tenant_id, request.turn_id)
         return result
@@ -202,14 +204,16 @@ class TurnRunner:
             return self._standing_unread(request, exc)
         return None
 
-    async def _lease(self, request: TurnRequest, time_s: float) -> TurnResult | None:
+    async def _lease(
+        self, request: TurnRequest, time_s: float, deadline: float
+    ) -> TurnResult | None:
         """Hold the tenant's lease while the turn runs: the one its dispatch took, or, for
         a turn redelivered after it ran out, a new one once the tenant is below its
         `max_in_flight`. None: go on; else the turn's result (no lease within its deadline).
         Redis away: the turn runs, as every other check lets it then."""
         if not self.settings.fairness.enabled:
             return None
-        until = time.monotonic() + time_s
+        loop = asyncio.get_running_loop()
         waited = False
         while True:
             try:
@@ -223,7 +227,7 @@ class TurnRunner:
             if not waited:
                 waited = True
                 log.info("turn.lease_wait", turn_id=request.turn_id, tenant_id=request.tenant_id)
-            if time.monotonic() >= until:
+            if loop.time() >= deadline:
                 break
             await asyncio.sleep(_LEASE_POLL_S)
         log.warning("turn.queue_deadline", turn_id=request.turn_id, tenant_id=request.tenant_id)
@@ -269,19 +273,19 @@ class TurnRunner:
         )
         return result
 
-    async def _walk(self, request: TurnRequest) -> TurnResult:
+    async def _walk(self, request: TurnRequest, deadline: float) -> TurnResult:
         """Walk the chain with the turn (it was not run before) and count it, once."""
         chain, turns = self._the_chain(), self.turns
         turns.in_flight += 1  # on the loop's one thread: no lock
         turns.running.add(request.turn_id)
         try:
             if not request.stream:
-                result = await chain.run(request)
+                result = await chain.run(request, deadline=deadline)
             else:
                 # This run's text starts the stream over: a run before it (its worker died)
                 # left text that is not the result's. The end marker goes with the result.
                 async with self.store.streaming(request.turn_id, self.holder) as on_text:
-                    result = await chain.run(request, on_text=on_text)
+                    result = await chain.run(request, on_text=on_text, deadline=deadline)
         finally:
             turns.in_flight -= 1
             turns.running.discard(request.turn_id)

@@ -94,10 +94,16 @@ class Chain:
         adapters = {name: build_adapter(p, client) for name, p in settings.providers.items()}
         return cls(settings, adapters, guard=guard, hedges=hedges)
 
-    async def run(self, request: TurnRequest, *, on_text: OnText | None = None) -> TurnResult:
-        """Run one turn. Always returns a result; caller cancellation propagates."""
+    async def run(
+        self, request: TurnRequest, *, on_text: OnText | None = None, deadline: float | None = None
+    ) -> TurnResult:
+        """Run one turn, ending by `deadline` (the event loop's time; by default its
+        `turn_time_s` from now). Always returns a result; caller cancellation propagates."""
+        if deadline is None:
+            time_s = turn_time_s(request, self.settings.turn_deadline_s)
+            deadline = asyncio.get_running_loop().time() + time_s
         request, refused = routed(request, await self.guard.route(request.tenant_id))
-        return await _Walk(self, request, on_text, refused).result()
+        return await _Walk(self, request, on_text, deadline, refused).result()
 
 
 class _Walk:
@@ -109,9 +115,11 @@ class _Walk:
         chain: Chain,
         request: TurnRequest,
         on_text: OnText | None,
+        deadline: float,
         refused: InputError | None = None,
     ) -> None:
-        """`refused`: the turn's chain is one its tenant may not use."""
+        """`deadline`: when the turn ends, on the event loop's clock; `refused`: the
+        turn's chain is one its tenant may not use."""
         self.chain = chain
         self.refused = refused
         self.settings = chain.settings
@@ -132,14 +140,13 @@ class _Walk:
             chain=request.chain or (None if strict else DEFAULT_CHAIN),
         )
         self.degradation = self.settings.degradation_for(route)
-        time_s = turn_time_s(request, self.settings.turn_deadline_s)
         self.attempts = Attempts(
             chain.settings,
             chain.adapters,
             chain.guard,
             request,
             self.report,
-            deadline=asyncio.get_running_loop().time() + time_s,
+            deadline=deadline,
             rng=chain.rng,
             on_text=on_text,
         )
