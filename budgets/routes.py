@@ -22,7 +22,7 @@ from budgets.errors import InvalidNameError
 from budgets.keys import check_namespace, check_tenant
 from rediskit import hash_tag, text
 
-__all__ = ["Route", "Routes"]
+__all__ = ["NARROWEST", "Route", "Routes"]
 
 # A chain's name as the worker's settings spell it (`[chains.NAME]`).
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
@@ -68,6 +68,10 @@ class Route:
         return cls(default or None, tuple(allowed.split(",")) if allowed else None)
 
 
+NARROWEST = Route(None, ("default",))
+"""What a tenant whose route cannot be read may use: the chain named default, no other."""
+
+
 class Routes:
     """The tenants' routes as operators set them, on the store's Redis."""
 
@@ -76,14 +80,15 @@ class Routes:
         self.key = f"{hash_tag(check_namespace(namespace))}:budget:routes"
 
     async def get(self, tenant: str) -> Route | None:
-        """The tenant's route; None for none (or one that cannot be read)."""
+        """The tenant's route; None for none, `InvalidNameError` for one that cannot be
+        read (written by something else than relevo)."""
         raw = await self.redis.hget(self.key, check_tenant(tenant))
         if raw is None:
             return None
         try:
             return Route.unpacked(text(raw))
-        except (InvalidNameError, UnicodeDecodeError):
-            return None
+        except UnicodeDecodeError:
+            raise InvalidNameError("route: not UTF-8") from None
 
     async def set(self, tenant: str, route: Route) -> None:
         await self.redis.hset(self.key, check_tenant(tenant), route.packed())

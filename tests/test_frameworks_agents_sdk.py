@@ -419,7 +419,7 @@ async def test_the_provider_serves_the_model_name_default_on_the_default_chain(
     model = provider.get_model("default")
     assert isinstance(model, RelevoModel)
     assert model.options.side_effect_tools == frozenset({"refund"})
-    assert model.options.chain is None
+    assert model.options.chain == "default"
     assert isinstance(refund, FunctionTool)
 
 

@@ -11,6 +11,7 @@ its breakers in real Redis. The chains (models from tests.chainkit):
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import subprocess
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from redis.asyncio import Redis
 from structlog.testing import capture_logs
 
 import budgets
@@ -28,10 +30,11 @@ from worker.fleet.app import make_app
 from worker.fleet.enqueue import enqueue_turn
 from worker.guard.redis_guard import open_guard
 from worker.guard.route_book import RouteBook
+from worker.guard.testing import ScriptedGuard
 from worker.settings import LimitsSettings, Settings, load_settings
 from worker.simulator import Fault, Simulator
 from worker.turn.intake import checked_turn
-from worker.types import AttemptOutcome, Status, TurnResult
+from worker.types import AttemptOutcome, Status, TurnRequest, TurnResult
 
 pytestmark = pytest.mark.usefixtures("fresh_sim", "provider_key")
 
@@ -58,11 +61,15 @@ def routed(sim: Simulator, **sections: Any) -> Settings:
         ({"p": {"models": ["openai/alpha"]}}, "chains.p.models: Tuple should have at least 2"),
         ({"bad name": {"models": ["openai/alpha", "anthropic/beta"]}}, "chains.bad name"),
         (
+            {"Fast": {"models": ["openai/alpha", "anthropic/beta"]}},
+            "chains.Fast: a chain's name is written in lowercase",
+        ),
+        (
             {"p": {"models": ["openai/alpha", "google/gamma"], "cheaper_model": "openai/alpha"}},
             "chains.p.cheaper_model: 'openai/alpha' is chain 'p''s primary",
         ),
     ],
-    ids=["default", "unknown-model", "too-short", "bad-name", "cheaper-is-primary"],
+    ids=["default", "unknown-model", "too-short", "bad-name", "uppercase", "cheaper-is-primary"],
 )
 def test_a_bad_chain_is_refused_at_load_with_one_line(
     sim: Simulator, chains: dict[str, Any], error: str
@@ -169,8 +176,21 @@ async def test_metadata_goes_to_the_result_and_every_log_line_of_the_turn(sim: S
         ({"a b": "v"}, "metadata.a b.[key]: String should match pattern"),
         ({"user": "x\ny"}, "metadata.user: String should match pattern"),
         ({"user": "x" * 257}, "metadata.user: String should have at most 256 characters"),
+        ({"user": "a\u202eb"}, "metadata.user: String should match pattern"),
+        ({"user": "a\u2028b"}, "metadata.user: String should match pattern"),
+        ({"user": "a\x85b"}, "metadata.user: String should match pattern"),
+        ({"user": "a\u200bb"}, "metadata.user: String should match pattern"),
     ],
-    ids=["too-many", "bad-key", "control-character", "too-long"],
+    ids=[
+        "too-many",
+        "bad-key",
+        "control-character",
+        "too-long",
+        "bidi-override",
+        "line-separator",
+        "c1-control",
+        "zero-width",
+    ],
 )
 def test_metadata_past_its_bounds_is_refused_naming_the_bound(
     metadata: dict[str, str], error: str
@@ -418,3 +438,45 @@ async def test_a_route_last_read_stands_while_redis_does_not_answer() -> None:
     book._seen["acme"] = (0.0, budgets.Route("planner"))
     assert await book.get("acme") == budgets.Route("planner")
     assert await book.get("never-read") is None
+
+
+async def test_a_held_turn_is_kept_as_sent_and_meets_its_tenants_route_when_replayed(
+    sim: Simulator,
+) -> None:
+    """The kill switch holds the turn without the tenant's default written into it: the
+    route that holds when it is replayed decides (it may have changed)."""
+    guard = ScriptedGuard(kill_switch="drill", routes={"acme": budgets.Route("triage")})
+    result = await run(routed(sim), turn(), guard=guard)
+    assert result.status is Status.REJECTED
+    [held] = guard.held
+    assert "chain" not in json.loads(held)
+    guard.kill_switch = None
+    guard.routes["acme"] = budgets.Route("planner")
+    replayed = await run(routed(sim), TurnRequest.model_validate_json(held), guard=guard)
+    assert (replayed.chain, replayed.effective_model) == ("planner", "anthropic/beta")
+
+
+async def test_a_route_relevo_did_not_write_leaves_the_tenant_the_default_chain_only(
+    redis_url: str, namespace: str
+) -> None:
+    client = Redis.from_url(redis_url)
+    routes = budgets.Routes(client, namespace=namespace)
+    try:
+        for damaged in ("garbage", "default|default,,premium", "x|y|z", b"\xff|"):
+            await client.hset(routes.key, "rt", damaged)
+            book = RouteBook(routes, timeout_s=1.0)
+            with capture_logs() as events:
+                assert await book.get("rt") == budgets.Route(None, ("default",)), damaged
+            assert [e["event"] for e in events] == ["route.unreadable"]
+    finally:
+        await client.delete(routes.key)
+        await client.aclose()
+
+
+def test_a_field_name_that_would_break_the_line_is_shown_as_a_literal() -> None:
+    forged = 'a\n{"event": "turn.completed"}\nrelevo: all good'
+    payload = {**turn().model_dump(mode="json"), "metadata": {forged: "v"}}
+    with pytest.raises(InputError) as caught:
+        checked_turn(payload, LimitsSettings())
+    assert "\n" not in str(caught.value)
+    assert str(caught.value).startswith('metadata.\'a\\n{"event"')

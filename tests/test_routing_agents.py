@@ -100,8 +100,11 @@ async def test_an_agents_sdk_model_name_no_chain_has_is_a_user_error(sim: Simula
             await Runner.run(agent, "Hi", run_config=RunConfig(model_provider=provider))
         with pytest.raises(UserError, match="'premium'"):
             AgentsModel(engine, tenant_id="acme", chain="premium")
-        # No name, or `default`: the chain named default.
-        assert provider.get_model(None) is provider.get_model("default")
+        # No name: the tenant's default chain, else `default`; `default`: that chain, as a
+        # request naming it.
+        assert isinstance(provider.get_model(None), AgentsModel)
+        assert provider.get_model(None).options.chain is None
+        assert provider.get_model("default").options.chain == "default"
     assert sim.calls() == 0
 
 

@@ -154,16 +154,14 @@ def _checked_route(args: argparse.Namespace) -> budgets.Route:
     except budgets.InvalidNameError as exc:
         raise OperatorError(f"tenants chains: {exc}") from None
     settings = operator_config(args.config).chain_settings()
+    if settings is None:  # no --config naming the chains: nothing to check them against
+        return route
     named = [route.default] if route.default else []
-    unknown = [n for n in (*named, *(route.allowed or ())) if n not in _names(settings)]
+    unknown = [n for n in (*named, *(route.allowed or ())) if n not in settings.chain_names]
     if unknown:
-        known = ", ".join(_names(settings))
+        known = ", ".join(settings.chain_names)
         raise OperatorError(f"tenants chains: no chain named {unknown[0]!r} (chains: {known})")
     return route
-
-
-def _names(settings: Any) -> tuple[str, ...]:
-    return ("default",) if settings is None else settings.chain_names
 
 
 async def _chains(args: argparse.Namespace) -> int:
@@ -180,7 +178,13 @@ async def _chains(args: argparse.Namespace) -> int:
         elif route is not None:
             await routes.set(tenant, route)
         else:
-            route = await routes.get(tenant)
+            try:
+                route = await routes.get(tenant)
+            except budgets.InvalidNameError as exc:
+                raise OperatorError(
+                    f"tenants chains: {tenant}'s route cannot be read ({exc}); its turns may "
+                    "use the chain named default only until it is set again"
+                ) from None
     if args.json:
         fields = None if route is None else {"default": route.default, "allowed": route.allowed}
         emit_json({"tenant": tenant, "route": fields})

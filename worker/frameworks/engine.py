@@ -81,10 +81,11 @@ class TurnNotAnswered(RelevoError):
 
 
 def chain_name(engine: Engine, name: str | None) -> str | None:
-    """The chain a model named `name` runs its turns on: None (`default`) for no name or
-    `default`; `InputError` naming the chains there are for a name that is none of them."""
+    """The chain a model named `name` runs its turns on: None for no name (the tenant's
+    default chain, else `default`), `default` for `default` (as a request naming it);
+    `InputError` naming the chains there are for a name that is none of them."""
     if name is None or name == DEFAULT_CHAIN:
-        return None
+        return name
     if name not in engine.chains:
         known = ", ".join(engine.chains)
         raise InputError(f"no chain named {name!r} (chains: {known})")

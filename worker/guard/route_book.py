@@ -3,7 +3,8 @@
 A turn asks for its tenant's route before it walks: one read of Redis per tenant every
 `fresh_s` at most, not one per turn. A route an operator changes holds within that long.
 While Redis does not answer, the route last read stands; a tenant never read has none
-(its turns run on the chain they name, or `default`).
+(its turns run on the chain they name, or `default`). A route that cannot be read (not
+written by relevo) is the narrowest: the chain named default, no other.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import time
 import structlog
 
 import budgets
+from budgets.routes import NARROWEST
 from rediskit import STORE_ERRORS
 
 __all__ = ["RouteBook"]
@@ -43,6 +45,10 @@ class RouteBook:
         except STORE_ERRORS as exc:
             log.warning("route.unread", tenant_id=tenant, error=type(exc).__name__)
             return None if seen is None else seen[1]
+        except budgets.InvalidNameError as exc:
+            # Something else wrote it: the tenant gets the narrowest route, not any chain.
+            log.warning("route.unreadable", tenant_id=tenant, why=str(exc))
+            route = NARROWEST
         if len(self._seen) >= _MOST_TENANTS:
             self._seen.clear()
         self._seen[tenant] = (now, route)

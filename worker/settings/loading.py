@@ -119,6 +119,9 @@ class Settings(BaseSettings):
         if DEFAULT_CHAIN in self.chains:
             problems.append(f"chains.{DEFAULT_CHAIN}: the chain named default is [chain]")
         for name, chain in self.chains.items():
+            if name != name.lower():
+                # RELEVO_CHAINS__NAME__... cannot tell cases apart: it would name another.
+                problems.append(f"chains.{name}: a chain's name is written in lowercase")
             problems.extend(self._chain_problems(f"chains.{name}", chain))
         for slug, model in self.models.items():
             for index, serving in enumerate(model.serve):

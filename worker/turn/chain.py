@@ -102,8 +102,13 @@ class Chain:
         if deadline is None:
             time_s = turn_time_s(request, self.settings.turn_deadline_s)
             deadline = asyncio.get_running_loop().time() + time_s
+        sent = request
         request, refused = routed(request, await self.guard.route(request.tenant_id))
-        return await _Walk(self, request, on_text, deadline, refused).result()
+        walk = _Walk(self, request, on_text, deadline, refused)
+        # A turn held or handed off is kept as it was sent: the tenant's route is applied
+        # again when it runs (it may have changed).
+        walk.kept = sent
+        return await walk.result()
 
 
 class _Walk:
@@ -122,6 +127,7 @@ class _Walk:
         turn's chain is one its tenant may not use."""
         self.chain = chain
         self.refused = refused
+        self.kept = request
         self.settings = chain.settings
         self.request = request
         # The chain the turn named; None for one this worker has not configured.
@@ -318,7 +324,7 @@ class _Walk:
             outcome = await cheaper_answer(self.attempts, targets, reason, plan)
             return await self._end(outcome)
         if plan.action == "handoff":
-            payload = self.request.model_dump_json()
+            payload = self.kept.model_dump_json()
             await self.chain.guard.handoff(
                 self.request.tenant_id, self.request.turn_id, reason, payload
             )
@@ -326,5 +332,5 @@ class _Walk:
 
     async def _reject(self) -> TurnResult:
         """The kill switch is on: no call, and the turn is kept for replay."""
-        await self.chain.guard.hold(self.request.turn_id, self.request.model_dump_json())
+        await self.chain.guard.hold(self.request.turn_id, self.kept.model_dump_json())
         return self.report.rejected(Refusal.KILL_SWITCH)

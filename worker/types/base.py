@@ -31,10 +31,16 @@ TurnId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{
 # A chain's name, as `[chains.NAME]` may be written (`worker.settings.base.Name`).
 ChainName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")]
 # A turn's metadata: a few string pairs for attribution (docs/routing.md). Values are
-# printable (a control character would forge a log line or a console cell).
+# printable: no control character (C0, DEL, C1), line or paragraph separator, bidi
+# control, zero-width character or BOM, which would forge a log line or a console cell.
 MetadataKey = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")]
 MetadataValue = Annotated[
-    str, StringConstraints(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+$")
+    str,
+    StringConstraints(
+        min_length=1,
+        max_length=256,
+        pattern=r"^[^\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]+$",
+    ),
 ]
 MAX_METADATA_PAIRS = 16
 ToolName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}$")]

@@ -180,13 +180,20 @@ def parse_turn_request(
         raise InputError(describe_validation_error(exc)) from None
 
 
+def _shown(part: object) -> str:
+    text = str(part)
+    return text if text.isprintable() and len(text) <= 100 else repr(text[:100])
+
+
 def describe_validation_error(exc: ValidationError, *, most: int | None = None) -> str:
     """One line per problem (the first `most`), each naming its field; never echoes the
     input value."""
     errors = exc.errors(include_input=False, include_url=False)
     lines = []
     for error in errors[:most]:
-        where = ".".join(str(part) for part in error["loc"]) or "(root)"
+        # A field name is the sender's (a metadata key, an unknown field): shown as a
+        # Python literal when it holds a character that could break the line.
+        where = ".".join(_shown(part) for part in error["loc"]) or "(root)"
         message = error["msg"]
         if error["type"] == "union_tag_invalid":  # pydantic's message quotes the tag given
             ctx = error.get("ctx", {})
