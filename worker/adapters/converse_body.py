@@ -167,23 +167,29 @@ def _thinking(call: ProviderCall, origin: str, *, forced: bool) -> dict[str, Any
 
 def _messages(messages: tuple[Message, ...], origin: str) -> list[dict[str, Any]]:
     """Converse's alternating user and assistant messages. Tool results, and a user message
-    that follows them, share one user message (Converse refuses two in a row)."""
+    that follows them, share one user message (Converse refuses two in a row).
+
+    Converse refuses a blank text block, so none is sent: a message with nothing else
+    (an assistant that said nothing, called no tool and kept no reasoning for this
+    family; an empty user message) is left out, and the messages either side of it join."""
     names = _DocumentNames()
     out: list[dict[str, Any]] = []
     for message in messages:
         if message.role == "system":
             continue
+        role = "assistant" if message.role == "assistant" else "user"
         if message.role == "assistant":
-            out.append({"role": "assistant", "content": _assistant_blocks(message, origin)})
-            continue
-        if message.role == "tool":
+            blocks = _assistant_blocks(message, origin)
+        elif message.role == "tool":
             blocks = [{"toolResult": _tool_result(message, names)}]
         else:
-            blocks = _part_blocks(message, names) or [{"text": message.text}]
-        if out and out[-1]["role"] == "user":
+            blocks = _part_blocks(message, names)
+        if not blocks:
+            continue
+        if out and out[-1]["role"] == role:
             out[-1]["content"].extend(blocks)
         else:
-            out.append({"role": "user", "content": blocks})
+            out.append({"role": role, "content": blocks})
     for converse in out:
         content = converse["content"]
         if any("document" in b for b in content) and not any("text" in b for b in content):
@@ -195,7 +201,7 @@ def _messages(messages: tuple[Message, ...], origin: str) -> list[dict[str, Any]
 def _assistant_blocks(message: Message, origin: str) -> list[dict[str, Any]]:
     # Reasoning goes back first, and only what this model's family wrote.
     blocks = [_reasoning_block(r) for r in message.reasoning if r.origin == origin]
-    if message.text or not message.tool_calls:
+    if message.text.strip():
         blocks.append({"text": message.text})
     blocks.extend(
         {"toolUse": {"toolUseId": c.id, "name": c.name, "input": c.arguments}}
@@ -218,7 +224,7 @@ def _part_blocks(message: Message, names: _DocumentNames) -> list[dict[str, Any]
     blocks: list[dict[str, Any]] = []
     for part in message.parts:
         if isinstance(part, TextPart):
-            if part.text:  # Converse refuses a blank text block
+            if part.text.strip():  # Converse refuses a blank text block
                 blocks.append({"text": part.text})
         elif isinstance(part, ImagePart):
             blocks.append({"image": _image(part)})

@@ -75,8 +75,15 @@ def check_messages_body(
     for key in body:
         if key not in fields:
             raise BadRequest(f"{key}: Extra inputs are not permitted")
-    for i, message in enumerate(body.get("messages") or ()):
+    messages = body.get("messages") or ()
+    for i, message in enumerate(messages):
         _check_message(i, message, url_sources=url_sources)
+        final_assistant = i == len(messages) - 1 and message.get("role") == "assistant"
+        if not message.get("content") and not final_assistant:
+            raise BadRequest(
+                f"messages.{i}: all messages must have non-empty content except for the "
+                "optional final assistant message"
+            )
     tools = {t["name"]: t.get("input_schema") or {} for t in body.get("tools") or ()}
     forced = _forced_tool(body.get("tool_choice"), tools)
     thinks = _check_thinking(body, model, forced=forced is not None)
@@ -99,6 +106,8 @@ def _check_message(i: int, message: Any, *, url_sources: bool) -> None:
         raise BadRequest(f"messages.{i}.role: Input should be 'user' or 'assistant'")
     content = message.get("content")
     if isinstance(content, str):
+        if content and not content.strip():
+            raise BadRequest("messages: text content blocks must contain non-whitespace text")
         return
     if not isinstance(content, list):
         raise BadRequest(f"messages.{i}.content: Input should be a valid string or list")

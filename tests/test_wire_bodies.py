@@ -1,0 +1,100 @@
+"""Bodies every provider takes for the edges of a turn: messages that said nothing, tool
+ids and names another vendor wrote, tools without arguments, reasoning models behind any
+host. Each test sends a `ProviderCall` over real HTTP to the simulated provider, which
+refuses what the real API refuses, in its words (`worker/simulator/*_request.py`).
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.cloudkit import use_simulated_aws
+from tests.test_adapters import KEY_ENV, SECRET, adapter
+from worker.adapters import BedrockAdapter, Completion, ProviderCall
+from worker.adapters.base import Adapter
+from worker.settings import ProviderSettings
+from worker.simulator import Simulator
+from worker.types import Message, Tool, ToolCall
+
+REGION = "eu-west-3"
+PING = Tool(name="ping", description="Ping the host", parameters={"type": "object"})
+
+
+@pytest.fixture(autouse=True)
+def credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv(KEY_ENV, SECRET)
+    use_simulated_aws(monkeypatch, tmp_path)
+
+
+def wire(api: str, sim: Simulator, client: httpx.AsyncClient) -> Adapter:
+    if api == "bedrock":
+        base = f"{sim.url}/bedrock-runtime/{REGION}"
+        return BedrockAdapter(
+            ProviderSettings(kind="bedrock", region=REGION, base_url=base), client
+        )
+    return adapter(api, sim.url, client)
+
+
+def model_for(api: str) -> str:
+    """A model id of `api`'s vendor that no other test uses."""
+    tag = uuid.uuid4().hex[:8]
+    return {
+        "anthropic": f"claude-sonnet-4-5@t{tag}",
+        "bedrock": f"anthropic.claude-sonnet-4-5-t{tag}-v1:0",
+        "gemini": f"gemini-2.5-flash-t{tag}",
+        "openai": f"gpt-4o-t{tag}",
+    }[api]
+
+
+async def accepted(
+    sim: Simulator, client: httpx.AsyncClient, api: str, call: ProviderCall
+) -> tuple[dict[str, Any], Completion]:
+    """The body the simulator answered with 200 for `call`, and the answer."""
+    done = [e async for e in wire(api, sim, client).send(call)][-1]
+    assert isinstance(done, Completion)
+    record = sim.requests(call.model_id)[-1]
+    assert record.status == 200, record
+    return dict(record.body), done
+
+
+def ask(model: str, *messages: Message, **fields: Any) -> ProviderCall:
+    fields.setdefault("tools", ())
+    return ProviderCall(model, messages, max_tokens=200, stream=False, **fields)
+
+
+# --- messages that said nothing -------------------------------------------------------
+
+
+SILENT_TURNS = (
+    Message(role="user", content="Run it."),
+    Message(role="assistant", tool_calls=(ToolCall(id="toolu_1", name="ping", arguments={}),)),
+    Message(role="tool", tool_call_id="toolu_1", content=""),
+    Message(role="assistant", content=""),
+    Message(role="user", content=""),
+    Message(role="assistant", content="  "),
+    Message(role="user", content="Again?"),
+)
+
+
+@pytest.mark.parametrize("api", ["anthropic", "bedrock", "gemini"])
+async def test_a_message_that_said_nothing_is_left_out_and_its_neighbours_join(
+    sim: Simulator, client: httpx.AsyncClient, api: str
+) -> None:
+    """Anthropic refuses a message with empty content (but the last assistant's), Converse
+    a blank text block, Gemini an empty text part or a turn with no parts: an assistant
+    that said nothing and an empty user message are left out; a tool's empty output stays."""
+    body, _ = await accepted(sim, client, api, ask(model_for(api), *SILENT_TURNS, tools=(PING,)))
+    # Anthropic joins two user messages in a row itself; Converse and Gemini get one.
+    # Gemini takes blank text that is not empty, so the blank assistant stays there.
+    key, roles = {
+        "anthropic": ("messages", ["user", "assistant", "user", "user"]),
+        "bedrock": ("messages", ["user", "assistant", "user"]),
+        "gemini": ("contents", ["user", "model", "user", "model", "user"]),
+    }[api]
+    assert [m["role"] for m in body[key]] == roles
+    assert "Again?" in str(body[key][-1])
