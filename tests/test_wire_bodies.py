@@ -98,3 +98,21 @@ async def test_a_message_that_said_nothing_is_left_out_and_its_neighbours_join(
     }[api]
     assert [m["role"] for m in body[key]] == roles
     assert "Again?" in str(body[key][-1])
+
+
+# --- OpenAI's reasoning models behind any host ------------------------------------------
+
+
+@pytest.mark.parametrize("model", ["o3", "gpt-5-mini", "openai/o4-mini"])
+async def test_an_openai_reasoning_model_gets_max_completion_tokens_on_any_host(
+    sim: Simulator, client: httpx.AsyncClient, model: str
+) -> None:
+    """OpenAI's reasoning models refuse `max_tokens` ("Use 'max_completion_tokens'
+    instead"): behind a gateway or Azure's v1 endpoint, a host relevo does not know, they
+    get the new name; another model there keeps the name every server knows."""
+    called = f"{model}-t{uuid.uuid4().hex[:8]}"
+    body, _ = await accepted(sim, client, "openai", ask(called, Message(role="user", content="Hi")))
+    assert (body.get("max_completion_tokens"), "max_tokens" in body) == (200, False)
+    other = ask(model_for("openai"), Message(role="user", content="Hi"))
+    body, _ = await accepted(sim, client, "openai", other)
+    assert (body.get("max_tokens"), "max_completion_tokens" in body) == (200, False)
