@@ -116,3 +116,31 @@ async def test_an_openai_reasoning_model_gets_max_completion_tokens_on_any_host(
     other = ask(model_for("openai"), Message(role="user", content="Hi"))
     body, _ = await accepted(sim, client, "openai", other)
     assert (body.get("max_tokens"), "max_completion_tokens" in body) == (200, False)
+
+
+# --- tool-call ids another vendor wrote ---------------------------------------------------
+
+
+async def test_tool_ids_converse_refuses_map_to_stable_ids_that_still_pair(
+    sim: Simulator, client: httpx.AsyncClient
+) -> None:
+    """ToolUseId is 1 to 64 of [a-zA-Z0-9_.:-]: a longer id, or one with other characters
+    (another vendor's), goes as a stable id that fits, the same in toolUse and toolResult;
+    an id that fits goes as it is."""
+    # https://docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_ToolUseBlock.html
+    ids = ("call_" + "x" * 70, "fc|abc=1", "tooluse_ok-1.2:3")
+    calls = tuple(ToolCall(id=i, name="ping", arguments={}) for i in ids)
+    history = (
+        Message(role="user", content="Ping thrice."),
+        Message(role="assistant", tool_calls=calls),
+        *(Message(role="tool", tool_call_id=i, content="pong") for i in ids),
+    )
+    model = model_for("bedrock")
+    body, _ = await accepted(sim, client, "bedrock", ask(model, *history, tools=(PING,)))
+    used = [b["toolUse"]["toolUseId"] for b in body["messages"][1]["content"]]
+    answered = [b["toolResult"]["toolUseId"] for b in body["messages"][2]["content"]]
+    assert used == answered
+    assert used[2] == ids[2]
+    assert all(len(i) <= 64 and "|" not in i for i in used)
+    again, _ = await accepted(sim, client, "bedrock", ask(model, *history, tools=(PING,)))
+    assert [b["toolUse"]["toolUseId"] for b in again["messages"][1]["content"]] == used

@@ -11,6 +11,7 @@ the `InvalidRequest` raised here is a backstop. Nothing is dropped to make a req
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from typing import Any
@@ -48,6 +49,8 @@ _MAX_TEMPERATURE = 1.0  # InferenceConfiguration.temperature: 0 to 1
 _NOT_IN_NAME = re.compile(r"[^A-Za-z0-9()\[\]-]+")
 _EXTENSION = re.compile(r"\.[A-Za-z0-9]{1,8}$")
 _MAX_NAME_CHARS = 200
+# ToolUseId, in toolUse and toolResult alike: 1 to 64 of these characters.
+_TOOL_USE_ID = re.compile(r"[a-zA-Z0-9_.:-]{1,64}")
 
 
 def answer_tool(call: ProviderCall) -> str | None:
@@ -204,17 +207,28 @@ def _assistant_blocks(message: Message, origin: str) -> list[dict[str, Any]]:
     if message.text.strip():
         blocks.append({"text": message.text})
     blocks.extend(
-        {"toolUse": {"toolUseId": c.id, "name": c.name, "input": c.arguments}}
+        {"toolUse": {"toolUseId": _tool_use_id(c.id), "name": c.name, "input": c.arguments}}
         for c in message.tool_calls
     )
     return blocks
+
+
+def _tool_use_id(call_id: str | None) -> str:
+    """`call_id` as Converse takes it: itself when it fits ToolUseId, else a stable id
+    that does (another vendor's ids may be longer or hold `|`, `=`...). The same call id
+    always maps to the same, so a call and its result still pair up, on every turn; the
+    ids the model answers with are its own, which fit, so nothing maps back."""
+    given = call_id or ""
+    if _TOOL_USE_ID.fullmatch(given):
+        return given
+    return "relevo_" + hashlib.sha256(given.encode()).hexdigest()[:40]
 
 
 def _tool_result(message: Message, names: _DocumentNames) -> dict[str, Any]:
     """ToolResultBlock: its content takes text, image and document blocks alike; a failed
     tool's says so in `status`."""
     content = _part_blocks(message, names) or [{"text": message.text}]
-    block: dict[str, Any] = {"toolUseId": message.tool_call_id, "content": content}
+    block: dict[str, Any] = {"toolUseId": _tool_use_id(message.tool_call_id), "content": content}
     if message.is_error:
         block["status"] = "error"
     return block
