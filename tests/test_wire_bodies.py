@@ -13,13 +13,15 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.chainkit import run, settings
 from tests.cloudkit import use_simulated_aws
 from tests.test_adapters import KEY_ENV, SECRET, adapter
 from worker.adapters import BedrockAdapter, Completion, ProviderCall
 from worker.adapters.base import Adapter
 from worker.settings import ProviderSettings
 from worker.simulator import Simulator
-from worker.types import Message, Tool, ToolCall
+from worker.turn.capability import wire_unfit
+from worker.types import Message, Tool, ToolCall, TurnRequest
 
 REGION = "eu-west-3"
 PING = Tool(name="ping", description="Ping the host", parameters={"type": "object"})
@@ -28,6 +30,7 @@ PING = Tool(name="ping", description="Ping the host", parameters={"type": "objec
 @pytest.fixture(autouse=True)
 def credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv(KEY_ENV, SECRET)
+    monkeypatch.setenv("RELEVO_TEST_KEY", SECRET)  # the chain kit's providers
     use_simulated_aws(monkeypatch, tmp_path)
 
 
@@ -144,3 +147,32 @@ async def test_tool_ids_converse_refuses_map_to_stable_ids_that_still_pair(
     assert all(len(i) <= 64 and "|" not in i for i in used)
     again, _ = await accepted(sim, client, "bedrock", ask(model, *history, tools=(PING,)))
     assert [b["toolUse"]["toolUseId"] for b in again["messages"][1]["content"]] == used
+
+
+# --- tool names Gemini refuses --------------------------------------------------------------
+
+
+async def test_a_tool_name_gemini_refuses_skips_gemini_and_the_next_model_answers(
+    sim: Simulator,
+) -> None:
+    """FunctionDeclaration.name must start with a letter or an underscore; relevo's tool
+    names may start with a digit or a dash. Gemini and Gemini on Vertex are unfit for such
+    a turn (`incapable`, naming the tool), and the next model in the chain answers it."""
+    # https://ai.google.dev/api/caching#FunctionDeclaration
+    verify = Tool(name="2fa_verify", description="Verify a code", parameters={"type": "object"})
+    turn = TurnRequest(
+        tenant_id="acme",
+        messages=(Message(role="user", content="Verify 123456."),),
+        tools=(verify,),
+    )
+    for api in ("gemini", "vertex"):
+        unfit = wire_unfit(turn, api, "gemini-2.5-pro")
+        assert unfit is not None
+        assert "'2fa_verify' (it must start with a letter or _)" in unfit.detail
+    assert wire_unfit(turn, "anthropic", "claude-sonnet-4-5") is None
+    result = await run(settings(sim.url, ("google/gamma", "anthropic/beta")), turn)
+    assert [(a.model, a.outcome, a.error_class) for a in result.attempts] == [
+        ("google/gamma", "skipped", "incapable"),
+        ("anthropic/beta", "ok", None),
+    ]
+    assert sim.calls("gamma") == 0

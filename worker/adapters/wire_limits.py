@@ -47,6 +47,7 @@ class WireLimits:
     max_temperature: float | None = None  # the top of its temperature range
     temperature_with_top_p: bool = True  # both sampling fields in one request
     min_max_tokens: int = 1  # the smallest output limit it takes
+    tool_name_letter_first: bool = False  # a tool's name starts with a letter or "_"
 
 
 WIRE_LIMITS: Mapping[str, WireLimits] = MappingProxyType(
@@ -93,6 +94,8 @@ WIRE_LIMITS: Mapping[str, WireLimits] = MappingProxyType(
             max_image_bytes=100 * _MB * 3 // 4,
             max_images=3600,
             max_document_bytes=50 * _MB * 3 // 4,
+            # FunctionDeclaration.name: "Must start with a letter or an underscore".
+            tool_name_letter_first=True,
         ),
         # Vertex AI: Google's publisher (inference reference, "Image understanding",
         # "Document understanding"): 7 MB an inline image and 50 MB a PDF (read as base64,
@@ -107,6 +110,7 @@ WIRE_LIMITS: Mapping[str, WireLimits] = MappingProxyType(
             max_images=900,
             max_document_bytes=50 * _MB * 3 // 4,
             max_documents=900,
+            tool_name_letter_first=True,
         ),
         "vertex:anthropic": WireLimits(
             image_url=False,
