@@ -657,7 +657,9 @@ def _user(*blocks: dict[str, Any]) -> dict[str, Any]:
 
 
 _IMAGE = {"image": {"format": "png", "source": {"bytes": PNG}}}
-_TOOLS = {"tools": [{"toolSpec": {"name": "get_weather", "inputSchema": {"json": {}}}}]}
+_TOOLS = {
+    "tools": [{"toolSpec": {"name": "get_weather", "inputSchema": {"json": {"type": "object"}}}}]
+}
 _THINK = {"additionalModelRequestFields": {"thinking": {"type": "enabled", "budget_tokens": 1024}}}
 
 

@@ -18,10 +18,12 @@ from tests.cloudkit import use_simulated_aws
 from tests.test_adapters import KEY_ENV, SECRET, adapter
 from worker.adapters import BedrockAdapter, Completion, ProviderCall
 from worker.adapters.base import Adapter
+from worker.errors import InputError
 from worker.settings import ProviderSettings
 from worker.simulator import Simulator
 from worker.turn.capability import wire_unfit
 from worker.types import Message, Tool, ToolCall, TurnRequest
+from worker.types.request import parse_turn_request
 
 REGION = "eu-west-3"
 PING = Tool(name="ping", description="Ping the host", parameters={"type": "object"})
@@ -176,3 +178,38 @@ async def test_a_tool_name_gemini_refuses_skips_gemini_and_the_next_model_answer
         ("anthropic/beta", "ok", None),
     ]
     assert sim.calls("gamma") == 0
+
+
+# --- a tool without arguments ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("api", ["anthropic", "bedrock", "gemini", "openai"])
+async def test_a_tool_with_empty_parameters_goes_as_an_object_with_no_properties(
+    sim: Simulator, client: httpx.AsyncClient, api: str
+) -> None:
+    """`parameters: {}` is a tool with no arguments: Anthropic requires `input_schema.type`
+    "object", Converse a schema of type object, Gemini one that describes an object."""
+    clock = Tool(name="get_time", description="The time", parameters={})
+    body, _ = await accepted(
+        sim, client, api, ask(model_for(api), Message(role="user", content="Time?"), tools=(clock,))
+    )
+    schema = {
+        "anthropic": lambda: body["tools"][0]["input_schema"],
+        "bedrock": lambda: body["toolConfig"]["tools"][0]["toolSpec"]["inputSchema"]["json"],
+        "gemini": lambda: body["tools"][0]["functionDeclarations"][0]["parametersJsonSchema"],
+        "openai": lambda: body["tools"][0]["function"]["parameters"],
+    }[api]()
+    assert schema == {"type": "object", "properties": {}}
+
+
+@pytest.mark.parametrize("kind", ["string", ["object", "null"], "array"])
+def test_a_tool_whose_parameters_are_not_an_object_is_refused_at_intake(kind: Any) -> None:
+    """No provider takes a tool whose arguments are not an object: the turn is refused
+    before any call, the message naming the tool."""
+    turn = {
+        "tenant_id": "acme",
+        "messages": [{"role": "user", "content": "Hi"}],
+        "tools": [{"name": "lookup", "parameters": {"type": kind}}],
+    }
+    with pytest.raises(InputError, match=r"tools\.0\.parameters: .*tool 'lookup'.*\"object\""):
+        parse_turn_request(turn)

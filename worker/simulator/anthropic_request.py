@@ -85,6 +85,11 @@ def check_messages_body(
                 "optional final assistant message"
             )
     tools = {t["name"]: t.get("input_schema") or {} for t in body.get("tools") or ()}
+    for i, schema in enumerate(tools.values()):
+        if schema.get("type") != "object":
+            # The SDK's InputSchema: `type: Literal["object"]`, required.
+            problem = "Field required" if "type" not in schema else "Input should be 'object'"
+            raise BadRequest(f"tools.{i}.custom.input_schema.type: {problem}")
     forced = _forced_tool(body.get("tool_choice"), tools)
     thinks = _check_thinking(body, model, forced=forced is not None)
     _check_sampling(body, model, thinks=thinks)

@@ -84,6 +84,7 @@ def check_request(body: Mapping[str, Any], model: str = "") -> None:
     ):
         raise BadRequest(_TOOL_CONFIG)
     if config is not None:
+        _check_tool_schemas(config, model)
         _check_tool_choice(config)
     _check_adaptive(body, model)
     _check_thinking(body)
@@ -239,6 +240,18 @@ def _check_bytes(kind: str, source: Mapping[str, Any], count: int) -> None:
         raise BadRequest(f"Invalid base64 in the {kind} bytes.") from None
     if size > cap:
         raise BadRequest(f"The {kind} is {size} bytes; the maximum is {cap} bytes.")
+
+
+def _check_tool_schemas(config: Mapping[str, Any], model: str) -> None:
+    """Claude's own check of a tool's input schema, which Bedrock passes on: its type is
+    "object" (Anthropic's `input_schema.type`)."""
+    if "anthropic." not in model:
+        return
+    for i, tool in enumerate(config.get("tools") or ()):
+        schema = tool.get("toolSpec", {}).get("inputSchema", {}).get("json")
+        if isinstance(schema, dict) and schema.get("type") != "object":
+            problem = "Field required" if "type" not in schema else "Input should be 'object'"
+            raise BadRequest(f"{_MODEL_ERROR}tools.{i}.custom.input_schema.type: {problem}")
 
 
 def _check_tool_choice(config: Mapping[str, Any]) -> None:
