@@ -6,12 +6,14 @@ refuses what the real API refuses, in its words (`worker/simulator/*_request.py`
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from jsonschema import Draft7Validator
 
 from tests.chainkit import run, settings
 from tests.cloudkit import use_simulated_aws
@@ -22,7 +24,7 @@ from worker.errors import InputError
 from worker.settings import ProviderSettings
 from worker.simulator import Simulator
 from worker.turn.capability import wire_unfit
-from worker.types import Message, Tool, ToolCall, TurnRequest
+from worker.types import JsonSchemaFormat, Message, Tool, ToolCall, TurnRequest
 from worker.types.request import parse_turn_request
 
 REGION = "eu-west-3"
@@ -213,3 +215,44 @@ def test_a_tool_whose_parameters_are_not_an_object_is_refused_at_intake(kind: An
     }
     with pytest.raises(InputError, match=r"tools\.0\.parameters: .*tool 'lookup'.*\"object\""):
         parse_turn_request(turn)
+
+
+# --- schemas fitted to Claude's structured outputs ------------------------------------------
+
+
+SHIPMENT = JsonSchemaFormat(
+    name="shipment",
+    schema={
+        "type": "object",
+        "properties": {
+            "address": {
+                "type": ["object", "null"],
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+            "item": {"$ref": "#/definitions/Item"},
+        },
+        "required": ["address", "item"],
+        "definitions": {
+            "Item": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+        },
+    },
+)
+
+
+async def test_a_nullable_object_is_closed_and_draft7_definitions_stay_where_refs_point(
+    sim: Simulator, client: httpx.AsyncClient
+) -> None:
+    """Structured outputs refuse an object (nullable too) not closed with
+    `additionalProperties: false`, and a `$ref` that resolves to nothing: draft 7's
+    `definitions` are kept, fitted, as `$defs` are."""
+    # https://platform.claude.com/docs/en/build-with-claude/structured-outputs
+    call = ask(
+        model_for("anthropic"), Message(role="user", content="Ship?"), response_format=SHIPMENT
+    )
+    body, done = await accepted(sim, client, "anthropic", call)
+    schema = body["output_config"]["format"]["schema"]
+    assert schema["properties"]["address"]["additionalProperties"] is False
+    assert schema["definitions"]["Item"]["additionalProperties"] is False
+    assert schema["properties"]["item"] == {"$ref": "#/definitions/Item"}
+    assert Draft7Validator(SHIPMENT.json_schema).is_valid(json.loads(done.text))

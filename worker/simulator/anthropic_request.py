@@ -284,14 +284,30 @@ def _output_schema(config: Any, *, structured_outputs: bool) -> Mapping[str, Any
     return schema
 
 
+def _resolve(schema: Mapping[str, Any], ref: str) -> Any:
+    """What the local JSON pointer `ref` ("#/$defs/Item") points at in `schema`, or None."""
+    node: Any = schema
+    for escaped in ref.removeprefix("#").split("/")[1:]:
+        step = escaped.replace("~1", "/").replace("~0", "~")
+        if not isinstance(node, Mapping) or step not in node:
+            return None
+        node = node[step]
+    return node
+
+
 def _check_schema(where: str, schema: Mapping[str, Any]) -> None:
-    """Refuse what Claude's structured outputs refuse: open objects, bounds beyond the
-    subset; every subschema, through properties, items, combinations and $defs."""
+    """Refuse what Claude's structured outputs refuse: open objects (nullable ones too),
+    bounds beyond the subset, a local `$ref` that resolves to nothing; every subschema,
+    through properties, items, combinations, `$defs` and `definitions`."""
     stack: list[Mapping[str, Any]] = [schema]
     while stack:
         node = stack.pop()
         kind = node.get("type")
-        if kind == "object" and node.get("additionalProperties") is not False:
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#") and _resolve(schema, ref) is None:
+            raise BadRequest(f"{where}: Reference '{ref}' could not be resolved")
+        objects = kind == "object" or (isinstance(kind, list) and "object" in kind)
+        if objects and node.get("additionalProperties") is not False:
             raise BadRequest(
                 f"{where}: For 'object' type, 'additionalProperties' must be explicitly set "
                 "to false"
@@ -299,7 +315,7 @@ def _check_schema(where: str, schema: Mapping[str, Any]) -> None:
         for key in node:
             if key in _UNSUPPORTED or (key == "minItems" and node[key] not in (0, 1)):
                 raise BadRequest(f"{where}: For '{kind}' type, property '{key}' is not supported")
-        for key in ("properties", "$defs"):
+        for key in ("properties", "$defs", "definitions"):
             stack.extend(v for v in (node.get(key) or {}).values() if isinstance(v, dict))
         for key in ("anyOf", "allOf"):
             stack.extend(v for v in node.get(key) or () if isinstance(v, dict))
