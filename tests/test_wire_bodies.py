@@ -71,7 +71,8 @@ async def accepted(
 
 def ask(model: str, *messages: Message, **fields: Any) -> ProviderCall:
     fields.setdefault("tools", ())
-    return ProviderCall(model, messages, max_tokens=200, stream=False, **fields)
+    fields.setdefault("stream", False)
+    return ProviderCall(model, messages, max_tokens=200, **fields)
 
 
 # --- messages that said nothing -------------------------------------------------------
@@ -256,3 +257,51 @@ async def test_a_nullable_object_is_closed_and_draft7_definitions_stay_where_ref
     assert schema["definitions"]["Item"]["additionalProperties"] is False
     assert schema["properties"]["item"] == {"$ref": "#/definitions/Item"}
     assert Draft7Validator(SHIPMENT.json_schema).is_valid(json.loads(done.text))
+
+
+# --- structured output for Claude on Converse ---------------------------------------------
+
+
+INVOICE = JsonSchemaFormat(
+    name="invoice",
+    schema={
+        "type": "object",
+        "properties": {"number": {"type": "string", "maxLength": 20}, "total": {"minimum": 0}},
+        "required": ["number", "total"],
+    },
+)
+LINES = JsonSchemaFormat(name="lines", schema={"type": "array", "items": {"type": "string"}})
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["converse", "converse-stream"])
+async def test_converse_fits_the_schema_to_claude_and_forces_a_tool_before_claude_4_5(
+    sim: Simulator, client: httpx.AsyncClient, stream: bool
+) -> None:
+    """Claude's structured outputs on Bedrock (Claude 4.5 and later) decode against
+    Claude's subset: the schema goes fitted (objects closed, bounds into descriptions).
+    An earlier Claude has none: a forced tool carries the answer, as on Anthropic's own
+    API, and its input comes back as the reply's text (a non-object answer unwrapped)."""
+    # https://docs.aws.amazon.com/bedrock/latest/userguide/structured-output.html
+    tag = uuid.uuid4().hex[:8]
+    newer = f"anthropic.claude-sonnet-4-5-2025{tag}-v1:0"
+    body, done = await accepted(
+        sim,
+        client,
+        "bedrock",
+        ask(newer, Message(role="user", content="Bill?"), response_format=INVOICE, stream=stream),
+    )
+    fitted = json.loads(body["outputConfig"]["textFormat"]["structure"]["jsonSchema"]["schema"])
+    assert fitted["additionalProperties"] is False
+    assert "maxLength" not in fitted["properties"]["number"]
+    assert Draft7Validator(INVOICE.json_schema).is_valid(json.loads(done.text))
+    for wanted in (INVOICE, LINES):
+        older = f"anthropic.claude-3-7-sonnet-2025{tag}-v1:0"
+        call = ask(
+            older, Message(role="user", content="Bill?"), response_format=wanted, stream=stream
+        )
+        body, done = await accepted(sim, client, "bedrock", call)
+        assert "outputConfig" not in body
+        assert body["toolConfig"]["toolChoice"] == {"any": {}}
+        assert body["toolConfig"]["tools"][0]["toolSpec"]["name"] == wanted.name
+        assert (done.tool_calls, done.finish_reason) == ((), "stop")
+        assert Draft7Validator(wanted.json_schema).is_valid(json.loads(done.text))

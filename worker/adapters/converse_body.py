@@ -19,7 +19,9 @@ from typing import Any
 from worker.adapters.anthropic import may_think
 from worker.adapters.base import ProviderCall
 from worker.adapters.body import Verbatim
-from worker.adapters.claude_options import generation, thinking_budget
+from worker.adapters.claude_options import AnswerTool, generation, thinking_budget
+from worker.adapters.claude_options import answer_tool as claude_answer_tool
+from worker.adapters.claude_schema import claude_schema
 from worker.errors import InvalidRequest
 from worker.types import (
     DocumentPart,
@@ -39,10 +41,8 @@ __all__ = ["ANSWER_TOOL", "answer_tool", "converse_body"]
 # takes a JSON schema, not "any object"): a tool whose input is the answer, forced. Its
 # input comes back as the completion's text.
 ANSWER_TOOL = "json_answer"
-_ANSWER_SPEC = {
-    "description": "Give your answer with this tool: its input is the whole answer.",
-    "inputSchema": {"json": {"type": "object"}},
-}
+_ANSWER_SCHEMA = {"type": "object"}
+_ANSWER_DESCRIPTION = "Give your answer with this tool: its input is the whole answer."
 _MAX_TEMPERATURE = 1.0  # InferenceConfiguration.temperature: 0 to 1
 # DocumentBlock.name: alphanumerics, single whitespace, hyphens, parentheses, square
 # brackets; 1 to 200 characters; unique in a request.
@@ -53,25 +53,30 @@ _MAX_NAME_CHARS = 200
 _TOOL_USE_ID = re.compile(r"[a-zA-Z0-9_.:-]{1,64}")
 
 
-def answer_tool(call: ProviderCall) -> str | None:
-    """The name of the tool that carries a `json_object` answer in `call`, if it has one:
-    `ANSWER_TOOL`, suffixed when one of the turn's tools already has that name."""
-    if not isinstance(call.response_format, JsonObjectFormat):
-        return None
+def answer_tool(call: ProviderCall, origin: str) -> AnswerTool | None:
+    """The forced tool that carries the answer of `call` (to a model of `origin`'s family),
+    if it has one: a `json_object` answer's (`ANSWER_TOOL`, suffixed when one of the
+    turn's tools already has that name), or a JSON schema's for a Claude before 4.5, which
+    has no structured outputs (as on Anthropic's own API: `claude_options.answer_tool`)."""
     if call.tool_choice == "required" or isinstance(call.tool_choice, NamedTool):
         return None  # the turn forces its own tool: no text answer will come
+    if isinstance(call.response_format, JsonSchemaFormat):
+        native = origin != "anthropic" or generation(call.model_id).structured_outputs
+        return None if native else claude_answer_tool(call, native=False)
+    if not isinstance(call.response_format, JsonObjectFormat):
+        return None
     taken = {tool.name for tool in call.tools}
     name, n = ANSWER_TOOL, 1
     while name in taken:
         n += 1
         name = f"{ANSWER_TOOL}_{n}"
-    return name
+    return AnswerTool(name, _ANSWER_SCHEMA, wrapped=False)
 
 
 def converse_body(call: ProviderCall, origin: str) -> dict[str, Any]:
     """The JSON body of a Converse (or ConverseStream) request for `call`, for a model of
     `origin`'s family (`anthropic` for Claude: its thinking, its reasoning blocks)."""
-    answer = answer_tool(call)
+    answer = answer_tool(call, origin)
     tool_config = _tool_config(call, answer)
     forced = tool_config.get("toolChoice", {}).keys() & {"any", "tool"}
     thinking = _thinking(call, origin, forced=bool(forced))
@@ -93,11 +98,14 @@ def converse_body(call: ProviderCall, origin: str) -> dict[str, Any]:
     if adaptive_only and call.reasoning and call.reasoning_effort is not None:
         # OutputConfig.effort: Claude's `output_config.effort`, as on Anthropic's own API.
         output["effort"] = call.reasoning_effort
-    if isinstance(call.response_format, JsonSchemaFormat):
+    if isinstance(call.response_format, JsonSchemaFormat) and answer is None:
         # OutputConfig.textFormat: the schema travels as a JSON string; Bedrock always
-        # enforces it (constrained decoding), so `strict` has no field of its own.
+        # enforces it (constrained decoding), so `strict` has no field of its own. Claude
+        # decodes against its subset of JSON Schema: the schema made to fit it, as on
+        # Anthropic's own API (relevo checks the answer against the caller's whole one).
         wanted = call.response_format
-        definition = {"schema": json.dumps(wanted.json_schema), "name": wanted.name}
+        schema = claude_schema(wanted.json_schema) if origin == "anthropic" else wanted.json_schema
+        definition = {"schema": json.dumps(schema), "name": wanted.name}
         structure = {"jsonSchema": definition}
         output["textFormat"] = {"type": "json_schema", "structure": structure}
     if output:
@@ -121,7 +129,7 @@ def _inference(call: ProviderCall, *, sampling: bool) -> dict[str, Any]:
     return config
 
 
-def _tool_config(call: ProviderCall, answer: str | None) -> dict[str, Any]:
+def _tool_config(call: ProviderCall, answer: AnswerTool | None) -> dict[str, Any]:
     """ToolConfiguration: the tools, and the ToolChoice union (`auto`, `any`, `tool`)."""
     choice = call.tool_choice
     if choice == "none" and call.tools:
@@ -131,7 +139,8 @@ def _tool_config(call: ProviderCall, answer: str | None) -> dict[str, Any]:
         )
     tools = [_tool_spec(tool) for tool in call.tools]
     if answer is not None:
-        tools.append({"toolSpec": {"name": answer, **_ANSWER_SPEC}})
+        spec = {"name": answer.name, "description": _ANSWER_DESCRIPTION}
+        tools.append({"toolSpec": {**spec, "inputSchema": {"json": dict(answer.input_schema)}}})
     if not tools:
         return {}
     config: dict[str, Any] = {"tools": tools}

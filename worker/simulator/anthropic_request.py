@@ -19,7 +19,7 @@ from typing import Any
 
 from worker.simulator.wire import BadRequest
 
-__all__ = ["MESSAGES_FIELDS", "Asked", "adaptive_only", "check_messages_body"]
+__all__ = ["MESSAGES_FIELDS", "Asked", "adaptive_only", "check_messages_body", "check_schema"]
 
 MESSAGES_FIELDS = frozenset(
     {
@@ -280,7 +280,7 @@ def _output_schema(config: Any, *, structured_outputs: bool) -> Mapping[str, Any
     schema = wanted.get("schema")
     if not isinstance(schema, dict):
         raise BadRequest("output_config.format.schema: Field required")
-    _check_schema("output_config.format.schema", schema)
+    check_schema("output_config.format.schema", schema)
     return schema
 
 
@@ -295,7 +295,7 @@ def _resolve(schema: Mapping[str, Any], ref: str) -> Any:
     return node
 
 
-def _check_schema(where: str, schema: Mapping[str, Any]) -> None:
+def check_schema(where: str, schema: Mapping[str, Any]) -> None:
     """Refuse what Claude's structured outputs refuse: open objects (nullable ones too),
     bounds beyond the subset, a local `$ref` that resolves to nothing; every subschema,
     through properties, items, combinations, `$defs` and `definitions`."""

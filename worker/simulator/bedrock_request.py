@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
-from worker.simulator.anthropic_request import adaptive_only
+from worker.simulator.anthropic_request import adaptive_only, check_schema
 from worker.simulator.wire import BadRequest
 
 if TYPE_CHECKING:
@@ -66,6 +66,11 @@ _MODEL_ERROR = "The model returned the following errors: "
 _THINKING_DOC = "https://docs.claude.com/en/docs/build-with-claude/extended-thinking"
 _EFFORTS = frozenset({"low", "medium", "high", "xhigh", "max"})  # OutputConfig.effort
 _SAMPLING = (("temperature", "temperature"), ("topP", "top_p"))
+# Claude models before 4.5, which have no structured outputs (Bedrock's "Structured
+# outputs" page lists Claude Sonnet 4.5, Haiku 4.5, Opus 4.5 and later).
+_EARLIER_CLAUDE = re.compile(
+    r"claude-(?:instant|v\d|\d-|(?:opus|sonnet|haiku)-4-(?:[0-4]-)?\d{8}|(?:opus|sonnet|haiku)-4-[0-4]-)"
+)
 
 
 def check_request(body: Mapping[str, Any], model: str = "") -> None:
@@ -88,7 +93,14 @@ def check_request(body: Mapping[str, Any], model: str = "") -> None:
         _check_tool_choice(config)
     _check_adaptive(body, model)
     _check_thinking(body)
-    output_schema(body)
+    schema = output_schema(body)
+    if schema is not None and "anthropic." in model:
+        if _EARLIER_CLAUDE.search(model):
+            raise BadRequest(
+                "The model returned the following errors: output_config.format: structured "
+                "outputs are not supported for this model"
+            )
+        check_schema("outputConfig.textFormat.structure.jsonSchema.schema", schema)
 
 
 def output_schema(body: Mapping[str, Any]) -> dict[str, Any] | None:
