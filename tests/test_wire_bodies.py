@@ -20,11 +20,21 @@ from tests.cloudkit import use_simulated_aws
 from tests.test_adapters import KEY_ENV, SECRET, adapter
 from worker.adapters import BedrockAdapter, Completion, ProviderCall
 from worker.adapters.base import Adapter
+from worker.adapters.left_out import left_out
 from worker.errors import InputError
 from worker.settings import ProviderSettings
 from worker.simulator import Simulator
+from worker.simulator.bedrock_wire import thinking_signature
 from worker.turn.capability import wire_unfit
-from worker.types import JsonSchemaFormat, Message, Tool, ToolCall, TurnRequest
+from worker.types import (
+    JsonSchemaFormat,
+    Message,
+    NamedTool,
+    Reasoning,
+    Tool,
+    ToolCall,
+    TurnRequest,
+)
 from worker.types.request import parse_turn_request
 
 REGION = "eu-west-3"
@@ -305,3 +315,76 @@ async def test_converse_fits_the_schema_to_claude_and_forces_a_tool_before_claud
         assert body["toolConfig"]["tools"][0]["toolSpec"]["name"] == wanted.name
         assert (done.tool_calls, done.finish_reason) == ((), "stop")
         assert Draft7Validator(wanted.json_schema).is_valid(json.loads(done.text))
+
+
+# --- what Converse gives only some families -----------------------------------------------
+
+
+FAILED_PING = (
+    Message(role="user", content="Ping."),
+    Message(role="assistant", tool_calls=(ToolCall(id="t1", name="ping", arguments={}),)),
+    Message(role="tool", tool_call_id="t1", content="host unreachable", is_error=True),
+)
+
+
+@pytest.mark.parametrize(
+    ("family", "status"),
+    [
+        ("anthropic.claude-sonnet-4", True),
+        ("amazon.nova-pro", True),
+        ("meta.llama3-3-70b-instruct", False),
+    ],
+)
+async def test_a_failed_tools_status_goes_only_to_claude_and_nova_and_is_named_left_out(
+    sim: Simulator, client: httpx.AsyncClient, family: str, status: bool
+) -> None:
+    """ToolResultBlock.status: "only supported by Amazon Nova and Anthropic Claude 3 and 4
+    models". Another family gets the error as the result's text alone, and the attempt's
+    row names `is_error` left out."""
+    # https://docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_ToolResultBlock.html
+    call = ask(f"{family}-t{uuid.uuid4().hex[:8]}-v1:0", *FAILED_PING, tools=(PING,))
+    body, _ = await accepted(sim, client, "bedrock", call)
+    result = body["messages"][2]["content"][0]["toolResult"]
+    assert ("status" in result, result["content"]) == (status, [{"text": "host unreachable"}])
+    assert ("is_error" in left_out("bedrock", call)) is not status
+
+
+def test_a_named_tool_choice_makes_converse_unfit_but_for_claude_and_nova() -> None:
+    """SpecificToolChoice: "Only supported by Anthropic Claude 3 and Amazon Nova models";
+    `any` would let another tool be called, so another family is unfit for the turn."""
+    # https://docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_ToolChoice.html
+    turn = TurnRequest(
+        tenant_id="acme",
+        messages=(Message(role="user", content="Ping."),),
+        tools=(PING,),
+        tool_choice=NamedTool(name="ping"),
+    )
+    unfit = wire_unfit(turn, "bedrock", "meta.llama3-3-70b-instruct-v1:0")
+    assert unfit is not None
+    assert unfit.detail == "its bedrock API cannot carry a named tool_choice"
+    for model in ("anthropic.claude-sonnet-4-20250514-v1:0", "us.amazon.nova-pro-v1:0"):
+        assert wire_unfit(turn, "bedrock", model) is None
+
+
+async def test_claudes_unsigned_reasoning_does_not_go_back_on_converse(
+    sim: Simulator, client: httpx.AsyncClient
+) -> None:
+    """Claude refuses thinking without its signature: unsigned reasoning is dropped, as
+    the Anthropic adapter drops it; signed reasoning goes back."""
+    # https://platform.claude.com/docs/en/build-with-claude/extended-thinking
+    said = Message(
+        role="assistant",
+        content="Four.",
+        reasoning=(
+            Reasoning(origin="anthropic", text="unsigned"),
+            Reasoning(origin="anthropic", text="signed", signature=thinking_signature("signed")),
+        ),
+    )
+    history = (Message(role="user", content="2+2?"), said, Message(role="user", content="Sure?"))
+    body, _ = await accepted(sim, client, "bedrock", ask(model_for("bedrock"), *history))
+    sent = [
+        b["reasoningContent"]["reasoningText"]["text"]
+        for b in body["messages"][1]["content"]
+        if "reasoningContent" in b
+    ]
+    assert sent == ["signed"]

@@ -22,6 +22,7 @@ from worker.adapters.body import Verbatim
 from worker.adapters.claude_options import AnswerTool, generation, thinking_budget
 from worker.adapters.claude_options import answer_tool as claude_answer_tool
 from worker.adapters.claude_schema import claude_schema
+from worker.adapters.wire_limits import converse_tool_family
 from worker.errors import InvalidRequest
 from worker.types import (
     DocumentPart,
@@ -83,7 +84,7 @@ def converse_body(call: ProviderCall, origin: str) -> dict[str, Any]:
     # A Claude that takes only adaptive thinking refuses the sampling fields, always.
     adaptive_only = origin == "anthropic" and generation(call.model_id).adaptive_only
     body: dict[str, Any] = {
-        "messages": _messages(call.messages, origin),
+        "messages": _messages(call.messages, origin, call.model_id),
         "inferenceConfig": _inference(call, sampling=thinking is None and not adaptive_only),
     }
     system = "\n\n".join(m.text for m in call.messages if m.role == "system" and m.text)
@@ -145,6 +146,9 @@ def _tool_config(call: ProviderCall, answer: AnswerTool | None) -> dict[str, Any
         return {}
     config: dict[str, Any] = {"tools": tools}
     if isinstance(choice, NamedTool):
+        if not converse_tool_family(call.model_id):
+            # Capability fit skips the model (`wire_limits`); `any` would change the turn.
+            raise InvalidRequest("Converse takes a named tool_choice from Claude and Nova only")
         config["toolChoice"] = {"tool": {"name": choice.name}}
     elif choice == "required" or answer is not None:
         config["toolChoice"] = {"any": {}}  # a turn tool, or the answer tool
@@ -177,7 +181,7 @@ def _thinking(call: ProviderCall, origin: str, *, forced: bool) -> dict[str, Any
     return None if budget is None else {"type": "enabled", "budget_tokens": budget}
 
 
-def _messages(messages: tuple[Message, ...], origin: str) -> list[dict[str, Any]]:
+def _messages(messages: tuple[Message, ...], origin: str, model_id: str) -> list[dict[str, Any]]:
     """Converse's alternating user and assistant messages. Tool results, and a user message
     that follows them, share one user message (Converse refuses two in a row).
 
@@ -193,7 +197,8 @@ def _messages(messages: tuple[Message, ...], origin: str) -> list[dict[str, Any]
         if message.role == "assistant":
             blocks = _assistant_blocks(message, origin)
         elif message.role == "tool":
-            blocks = [{"toolResult": _tool_result(message, names)}]
+            status = converse_tool_family(model_id)
+            blocks = [{"toolResult": _tool_result(message, names, status=status)}]
         else:
             blocks = _part_blocks(message, names)
         if not blocks:
@@ -212,7 +217,12 @@ def _messages(messages: tuple[Message, ...], origin: str) -> list[dict[str, Any]
 
 def _assistant_blocks(message: Message, origin: str) -> list[dict[str, Any]]:
     # Reasoning goes back first, and only what this model's family wrote.
-    blocks = [_reasoning_block(r) for r in message.reasoning if r.origin == origin]
+    # Claude refuses thinking without its signature (as the Anthropic adapter drops it).
+    blocks = [
+        _reasoning_block(r)
+        for r in message.reasoning
+        if r.origin == origin and (origin != "anthropic" or r.signature or r.redacted)
+    ]
     if message.text.strip():
         blocks.append({"text": message.text})
     blocks.extend(
@@ -233,12 +243,12 @@ def _tool_use_id(call_id: str | None) -> str:
     return "relevo_" + hashlib.sha256(given.encode()).hexdigest()[:40]
 
 
-def _tool_result(message: Message, names: _DocumentNames) -> dict[str, Any]:
+def _tool_result(message: Message, names: _DocumentNames, *, status: bool) -> dict[str, Any]:
     """ToolResultBlock: its content takes text, image and document blocks alike; a failed
-    tool's says so in `status`."""
+    tool's says so in `status`, to the families that take one (`status`)."""
     content = _part_blocks(message, names) or [{"text": message.text}]
     block: dict[str, Any] = {"toolUseId": _tool_use_id(message.tool_call_id), "content": content}
-    if message.is_error:
+    if message.is_error and status:  # the others refuse it; their report names it left out
         block["status"] = "error"
     return block
 

@@ -91,6 +91,7 @@ def check_request(body: Mapping[str, Any], model: str = "") -> None:
     if config is not None:
         _check_tool_schemas(config, model)
         _check_tool_choice(config)
+    _check_tool_family(body, messages, model)
     _check_adaptive(body, model)
     _check_thinking(body)
     schema = output_schema(body)
@@ -264,6 +265,28 @@ def _check_tool_schemas(config: Mapping[str, Any], model: str) -> None:
         if isinstance(schema, dict) and schema.get("type") != "object":
             problem = "Field required" if "type" not in schema else "Input should be 'object'"
             raise BadRequest(f"{_MODEL_ERROR}tools.{i}.custom.input_schema.type: {problem}")
+
+
+def _check_tool_family(body: Mapping[str, Any], messages: list[Any], model: str) -> None:
+    """SpecificToolChoice ("only supported by Anthropic Claude 3 and Amazon Nova models")
+    and ToolResultBlock.status (Nova, Claude 3 and 4); Claude's thinking without its
+    signature, which Claude refuses."""
+    family = any(f in model for f in ("anthropic.", "amazon.nova"))
+    choice = (body.get("toolConfig") or {}).get("toolChoice") or {}
+    if "tool" in choice and not family:
+        raise BadRequest("This model doesn't support the toolConfig.toolChoice.tool field.")
+    for i, message in enumerate(messages):
+        for j, block in enumerate(message["content"]):
+            if "status" in block.get("toolResult", {}) and not family:
+                raise BadRequest(
+                    f"This model doesn't support the status field in the ToolResultBlock "
+                    f"object at messages.{i}.content.{j}."
+                )
+            text = block.get("reasoningContent", {}).get("reasoningText")
+            if "anthropic." in model and text is not None and not text.get("signature"):
+                raise BadRequest(
+                    f"{_MODEL_ERROR}messages.{i}.content.{j}.thinking.signature: Field required"
+                )
 
 
 def _check_tool_choice(config: Mapping[str, Any]) -> None:
