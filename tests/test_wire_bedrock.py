@@ -24,6 +24,7 @@ from worker.adapters import BedrockAdapter, Completion, ProviderCall, TextDelta,
 from worker.adapters.base import Event
 from worker.adapters.classify import classify_response
 from worker.adapters.claude_options import EFFORT_BUDGET_TOKENS
+from worker.adapters.claude_schema import claude_schema
 from worker.adapters.finish import normalize_finish
 from worker.adapters.left_out import left_out
 from worker.adapters.sigv4 import SigV4
@@ -61,7 +62,7 @@ INVOICE = JsonSchemaFormat.model_validate(
             "type": "object",
             "properties": {
                 "number": {"type": "string"},
-                "total": {"type": "number", "minimum": 1},
+                "total": {"type": "number", "minimum": 0},
                 "paid": {"type": "boolean"},
                 "lines": {"type": "array", "items": {"type": "string"}, "minItems": 1},
             },
@@ -523,11 +524,12 @@ async def test_a_json_schema_goes_as_output_config_and_the_answer_is_its_json(
     text_format = sent(sim, model)["outputConfig"]["textFormat"]
     assert text_format["type"] == "json_schema"
     definition = text_format["structure"]["jsonSchema"]
+    # Claude's subset: the caller's schema fitted as on Anthropic's own API.
     assert (definition["name"], json.loads(definition["schema"])) == (
         "invoice",
-        INVOICE.json_schema,
+        claude_schema(INVOICE.json_schema),
     )
-    assert json.loads(done.text) == {"number": "x", "total": 1, "lines": ["x"]}
+    assert json.loads(done.text) == {"number": "x", "total": 0, "lines": ["x"]}
     if stream:
         assert "".join(d.text for d in deltas if isinstance(d, TextDelta)) == done.text
         assert len(deltas) > 1
@@ -600,7 +602,7 @@ async def test_a_structured_turn_is_parsed_and_an_answer_off_its_schema_moves_on
     assert (result.status, result.step) == (Status.OK, 1)
     assert [a.error_class for a in result.attempts] == ["output_invalid", None]
     assert result.reply is not None
-    assert result.reply.parsed == {"number": "x", "total": 1, "lines": ["x"]}
+    assert result.reply.parsed == {"number": "x", "total": 0, "lines": ["x"]}
     assert sim.calls(model, "ok") == sim.calls(backup, "ok") == 1
 
 
@@ -623,7 +625,7 @@ async def test_a_streamed_answer_off_its_schema_fails_locked_to_its_model(
         sim.set_faults(model, Fault(invalid_output=True))
         invalid = await Chain.from_settings(config, http).run(request)
     assert valid.reply is not None
-    assert valid.reply.parsed == {"number": "x", "total": 1, "lines": ["x"]}
+    assert valid.reply.parsed == {"number": "x", "total": 0, "lines": ["x"]}
     assert (invalid.status, invalid.reason) == (Status.FAILED, "output_invalid")
     assert sim.calls(backup) == 0
 
@@ -657,7 +659,9 @@ def _user(*blocks: dict[str, Any]) -> dict[str, Any]:
 
 
 _IMAGE = {"image": {"format": "png", "source": {"bytes": PNG}}}
-_TOOLS = {"tools": [{"toolSpec": {"name": "get_weather", "inputSchema": {"json": {}}}}]}
+_TOOLS = {
+    "tools": [{"toolSpec": {"name": "get_weather", "inputSchema": {"json": {"type": "object"}}}}]
+}
 _THINK = {"additionalModelRequestFields": {"thinking": {"type": "enabled", "budget_tokens": 1024}}}
 
 

@@ -146,7 +146,11 @@ def _messages(messages: tuple[Message, ...], *, urls: bool) -> list[dict[str, An
             )
             out.append({"role": "assistant", "content": blocks})
         else:
-            out.append({"role": message.role, "content": _content(message, urls=urls)})
+            content = _content(message, urls=urls)
+            # The API refuses a message with empty (or blank) content; one left out is no
+            # loss (the turns either side of it join, as the API joins two in a row).
+            if content and (not isinstance(content, str) or content.strip()):
+                out.append({"role": message.role, "content": content})
     return out
 
 

@@ -10,8 +10,9 @@ is `exception`. Both are classified in `worker.adapters.classify`.
 
 Which family wrote a reasoning block decides where it may go back (`reasoning_origin`),
 so a provider holds one Converse adapter per family, chosen by the model id. The request
-body is `worker.adapters.converse_body`'s; a `json_object` answer, which it asks for as
-a forced tool, comes back here as the completion's text.
+body is `worker.adapters.converse_body`'s; an answer it asks for as a forced tool (a
+`json_object`, or a JSON schema for a Claude before 4.5) comes back here as the
+completion's text.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import httpx
 
 from worker.adapters.base import Completion, Event, ProviderCall, TextDelta, ToolCallDelta
 from worker.adapters.classify import classify_stream_error
+from worker.adapters.claude_options import AnswerTool
 from worker.adapters.converse_body import answer_tool, converse_body
 from worker.adapters.finish import normalize_finish
 from worker.adapters.http import (
@@ -71,36 +73,51 @@ class BedrockAdapter:
 
     def send(self, call: ProviderCall) -> AsyncGenerator[Event, None]:
         """Yield content deltas (when streaming), then one `Completion`."""
-        events = self._converse[reasoning_origin(call.model_id)].send(call)
-        answer = answer_tool(call)
+        origin = reasoning_origin(call.model_id)
+        events = self._converse[origin].send(call)
+        answer = answer_tool(call, origin)
         return events if answer is None else _answered(events, answer)
 
 
-async def _answered(events: AsyncGenerator[Event, None], tool: str) -> AsyncGenerator[Event, None]:
-    """The events of a call whose answer is `tool`'s input: that input is text (streamed as
-    it comes), the other tool calls stay tool calls."""
+async def _answered(
+    events: AsyncGenerator[Event, None], answer: AnswerTool
+) -> AsyncGenerator[Event, None]:
+    """The events of a call whose answer is `answer`'s input: that input is text (streamed
+    as it comes; a wrapped answer, unwrapped, as one delta at the end), the other tool
+    calls stay tool calls."""
+    tool = answer.name
     answers: set[int] = set()  # the tool-call indexes of `tool`
     streamed: list[str] = []
     async with contextlib.aclosing(events):
         async for event in events:
             if isinstance(event, ToolCallDelta) and (event.name == tool or event.index in answers):
                 answers.add(event.index)
-                if event.arguments:
+                if event.arguments and not answer.wrapped:
                     streamed.append(event.arguments)
                     yield TextDelta(event.arguments)
             elif isinstance(event, Completion):
-                yield _answer_as_text(event, tool, "".join(streamed) if answers else None)
+                kept = "".join(streamed) if answers and not answer.wrapped else None
+                done = _answer_as_text(event, answer, kept)
+                if answer.wrapped and answers and done.text:
+                    yield TextDelta(done.text)
+                yield done
             else:
                 yield event
 
 
-def _answer_as_text(completion: Completion, tool: str, streamed: str | None) -> Completion:
-    """`completion` with `tool`'s input as text: what streamed of it, or its JSON."""
+def _answer_as_text(completion: Completion, answer: AnswerTool, streamed: str | None) -> Completion:
+    """`completion` with the answer tool's input as text: what streamed of it, or its JSON
+    (inside `answer` when the tool wraps it)."""
+    tool = answer.name
     calls = tuple(c for c in completion.tool_calls if c.name != tool)
     answers = [c for c in completion.tool_calls if c.name == tool]
     if not answers:
         return completion
-    text = streamed if streamed is not None else json.dumps(answers[0].arguments)
+    given = answers[0].arguments
+    if answer.wrapped:
+        text = json.dumps(given.get("answer")) if isinstance(given, dict) else json.dumps(given)
+    else:
+        text = streamed if streamed is not None else json.dumps(given)
     finish = completion.finish_reason
     if not calls and finish == "tool_calls":
         finish = "stop"

@@ -23,7 +23,8 @@ _FORMATS = frozenset(
     {"date-time", "time", "date", "duration", "email", "hostname", "uri", "ipv4", "ipv6", "uuid"}
 )
 _KEPT = frozenset({"type", "enum", "title", "required"})
-_SUBSCHEMAS = frozenset({"$defs", "properties"})
+# Named subschemas: `definitions` is draft 7's name for `$defs`, and `$ref`s point into it.
+_SUBSCHEMAS = frozenset({"$defs", "definitions", "properties"})
 
 
 def claude_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
@@ -32,9 +33,10 @@ def claude_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
     rest: dict[str, Any] = {}
     if "$ref" in schema:
         # A reference stands for its target: its siblings would be ignored, as the SDK does.
-        defs = schema.get("$defs")
-        if isinstance(defs, Mapping):
-            out["$defs"] = {name: claude_schema(sub) for name, sub in defs.items()}
+        for key in ("$defs", "definitions"):
+            defs = schema.get(key)
+            if isinstance(defs, Mapping):
+                out[key] = {name: claude_schema(sub) for name, sub in defs.items()}
         return {"$ref": schema["$ref"], **out}
     for key, value in schema.items():
         if key in _SUBSCHEMAS and isinstance(value, Mapping):
@@ -51,7 +53,8 @@ def claude_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
             out[key] = value
         elif key not in ("description", "additionalProperties"):
             rest[key] = value
-    if schema.get("type") == "object":
+    kind = schema.get("type")
+    if kind == "object" or (isinstance(kind, list) and "object" in kind):  # nullable too
         out.setdefault("properties", {})
         out["additionalProperties"] = False
     description = schema.get("description")

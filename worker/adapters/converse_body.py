@@ -11,6 +11,7 @@ the `InvalidRequest` raised here is a backstop. Nothing is dropped to make a req
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from typing import Any
@@ -18,7 +19,10 @@ from typing import Any
 from worker.adapters.anthropic import may_think
 from worker.adapters.base import ProviderCall
 from worker.adapters.body import Verbatim
-from worker.adapters.claude_options import generation, thinking_budget
+from worker.adapters.claude_options import AnswerTool, generation, thinking_budget
+from worker.adapters.claude_options import answer_tool as claude_answer_tool
+from worker.adapters.claude_schema import claude_schema
+from worker.adapters.wire_limits import converse_tool_family
 from worker.errors import InvalidRequest
 from worker.types import (
     DocumentPart,
@@ -38,44 +42,49 @@ __all__ = ["ANSWER_TOOL", "answer_tool", "converse_body"]
 # takes a JSON schema, not "any object"): a tool whose input is the answer, forced. Its
 # input comes back as the completion's text.
 ANSWER_TOOL = "json_answer"
-_ANSWER_SPEC = {
-    "description": "Give your answer with this tool: its input is the whole answer.",
-    "inputSchema": {"json": {"type": "object"}},
-}
+_ANSWER_SCHEMA = {"type": "object"}
+_ANSWER_DESCRIPTION = "Give your answer with this tool: its input is the whole answer."
 _MAX_TEMPERATURE = 1.0  # InferenceConfiguration.temperature: 0 to 1
 # DocumentBlock.name: alphanumerics, single whitespace, hyphens, parentheses, square
 # brackets; 1 to 200 characters; unique in a request.
 _NOT_IN_NAME = re.compile(r"[^A-Za-z0-9()\[\]-]+")
 _EXTENSION = re.compile(r"\.[A-Za-z0-9]{1,8}$")
 _MAX_NAME_CHARS = 200
+# ToolUseId, in toolUse and toolResult alike: 1 to 64 of these characters.
+_TOOL_USE_ID = re.compile(r"[a-zA-Z0-9_.:-]{1,64}")
 
 
-def answer_tool(call: ProviderCall) -> str | None:
-    """The name of the tool that carries a `json_object` answer in `call`, if it has one:
-    `ANSWER_TOOL`, suffixed when one of the turn's tools already has that name."""
-    if not isinstance(call.response_format, JsonObjectFormat):
-        return None
+def answer_tool(call: ProviderCall, origin: str) -> AnswerTool | None:
+    """The forced tool that carries the answer of `call` (to a model of `origin`'s family),
+    if it has one: a `json_object` answer's (`ANSWER_TOOL`, suffixed when one of the
+    turn's tools already has that name), or a JSON schema's for a Claude before 4.5, which
+    has no structured outputs (as on Anthropic's own API: `claude_options.answer_tool`)."""
     if call.tool_choice == "required" or isinstance(call.tool_choice, NamedTool):
         return None  # the turn forces its own tool: no text answer will come
+    if isinstance(call.response_format, JsonSchemaFormat):
+        native = origin != "anthropic" or generation(call.model_id).structured_outputs
+        return None if native else claude_answer_tool(call, native=False)
+    if not isinstance(call.response_format, JsonObjectFormat):
+        return None
     taken = {tool.name for tool in call.tools}
     name, n = ANSWER_TOOL, 1
     while name in taken:
         n += 1
         name = f"{ANSWER_TOOL}_{n}"
-    return name
+    return AnswerTool(name, _ANSWER_SCHEMA, wrapped=False)
 
 
 def converse_body(call: ProviderCall, origin: str) -> dict[str, Any]:
     """The JSON body of a Converse (or ConverseStream) request for `call`, for a model of
     `origin`'s family (`anthropic` for Claude: its thinking, its reasoning blocks)."""
-    answer = answer_tool(call)
+    answer = answer_tool(call, origin)
     tool_config = _tool_config(call, answer)
     forced = tool_config.get("toolChoice", {}).keys() & {"any", "tool"}
     thinking = _thinking(call, origin, forced=bool(forced))
     # A Claude that takes only adaptive thinking refuses the sampling fields, always.
     adaptive_only = origin == "anthropic" and generation(call.model_id).adaptive_only
     body: dict[str, Any] = {
-        "messages": _messages(call.messages, origin),
+        "messages": _messages(call.messages, origin, call.model_id),
         "inferenceConfig": _inference(call, sampling=thinking is None and not adaptive_only),
     }
     system = "\n\n".join(m.text for m in call.messages if m.role == "system" and m.text)
@@ -90,11 +99,14 @@ def converse_body(call: ProviderCall, origin: str) -> dict[str, Any]:
     if adaptive_only and call.reasoning and call.reasoning_effort is not None:
         # OutputConfig.effort: Claude's `output_config.effort`, as on Anthropic's own API.
         output["effort"] = call.reasoning_effort
-    if isinstance(call.response_format, JsonSchemaFormat):
+    if isinstance(call.response_format, JsonSchemaFormat) and answer is None:
         # OutputConfig.textFormat: the schema travels as a JSON string; Bedrock always
-        # enforces it (constrained decoding), so `strict` has no field of its own.
+        # enforces it (constrained decoding), so `strict` has no field of its own. Claude
+        # decodes against its subset of JSON Schema: the schema made to fit it, as on
+        # Anthropic's own API (relevo checks the answer against the caller's whole one).
         wanted = call.response_format
-        definition = {"schema": json.dumps(wanted.json_schema), "name": wanted.name}
+        schema = claude_schema(wanted.json_schema) if origin == "anthropic" else wanted.json_schema
+        definition = {"schema": json.dumps(schema), "name": wanted.name}
         structure = {"jsonSchema": definition}
         output["textFormat"] = {"type": "json_schema", "structure": structure}
     if output:
@@ -118,7 +130,7 @@ def _inference(call: ProviderCall, *, sampling: bool) -> dict[str, Any]:
     return config
 
 
-def _tool_config(call: ProviderCall, answer: str | None) -> dict[str, Any]:
+def _tool_config(call: ProviderCall, answer: AnswerTool | None) -> dict[str, Any]:
     """ToolConfiguration: the tools, and the ToolChoice union (`auto`, `any`, `tool`)."""
     choice = call.tool_choice
     if choice == "none" and call.tools:
@@ -128,11 +140,15 @@ def _tool_config(call: ProviderCall, answer: str | None) -> dict[str, Any]:
         )
     tools = [_tool_spec(tool) for tool in call.tools]
     if answer is not None:
-        tools.append({"toolSpec": {"name": answer, **_ANSWER_SPEC}})
+        spec = {"name": answer.name, "description": _ANSWER_DESCRIPTION}
+        tools.append({"toolSpec": {**spec, "inputSchema": {"json": dict(answer.input_schema)}}})
     if not tools:
         return {}
     config: dict[str, Any] = {"tools": tools}
     if isinstance(choice, NamedTool):
+        if not converse_tool_family(call.model_id):
+            # Capability fit skips the model (`wire_limits`); `any` would change the turn.
+            raise InvalidRequest("Converse takes a named tool_choice from Claude and Nova only")
         config["toolChoice"] = {"tool": {"name": choice.name}}
     elif choice == "required" or answer is not None:
         config["toolChoice"] = {"any": {}}  # a turn tool, or the answer tool
@@ -165,25 +181,32 @@ def _thinking(call: ProviderCall, origin: str, *, forced: bool) -> dict[str, Any
     return None if budget is None else {"type": "enabled", "budget_tokens": budget}
 
 
-def _messages(messages: tuple[Message, ...], origin: str) -> list[dict[str, Any]]:
+def _messages(messages: tuple[Message, ...], origin: str, model_id: str) -> list[dict[str, Any]]:
     """Converse's alternating user and assistant messages. Tool results, and a user message
-    that follows them, share one user message (Converse refuses two in a row)."""
+    that follows them, share one user message (Converse refuses two in a row).
+
+    Converse refuses a blank text block, so none is sent: a message with nothing else
+    (an assistant that said nothing, called no tool and kept no reasoning for this
+    family; an empty user message) is left out, and the messages either side of it join."""
     names = _DocumentNames()
     out: list[dict[str, Any]] = []
     for message in messages:
         if message.role == "system":
             continue
+        role = "assistant" if message.role == "assistant" else "user"
         if message.role == "assistant":
-            out.append({"role": "assistant", "content": _assistant_blocks(message, origin)})
-            continue
-        if message.role == "tool":
-            blocks = [{"toolResult": _tool_result(message, names)}]
+            blocks = _assistant_blocks(message, origin)
+        elif message.role == "tool":
+            status = converse_tool_family(model_id)
+            blocks = [{"toolResult": _tool_result(message, names, status=status)}]
         else:
-            blocks = _part_blocks(message, names) or [{"text": message.text}]
-        if out and out[-1]["role"] == "user":
+            blocks = _part_blocks(message, names)
+        if not blocks:
+            continue
+        if out and out[-1]["role"] == role:
             out[-1]["content"].extend(blocks)
         else:
-            out.append({"role": "user", "content": blocks})
+            out.append({"role": role, "content": blocks})
     for converse in out:
         content = converse["content"]
         if any("document" in b for b in content) and not any("text" in b for b in content):
@@ -194,22 +217,38 @@ def _messages(messages: tuple[Message, ...], origin: str) -> list[dict[str, Any]
 
 def _assistant_blocks(message: Message, origin: str) -> list[dict[str, Any]]:
     # Reasoning goes back first, and only what this model's family wrote.
-    blocks = [_reasoning_block(r) for r in message.reasoning if r.origin == origin]
-    if message.text or not message.tool_calls:
+    # Claude refuses thinking without its signature (as the Anthropic adapter drops it).
+    blocks = [
+        _reasoning_block(r)
+        for r in message.reasoning
+        if r.origin == origin and (origin != "anthropic" or r.signature or r.redacted)
+    ]
+    if message.text.strip():
         blocks.append({"text": message.text})
     blocks.extend(
-        {"toolUse": {"toolUseId": c.id, "name": c.name, "input": c.arguments}}
+        {"toolUse": {"toolUseId": _tool_use_id(c.id), "name": c.name, "input": c.arguments}}
         for c in message.tool_calls
     )
     return blocks
 
 
-def _tool_result(message: Message, names: _DocumentNames) -> dict[str, Any]:
+def _tool_use_id(call_id: str | None) -> str:
+    """`call_id` as Converse takes it: itself when it fits ToolUseId, else a stable id
+    that does (another vendor's ids may be longer or hold `|`, `=`...). The same call id
+    always maps to the same, so a call and its result still pair up, on every turn; the
+    ids the model answers with are its own, which fit, so nothing maps back."""
+    given = call_id or ""
+    if _TOOL_USE_ID.fullmatch(given):
+        return given
+    return "relevo_" + hashlib.sha256(given.encode()).hexdigest()[:40]
+
+
+def _tool_result(message: Message, names: _DocumentNames, *, status: bool) -> dict[str, Any]:
     """ToolResultBlock: its content takes text, image and document blocks alike; a failed
-    tool's says so in `status`."""
+    tool's says so in `status`, to the families that take one (`status`)."""
     content = _part_blocks(message, names) or [{"text": message.text}]
-    block: dict[str, Any] = {"toolUseId": message.tool_call_id, "content": content}
-    if message.is_error:
+    block: dict[str, Any] = {"toolUseId": _tool_use_id(message.tool_call_id), "content": content}
+    if message.is_error and status:  # the others refuse it; their report names it left out
         block["status"] = "error"
     return block
 
@@ -218,7 +257,7 @@ def _part_blocks(message: Message, names: _DocumentNames) -> list[dict[str, Any]
     blocks: list[dict[str, Any]] = []
     for part in message.parts:
         if isinstance(part, TextPart):
-            if part.text:  # Converse refuses a blank text block
+            if part.text.strip():  # Converse refuses a blank text block
                 blocks.append({"text": part.text})
         elif isinstance(part, ImagePart):
             blocks.append({"image": _image(part)})

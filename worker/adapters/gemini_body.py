@@ -160,11 +160,30 @@ def _contents(messages: tuple[Message, ...], *, newer: bool, vertex: bool) -> li
             parts.insert(at, response)
             parts.extend(_attachment(p, vertex=vertex) for p in loose)
         elif message.role == "assistant":
-            if message.text or not message.tool_calls:
-                parts.append(_signed({"text": message.text}, _text_signature(message)))
+            signature = _text_signature(message)
+            if message.text or signature:  # an empty text part only to carry its signature
+                parts.append(_signed({"text": message.text}, signature))
             parts.extend(_function_calls(message.tool_calls))
         else:
-            parts.extend(_part(p, vertex=vertex) for p in message.parts or (TextPart(text=""),))
+            parts.extend(_part(p, vertex=vertex) for p in message.parts if _kept(p))
+    return _joined(out)
+
+
+def _kept(part: TextPart | ImagePart | DocumentPart) -> bool:
+    return not isinstance(part, TextPart) or bool(part.text)
+
+
+def _joined(contents: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`contents` without those left with no parts (a turn that said nothing: Gemini
+    refuses empty parts), the turns either side of one joined."""
+    out: list[dict[str, Any]] = []
+    for content in contents:
+        if not content["parts"]:
+            continue
+        if out and out[-1]["role"] == content["role"]:
+            out[-1]["parts"].extend(content["parts"])
+        else:
+            out.append(content)
     return out
 
 

@@ -29,6 +29,7 @@ from worker.adapters.gemini_body import request_body
 from worker.adapters.openai import chat_options
 from worker.adapters.responses_body import responses_body
 from worker.adapters.vertex import publisher
+from worker.adapters.wire_limits import converse_tool_family
 from worker.errors import InvalidRequest
 from worker.types import Message
 
@@ -92,6 +93,7 @@ SENT_AS: Mapping[str, Mapping[str, tuple[Path, ...]]] = MappingProxyType(
 """Per wire, where each of the turn's optional fields goes in the body: any of these
 paths present means it was sent; none (an empty tuple) means the API has no field for it."""
 # The wires with no field for a failed tool (`Message.is_error`): its error goes as output.
+# Converse has one (ToolResultBlock.status) for Claude and Nova only.
 NO_TOOL_ERROR = frozenset({"openai", "openai-responses"})
 
 
@@ -102,7 +104,8 @@ def left_out(wire: str, call: ProviderCall) -> tuple[str, ...]:
     except InvalidRequest:
         return ()  # the call itself is refused before it is sent
     missing: list[str] = []
-    if wire in NO_TOOL_ERROR and any(m.is_error for m in _tail(call.messages)):
+    no_status = wire == "bedrock" and not converse_tool_family(call.model_id)
+    if (wire in NO_TOOL_ERROR or no_status) and any(m.is_error for m in _tail(call.messages)):
         missing.append("is_error")
     for name, paths in table.items():
         if getattr(call, name) is None or (name == "parallel_tool_calls" and not call.tools):

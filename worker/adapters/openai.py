@@ -30,6 +30,7 @@ from worker.adapters.http import (
     as_str,
     parse_arguments,
 )
+from worker.adapters.reasoning_models import openai_reasoning
 from worker.adapters.sse import SseEvent
 from worker.adapters.stop_cut import cut_at_stops
 from worker.errors import ConnectionFailed, InvalidRequest
@@ -52,7 +53,9 @@ __all__ = ["OpenAIAdapter", "chat_options"]
 
 # OpenAI deprecated `max_tokens` for `max_completion_tokens` (its reasoning models
 # reject the old name, Azure accepts the new one since 2024-09-01-preview), while
-# local OpenAI-compatible servers (Ollama, older vLLM) only know `max_tokens`.
+# local OpenAI-compatible servers (Ollama, older vLLM) only know `max_tokens`. An OpenAI
+# reasoning model gets the new name on any host: Azure's v1 endpoint and gateways pass
+# the body on to the API that refuses the old one.
 _NEW_LIMIT_HOSTS = ("api.openai.com",)
 
 
@@ -77,7 +80,9 @@ class OpenAIAdapter(SseAdapter):
             if self._secret:
                 headers["authorization"] = f"Bearer {self._secret}"
         host = urlsplit(base).hostname or ""
-        new_limit = version is not None or host in _NEW_LIMIT_HOSTS
+        new_limit = (
+            version is not None or host in _NEW_LIMIT_HOSTS or openai_reasoning(call.model_id)
+        )
         body: dict[str, Any] = {
             "model": call.model_id,
             "messages": [_message(message) for message in call.messages],

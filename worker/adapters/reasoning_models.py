@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["reasons", "reasons_by_id"]
+__all__ = ["openai_reasoning", "reasons", "reasons_by_id"]
 
 # A gateway's vendor prefix ("openai/gpt-5") is allowed; a Bedrock id ("openai.gpt-oss")
 # is not an OpenAI API model.
@@ -29,6 +29,12 @@ _GEMINI = re.compile(
 def reasons_by_id(model_id: str) -> bool:
     """Whether the model `model_id` names is one that reasons (o3, gpt-5-mini, gemini-2.5-pro)."""
     return bool(_OPENAI.match(model_id) or _GEMINI.match(model_id))
+
+
+def openai_reasoning(model_id: str) -> bool:
+    """Whether `model_id` names one of OpenAI's reasoning models (o3, gpt-5-mini,
+    openai/o4-mini behind a gateway), which take `max_completion_tokens` only."""
+    return bool(_OPENAI.match(model_id))
 
 
 def reasons(model_id: str, setting: bool | None) -> bool:

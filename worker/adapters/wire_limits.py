@@ -13,13 +13,20 @@ from __future__ import annotations
 
 import mimetypes
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from urllib.parse import urlsplit
 
 from worker.types import ImagePart
 
-__all__ = ["GEMINI_IMAGE_TYPES", "WIRE_LIMITS", "WireLimits", "image_type", "limits_for"]
+__all__ = [
+    "GEMINI_IMAGE_TYPES",
+    "WIRE_LIMITS",
+    "WireLimits",
+    "converse_tool_family",
+    "image_type",
+    "limits_for",
+]
 
 _MB = 1024 * 1024
 
@@ -47,6 +54,8 @@ class WireLimits:
     max_temperature: float | None = None  # the top of its temperature range
     temperature_with_top_p: bool = True  # both sampling fields in one request
     min_max_tokens: int = 1  # the smallest output limit it takes
+    tool_name_letter_first: bool = False  # a tool's name starts with a letter or "_"
+    named_tool_choice: bool = True  # tool_choice {"name": ...}
 
 
 WIRE_LIMITS: Mapping[str, WireLimits] = MappingProxyType(
@@ -93,6 +102,8 @@ WIRE_LIMITS: Mapping[str, WireLimits] = MappingProxyType(
             max_image_bytes=100 * _MB * 3 // 4,
             max_images=3600,
             max_document_bytes=50 * _MB * 3 // 4,
+            # FunctionDeclaration.name: "Must start with a letter or an underscore".
+            tool_name_letter_first=True,
         ),
         # Vertex AI: Google's publisher (inference reference, "Image understanding",
         # "Document understanding"): 7 MB an inline image and 50 MB a PDF (read as base64,
@@ -107,6 +118,7 @@ WIRE_LIMITS: Mapping[str, WireLimits] = MappingProxyType(
             max_images=900,
             max_document_bytes=50 * _MB * 3 // 4,
             max_documents=900,
+            tool_name_letter_first=True,
         ),
         "vertex:anthropic": WireLimits(
             image_url=False,
@@ -136,6 +148,11 @@ WIRE_LIMITS: Mapping[str, WireLimits] = MappingProxyType(
 )
 """Per provider API (`ProviderSettings.wire`), Vertex AI per publisher (`limits_for`); a
 API not listed has no limits of its own."""
+# SpecificToolChoice and ToolResultBlock.status: "only supported by Anthropic Claude 3 and
+# Amazon Nova models" (status: "Amazon Nova and Anthropic Claude 3 and 4"); relevo takes
+# every Claude for one that does (the later ones take both on Anthropic's own API).
+_CONVERSE_TOOL_FAMILIES = ("anthropic.", "amazon.nova")
+_BEDROCK_OTHERS = replace(WIRE_LIMITS["bedrock"], named_tool_choice=False)
 
 
 def limits_for(wire: str, model_id: str) -> WireLimits | None:
@@ -143,7 +160,15 @@ def limits_for(wire: str, model_id: str) -> WireLimits | None:
     if wire == "vertex":
         # As the Vertex adapter chooses its publisher: Claude ids are Anthropic's.
         wire = "vertex:anthropic" if model_id.startswith("claude-") else "vertex:google"
+    if wire == "bedrock" and not converse_tool_family(model_id):
+        return _BEDROCK_OTHERS
     return WIRE_LIMITS.get(wire)
+
+
+def converse_tool_family(model_id: str) -> bool:
+    """Whether the Bedrock model `model_id` (an id or inference profile) is one of the
+    families Converse gives a specific tool choice and a tool result's status: Claude, Nova."""
+    return any(family in model_id for family in _CONVERSE_TOOL_FAMILIES)
 
 
 def image_type(part: ImagePart) -> str | None:

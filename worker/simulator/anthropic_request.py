@@ -19,7 +19,7 @@ from typing import Any
 
 from worker.simulator.wire import BadRequest
 
-__all__ = ["MESSAGES_FIELDS", "Asked", "adaptive_only", "check_messages_body"]
+__all__ = ["MESSAGES_FIELDS", "Asked", "adaptive_only", "check_messages_body", "check_schema"]
 
 MESSAGES_FIELDS = frozenset(
     {
@@ -75,9 +75,21 @@ def check_messages_body(
     for key in body:
         if key not in fields:
             raise BadRequest(f"{key}: Extra inputs are not permitted")
-    for i, message in enumerate(body.get("messages") or ()):
+    messages = body.get("messages") or ()
+    for i, message in enumerate(messages):
         _check_message(i, message, url_sources=url_sources)
+        final_assistant = i == len(messages) - 1 and message.get("role") == "assistant"
+        if not message.get("content") and not final_assistant:
+            raise BadRequest(
+                f"messages.{i}: all messages must have non-empty content except for the "
+                "optional final assistant message"
+            )
     tools = {t["name"]: t.get("input_schema") or {} for t in body.get("tools") or ()}
+    for i, schema in enumerate(tools.values()):
+        if schema.get("type") != "object":
+            # The SDK's InputSchema: `type: Literal["object"]`, required.
+            problem = "Field required" if "type" not in schema else "Input should be 'object'"
+            raise BadRequest(f"tools.{i}.custom.input_schema.type: {problem}")
     forced = _forced_tool(body.get("tool_choice"), tools)
     thinks = _check_thinking(body, model, forced=forced is not None)
     _check_sampling(body, model, thinks=thinks)
@@ -99,6 +111,8 @@ def _check_message(i: int, message: Any, *, url_sources: bool) -> None:
         raise BadRequest(f"messages.{i}.role: Input should be 'user' or 'assistant'")
     content = message.get("content")
     if isinstance(content, str):
+        if content and not content.strip():
+            raise BadRequest("messages: text content blocks must contain non-whitespace text")
         return
     if not isinstance(content, list):
         raise BadRequest(f"messages.{i}.content: Input should be a valid string or list")
@@ -266,18 +280,34 @@ def _output_schema(config: Any, *, structured_outputs: bool) -> Mapping[str, Any
     schema = wanted.get("schema")
     if not isinstance(schema, dict):
         raise BadRequest("output_config.format.schema: Field required")
-    _check_schema("output_config.format.schema", schema)
+    check_schema("output_config.format.schema", schema)
     return schema
 
 
-def _check_schema(where: str, schema: Mapping[str, Any]) -> None:
-    """Refuse what Claude's structured outputs refuse: open objects, bounds beyond the
-    subset; every subschema, through properties, items, combinations and $defs."""
+def _resolve(schema: Mapping[str, Any], ref: str) -> Any:
+    """What the local JSON pointer `ref` ("#/$defs/Item") points at in `schema`, or None."""
+    node: Any = schema
+    for escaped in ref.removeprefix("#").split("/")[1:]:
+        step = escaped.replace("~1", "/").replace("~0", "~")
+        if not isinstance(node, Mapping) or step not in node:
+            return None
+        node = node[step]
+    return node
+
+
+def check_schema(where: str, schema: Mapping[str, Any]) -> None:
+    """Refuse what Claude's structured outputs refuse: open objects (nullable ones too),
+    bounds beyond the subset, a local `$ref` that resolves to nothing; every subschema,
+    through properties, items, combinations, `$defs` and `definitions`."""
     stack: list[Mapping[str, Any]] = [schema]
     while stack:
         node = stack.pop()
         kind = node.get("type")
-        if kind == "object" and node.get("additionalProperties") is not False:
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#") and _resolve(schema, ref) is None:
+            raise BadRequest(f"{where}: Reference '{ref}' could not be resolved")
+        objects = kind == "object" or (isinstance(kind, list) and "object" in kind)
+        if objects and node.get("additionalProperties") is not False:
             raise BadRequest(
                 f"{where}: For 'object' type, 'additionalProperties' must be explicitly set "
                 "to false"
@@ -285,7 +315,7 @@ def _check_schema(where: str, schema: Mapping[str, Any]) -> None:
         for key in node:
             if key in _UNSUPPORTED or (key == "minItems" and node[key] not in (0, 1)):
                 raise BadRequest(f"{where}: For '{kind}' type, property '{key}' is not supported")
-        for key in ("properties", "$defs"):
+        for key in ("properties", "$defs", "definitions"):
             stack.extend(v for v in (node.get(key) or {}).values() if isinstance(v, dict))
         for key in ("anyOf", "allOf"):
             stack.extend(v for v in node.get(key) or () if isinstance(v, dict))

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
-from worker.simulator.anthropic_request import adaptive_only
+from worker.simulator.anthropic_request import adaptive_only, check_schema
 from worker.simulator.wire import BadRequest
 
 if TYPE_CHECKING:
@@ -66,6 +66,11 @@ _MODEL_ERROR = "The model returned the following errors: "
 _THINKING_DOC = "https://docs.claude.com/en/docs/build-with-claude/extended-thinking"
 _EFFORTS = frozenset({"low", "medium", "high", "xhigh", "max"})  # OutputConfig.effort
 _SAMPLING = (("temperature", "temperature"), ("topP", "top_p"))
+# Claude models before 4.5, which have no structured outputs (Bedrock's "Structured
+# outputs" page lists Claude Sonnet 4.5, Haiku 4.5, Opus 4.5 and later).
+_EARLIER_CLAUDE = re.compile(
+    r"claude-(?:instant|v\d|\d-|(?:opus|sonnet|haiku)-4-(?:[0-4]-)?\d{8}|(?:opus|sonnet|haiku)-4-[0-4]-)"
+)
 
 
 def check_request(body: Mapping[str, Any], model: str = "") -> None:
@@ -84,10 +89,19 @@ def check_request(body: Mapping[str, Any], model: str = "") -> None:
     ):
         raise BadRequest(_TOOL_CONFIG)
     if config is not None:
+        _check_tool_schemas(config, model)
         _check_tool_choice(config)
+    _check_tool_family(body, messages, model)
     _check_adaptive(body, model)
     _check_thinking(body)
-    output_schema(body)
+    schema = output_schema(body)
+    if schema is not None and "anthropic." in model:
+        if _EARLIER_CLAUDE.search(model):
+            raise BadRequest(
+                "The model returned the following errors: output_config.format: structured "
+                "outputs are not supported for this model"
+            )
+        check_schema("outputConfig.textFormat.structure.jsonSchema.schema", schema)
 
 
 def output_schema(body: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -239,6 +253,40 @@ def _check_bytes(kind: str, source: Mapping[str, Any], count: int) -> None:
         raise BadRequest(f"Invalid base64 in the {kind} bytes.") from None
     if size > cap:
         raise BadRequest(f"The {kind} is {size} bytes; the maximum is {cap} bytes.")
+
+
+def _check_tool_schemas(config: Mapping[str, Any], model: str) -> None:
+    """Claude's own check of a tool's input schema, which Bedrock passes on: its type is
+    "object" (Anthropic's `input_schema.type`)."""
+    if "anthropic." not in model:
+        return
+    for i, tool in enumerate(config.get("tools") or ()):
+        schema = tool.get("toolSpec", {}).get("inputSchema", {}).get("json")
+        if isinstance(schema, dict) and schema.get("type") != "object":
+            problem = "Field required" if "type" not in schema else "Input should be 'object'"
+            raise BadRequest(f"{_MODEL_ERROR}tools.{i}.custom.input_schema.type: {problem}")
+
+
+def _check_tool_family(body: Mapping[str, Any], messages: list[Any], model: str) -> None:
+    """SpecificToolChoice ("only supported by Anthropic Claude 3 and Amazon Nova models")
+    and ToolResultBlock.status (Nova, Claude 3 and 4); Claude's thinking without its
+    signature, which Claude refuses."""
+    family = any(f in model for f in ("anthropic.", "amazon.nova"))
+    choice = (body.get("toolConfig") or {}).get("toolChoice") or {}
+    if "tool" in choice and not family:
+        raise BadRequest("This model doesn't support the toolConfig.toolChoice.tool field.")
+    for i, message in enumerate(messages):
+        for j, block in enumerate(message["content"]):
+            if "status" in block.get("toolResult", {}) and not family:
+                raise BadRequest(
+                    f"This model doesn't support the status field in the ToolResultBlock "
+                    f"object at messages.{i}.content.{j}."
+                )
+            text = block.get("reasoningContent", {}).get("reasoningText")
+            if "anthropic." in model and text is not None and not text.get("signature"):
+                raise BadRequest(
+                    f"{_MODEL_ERROR}messages.{i}.content.{j}.thinking.signature: Field required"
+                )
 
 
 def _check_tool_choice(config: Mapping[str, Any]) -> None:

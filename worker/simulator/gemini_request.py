@@ -12,7 +12,8 @@ the adapter reads it: `gemini-3…` or later, else an earlier (2.x) model, which
 beside function declarations. A function's `parameters` is the OpenAPI subset the
 `Schema` proto has (one `type` a node, none of JSON Schema's `const`, `oneOf`, `allOf`,
 `$defs`, `$ref`, `$schema`), refused as the JSON parser refuses an unknown name; full JSON
-Schema goes in `parametersJsonSchema`, and a declaration may have one of the two.
+Schema goes in `parametersJsonSchema`, and a declaration may have one of the two. A content
+with no parts, and a part whose text is empty (without a thought signature), are refused.
 """
 
 from __future__ import annotations
@@ -114,7 +115,12 @@ def check_body(body: Mapping[str, Any], *, model: str, vertex: bool) -> None:
     newer = _gemini3(model)
     names = _declared(body.get("tools") or [])
     for i, content in enumerate(body.get("contents") or []):
-        for j, part in enumerate(content.get("parts") or [] if isinstance(content, dict) else []):
+        parts = content.get("parts") or [] if isinstance(content, dict) else []
+        if not parts:
+            raise BadRequest(
+                f"* GenerateContentRequest.contents[{i}].parts: contents.parts must not be empty.\n"
+            )
+        for j, part in enumerate(parts):
             _part(part, f"contents[{i}].parts[{j}]", newer=newer, vertex=vertex)
     config = body.get("generationConfig") or {}
     _generation(config, newer=newer, model=model, tools=bool(names))
@@ -197,6 +203,13 @@ def _part(part: Any, at: str, *, newer: bool, vertex: bool) -> None:
             if not data
             else f"Invalid JSON payload received. Oneof field 'data' is already set. "
             f"Cannot set '{data[1]}'"
+        )
+    if part.get("text") == "" and "thoughtSignature" not in part:
+        # An empty text part is refused, unless it carries the model's own signature (the
+        # model sends those back itself).
+        raise BadRequest(
+            "Unable to submit request because it has an empty text parameter. Add a value "
+            "to the parameter and try again."
         )
     if "inlineData" in part:
         _blob(part["inlineData"], f"{at}.inline_data", _MEDIA, vertex=vertex)

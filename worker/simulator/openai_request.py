@@ -6,9 +6,10 @@ take or whose data URL is malformed, a `file` part without its file name, `tool_
 or `parallel_tool_calls` without tools (or naming no tool), JSON mode with no "json" in
 the messages, a strict schema outside Structured Outputs' subset, and the fields a model
 family refuses: a reasoning model (`o1`, `o3`, `o4-mini`, `gpt-5`…) refuses `temperature`,
-`top_p` and `stop`, an o-series one `parallel_tool_calls` too, and any other model
-`reasoning_effort`. The family is read from the model name, as OpenAI decides by model;
-on Azure's route, where the deployment name is the model, those checks are not made.
+`top_p`, `stop` and `max_tokens` (it takes `max_completion_tokens`), an o-series one
+`parallel_tool_calls` too, and any other model `reasoning_effort`. The family is read
+from the model name, as OpenAI decides by model; on Azure's route, where the deployment
+name is the model, those checks are not made.
 """
 
 from __future__ import annotations
@@ -226,6 +227,13 @@ def _check_sampling(body: Mapping[str, Any], model: str) -> None:
     for field in ("top_p", "stop"):
         if field in body:
             raise _unsupported(field)
+    if "max_tokens" in body:
+        raise _refused(
+            "Unsupported parameter: 'max_tokens' is not supported with this model. "
+            "Use 'max_completion_tokens' instead.",
+            "max_tokens",
+            "unsupported_parameter",
+        )
     effort = body.get("reasoning_effort")
     if effort is not None and effort not in _EFFORTS:
         raise _refused(

@@ -122,6 +122,18 @@ def _field_problems(request: TurnRequest, limits: WireLimits) -> list[str]:
         problems.append(f"max_tokens under {limits.min_max_tokens}")
     if request.tool_choice == "none" and request.tools and not limits.tool_choice_none:
         problems.append('tool_choice "none" with tools')
+    if isinstance(request.tool_choice, NamedTool) and not limits.named_tool_choice:
+        problems.append("a named tool_choice")
+    if limits.tool_name_letter_first:
+        # Renaming the tools for this API would have to rename the model's calls back, in
+        # the history and in every answer: the turn goes to a wire that takes its names.
+        called = (c.name for m in request.messages for c in m.tool_calls)
+        names = dict.fromkeys((*(t.name for t in request.tools), *called))
+        problems.extend(
+            f"the tool name {name!r} (it must start with a letter or _)"
+            for name in names
+            if not (name[:1].isascii() and (name[:1].isalpha() or name[:1] == "_"))
+        )
     return problems
 
 

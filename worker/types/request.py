@@ -3,13 +3,22 @@ it is validated."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from functools import cached_property
 from typing import Annotated, Any, Literal
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
-from pydantic import ConfigDict, Field, StringConstraints, ValidationError, model_validator
+from pydantic import (
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from worker.errors import InputError
 from worker.types.base import (
@@ -26,12 +35,30 @@ from worker.types.messages import Message
 
 
 class Tool(Frozen):
-    """A tool the model may call. `side_effects` marks tools that change the world."""
+    """A tool the model may call. `side_effects` marks tools that change the world.
+
+    `parameters` is a JSON Schema for an object (the call's arguments): `{}`, a tool with
+    no arguments, is the object with no properties, as every provider wants it said; a
+    schema of another type is refused, since no provider takes one."""
 
     name: ToolName
     description: str = Field(default="", max_length=4096)
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
     side_effects: bool = False
+
+    @field_validator("parameters")
+    @classmethod
+    def _an_object(cls, parameters: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        if not parameters:
+            return {"type": "object", "properties": {}}
+        kind = parameters.get("type", "object")
+        if kind != "object":
+            tool = info.data.get("name", "?")
+            raise ValueError(
+                f'tool {tool!r}: parameters must be a JSON Schema of type "object" (the '
+                f"call's arguments), not {json.dumps(kind)}"
+            )
+        return parameters
 
 
 class NamedTool(Frozen):
