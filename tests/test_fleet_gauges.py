@@ -79,8 +79,8 @@ def test_a_runner_that_cannot_reach_redis_says_so_in_its_gauges(sim: Simulator) 
     os.environ.setdefault("RELEVO_TEST_KEY", KEY)
     runner = TurnRunner(settings(sim.url, redis={"url": dead}), loop=LoopThread())
     try:
-        runner.process.report_state()
-        assert _value(runner.metrics, LOCAL_BREAKERS) == 0
+        # Not asserted before the turn: the process's first heartbeat may already have
+        # found Redis away (it beats from the start, not on traffic).
         result = runner.answer(turn().model_dump(mode="json"))
         assert result["status"] == "ok"
         assert _value(runner.metrics, LOCAL_BREAKERS) == 1
