@@ -1,5 +1,6 @@
-"""CPU per turn of choosing a chain: no chain named, against a named one among 20 chains,
-and against an older checkout's turns (which had one chain), side by side.
+"""CPU per turn of choosing a chain: no chain named (with one chain configured, and with
+20), against a named one among 20 chains (the same models), and against an older
+checkout's turns (which had one chain), side by side.
 
 Each contender is a child process running healthy, non-streamed turns through `Chain.run`
 in that process (no Redis: the open guard), against one simulator in another process;
@@ -47,8 +48,9 @@ data = {
                "anthropic/beta": model("anthropic", "an", "beta")},
 }
 if chains:
-    backwards = {"models": ["anthropic/beta", "openai/alpha"]}
-    data["chains"] = {f"c{i}": backwards for i in range(chains)}
+    # The same models as [chain]: only the choosing differs.
+    same = {"models": ["openai/alpha", "anthropic/beta"]}
+    data["chains"] = {f"c{i}": same for i in range(chains)}
 settings = load_settings(data=data)
 fields = {"chain": named} if named != "-" else {}
 hello = (Message(role="user", content="Hi"),)
@@ -96,7 +98,11 @@ def main() -> None:
         stderr=subprocess.DEVNULL,
         cwd=ROOT,
     )
-    contenders = {"unnamed": (ROOT, 0, "-"), "named_of_20": (ROOT, 20, "c7")}
+    contenders = {
+        "unnamed": (ROOT, 0, "-"),
+        "unnamed_beside_20": (ROOT, 20, "-"),
+        "named_of_20": (ROOT, 20, "c7"),
+    }
     if args.before is not None:
         contenders["before_unnamed"] = (args.before.resolve(), 0, "-")
     figures: dict[str, list[float]] = {name: [] for name in contenders}
