@@ -132,6 +132,36 @@ async def test_lease_counts_lost_are_counted_again_from_the_leases(
     assert sync_client.hget(fair.keys.key("inflight"), "acme") == b"2"
 
 
+async def test_a_queued_count_written_too_low_is_counted_again_from_the_queue(
+    fair: FairQueue, sync_client: redis.Redis
+) -> None:
+    """A count that says one turn is left when four are strands none: the tenant, one
+    turn at a time (`max_in_flight` 1), is served all four."""
+    await fair.shares.set("acme", Share(max_in_flight=1))
+    for i in range(4):
+        put(sync_client, fair, "acme", f"a{i}")
+    sync_client.hset(fair.keys.key("queued"), "acme", 1)
+    served = 0
+    for i in range(4):
+        served += len((await fair.dispatch(most=10, depth=10)).moved)
+        assert await fair.release("acme", f"a{i}")
+    assert served == 4
+
+
+async def test_leases_written_by_hand_that_run_out_give_back_no_room(
+    fair: FairQueue, sync_client: redis.Redis
+) -> None:
+    """A lease with no turn behind it runs out without freeing one of the real ones."""
+    await fair.shares.set("acme", Share(max_in_flight=2))
+    for i in range(4):
+        put(sync_client, fair, "acme", f"a{i}")
+    assert len((await fair.dispatch(most=10, depth=10)).moved) == 2
+    past = time.time() * 1000 - 1000
+    sync_client.zadd(fair.keys.key("leases"), {f"acme|fake{i}": past for i in range(4)})
+    assert (await fair.dispatch(most=10, depth=10)).moved == []
+    assert sync_client.hget(fair.keys.key("inflight"), "acme") == b"2"
+
+
 @pytest.mark.parametrize("name", ["leases", "inflight", "shares"])
 async def test_a_worker_leases_renews_and_gives_back_past_a_damaged_key(
     fair: FairQueue, sync_client: redis.Redis, name: str

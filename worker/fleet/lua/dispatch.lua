@@ -149,10 +149,23 @@ if #ARGV > 7 then
 end
 -- Leases a dead worker left run out.
 if ARGV[7] == '1' then
+  local ran_out = {}
   for _, m in ipairs(redis.call('ZRANGEBYSCORE', LEASES, '-inf', now, 'LIMIT', 0, 100)) do
     redis.call('ZREM', LEASES, m)
     local tenant = string.match(m, '^([^|]*)|')
-    if tenant then given_back(tenant, 1) end
+    if tenant then ran_out[tenant] = true end
+  end
+  -- Counted again from the leases left, not down by one a lease: a lease written by hand
+  -- (no turn behind it) that runs out gives back no room it never took.
+  for tenant in pairs(ran_out) do
+    local held = redis.call('ZLEXCOUNT', LEASES, '[' .. tenant .. '|', '(' .. tenant .. '|\255')
+    if held > 0 then
+      redis.call('HSET', INFLIGHT, tenant, held)
+    else
+      redis.call('HDEL', INFLIGHT, tenant)
+    end
+    running[tenant] = 0
+    given_back(tenant, 0)
   end
 end
 -- Leases whose expiry lies further ahead than any holder takes: one lease from now, which
@@ -228,9 +241,14 @@ end
 -- from its queue.
 local function count_down(tenant, n)
   local ok, left = pcall(redis.call, 'HINCRBY', QUEUED, tenant, -n)
-  if not ok then
-    left = redis.call('ZLEXCOUNT', PENDING, '[' .. tenant .. '|', '(' .. tenant .. '|\255')
-    redis.call('HSET', QUEUED, tenant, left)
+  if not ok or left <= 0 then
+    -- A count that says nothing is left is checked against the queue: one written too
+    -- low by hand would leave the tenant's turns undispatched until their deadlines.
+    local real = redis.call('ZLEXCOUNT', PENDING, '[' .. tenant .. '|', '(' .. tenant .. '|\255')
+    if not ok or real > 0 then
+      redis.call('HSET', QUEUED, tenant, real)
+      left = real
+    end
   end
   return left
 end
