@@ -19,7 +19,6 @@ from urllib.parse import urlencode
 
 import structlog
 from jinja2 import Environment, PackageLoader, select_autoescape
-from pydantic import TypeAdapter, ValidationError
 from redis.asyncio import Redis
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -52,7 +51,7 @@ from worker.console.views import (
 from worker.errors import InputError
 from worker.fleet.operations import OperatorFleet
 from worker.settings import ConsoleSettings
-from worker.types import TurnId
+from worker.types import TURN_ID_RULE, is_turn_id
 
 __all__ = ["Clients", "build_app"]
 
@@ -61,7 +60,6 @@ log = structlog.get_logger("relevo.console")
 SESSION_COOKIE = "relevo_session"
 LOGIN_COOKIE = "relevo_login"
 _USER_ERRORS = (InputError, breakers.BreakersError, budgets.BudgetError)
-_TURN_ID: TypeAdapter[str] = TypeAdapter(TurnId)
 # The largest form is six fields of at most 1,000 characters, percent-encoded.
 _FORM_BYTES = 32 * 1024
 _LOGIN_BYTES = 2048
@@ -279,10 +277,8 @@ class _Console:
         turn_id = request.query_params.get("id", "")  # as typed: the commands strip nothing
         if not turn_id:
             return self.page(request, "turn.html", view=None, turn_id="")
-        try:
-            _TURN_ID.validate_python(turn_id)
-        except ValidationError:
-            error = "turn id: 1-128 of A-Z a-z 0-9 _ . - (not starting with . or -)"
+        if not is_turn_id(turn_id):
+            error = f"turn id: {TURN_ID_RULE}"
             return self.page(request, "turn.html", 400, view=None, turn_id=turn_id, error=error)
         view = await turn_view(self.fleet, self.clients.viewer, turn_id)
         return self.page(

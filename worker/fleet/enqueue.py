@@ -32,7 +32,6 @@ import structlog
 from celery import Celery
 from celery.result import AsyncResult
 from kombu.utils.functional import retry_over_time
-from pydantic import TypeAdapter, ValidationError
 from redis.asyncio import Redis
 
 from budgets.keys import PLAIN
@@ -57,7 +56,7 @@ from worker.observability.redact import redact_url
 from worker.settings import DEFAULT_CHAIN, LimitsSettings, Settings
 from worker.turn.intake import checked_turn
 from worker.turn.routing import check_chain
-from worker.types import TurnId, TurnRequest
+from worker.types import TURN_ID_RULE, TurnRequest, is_turn_id
 
 __all__ = ["TASK_NAME", "Producer", "enqueue_turn", "send_turn"]
 
@@ -65,7 +64,6 @@ log = structlog.get_logger("relevo.fleet")
 _READ_TIMEOUT_S = 2.0
 # send_task takes well under a millisecond when the broker answers: a few threads suffice.
 _PUBLISH_THREADS = 4
-_TURN_ID: TypeAdapter[str] = TypeAdapter(TurnId)
 # What a Redis blip raises on the record's write (a client Redis refuses is no blip), or
 # `store_client` for it when the record goes to the result store (a RabbitMQ broker).
 _BLIPS: tuple[type[BaseException], ...] = (*BLIPS, FleetUnavailable)
@@ -342,14 +340,9 @@ class Producer:
     def turn(self, turn_id: str) -> AsyncTurnHandle:
         """A handle on a turn sent earlier (by any process); `InputError` if no turn has
         such an id."""
-        try:
-            _TURN_ID.validate_python(turn_id)
-        except ValidationError:
+        if not is_turn_id(turn_id):
             # As parse_turn_request: name the field, never echo the value.
-            raise InputError(
-                "turn_id: not a turn id (1 to 128 letters, digits, '_', '.' or '-', "
-                "the first a letter, digit or '_')"
-            ) from None
+            raise InputError(f"turn_id: not a turn id ({TURN_ID_RULE})")
         return AsyncTurnHandle(turn_id, self.store)
 
     async def aclose(self) -> None:

@@ -24,7 +24,7 @@ from kombu.utils import json as kombu_json
 from pydantic import TypeAdapter, ValidationError
 
 from worker.fleet.fairqueue import TENANT_HEADER
-from worker.types.base import TenantId, TurnId
+from worker.types.base import TenantId, is_turn_id
 
 __all__ = [
     "UNREADABLE_TYPE",
@@ -40,7 +40,6 @@ log = structlog.get_logger("relevo.broker")
 # The content type of a delivery that is no message: no worker accepts it, so Celery logs
 # it and acknowledges it.
 UNREADABLE_TYPE = "application/x-relevo-unreadable"
-_TURN_ID: TypeAdapter[str] = TypeAdapter(TurnId)
 _TENANT: TypeAdapter[str] = TypeAdapter(TenantId)
 # The AMQP basic properties a Redis transport message carries among its `properties`.
 _AMQP_PROPERTIES = ("correlation_id", "reply_to", "delivery_mode", "priority", "expiration")
@@ -189,7 +188,8 @@ def identify(raw: bytes | str) -> tuple[str | None, str | None]:
         headers = props["application_headers"]
     if not isinstance(headers, dict):
         return None, None
-    return _valid(_TURN_ID, headers.get("id")), _valid(_TENANT, headers.get(TENANT_HEADER))
+    turn_id = headers.get("id")
+    return (turn_id if is_turn_id(turn_id) else None), _valid(_TENANT, headers.get(TENANT_HEADER))
 
 
 def _valid(adapter: TypeAdapter[str], value: object) -> str | None:

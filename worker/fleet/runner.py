@@ -17,7 +17,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import structlog
-from pydantic import TypeAdapter, ValidationError
 
 from breakers.schema import SCHEMA_FIELD, version_problem
 from worker.errors import STORE_DOWN, InputError
@@ -33,7 +32,7 @@ from worker.settings import Settings
 from worker.turn.chain import Chain
 from worker.turn.intake import checked_turn, turn_time_s
 from worker.turn.routing import primary_model
-from worker.types import Status, TurnId, TurnRequest, TurnResult
+from worker.types import Status, TurnRequest, TurnResult, is_turn_id
 
 __all__ = ["INVALID_INPUT", "UNREADABLE", "TurnRunner", "rejected_input"]
 
@@ -43,7 +42,6 @@ INVALID_INPUT = "invalid_input"
 # The reason of a turn a newer release sent, in a schema version this release cannot read:
 # it is answered and stored (when it names its turn), never run.
 UNREADABLE = "unreadable"
-_TURN_ID: TypeAdapter[str] = TypeAdapter(TurnId)
 # How often a turn that found its tenant at max_in_flight looks for a lease again.
 _LEASE_POLL_S = 0.5
 
@@ -76,11 +74,7 @@ def _queued_turn(payload: object, version: object, turn_id: str | None) -> None:
 
 
 def _named(turn_id: str) -> bool:
-    try:
-        _TURN_ID.validate_python(turn_id)
-    except ValidationError:
-        return False
-    return True
+    return is_turn_id(turn_id)
 
 
 class TurnRunner:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from worker.types.base import ChainName, TenantId, TurnId
+from worker.types.base import TURN_ID_RULE, ChainName, TenantId, TurnId, is_turn_id
 from worker.types.messages import (
     DocumentPart,
     ImagePart,
@@ -26,6 +26,7 @@ from worker.types.request import (
 from worker.types.result import Attempt, AttemptOutcome, Reply, Status, TurnResult, Usage
 
 __all__ = [
+    "TURN_ID_RULE",
     "Attempt",
     "AttemptOutcome",
     "ChainName",
@@ -50,5 +51,6 @@ __all__ = [
     "TurnResult",
     "Usage",
     "describe_validation_error",
+    "is_turn_id",
     "parse_turn_request",
 ]

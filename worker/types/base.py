@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, StringConstraints, WithJsonSchema
@@ -27,7 +28,18 @@ TenantId = Annotated[
     AfterValidator(_tenant),
     WithJsonSchema({"type": "string", "pattern": TENANT_PATTERN, "maxLength": TENANT_MAX_CHARS}),
 ]
-TurnId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")]
+_TURN_ID = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
+TurnId = Annotated[str, StringConstraints(pattern=f"^{_TURN_ID}$")]
+TURN_ID_RULE = "1 to 128 letters, digits, '_', '.' or '-', the first a letter, digit or '_'"
+"""What a turn id is, as an error about one says it (never echoing the value)."""
+_TURN_ID_MATCH = re.compile(_TURN_ID).fullmatch
+
+
+def is_turn_id(value: object) -> bool:
+    """Whether `value` is a turn id (`TurnId`): the one check every reader of one uses."""
+    return isinstance(value, str) and _TURN_ID_MATCH(value) is not None
+
+
 # A chain's name, as `[chains.NAME]` may be written (`worker.settings.base.Name`).
 ChainName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")]
 # A turn's metadata: a few string pairs for attribution (docs/routing.md). Values are
