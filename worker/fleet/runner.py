@@ -73,10 +73,6 @@ def _queued_turn(payload: object, version: object, turn_id: str | None) -> None:
         raise Unreadable("request", problem, turn_id=turn_id)
 
 
-def _named(turn_id: str) -> bool:
-    return is_turn_id(turn_id)
-
-
 class TurnRunner:
     """Runs each turn once per turn id, however often it is delivered, on its process's
     shared parts (`WorkerProcess`, made here unless given)."""
@@ -146,7 +142,7 @@ class TurnRunner:
         result = rejected_input(payload, exc, UNREADABLE)
         self.metrics.record(result)
         turn_id = exc.turn_id or result.turn_id  # the message's task id: the turn's
-        if not _named(turn_id):
+        if not is_turn_id(turn_id):
             self._forget(result.turn_id)
             return result.model_dump(mode="json")
         result = result.model_copy(update={"turn_id": turn_id})

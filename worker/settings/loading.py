@@ -80,11 +80,11 @@ class Settings(BaseSettings):
         """The chains a turn may name: `default` first."""
         return (DEFAULT_CHAIN, *sorted(self.chains))
 
-    def chain_named(self, name: str | None) -> Lineup:
-        """The chain `name` (None: `default`); `KeyError` for one not configured."""
+    def chain_named(self, name: str | None) -> Lineup | None:
+        """The chain `name` (None: `default`); None for one not configured."""
         if name is None or name == DEFAULT_CHAIN:
             return self.chain
-        return self.chains[name]
+        return self.chains.get(name)
 
     def hedged(self, chain: Lineup) -> bool:
         """Whether `chain`'s turns run hedged attempts."""

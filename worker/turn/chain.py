@@ -102,13 +102,8 @@ class Chain:
         if deadline is None:
             time_s = turn_time_s(request, self.settings.turn_deadline_s)
             deadline = asyncio.get_running_loop().time() + time_s
-        sent = request
-        request, refused = routed(request, await self.guard.route(request.tenant_id))
-        walk = _Walk(self, request, on_text, deadline, refused)
-        # A turn held or handed off is kept as it was sent: the tenant's route is applied
-        # again when it runs (it may have changed).
-        walk.kept = sent
-        return await walk.result()
+        routed_request, refused = routed(request, await self.guard.route(request.tenant_id))
+        return await _Walk(self, routed_request, on_text, deadline, refused, sent=request).result()
 
 
 class _Walk:
@@ -122,18 +117,19 @@ class _Walk:
         on_text: OnText | None,
         deadline: float,
         refused: InputError | None = None,
+        *,
+        sent: TurnRequest,
     ) -> None:
         """`deadline`: when the turn ends, on the event loop's clock; `refused`: the
-        turn's chain is one its tenant may not use."""
+        turn's chain is one its tenant may not use; `sent`: the turn as it was sent, what
+        a hold or a hand-off keeps (the tenant's route applies again when it runs)."""
         self.chain = chain
         self.refused = refused
-        self.kept = request
+        self.kept = sent
         self.settings = chain.settings
         self.request = request
         # The chain the turn named; None for one this worker has not configured.
-        self.route = self.settings.chains.get(request.chain or "") or (
-            None if request.chain not in (None, DEFAULT_CHAIN) else self.settings.chain
-        )
+        self.route = self.settings.chain_named(request.chain)
         route = self.route or self.settings.chain
         self.models = route.models
         self.hedged = self.settings.hedged(route)

@@ -49,5 +49,4 @@ def routed(request: TurnRequest, route: Route | None) -> tuple[TurnRequest, Inpu
 
 def primary_model(settings: Settings, request: TurnRequest) -> str:
     """The primary of the chain `request` runs on (`default`'s for a name not configured)."""
-    route = settings.chains.get(request.chain or "", settings.chain)
-    return route.models[0]
+    return (settings.chain_named(request.chain) or settings.chain).models[0]
